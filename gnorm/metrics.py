@@ -1,0 +1,412 @@
+r"""Collapse metrics for node representations.
+
+All metrics take a node feature matrix :obj:`x` of shape
+:obj:`[num_nodes, num_features]` and an optional :obj:`batch` vector that
+assigns each node to a graph. They return a 0-dim tensor when :obj:`batch` is
+:obj:`None` (one graph) and a :obj:`[batch_size]` tensor otherwise, computed in
+the dtype of :obj:`x`.
+
+* :func:`effective_rank`: entropy of the normalised singular values
+  (dimensional collapse), ContraNorm Def. 3.1.
+* :func:`feature_cosine_similarity`: mean pairwise cosine similarity of node
+  features, ContraNorm App. C.
+* :func:`feature_variance`: :math:`\mathrm{Var}(\mathbf{H})`, the squared
+  distance of node features from their mean (complete collapse), ContraNorm
+  App. B.
+* :func:`uniformity`: the uniformity metric of Wang and Isola (2020) as used in
+  SepNorm Eq. 4.
+* :func:`dirichlet_energy`: squared feature differences along edges.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import degree, scatter, to_dense_batch
+
+# Largest number of entries of one chunk of pairwise matrices in `uniformity`.
+_PAIR_CHUNK = 1 << 24
+
+
+def _check_x(fn: str, x: Tensor) -> None:
+    if not isinstance(x, Tensor) or x.dim() != 2:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"'{fn}' expects a node feature matrix 'x' of shape "
+                         f"[num_nodes, num_features] (got {shape})")
+    if not x.is_floating_point():
+        raise ValueError(f"'{fn}' expects a floating point 'x' (got "
+                         f"{x.dtype}); pass 'x.float()'")
+
+
+def _check_batch(fn: str, x: Tensor, batch: Optional[Tensor],
+                 batch_size: Optional[int]) -> Tuple[Tensor, int]:
+    r"""Returns a batch vector (all zeros when :obj:`batch` is :obj:`None`)
+    and the number of graphs."""
+    if batch is None:
+        if batch_size not in (None, 1):
+            raise ValueError(f"'{fn}' got 'batch_size={batch_size}' without "
+                             f"'batch'; pass 'batch' to evaluate several "
+                             f"graphs")
+        return x.new_zeros(x.size(0), dtype=torch.long), 1
+    if (not isinstance(batch, Tensor) or batch.dim() != 1
+            or batch.numel() != x.size(0)):
+        shape = tuple(batch.shape) if isinstance(batch, Tensor) else batch
+        raise ValueError(f"'{fn}' expects 'batch' of shape [num_nodes] = "
+                         f"[{x.size(0)}] assigning each row of 'x' to a graph "
+                         f"(got {shape})")
+    if batch.is_floating_point() or batch.dtype == torch.bool:
+        raise ValueError(f"'{fn}' expects an integer 'batch' (got "
+                         f"{batch.dtype}); pass 'batch.long()'")
+    num_graphs = int(batch.max()) + 1 if batch.numel() > 0 else 0
+    if batch.numel() > 0 and int(batch.min()) < 0:
+        raise ValueError(f"'{fn}' expects non-negative graph indices in "
+                         f"'batch'")
+    if batch_size is None:
+        batch_size = num_graphs
+    elif batch_size < num_graphs:
+        raise ValueError(f"'{fn}' got 'batch_size={batch_size}' but 'batch' "
+                         f"holds graph index {num_graphs - 1}; pass "
+                         f"'batch_size >= batch.max() + 1'")
+    return batch.long(), int(batch_size)
+
+
+def _check_edge_index(fn: str, edge_index: Tensor, batch: Tensor) -> None:
+    if (not isinstance(edge_index, Tensor) or edge_index.dim() != 2
+            or edge_index.size(0) != 2):
+        shape = (tuple(edge_index.shape)
+                 if isinstance(edge_index, Tensor) else edge_index)
+        raise ValueError(f"'{fn}' expects 'edge_index' of shape "
+                         f"[2, num_edges] (got {shape})")
+    if edge_index.is_floating_point() or edge_index.dtype == torch.bool:
+        raise ValueError(f"'{fn}' expects an integer 'edge_index' (got "
+                         f"{edge_index.dtype}); pass 'edge_index.long()'")
+    if edge_index.numel() == 0:
+        return
+    num_nodes = batch.numel()
+    if int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes:
+        raise ValueError(f"'{fn}' expects 'edge_index' entries in "
+                         f"[0, {num_nodes}) for 'x' with {num_nodes} rows")
+    if bool((batch[edge_index[0]] != batch[edge_index[1]]).any()):
+        raise ValueError(f"'{fn}' got edges between different graphs of "
+                         f"'batch'")
+
+
+def _finish(out: Tensor, batch: Optional[Tensor]) -> Tensor:
+    return out.squeeze(0) if batch is None else out
+
+
+def _unit_rows(x: Tensor) -> Tensor:
+    r"""Rows scaled to unit norm; zero rows stay zero."""
+    # Divide by the largest entry first so that the norm of very large or
+    # very small rows neither overflows nor underflows.
+    peak = x.abs().amax(dim=-1, keepdim=True)  # [num_nodes, 1]
+    x = x / torch.where(peak > 0, peak, torch.ones_like(peak))
+    norm = x.norm(dim=-1, keepdim=True)  # [num_nodes, 1]
+    return x / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
+def _sorted(x: Tensor, batch: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""Sorts nodes by graph, as :func:`to_dense_batch` requires."""
+    if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
+        perm = torch.argsort(batch, stable=True)
+        return x[perm], batch[perm]
+    return x, batch
+
+
+def effective_rank(x: Tensor, batch: Optional[Tensor] = None,
+                   batch_size: Optional[int] = None) -> Tensor:
+    r"""Computes the effective rank of the node feature matrix from the
+    `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and
+    Beyond" <https://arxiv.org/abs/2303.06562>`_ paper (Definition 3.1,
+    after Roy and Vetterli, 2007).
+
+    .. math::
+        \mathrm{erank}(\mathbf{X}) = \exp\Big(-\sum_{k=1}^{Q} p_k \log p_k
+        \Big), \qquad p_k = \frac{\sigma_k}{\sum_{l=1}^{Q} \sigma_l},
+
+    where :math:`\sigma_1 \geq \dots \geq \sigma_Q \geq 0` are the singular
+    values of :math:`\mathbf{X} \in \mathbb{R}^{n \times d}`,
+    :math:`Q = \min(n, d)`, and :math:`0 \log 0 = 0`. For a nonzero matrix,
+    :math:`1 \leq \mathrm{erank}(\mathbf{X}) \leq \mathrm{rank}(\mathbf{X})`.
+    The entropy is undefined for the all-zero matrix (and a graph without
+    nodes); its effective rank is defined here as :math:`0`, its rank.
+
+    Args:
+        x (torch.Tensor): The node features of shape
+            :obj:`[num_nodes, num_features]`.
+        batch (torch.Tensor, optional): The batch vector of shape
+            :obj:`[num_nodes]` assigning each node to a graph; one graph if
+            :obj:`None`. (default: :obj:`None`)
+        batch_size (int, optional): The number of graphs, for graphs without
+            nodes at the end of the batch. (default: :obj:`None`)
+
+    Returns:
+        torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
+        tensor of shape :obj:`[batch_size]`.
+    """
+    _check_x('effective_rank', x)
+    batch_vec, size = _check_batch('effective_rank', x, batch, batch_size)
+    if size == 0:
+        return x.new_empty(0)
+    x, batch_vec = _sorted(x, batch_vec)
+    # Zero padding adds only zero singular values, which add 0 to the entropy.
+    dense, _ = to_dense_batch(x, batch_vec, batch_size=size)  # [B, N, d]
+    sigma = torch.linalg.svdvals(dense)  # [B, min(N, d)]
+    total = sigma.sum(dim=-1, keepdim=True)  # [B, 1]
+    p = sigma / torch.where(total > 0, total, torch.ones_like(total))
+    entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # [B]
+    out = torch.where(total.squeeze(-1) > 0, entropy.exp(),
+                      torch.zeros_like(entropy))
+    return _finish(out, batch)
+
+
+def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,
+                              batch_size: Optional[int] = None) -> Tensor:
+    r"""Computes the mean pairwise cosine similarity of node features from the
+    `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and
+    Beyond" <https://arxiv.org/abs/2303.06562>`_ paper (Appendix C).
+
+    .. math::
+        \mathrm{sim}_f = \frac{2}{N(N-1)} \sum_{i < j}
+        \frac{\mathbf{h}_i^{\top} \mathbf{h}_j}
+        {\|\mathbf{h}_i\|_2 \|\mathbf{h}_j\|_2}
+        = \frac{\big\|\sum_i \mathbf{u}_i\big\|_2^2 - \sum_i
+        \|\mathbf{u}_i\|_2^2}{N(N-1)},
+        \qquad \mathbf{u}_i = \frac{\mathbf{h}_i}{\|\mathbf{h}_i\|_2},
+
+    over the :math:`N` nodes of a graph, evaluated with the right-hand side in
+    :math:`\mathcal{O}(N d)`. A zero row has :math:`\mathbf{u}_i = \mathbf{0}`,
+    i.e. cosine similarity :math:`0` with every node, and still counts in
+    :math:`N`. The value is :obj:`nan` for a graph with fewer than two nodes.
+
+    Args:
+        x (torch.Tensor): The node features of shape
+            :obj:`[num_nodes, num_features]`.
+        batch (torch.Tensor, optional): The batch vector of shape
+            :obj:`[num_nodes]` assigning each node to a graph; one graph if
+            :obj:`None`. (default: :obj:`None`)
+        batch_size (int, optional): The number of graphs, for graphs without
+            nodes at the end of the batch. (default: :obj:`None`)
+
+    Returns:
+        torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
+        tensor of shape :obj:`[batch_size]`.
+    """
+    _check_x('feature_cosine_similarity', x)
+    batch_vec, size = _check_batch('feature_cosine_similarity', x, batch,
+                                   batch_size)
+    u = _unit_rows(x)
+    u_sum = scatter(u, batch_vec, dim=0, dim_size=size, reduce='sum')  # [B, d]
+    self_sum = scatter(u.pow(2).sum(dim=-1), batch_vec, dim=0, dim_size=size,
+                       reduce='sum')  # [B]
+    n = scatter(torch.ones_like(u[:, 0]), batch_vec, dim=0, dim_size=size,
+                reduce='sum')  # [B]
+    pairs = n * (n - 1)
+    sim = (u_sum.pow(2).sum(dim=-1) - self_sum) / pairs.clamp(min=1)
+    out = torch.where(n > 1, sim, torch.full_like(sim, float('nan')))
+    return _finish(out, batch)
+
+
+def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
+                     batch_size: Optional[int] = None,
+                     reduce: str = 'sum') -> Tensor:
+    r"""Computes the variance of node features,
+    :math:`\mathrm{Var}(\mathbf{H})`, from the `"ContraNorm: A Contrastive
+    Learning Perspective on Oversmoothing and Beyond"
+    <https://arxiv.org/abs/2303.06562>`_ paper (Proposition 1, defined in the
+    proof of Lemma B.1).
+
+    .. math::
+        \mathrm{Var}(\mathbf{H}) = \big\|(\mathbf{I} - \mathbf{e}
+        \mathbf{e}^{\top})\mathbf{H}\big\|_F^2 = \sum_{i=1}^{N}
+        \|\mathbf{h}_i - \bar{\mathbf{h}}\|_2^2,
+        \qquad \mathbf{e} = \mathbf{1}/\sqrt{N},\;
+        \bar{\mathbf{h}} = \frac{1}{N}\sum_{i=1}^{N} \mathbf{h}_i,
+
+    over the :math:`N` nodes of a graph. As in the paper, the default is the
+    *sum* of squared distances to the mean row; :obj:`reduce="mean"` divides
+    it by :math:`N`. It is :math:`0` for a graph without nodes.
+
+    Args:
+        x (torch.Tensor): The node features of shape
+            :obj:`[num_nodes, num_features]`.
+        batch (torch.Tensor, optional): The batch vector of shape
+            :obj:`[num_nodes]` assigning each node to a graph; one graph if
+            :obj:`None`. (default: :obj:`None`)
+        batch_size (int, optional): The number of graphs, for graphs without
+            nodes at the end of the batch. (default: :obj:`None`)
+        reduce (str, optional): :obj:`"sum"` (the paper's
+            :math:`\mathrm{Var}`) or :obj:`"mean"` over the nodes.
+            (default: :obj:`"sum"`)
+
+    Returns:
+        torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
+        tensor of shape :obj:`[batch_size]`.
+    """
+    _check_x('feature_variance', x)
+    if reduce not in ('sum', 'mean'):
+        raise ValueError(f"'feature_variance' expects 'reduce' to be 'sum' "
+                         f"or 'mean' (got {reduce!r})")
+    batch_vec, size = _check_batch('feature_variance', x, batch, batch_size)
+    mean = scatter(x, batch_vec, dim=0, dim_size=size, reduce='mean')  # [B, d]
+    sq_dist = (x - mean[batch_vec]).pow(2).sum(dim=-1)  # [num_nodes]
+    out = scatter(sq_dist, batch_vec, dim=0, dim_size=size, reduce=reduce)
+    return _finish(out, batch)
+
+
+def _subsample(batch: Tensor, size: int, max_samples: int,
+               generator: Optional[torch.Generator]) -> Optional[Tensor]:
+    r"""Indices of at most :obj:`max_samples` uniformly drawn nodes per graph,
+    or :obj:`None` if no graph is larger."""
+    counts = torch.bincount(batch, minlength=size)
+    if int(counts.max()) <= max_samples:
+        return None
+    starts = torch.cumsum(counts, dim=0) - counts
+    keep = []
+    rand_device = generator.device if generator is not None else batch.device
+    for g in range(size):
+        n, start = int(counts[g]), int(starts[g])
+        if n > max_samples:
+            perm = torch.randperm(n, generator=generator, device=rand_device)
+            idx = perm[:max_samples].sort().values.to(batch.device) + start
+        else:
+            idx = torch.arange(start, start + n, device=batch.device)
+        keep.append(idx)
+    return torch.cat(keep)
+
+
+def uniformity(x: Tensor, batch: Optional[Tensor] = None,
+               batch_size: Optional[int] = None, max_samples: int = 2048,
+               generator: Optional[torch.Generator] = None) -> Tensor:
+    r"""Computes the uniformity metric of `"Understanding Contrastive
+    Representation Learning through Alignment and Uniformity on the
+    Hypersphere" <https://arxiv.org/abs/2005.10242>`_ in the form of Eq. (4) of
+    the `"On Separate Normalization in Self-supervised Transformers"
+    <https://arxiv.org/abs/2309.12931>`_ paper (with :math:`t = 2`).
+
+    .. math::
+        \mathcal{L}_{\mathcal{U}} = \log \frac{2}{N(N-1)} \sum_{n < m}
+        \exp\Big(-2 \Big\| \frac{\mathbf{h}_n}{\|\mathbf{h}_n\|_2} -
+        \frac{\mathbf{h}_m}{\|\mathbf{h}_m\|_2} \Big\|_2^2\Big)
+
+    over the :math:`N` nodes of a graph, evaluated with :obj:`logsumexp`.
+    Lower is more uniform: the value lies in :math:`[-8, 0]`, is :math:`0`
+    when all rows point the same way, and tends to :math:`-4` for rows spread
+    uniformly on a sphere of growing dimension. A zero row is kept at the
+    origin (its distance to every unit row is :math:`1`). A graph with more
+    than :obj:`max_samples` nodes is evaluated on a subset of
+    :obj:`max_samples` of its nodes drawn uniformly without replacement with
+    :obj:`generator`, which bounds the :math:`\mathcal{O}(N^2 d)` cost. The
+    value is :obj:`nan` for a graph with fewer than two nodes.
+
+    Args:
+        x (torch.Tensor): The node features of shape
+            :obj:`[num_nodes, num_features]`.
+        batch (torch.Tensor, optional): The batch vector of shape
+            :obj:`[num_nodes]` assigning each node to a graph; one graph if
+            :obj:`None`. (default: :obj:`None`)
+        batch_size (int, optional): The number of graphs, for graphs without
+            nodes at the end of the batch. (default: :obj:`None`)
+        max_samples (int, optional): The largest number of nodes per graph
+            used; larger graphs are subsampled. (default: :obj:`2048`)
+        generator (torch.Generator, optional): The random number generator
+            for the subsampling; the global one if :obj:`None`.
+            (default: :obj:`None`)
+
+    Returns:
+        torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
+        tensor of shape :obj:`[batch_size]`.
+    """
+    _check_x('uniformity', x)
+    if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
+            or max_samples < 2:
+        raise ValueError(f"'uniformity' expects an integer 'max_samples' of "
+                         f"at least 2 (got {max_samples!r})")
+    batch_vec, size = _check_batch('uniformity', x, batch, batch_size)
+    if size == 0:
+        return x.new_empty(0)
+    x, batch_vec = _sorted(x, batch_vec)
+    if x.size(0) > 0:
+        keep = _subsample(batch_vec, size, max_samples, generator)
+        if keep is not None:
+            x, batch_vec = x[keep], batch_vec[keep]
+
+    u = _unit_rows(x)
+    dense, mask = to_dense_batch(u, batch_vec, batch_size=size)  # [B, N, d]
+    num = dense.size(1)
+    sq_norm = dense.pow(2).sum(dim=-1)  # [B, N]
+    upper = torch.ones(num, num, dtype=torch.bool, device=x.device).triu(1)
+    chunk = max(1, _PAIR_CHUNK // max(1, num * num))
+    log_sums = []
+    for start in range(0, size, chunk):
+        d, m, s = (t[start:start + chunk] for t in (dense, mask, sq_norm))
+        # Squared distances between rows of one graph: [b, N, N]
+        sq_dist = s.unsqueeze(-1) + s.unsqueeze(-2) - 2 * d @ d.transpose(1, 2)
+        logits = -2 * sq_dist.clamp(min=0)
+        pair = upper & m.unsqueeze(-1) & m.unsqueeze(-2)  # [b, N, N]
+        logits = logits.masked_fill(~pair, float('-inf'))
+        log_sums.append(torch.logsumexp(logits.flatten(1), dim=-1))  # [b]
+    log_sum = torch.cat(log_sums)  # [B]
+
+    n = mask.sum(dim=-1).to(x.dtype)  # [B]
+    log_pairs = torch.log((n * (n - 1) / 2).clamp(min=1))
+    out = torch.where(n > 1, log_sum - log_pairs,
+                      torch.full_like(log_sum, float('nan')))
+    return _finish(out, batch)
+
+
+def dirichlet_energy(x: Tensor, edge_index: Tensor,
+                     batch: Optional[Tensor] = None,
+                     batch_size: Optional[int] = None,
+                     normalized: bool = False) -> Tensor:
+    r"""Computes the Dirichlet energy of node features on a graph, a measure of
+    how smooth (similar across edges) the features are.
+
+    .. math::
+        E(\mathbf{X}) = \frac{1}{N} \sum_{(j, i) \in \mathcal{E}}
+        \|\mathbf{x}_i - \mathbf{x}_j\|_2^2
+
+    over the :math:`N` nodes and the listed edges :math:`\mathcal{E}` of a
+    graph. Every column :obj:`(j, i)` of :obj:`edge_index` counts once, so an
+    undirected graph stored with both directions counts each edge twice. With
+    :obj:`normalized=True`, the differences are degree-normalised,
+
+    .. math::
+        E(\mathbf{X}) = \frac{1}{N} \sum_{(j, i) \in \mathcal{E}}
+        \Big\|\frac{\mathbf{x}_i}{\sqrt{1 + d_i}} -
+        \frac{\mathbf{x}_j}{\sqrt{1 + d_j}}\Big\|_2^2,
+
+    where :math:`d_i` is the in-degree of node :math:`i` (the number of
+    columns of :obj:`edge_index` with target :math:`i`), the degree after
+    adding self-loops as in GCN. It is :math:`0` for a graph without nodes.
+
+    Args:
+        x (torch.Tensor): The node features of shape
+            :obj:`[num_nodes, num_features]`.
+        edge_index (torch.Tensor): The edge indices of shape
+            :obj:`[2, num_edges]`, sources in the first row and targets in the
+            second.
+        batch (torch.Tensor, optional): The batch vector of shape
+            :obj:`[num_nodes]` assigning each node to a graph; one graph if
+            :obj:`None`. (default: :obj:`None`)
+        batch_size (int, optional): The number of graphs, for graphs without
+            nodes at the end of the batch. (default: :obj:`None`)
+        normalized (bool, optional): If set to :obj:`True`, uses
+            degree-normalised differences. (default: :obj:`False`)
+
+    Returns:
+        torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
+        tensor of shape :obj:`[batch_size]`.
+    """
+    _check_x('dirichlet_energy', x)
+    batch_vec, size = _check_batch('dirichlet_energy', x, batch, batch_size)
+    _check_edge_index('dirichlet_energy', edge_index, batch_vec)
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    if normalized:
+        deg = degree(dst, num_nodes=x.size(0), dtype=x.dtype)  # [num_nodes]
+        x = x * (1 + deg).rsqrt().unsqueeze(-1)
+    sq_diff = (x[dst] - x[src]).pow(2).sum(dim=-1)  # [num_edges]
+    total = scatter(sq_diff, batch_vec[dst], dim=0, dim_size=size,
+                    reduce='sum')  # [B]
+    n = torch.bincount(batch_vec, minlength=size).to(x.dtype)  # [B]
+    out = total / n.clamp(min=1)
+    return _finish(out, batch)

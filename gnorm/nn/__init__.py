@@ -1,0 +1,18 @@
+r"""Normalisation layers for deep graph networks, PyG-compatible: each takes
+``forward(x, batch=None, batch_size=None, ...)`` and normalises every graph
+of a mini-batch on its own."""
+from gnorm.nn.contra_norm import ContraNorm
+from gnorm.nn.dual_contra_norm import DualContraNorm
+from gnorm.nn.pair_norm import PairNorm
+from gnorm.nn.sep_norm import SepNorm
+from gnorm.nn.iso_bn import IsoBN
+from gnorm.nn.layer_fusion import LayerFusion
+
+__all__ = [
+    'ContraNorm',
+    'DualContraNorm',
+    'PairNorm',
+    'SepNorm',
+    'IsoBN',
+    'LayerFusion',
+]

@@ -1,0 +1,358 @@
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import LayerNorm, Parameter
+from torch_geometric.typing import OptTensor
+from torch_geometric.utils import (
+    coalesce,
+    remove_self_loops,
+    scatter,
+    to_dense_batch,
+)
+
+NEGATIVES = ('all', 'non_neighbors')
+
+# Logit given to padded keys of a dense batch (before the 1/temperature
+# scaling); exp() of it is exactly zero in every floating-point type in use.
+_PAD_LOGIT = -1e4
+
+
+def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
+                ) -> Tuple[Tensor, Tensor, OptTensor]:
+    r"""Queries and keys of the similarity attention of every graph.
+
+    Both carry one extra coordinate. Queries end in :obj:`1`, real keys in
+    :obj:`0` (so a real logit is :math:`\hat{x}_i^\top \hat{x}_j`), padded
+    keys in a huge negative number (their weight is exactly zero, so graphs of
+    a dense batch never see each other), and one *anchor* key
+    :math:`(0, \ldots, 0, 1)` is appended to every graph. With softmax scale
+    :math:`1/\tau` the anchor's logit is :math:`m = 1/\tau`, the largest
+    logit a real pair can have, and its attention weight
+    :math:`a_i = e^{m} / (e^{m} + \sum_j e^{S_{ij}})` reveals the row's
+    normaliser, which scaled dot-product attention does not return.
+    """
+    if batch is None:
+        xn_d, mask = xn.unsqueeze(0), None  # [1, nodes, d]
+    else:
+        xn_d, mask = to_dense_batch(xn, batch, batch_size=batch_size)
+    B, N, d = xn_d.shape
+    q = torch.cat([xn_d, xn_d.new_ones(B, N, 1)], dim=-1)  # [B, N, d + 1]
+    tail = xn_d.new_zeros(B, N, 1)
+    if mask is not None:
+        tail = tail.masked_fill(~mask.unsqueeze(-1), _PAD_LOGIT)
+    anchor = xn_d.new_zeros(B, 1, d + 1)
+    anchor[..., -1] = 1.0
+    k = torch.cat([torch.cat([xn_d, tail], dim=-1), anchor], dim=1)  # [B, N + 1, d + 1]
+    return q, k, mask
+
+
+def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
+            temperature: float) -> Tensor:
+    r"""Returns, for every node :math:`i` (flat, ``[num_nodes, d + 1]``),
+    :math:`\big(\sum_j e^{S_{ij}} v_j,\; e^{m}\big) / (e^{m} + \sum_j e^{S_{ij}})`
+    with :math:`j` over the nodes of :math:`i`'s graph, in :math:`O(n d)`
+    memory through :func:`torch.nn.functional.scaled_dot_product_attention`.
+    """
+    B, N, _ = q.shape
+    if mask is None:
+        v_d = v.unsqueeze(0)  # [1, nodes, d]
+    else:
+        v_d = v.new_zeros(B, N, v.size(-1))
+        v_d[mask] = v
+    d = v_d.size(-1)
+    v_d = torch.cat([v_d, v_d.new_zeros(B, N, 1)], dim=-1)  # [B, N, d + 1]
+    anchor = v_d.new_zeros(B, 1, d + 1)
+    anchor[..., -1] = 1.0
+    v_d = torch.cat([v_d, anchor], dim=1)  # [B, N + 1, d + 1]
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(1), k.unsqueeze(1), v_d.unsqueeze(1),
+        scale=1.0 / temperature).squeeze(1)  # [B, N, d + 1]
+    return out.squeeze(0) if mask is None else out[mask]
+
+
+def contrastive_negatives(
+    x: Tensor,
+    xn: Tensor,
+    temperature: float = 1.0,
+    batch: OptTensor = None,
+    batch_size: Optional[int] = None,
+    edge_index: OptTensor = None,
+    symmetric: bool = False,
+) -> Tensor:
+    r"""The negative term :math:`\mathbf{X}_{\text{neg}}` of ContraNorm.
+
+    With :math:`S_{ij} = \hat{x}_i^\top \hat{x}_j / \tau` on the L2-normalised
+    rows :math:`\hat{x}` and :math:`K_{ij} = M_{ij} e^{S_{ij}}`, where the
+    mask :math:`M` is one everywhere, or zero for :math:`j = i` and for every
+    edge :math:`j \to i` of :obj:`edge_index` when it is given:
+
+    .. math::
+        \mathbf{X}_{\text{neg}} = \mathbf{D}_r^{-1} \mathbf{K} \mathbf{X}
+        \; \big(+ \, \mathbf{K} \mathbf{D}_c^{-1} \mathbf{X}
+        \text{ if symmetric}\big),
+
+    :math:`\mathbf{D}_r, \mathbf{D}_c` holding the row and column sums of
+    :math:`\mathbf{K}`, each graph of :obj:`batch` on its own. No
+    :math:`n \times n` tensor is built: the full sums come from scaled
+    dot-product attention (queries = keys = :math:`\hat{x}`), the masked
+    pairs are subtracted along the sparse edges. A node without any
+    negative (e.g. the only node of its graph) gets a zero row.
+    """
+    if edge_index is None and not symmetric and batch is None:
+        q, v = xn[None, None], x[None, None]  # [1, 1, nodes, d]: 4-D inputs
+        return F.scaled_dot_product_attention(  # take the fused kernels
+            q, q, v, scale=1.0 / temperature)[0, 0]
+
+    d = x.size(-1)
+    q, k, mask = _dense_keys(xn, batch, batch_size)
+    out = _attend(q, k, mask, x, temperature)
+    # Scaled by e^{-m} with m = 1 / temperature:
+    #   row_sum[i] = sum_j exp(S_ij - m) x_j = out[i, :d] / a[i],
+    #   z[i]       = sum_j exp(S_ij - m)     = 1 / a[i] - 1.
+    a = out[:, d:]
+    num, den = out[:, :d], 1.0 - a  # both multiplied by a[i]
+    col_den = 1.0 / a - 1.0
+    valid = None
+
+    if edge_index is not None:
+        n = x.size(0)
+        ei, _ = remove_self_loops(edge_index)
+        loop = torch.arange(n, device=x.device)
+        ei = coalesce(torch.cat([ei, torch.stack([loop, loop])], dim=1),
+                      num_nodes=n)
+        src, dst = ei[0], ei[1]  # node `dst` does not contrast with `src`
+        w = torch.exp(((xn[src] * xn[dst]).sum(-1) - 1.0) / temperature)
+        row_w = scatter(w, dst, 0, dim_size=n, reduce='sum').unsqueeze(-1)
+        row_wx = scatter(w.unsqueeze(-1) * x[src], dst, 0, dim_size=n,
+                         reduce='sum')
+        num = num - a * row_wx
+        den = den - a * row_w
+        col_den = col_den - scatter(w, src, 0, dim_size=n,
+                                    reduce='sum').unsqueeze(-1)
+
+        # A row (column) whose whole graph is masked out has no negatives.
+        ones = torch.ones_like(dst)
+        size = (dst.new_full((n, ), n) if batch is None else
+                scatter(torch.ones_like(batch), batch, 0,
+                        dim_size=batch_size)[batch])
+        valid = (size > scatter(ones, dst, 0, dim_size=n)).unsqueeze(-1)
+        col_valid = (size > scatter(ones, src, 0, dim_size=n)).unsqueeze(-1)
+        den = torch.where(valid, den, torch.ones_like(den))
+        col_den = torch.where(col_valid, col_den, torch.ones_like(col_den))
+
+    x_neg = num / den
+    if symmetric:
+        v = x / col_den
+        if edge_index is not None:
+            v = torch.where(col_valid, v, torch.zeros_like(v))
+        out = _attend(q, k, mask, v, temperature)
+        col = out[:, :d] / out[:, d:]
+        if edge_index is not None:
+            col = col - scatter(w.unsqueeze(-1) * v[src], dst, 0,
+                                dim_size=x.size(0), reduce='sum')
+        x_neg = x_neg + col
+    if valid is not None:
+        x_neg = torch.where(valid, x_neg, torch.zeros_like(x_neg))
+    return x_neg
+
+
+class ContraNorm(torch.nn.Module):
+    r"""Applies the contrastive normalization from the `"ContraNorm: A
+    Contrastive Learning Perspective on Oversmoothing and Beyond"
+    <https://arxiv.org/abs/2303.06562>`_ paper.
+
+    .. math::
+        \mathbf{X}^{\prime} = \mathrm{LN}\Big((1 + s) \, \mathbf{X} - s \,
+        \mathrm{softmax}\big(\hat{\mathbf{X}} \hat{\mathbf{X}}^{\top} / \tau
+        \big) \mathbf{X}\Big)
+
+    where :math:`\hat{\mathbf{X}}` holds the L2-normalised rows of
+    :math:`\mathbf{X}` and each graph of a mini-batch is normalised on its
+    own. The paper's :math:`s / \tau` factor is the :math:`s` here, as in the
+    authors' code. The options reproduce the authors' variants:
+    :obj:`identity=False` drops the :math:`+ s \mathbf{X}` term,
+    :obj:`negatives="non_neighbors"` (their graph code) gives zero weight to
+    each node itself and to the nodes it receives an edge from,
+    :obj:`symmetric=True` adds the column-softmax term
+    :math:`\mathbf{A}\mathbf{D}^{-1}\mathbf{X}` of the paper's Eq. (6),
+    :obj:`pre_norm=True` replaces :math:`\mathbf{X}` by
+    :math:`\hat{\mathbf{X}}` in the update.
+
+    Memory is :math:`O(n d)` for every option: the softmax product is scaled
+    dot-product attention with queries = keys = :math:`\hat{\mathbf{X}}` and
+    values :math:`\mathbf{X}`, and masked pairs are subtracted along the
+    edges, so no :math:`n \times n` matrix is ever built. The subtraction
+    loses relative precision when the masked pairs hold almost all of a
+    row's weight (very small :math:`\tau`).
+
+    Args:
+        in_channels (int): Size of each input sample.
+        scale (float, optional): Scale :math:`s \geq 0`; :obj:`0` (with a
+            fixed scale) makes the layer a plain LayerNorm.
+            (default: :obj:`1.0`)
+        temperature (float, optional): Temperature :math:`\tau > 0`.
+            (default: :obj:`1.0`)
+        identity (bool, optional): Use :math:`(1 + s)\mathbf{X} - s
+            \mathbf{X}_{\text{neg}}` rather than :math:`\mathbf{X} - s
+            \mathbf{X}_{\text{neg}}`. (default: :obj:`True`)
+        negatives (str, optional): :obj:`"all"` nodes of the graph, or
+            :obj:`"non_neighbors"`, which needs :obj:`edge_index` in
+            :meth:`forward`. (default: :obj:`"all"`)
+        symmetric (bool, optional): Add the column-softmax term (Eq. 6
+            without the stop-gradient). (default: :obj:`False`)
+        learnable_scale (bool, optional): Learn one scale per channel,
+            initialised at :obj:`scale`. (default: :obj:`False`)
+        positive_scale (bool, optional): Keep the learnable scale positive
+            by learning its logarithm. (default: :obj:`False`)
+        pre_norm (bool, optional): Use :math:`\hat{\mathbf{X}}` as values
+            and identity term. (default: :obj:`False`)
+        layer_norm (bool, optional): Append an affine
+            :class:`torch.nn.LayerNorm`. (default: :obj:`True`)
+    """
+    def __init__(
+        self,
+        in_channels: int,
+        scale: float = 1.0,
+        temperature: float = 1.0,
+        identity: bool = True,
+        negatives: str = 'all',
+        symmetric: bool = False,
+        learnable_scale: bool = False,
+        positive_scale: bool = False,
+        pre_norm: bool = False,
+        layer_norm: bool = True,
+    ):
+        super().__init__()
+        name = self.__class__.__name__
+        _check_args(name, in_channels, scale, temperature)
+        if negatives not in NEGATIVES:
+            raise ValueError(f"{name}: unknown negatives={negatives!r}; "
+                             f"pass one of {NEGATIVES}")
+        if positive_scale and not learnable_scale:
+            raise ValueError(f"{name}: positive_scale=True needs "
+                             f"learnable_scale=True")
+        if positive_scale and scale == 0:
+            raise ValueError(f"{name}: positive_scale=True needs scale > 0 "
+                             f"(it learns log(scale))")
+
+        self.in_channels = in_channels
+        self.scale = float(scale)
+        self.temperature = float(temperature)
+        self.identity = identity
+        self.negatives = negatives
+        self.symmetric = symmetric
+        self.learnable_scale = learnable_scale
+        self.positive_scale = positive_scale
+        self.pre_norm = pre_norm
+
+        if learnable_scale:
+            self.scale_param = Parameter(torch.empty(in_channels))
+        else:
+            self.register_parameter('scale_param', None)
+        self.norm = LayerNorm(in_channels) if layer_norm else None
+
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        r"""Resets all learnable parameters of the module."""
+        if self.scale_param is not None:
+            init = math.log(self.scale) if self.positive_scale else self.scale
+            torch.nn.init.constant_(self.scale_param, init)
+        if self.norm is not None:
+            self.norm.reset_parameters()
+
+    def forward(self, x: Tensor, batch: OptTensor = None,
+                batch_size: Optional[int] = None,
+                edge_index: OptTensor = None) -> Tensor:
+        r"""Forward pass.
+
+        Args:
+            x (torch.Tensor): Node features of shape
+                :obj:`[num_nodes, in_channels]`.
+            batch (torch.Tensor, optional): Graph assignment vector of shape
+                :obj:`[num_nodes]`, sorted. (default: :obj:`None`)
+            batch_size (int, optional): Number of graphs.
+                (default: :obj:`None`)
+            edge_index (torch.Tensor, optional): Edges :obj:`[2, num_edges]`,
+                needed for :obj:`negatives="non_neighbors"`.
+                (default: :obj:`None`)
+        """
+        _check_input(self, x, batch, edge_index)
+        if self.negatives == 'non_neighbors' and edge_index is None:
+            raise ValueError(f"{self}: negatives='non_neighbors' needs "
+                             f"edge_index; call norm(x, batch, batch_size, "
+                             f"edge_index=edge_index) or use "
+                             f"negatives='all'")
+
+        if self.scale_param is not None or self.scale > 0:
+            xn = F.normalize(x, dim=-1)
+            value = xn if self.pre_norm else x
+            x_neg = contrastive_negatives(
+                value, xn, self.temperature, batch, batch_size,
+                edge_index if self.negatives == 'non_neighbors' else None,
+                self.symmetric)
+            s = self.scale
+            if self.scale_param is not None:
+                s = self.scale_param
+                if self.positive_scale:
+                    s = s.exp()
+            x = (1 + s) * value - s * x_neg if self.identity else \
+                value - s * x_neg
+
+        if self.norm is not None:
+            x = self.norm(x)
+        return x
+
+    def __repr__(self) -> str:
+        args = [f'{self.in_channels}', f'scale={self.scale}']
+        defaults = dict(temperature=1.0, identity=True, negatives='all',
+                        symmetric=False, learnable_scale=False,
+                        positive_scale=False, pre_norm=False)
+        for key, default in defaults.items():
+            if getattr(self, key) != default:
+                args.append(f'{key}={getattr(self, key)!r}')
+        if self.norm is None:
+            args.append('layer_norm=False')
+        return f'{self.__class__.__name__}({", ".join(args)})'
+
+
+def _check_args(name: str, in_channels: int, scale: float,
+                temperature: float):
+    r"""Raises a :class:`ValueError` naming :obj:`name` for bad arguments
+    shared by the contrastive norms."""
+    if not isinstance(in_channels, int) or in_channels < 1:
+        raise ValueError(f"{name}: in_channels must be a positive int, "
+                         f"got {in_channels!r}")
+    if not scale >= 0:
+        raise ValueError(f"{name}: scale must be >= 0, got {scale}; "
+                         f"pass e.g. scale=1.0 (0 gives LayerNorm)")
+    if not temperature > 0:
+        raise ValueError(f"{name}: temperature must be > 0, got "
+                         f"{temperature}; pass e.g. temperature=1.0")
+
+
+def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
+                 edge_index: OptTensor = None):
+    r"""Raises a :class:`ValueError` naming :obj:`module` for inputs of the
+    wrong shape."""
+    channels = getattr(module, 'in_channels', None)
+    if x.dim() != 2 or (channels is not None and x.size(-1) != channels):
+        raise ValueError(
+            f"{module}: expected x of shape [num_nodes, {channels}], got "
+            f"{list(x.shape)}; pass node features with {channels} columns "
+            f"(in_channels={channels})")
+    if batch is not None and (batch.dim() != 1 or batch.numel() != x.size(0)):
+        raise ValueError(
+            f"{module}: batch must have shape [{x.size(0)}] (one graph id "
+            f"per node), got {list(batch.shape)}")
+    if edge_index is not None:
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"{module}: edge_index must have shape "
+                             f"[2, num_edges], got {list(edge_index.shape)}")
+        if edge_index.numel() and batch is not None and bool(
+                (batch[edge_index[0]] != batch[edge_index[1]]).any()):
+            raise ValueError(f"{module}: edge_index links nodes of different "
+                             f"graphs; pass the edges of the batched graphs")

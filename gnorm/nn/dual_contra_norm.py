@@ -1,0 +1,103 @@
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import LayerNorm
+from torch_geometric.typing import OptTensor
+from torch_geometric.utils import to_dense_batch
+
+from gnorm.nn.contra_norm import _check_args, _check_input
+
+
+class DualContraNorm(torch.nn.Module):
+    r"""Applies the dual contrastive normalization (ContraNorm-D) from the
+    `"ContraNorm: A Contrastive Learning Perspective on Oversmoothing and
+    Beyond" <https://arxiv.org/abs/2303.06562>`_ paper (Eq. 30), which
+    contrasts feature channels instead of nodes:
+
+    .. math::
+        \mathbf{X}^{\prime} = \mathrm{LN}\Big((1 + s) \, \mathbf{X} - s \,
+        \mathbf{X} \, \mathrm{softmax}\big(\hat{\mathbf{X}}^{\top}
+        \hat{\mathbf{X}} / \tau \big)\Big)
+
+    with :math:`\hat{\mathbf{X}}` the L2-normalised rows of
+    :math:`\mathbf{X}` and the softmax taken over each row of the
+    :math:`d \times d` similarity. Each graph of a mini-batch gets its own
+    :math:`d \times d` similarity. Cost is :math:`O(n d^2)` time and
+    :math:`O(n d + d^2)` memory per graph, so it scales to any number of
+    nodes.
+
+    Args:
+        in_channels (int): Size of each input sample.
+        scale (float, optional): Scale :math:`s \geq 0`. (default: :obj:`1.0`)
+        temperature (float, optional): Temperature :math:`\tau > 0`.
+            (default: :obj:`1.0`)
+        identity (bool, optional): Use :math:`(1 + s)\mathbf{X} - s
+            \mathbf{X}_{\text{neg}}` rather than :math:`\mathbf{X} - s
+            \mathbf{X}_{\text{neg}}`. (default: :obj:`True`)
+        center (bool, optional): Subtract each row's mean over channels
+            first (an option of the authors' code). (default: :obj:`False`)
+        layer_norm (bool, optional): Append an affine
+            :class:`torch.nn.LayerNorm`. (default: :obj:`True`)
+    """
+    def __init__(self, in_channels: int, scale: float = 1.0,
+                 temperature: float = 1.0, identity: bool = True,
+                 center: bool = False, layer_norm: bool = True):
+        super().__init__()
+        _check_args(self.__class__.__name__, in_channels, scale, temperature)
+        self.in_channels = in_channels
+        self.scale = float(scale)
+        self.temperature = float(temperature)
+        self.identity = identity
+        self.center = center
+        self.norm = LayerNorm(in_channels) if layer_norm else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        r"""Resets all learnable parameters of the module."""
+        if self.norm is not None:
+            self.norm.reset_parameters()
+
+    def forward(self, x: Tensor, batch: OptTensor = None,
+                batch_size: Optional[int] = None) -> Tensor:
+        r"""Forward pass.
+
+        Args:
+            x (torch.Tensor): Node features :obj:`[num_nodes, in_channels]`.
+            batch (torch.Tensor, optional): Graph assignment vector of shape
+                :obj:`[num_nodes]`, sorted. (default: :obj:`None`)
+            batch_size (int, optional): Number of graphs.
+                (default: :obj:`None`)
+        """
+        _check_input(self, x, batch)
+        if self.scale > 0:
+            if self.center:
+                x = x - x.mean(dim=-1, keepdim=True)
+            xn = F.normalize(x, dim=-1)
+            if batch is None:
+                sim = xn.t() @ xn / self.temperature  # [d, d]
+                x_neg = x @ sim.softmax(dim=-1)
+            else:
+                xn_d, mask = to_dense_batch(xn, batch, batch_size=batch_size)
+                x_d, _ = to_dense_batch(x, batch, batch_size=batch_size)
+                sim = xn_d.transpose(1, 2) @ xn_d / self.temperature  # [B, d, d]
+                x_neg = (x_d @ sim.softmax(dim=-1))[mask]  # [num_nodes, d]
+            s = self.scale
+            x = (1 + s) * x - s * x_neg if self.identity else x - s * x_neg
+
+        if self.norm is not None:
+            x = self.norm(x)
+        return x
+
+    def __repr__(self) -> str:
+        args = [f'{self.in_channels}', f'scale={self.scale}']
+        if self.temperature != 1.0:
+            args.append(f'temperature={self.temperature}')
+        if not self.identity:
+            args.append('identity=False')
+        if self.center:
+            args.append('center=True')
+        if self.norm is None:
+            args.append('layer_norm=False')
+        return f'{self.__class__.__name__}({", ".join(args)})'

@@ -1,0 +1,250 @@
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn.models import GCN
+from torch_geometric.utils import erdos_renyi_graph
+
+from gnorm.nn import ContraNorm
+
+
+def random_batch(sizes=(5, 1, 7, 3), channels=6, p=0.4, seed=0,
+                 dtype=torch.float64):
+    """Node features, a sorted batch vector and random directed edges that
+    stay inside each graph."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(sum(sizes), channels, generator=gen, dtype=dtype)
+    batch = torch.cat([torch.full((n, ), g) for g, n in enumerate(sizes)])
+    edges, offset = [], 0
+    for n in sizes:
+        torch.manual_seed(seed + offset)
+        edges.append(erdos_renyi_graph(n, p, directed=True) + offset)
+        offset += n
+    return x, batch, torch.cat(edges, dim=1)
+
+
+def reference(norm, x, batch, edge_index):
+    """Dense ContraNorm: one explicit n x n similarity per graph."""
+    out = torch.empty_like(x)
+    for g in batch.unique():
+        idx = (batch == g).nonzero().view(-1)
+        xg = x[idx]
+        xn = xg / xg.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        value = xn if norm.pre_norm else xg
+        sim = xn @ xn.t() / norm.temperature
+        if norm.negatives == 'non_neighbors':
+            keep = torch.ones_like(sim, dtype=torch.bool)
+            local = {int(v): k for k, v in enumerate(idx)}
+            for j, i in edge_index.t().tolist():
+                if i in local:
+                    keep[local[i], local[j]] = False  # i ignores j
+            keep.fill_diagonal_(False)
+            sim = sim.masked_fill(~keep, float('-inf'))
+        neg = torch.nan_to_num(sim.softmax(dim=1)) @ value
+        if norm.symmetric:
+            neg = neg + torch.nan_to_num(sim.softmax(dim=0)) @ value
+        s = norm.scale
+        if norm.scale_param is not None:
+            s = norm.scale_param
+            s = s.exp() if norm.positive_scale else s
+        out[idx] = (1 + s) * value - s * neg if norm.identity else \
+            value - s * neg
+    if norm.norm is not None:
+        out = F.layer_norm(out, (x.size(1), ), norm.norm.weight,
+                           norm.norm.bias, norm.norm.eps)
+    return out
+
+
+OPTIONS = list(itertools.product(
+    [True, False],  # identity
+    ['all', 'non_neighbors'],  # negatives
+    [False, True],  # symmetric
+    [False, True],  # pre_norm
+    ['fixed', 'learnable', 'positive'],  # scale
+))
+
+
+@pytest.mark.parametrize('identity,negatives,symmetric,pre_norm,scale_mode',
+                         OPTIONS)
+def test_contra_norm_matches_dense_reference(identity, negatives, symmetric,
+                                             pre_norm, scale_mode):
+    x, batch, edge_index = random_batch()
+    for temperature, layer_norm in [(1.0, True), (0.5, False)]:
+        norm = ContraNorm(6, scale=0.7, temperature=temperature,
+                          identity=identity, negatives=negatives,
+                          symmetric=symmetric,
+                          learnable_scale=scale_mode != 'fixed',
+                          positive_scale=scale_mode == 'positive',
+                          pre_norm=pre_norm, layer_norm=layer_norm).double()
+        if norm.scale_param is not None:  # per-channel scales differ
+            with torch.no_grad():
+                norm.scale_param.add_(0.1 * torch.arange(6.0))
+        if norm.norm is not None:
+            torch.nn.init.normal_(norm.norm.weight)
+            torch.nn.init.normal_(norm.norm.bias)
+        out = norm(x, batch, edge_index=edge_index)
+        expected = reference(norm, x, batch, edge_index)
+        assert out.shape == x.shape
+        assert torch.allclose(out, expected, atol=1e-10)
+
+        # One graph (batch=None) goes through the same path.
+        mask = batch == 2
+        sub = edge_index[:, mask[edge_index[0]]] - int(mask.nonzero()[0])
+        single = norm(x[mask], edge_index=sub)
+        assert torch.allclose(single, expected[mask], atol=1e-10)
+
+
+@pytest.mark.parametrize('negatives', ['all', 'non_neighbors'])
+@pytest.mark.parametrize('symmetric', [False, True])
+def test_contra_norm_batched_equals_per_graph(negatives, symmetric):
+    x, batch, edge_index = random_batch(sizes=(4, 9, 2, 6), seed=3)
+    norm = ContraNorm(6, scale=0.5, negatives=negatives,
+                      symmetric=symmetric).double()
+    out = norm(x, batch, batch_size=4, edge_index=edge_index)
+    for g in range(4):
+        mask = batch == g
+        start = int(mask.nonzero()[0])
+        sub = edge_index[:, mask[edge_index[0]]] - start
+        assert torch.allclose(out[mask], norm(x[mask], edge_index=sub),
+                              atol=1e-10)
+
+
+def test_contra_norm_graphs_do_not_influence_each_other():
+    x, batch, edge_index = random_batch(seed=5)
+    norm = ContraNorm(6, negatives='non_neighbors', symmetric=True).double()
+    out = norm(x, batch, edge_index=edge_index)
+    x2 = x.clone()
+    x2[batch == 2] += torch.randn_like(x2[batch == 2])
+    out2 = norm(x2, batch, edge_index=edge_index)
+    assert torch.allclose(out[batch != 2], out2[batch != 2], atol=1e-12)
+    assert not torch.allclose(out[batch == 2], out2[batch == 2])
+
+
+def test_contra_norm_nodes_without_negatives():
+    # Star graph: the centre neighbours everybody, so it has no negatives and
+    # is nobody's negative; a lone node has none either.
+    edge_index = torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]])
+    edge_index = torch.cat([edge_index, torch.tensor([[4], [4]])], dim=1)
+    x = torch.randn(5, 3, dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 0, 1])
+    norm = ContraNorm(3, negatives='non_neighbors', symmetric=True,
+                      layer_norm=False).double()
+    out = norm(x, batch, edge_index=edge_index)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, reference(norm, x, batch, edge_index))
+    # No negatives: (1 + s) x - s * 0.
+    assert torch.allclose(out[[0, 4]], 2.0 * x[[0, 4]])
+
+
+@pytest.mark.parametrize('negatives,symmetric,learnable', [
+    ('all', False, False), ('all', True, True),
+    ('non_neighbors', False, True), ('non_neighbors', True, False),
+])
+def test_contra_norm_gradcheck(negatives, symmetric, learnable):
+    x, batch, edge_index = random_batch(sizes=(4, 3), channels=3, seed=1)
+    norm = ContraNorm(3, scale=0.8, negatives=negatives, symmetric=symmetric,
+                      learnable_scale=learnable,
+                      positive_scale=learnable).double()
+    x.requires_grad_()
+    params = [p for p in norm.parameters()]
+    assert torch.autograd.gradcheck(
+        lambda x, *p: norm(x, batch, edge_index=edge_index),
+        (x, *params))
+    assert torch.autograd.gradcheck(
+        lambda x, *p: norm(x, edge_index=edge_index), (x, *params))
+
+
+@pytest.mark.parametrize('negatives', ['all', 'non_neighbors'])
+def test_contra_norm_scale_zero_is_layer_norm(negatives):
+    x, batch, edge_index = random_batch(dtype=torch.float32)
+    norm = ContraNorm(6, scale=0.0, negatives=negatives)
+    ln = torch.nn.LayerNorm(6)
+    torch.nn.init.normal_(norm.norm.weight)
+    ln.load_state_dict(norm.norm.state_dict())
+    assert torch.equal(norm(x, batch, edge_index=edge_index), ln(x))
+
+
+def test_contra_norm_float32_matches_float64():
+    x, batch, edge_index = random_batch(sizes=(40, 25), channels=16, p=0.1)
+    for symmetric in (False, True):
+        norm = ContraNorm(16, negatives='non_neighbors', symmetric=symmetric,
+                          temperature=0.2, layer_norm=False)
+        out32 = norm(x.float(), batch, edge_index=edge_index)
+        out64 = norm.double()(x, batch, edge_index=edge_index)
+        assert torch.allclose(out32.double(), out64, atol=1e-4)
+        norm.float()
+
+
+def test_contra_norm_in_pyg_gcn_receives_batch():
+    x, batch, edge_index = random_batch(sizes=(6, 8, 5), channels=4,
+                                        dtype=torch.float32, seed=2)
+    model = GCN(4, 16, num_layers=3, out_channels=3,
+                norm=ContraNorm(16, scale=0.5)).eval()
+    assert model.supports_norm_batch
+    assert str(model.norms[0]) == 'ContraNorm(16, scale=0.5)'
+    out = model(x, edge_index, batch=batch, batch_size=3)
+    assert out.shape == (19, 3)
+    # Graph by graph gives the same output only if PyG passed `batch`.
+    for g in range(3):
+        mask = batch == g
+        start = int(mask.nonzero()[0])
+        sub = edge_index[:, mask[edge_index[0]]] - start
+        assert torch.allclose(out[mask], model(x[mask], sub), atol=1e-5)
+
+
+def test_contra_norm_repr():
+    assert str(ContraNorm(32)) == 'ContraNorm(32, scale=1.0)'
+    assert str(ContraNorm(8, scale=0.5, negatives='non_neighbors',
+                          layer_norm=False)) == (
+        "ContraNorm(8, scale=0.5, negatives='non_neighbors', "
+        "layer_norm=False)")
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(in_channels=0), 'in_channels'),
+    (dict(in_channels=4, scale=-1.0), 'scale'),
+    (dict(in_channels=4, temperature=0.0), 'temperature'),
+    (dict(in_channels=4, temperature=-2.0), 'temperature'),
+    (dict(in_channels=4, negatives='others'), 'negatives'),
+    (dict(in_channels=4, positive_scale=True), 'learnable_scale'),
+    (dict(in_channels=4, scale=0.0, learnable_scale=True,
+          positive_scale=True), 'scale > 0'),
+])
+def test_contra_norm_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match) as info:
+        ContraNorm(**kwargs)
+    assert 'ContraNorm' in str(info.value)
+
+
+def test_contra_norm_bad_inputs():
+    norm = ContraNorm(4, negatives='non_neighbors')
+    x = torch.randn(5, 4)
+    edge_index = torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match='needs edge_index'):
+        norm(x)
+    with pytest.raises(ValueError, match=r'\[num_nodes, 4\]'):
+        norm(torch.randn(5, 3), edge_index=edge_index)
+    with pytest.raises(ValueError, match=r'\[num_nodes, 4\]'):
+        norm(torch.randn(2, 5, 4), edge_index=edge_index)
+    with pytest.raises(ValueError, match='batch'):
+        norm(x, torch.zeros(4, dtype=torch.long), edge_index=edge_index)
+    with pytest.raises(ValueError, match='edge_index'):
+        norm(x, edge_index=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match='different graphs'):
+        norm(x, torch.tensor([0, 0, 1, 1, 1]),
+             edge_index=torch.tensor([[1], [2]]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('negatives', ['all', 'non_neighbors'])
+def test_contra_norm_torch_compile(negatives):
+    x, batch, edge_index = random_batch(dtype=torch.float32)
+    norm = ContraNorm(6, negatives=negatives, symmetric=True)
+    compiled = torch.compile(norm)
+    for b in (None, batch):
+        expected = norm(x, b, edge_index=edge_index) if b is not None else \
+            norm(x[batch == 0], edge_index=edge_index[:, :0])
+        out = compiled(x, b, edge_index=edge_index) if b is not None else \
+            compiled(x[batch == 0], edge_index=edge_index[:, :0])
+        assert torch.allclose(out, expected, atol=1e-5)
