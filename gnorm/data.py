@@ -1,0 +1,328 @@
+r"""Node classification datasets: loading through PyTorch Geometric, offline
+copies from a mirror folder, splits, and a synthetic contextual stochastic
+block model.
+
+* ``cora``, ``citeseer``: :class:`~torch_geometric.datasets.Planetoid`, raw
+  files in ``<root>/planetoid/{Cora,CiteSeer}/raw/``.
+* ``chameleon``, ``squirrel``:
+  :class:`~torch_geometric.datasets.WikipediaNetwork` with
+  ``geom_gcn_preprocess=True``, raw files in
+  ``<root>/wikipedia/{chameleon,squirrel}/geom_gcn/raw/``.
+* ``csbm``: :func:`csbm`, synthetic, nothing to download.
+
+A mirror folder has the same layout as ``root``: raw files found there are
+copied into ``root`` and nothing is downloaded.
+
+Splits (:func:`split_masks`):
+
+* ``public``: the Planetoid split of Kipf and Welling (20 nodes per class for
+  training, 500 validation, 1000 test); cora and citeseer only.
+* ``geom_gcn``: the ten Geom-GCN splits shipped with chameleon and squirrel,
+  picked by ``split_index``. The files are named ``*_0.6_0.2_<i>.npz`` but
+  hold 48 / 32 / 20 % of the nodes for train / val / test.
+* ``random``: a stratified 60 / 20 / 20 % split drawn from ``seed``.
+"""
+import contextlib
+import io
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.datasets import Planetoid, WikipediaNetwork
+from torch_geometric.utils import to_undirected as _to_undirected
+
+from gnorm.errors import ConfigError, DataError
+
+_PLANETOID = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
+
+# name -> (PyG class name, name given to it, raw folder relative to the root)
+PYG_DATASETS = {
+    'cora': ('Planetoid', 'Cora', 'planetoid/Cora/raw'),
+    'citeseer': ('Planetoid', 'CiteSeer', 'planetoid/CiteSeer/raw'),
+    'chameleon': ('WikipediaNetwork', 'chameleon',
+                  'wikipedia/chameleon/geom_gcn/raw'),
+    'squirrel': ('WikipediaNetwork', 'squirrel',
+                 'wikipedia/squirrel/geom_gcn/raw'),
+}
+DATASETS = tuple(PYG_DATASETS) + ('csbm', )
+SPLITS = ('public', 'geom_gcn', 'random')
+
+
+def raw_files(name: str) -> Tuple[str, ...]:
+    r"""The raw file names PyG reads for dataset :obj:`name`."""
+    kind, pyg_name, _ = PYG_DATASETS[name]
+    if kind == 'Planetoid':
+        return tuple(f'ind.{pyg_name.lower()}.{ext}' for ext in _PLANETOID)
+    return ('out1_node_feature_label.txt', 'out1_graph_edges.txt') + tuple(
+        f'{pyg_name}_split_0.6_0.2_{i}.npz' for i in range(10))
+
+
+def _describe(name: str) -> str:
+    r"""The raw files of :obj:`name`, short enough for one line."""
+    kind, pyg_name, _ = PYG_DATASETS[name]
+    if kind == 'Planetoid':
+        return f'ind.{pyg_name.lower()}.{{{",".join(_PLANETOID)}}}'
+    return (f'out1_node_feature_label.txt, out1_graph_edges.txt, '
+            f'{pyg_name}_split_0.6_0.2_{{0..9}}.npz')
+
+
+def copy_from_mirror(name: str, root: Union[str, Path],
+                     mirror: Union[str, Path]) -> int:
+    r"""Copies the raw files of dataset :obj:`name` that :obj:`root` lacks
+    from :obj:`mirror` (same layout as :obj:`root`); returns how many were
+    copied. Each file is copied to a temporary name first, so an interrupted
+    copy never leaves a truncated raw file behind."""
+    rel = PYG_DATASETS[name][2]
+    src, dst = Path(mirror) / rel, Path(root) / rel
+    missing = [f for f in raw_files(name) if not (dst / f).is_file()]
+    absent = [f for f in missing if not (src / f).is_file()]
+    if absent:
+        raise DataError(
+            f"dataset '{name}': the mirror lacks {len(absent)} raw file(s) "
+            f"(e.g. {absent[0]}); put {_describe(name)} into {src}/ or "
+            f"point GNORM_DATA_MIRROR / data.mirror to a folder that has "
+            f"them")
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in missing:
+        tmp = dst / f'.{f}.tmp'
+        shutil.copyfile(src / f, tmp)
+        os.replace(tmp, dst / f)
+    return len(missing)
+
+
+def _pyg_dataset(name: str, root: Path, mirror: Optional[Path]) -> Data:
+    r"""The single graph of a PyG dataset, its raw files copied from
+    :obj:`mirror` or else downloaded by PyG."""
+    kind, pyg_name, rel = PYG_DATASETS[name]
+    if mirror is not None:
+        if not mirror.is_dir():
+            raise DataError(f"data mirror {mirror} is not a folder; fix "
+                            f"GNORM_DATA_MIRROR / data.mirror or unset it "
+                            f"to download")
+        copy_from_mirror(name, root, mirror)
+
+    missing = [f for f in raw_files(name) if not (root / rel / f).is_file()]
+    # PyG's download messages are shown only if the download works, so that
+    # a failure reads as one line.
+    log = io.StringIO()
+    try:
+        with (contextlib.redirect_stderr(log) if missing else
+              contextlib.nullcontext()):
+            if kind == 'Planetoid':
+                dataset = Planetoid(str(root / 'planetoid'), pyg_name)
+            else:
+                dataset = WikipediaNetwork(str(root / 'wikipedia'), pyg_name,
+                                           geom_gcn_preprocess=True)
+    except Exception as e:
+        missing = [f for f in raw_files(name)
+                   if not (root / rel / f).is_file()]
+        if not missing:  # not a download problem
+            sys.stderr.write(log.getvalue())
+            raise
+        raise DataError(
+            f"dataset '{name}': raw files missing in {root / rel}/ and the "
+            f"download failed ({type(e).__name__}); put {_describe(name)} "
+            f"there, or set GNORM_DATA_MIRROR to a folder holding "
+            f"{rel}/") from None
+    sys.stderr.write(log.getvalue())
+    return dataset[0]
+
+
+def csbm(num_nodes: int = 1000, num_classes: int = 2, num_features: int = 32,
+         signal: float = 1.0, homophily: float = 0.8, avg_degree: float = 5.0,
+         graph_seed: int = 0) -> Data:
+    r"""Samples a contextual stochastic block model: balanced classes, an
+    undirected graph and Gaussian features
+
+    .. math::
+        \mathbf{x}_i = \mu \, \mathbf{m}_{y_i} + \boldsymbol{\epsilon}_i,
+        \qquad \mathbf{m}_c, \boldsymbol{\epsilon}_i \sim
+        \mathcal{N}(\mathbf{0}, \mathbf{I} / d),
+
+    where :math:`\mu` is :obj:`signal`. Node pairs are linked independently,
+    with a probability chosen so that a node has :obj:`avg_degree` neighbours
+    on average, a fraction :obj:`homophily` of them in its own class.
+    Memory is :math:`O(n^2)` bits while sampling, fine up to ~20k nodes.
+
+    Args:
+        num_nodes (int, optional): Number of nodes. (default: :obj:`1000`)
+        num_classes (int, optional): Number of classes. (default: :obj:`2`)
+        num_features (int, optional): Feature size :math:`d`.
+            (default: :obj:`32`)
+        signal (float, optional): Distance scale :math:`\mu` of the class
+            means; :obj:`0` makes the features useless. (default: :obj:`1.0`)
+        homophily (float, optional): Expected fraction of edges inside a
+            class, in :math:`[0, 1]`. (default: :obj:`0.8`)
+        avg_degree (float, optional): Expected degree. (default: :obj:`5.0`)
+        graph_seed (int, optional): Seed of the sample, apart from the
+            seed of training. (default: :obj:`0`)
+    """
+    n, k = int(num_nodes), int(num_classes)
+    if k < 2 or n < 2 * k:
+        raise ConfigError(f"csbm needs num_classes >= 2 and num_nodes >= "
+                          f"2 * num_classes, got num_classes={k}, "
+                          f"num_nodes={n}")
+    if not 0.0 <= homophily <= 1.0:
+        raise ConfigError(f"csbm homophily must lie in [0, 1], got "
+                          f"{homophily}; pass e.g. dataset.homophily=0.8")
+    if num_features < 1 or avg_degree < 0 or signal < 0:
+        raise ConfigError(f"csbm needs num_features >= 1, avg_degree >= 0 "
+                          f"and signal >= 0, got {num_features}, "
+                          f"{avg_degree}, {signal}")
+    gen = torch.Generator().manual_seed(int(graph_seed))
+    y = (torch.arange(n) % k)[torch.randperm(n, generator=gen)]  # [n]
+    same = n / k - 1  # other nodes of the same class, on average
+    p_in = avg_degree * homophily / same
+    p_out = avg_degree * (1 - homophily) / (n - n / k)
+    if p_in > 1 or p_out > 1:
+        raise ConfigError(f"csbm avg_degree={avg_degree} is too high for "
+                          f"{n} nodes; lower dataset.avg_degree")
+
+    means = torch.randn(k, num_features, generator=gen) / math.sqrt(
+        num_features)  # [classes, d]
+    noise = torch.randn(n, num_features, generator=gen) / math.sqrt(
+        num_features)  # [n, d]
+    x = signal * means[y] + noise
+
+    rows, cols = [], []
+    for start in range(0, n, 1024):  # upper triangle, 1024 rows at a time
+        i = torch.arange(start, min(start + 1024, n))
+        prob = torch.where(y[i, None] == y[None, :], p_in, p_out)  # [b, n]
+        link = torch.rand(prob.shape, generator=gen) < prob
+        link &= torch.arange(n)[None, :] > i[:, None]
+        r, c = link.nonzero(as_tuple=True)
+        rows.append(i[r])
+        cols.append(c)
+    edge_index = _to_undirected(torch.stack([torch.cat(rows),
+                                             torch.cat(cols)]), num_nodes=n)
+    return Data(x=x, edge_index=edge_index, y=y)
+
+
+def normalize_rows(x: Tensor) -> Tensor:
+    r"""Divides each row by its sum (L1 for non-negative features), leaving
+    all-zero rows at zero, as the GCN authors' preprocessing does."""
+    total = x.sum(dim=-1, keepdim=True)
+    return x / torch.where(total != 0, total, torch.ones_like(total))
+
+
+def check_split(name: str, split: str, split_index: int = 0) -> None:
+    r"""Raises :class:`ConfigError` if dataset :obj:`name` has no
+    :obj:`split` (or no Geom-GCN split :obj:`split_index`), before anything
+    is loaded."""
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split={split!r}; pass one of "
+                          f"{', '.join(SPLITS)}")
+    kind = PYG_DATASETS.get(name, ('csbm', ))[0]
+    stored = {'public': 'Planetoid', 'geom_gcn': 'WikipediaNetwork'}
+    if split in stored and kind != stored[split]:
+        owners = [n for n, v in PYG_DATASETS.items() if v[0] == stored[split]]
+        raise ConfigError(f"dataset '{name}' has no {split} split (only "
+                          f"{' and '.join(owners)} do); pass split=random")
+    if split == 'geom_gcn' and not 0 <= split_index < 10:
+        raise ConfigError(f"split_index={split_index} is out of range; pass "
+                          f"0..9")
+
+
+def split_masks(data: Data, split: str, split_index: int = 0, seed: int = 0,
+                ) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""Train, validation and test node masks of :obj:`data`.
+
+    Args:
+        data (torch_geometric.data.Data): The graph, with the masks PyG gives
+            it (1-D for ``public``, ``[num_nodes, 10]`` for ``geom_gcn``).
+        split (str): ``public``, ``geom_gcn`` or ``random`` (stratified
+            60 / 20 / 20 % drawn from :obj:`seed`).
+        split_index (int, optional): Which Geom-GCN split. (default: :obj:`0`)
+        seed (int, optional): Seed of the ``random`` split.
+            (default: :obj:`0`)
+    """
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split={split!r}; pass one of "
+                          f"{', '.join(SPLITS)}")
+    if split == 'random':
+        gen = torch.Generator().manual_seed(int(seed))
+        masks = [torch.zeros(data.num_nodes, dtype=torch.bool)
+                 for _ in range(3)]
+        for c in data.y.unique():
+            idx = (data.y == c).nonzero().view(-1)
+            idx = idx[torch.randperm(idx.numel(), generator=gen)]
+            n_train = round(0.6 * idx.numel())
+            n_val = round(0.2 * idx.numel())
+            masks[0][idx[:n_train]] = True
+            masks[1][idx[n_train:n_train + n_val]] = True
+            masks[2][idx[n_train + n_val:]] = True
+        return masks[0], masks[1], masks[2]
+
+    stored = getattr(data, 'train_mask', None)
+    want_dim = 1 if split == 'public' else 2
+    if stored is None or stored.dim() != want_dim:
+        hint = ('cora and citeseer' if split == 'public' else
+                'chameleon and squirrel')
+        raise ConfigError(f"this dataset has no {split} split (only "
+                          f"{hint} do); pass split=random or another split")
+    if split == 'public':
+        return data.train_mask, data.val_mask, data.test_mask
+    count = stored.size(1)
+    if not 0 <= split_index < count:
+        raise ConfigError(f"split_index={split_index} is out of range; pass "
+                          f"0..{count - 1}")
+    return (data.train_mask[:, split_index], data.val_mask[:, split_index],
+            data.test_mask[:, split_index])
+
+
+def load_dataset(name: str, root: Union[str, Path] = 'data',
+                 mirror: Union[str, Path, None] = None, *, split: str,
+                 split_index: int = 0, seed: int = 0,
+                 normalize_features: bool = True, to_undirected: bool = False,
+                 **csbm_args) -> Data:
+    r"""Loads dataset :obj:`name` as one :class:`~torch_geometric.data.Data`
+    graph with 1-D :obj:`train_mask`, :obj:`val_mask`, :obj:`test_mask`.
+
+    Args:
+        name (str): One of :obj:`DATASETS`.
+        root (str or Path, optional): Folder the PyG datasets live in,
+            relative to the working directory. (default: :obj:`"data"`)
+        mirror (str or Path, optional): Folder with the same layout to copy
+            raw files from instead of downloading them. (default: :obj:`None`)
+        split (str): ``public``, ``geom_gcn`` or ``random``, see
+            :func:`split_masks`.
+        split_index (int, optional): Which Geom-GCN split.
+            (default: :obj:`0`)
+        seed (int, optional): Seed of the ``random`` split.
+            (default: :obj:`0`)
+        normalize_features (bool, optional): Divide each feature row by its
+            sum. (default: :obj:`True`)
+        to_undirected (bool, optional): Add the reverse of every edge
+            (chameleon and squirrel are stored directed).
+            (default: :obj:`False`)
+        **csbm_args: Arguments of :func:`csbm` (:obj:`name="csbm"` only).
+    """
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; pass one of "
+                          f"{', '.join(DATASETS)}")
+    check_split(name, split, split_index)
+    if name == 'csbm':
+        data = csbm(**csbm_args)
+    else:
+        if csbm_args:
+            raise ConfigError(f"dataset '{name}' takes no option(s) "
+                              f"{', '.join(sorted(csbm_args))}")
+        root = Path(root).expanduser().resolve()
+        mirror = None if mirror in (None, '') else Path(
+            mirror).expanduser().resolve()
+        data = _pyg_dataset(name, root, mirror)
+
+    train_mask, val_mask, test_mask = split_masks(data, split, split_index,
+                                                  seed)
+    x = normalize_rows(data.x) if normalize_features else data.x
+    edge_index = data.edge_index
+    if to_undirected:
+        edge_index = _to_undirected(edge_index, num_nodes=data.num_nodes)
+    return Data(x=x, edge_index=edge_index, y=data.y, train_mask=train_mask,
+                val_mask=val_mask, test_mask=test_mask)

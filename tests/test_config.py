@@ -1,0 +1,97 @@
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from gnorm.data import DATASETS, SPLITS
+from gnorm.train import CONF_DIR, build_model, check_config
+
+NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d',
+         'isobn')
+DEFAULT_SPLIT = {'cora': 'public', 'citeseer': 'public',
+                 'chameleon': 'geom_gcn', 'squirrel': 'geom_gcn',
+                 'csbm': 'random'}
+
+
+def _compose(*overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        return compose('train', overrides=list(overrides))
+
+
+def test_groups_on_disk():
+    options = {p.stem for p in (CONF_DIR / 'dataset').glob('*.yaml')}
+    assert options == set(DATASETS)
+    options = {p.stem for p in (CONF_DIR / 'norm').glob('*.yaml')}
+    assert options == set(NORMS)
+
+
+def test_defaults():
+    cfg = _compose()
+    assert cfg.dataset.name == 'cora'
+    assert cfg.norm._target_ == 'torch.nn.Identity'
+    assert cfg.layers == 2 and cfg.model.num_layers == 2
+    assert cfg.seed == 0 and cfg.device == 'auto' and cfg.select == 'best_val'
+    assert cfg.split == 'public' and cfg.split_index == 0
+    assert cfg.train.epochs == 200 and cfg.train.lr == 0.005
+    assert cfg.train.weight_decay == 0.0005
+    assert cfg.model.hidden_channels == 32 and cfg.model.dropout == 0.6
+    assert cfg.data.root == 'data'
+
+
+@pytest.mark.parametrize('dataset', DATASETS)
+@pytest.mark.parametrize('norm', NORMS)
+def test_every_dataset_and_norm_composes(dataset, norm):
+    cfg = _compose(f'dataset={dataset}', f'norm={norm}', 'layers=3')
+    check_config(cfg)
+    assert cfg.split == DEFAULT_SPLIT[dataset] and cfg.split in SPLITS
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+    model = build_model(cfg, in_channels=6, out_channels=3)
+    assert model.num_layers == 3 and len(model.norms) == 2
+    x = torch.randn(10, 6)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
+    assert model(x, edge_index).shape == (10, 3)
+
+
+@pytest.mark.parametrize('overrides,check', [
+    (['norm=contranorm', 'norm.scale=0.5'],
+     lambda m: m.norms[0].scale == 0.5
+     and m.norms[0].negatives == 'non_neighbors'),
+    (['norm=pairnorm', 'norm.mode=PN-SCS'],
+     lambda m: m.norms[0].mode == 'PN-SCS'),
+    (['model.residual=true', 'layers=4'], lambda m: m.residual),
+    (['model.fusion=gate', 'layers=4'], lambda m: m.fusion.mode == 'gate'),
+    (['model.conv=row'], lambda m: m.conv == 'row'),
+    (['model.order=[conv,act,norm]', 'norm=layernorm'],
+     lambda m: m.order == ('conv', 'act', 'norm')),
+    (['layers=32', 'norm=contranorm_d'], lambda m: len(m.convs) == 32),
+])
+def test_overrides(overrides, check):
+    cfg = _compose(*overrides)
+    assert check(build_model(cfg, 6, 3))
+
+
+def test_experiments():
+    cfg = _compose('experiment=contranorm_table3', 'dataset=squirrel')
+    assert cfg.model.conv == 'row' and cfg.select == 'last'
+    assert cfg.split == 'geom_gcn'
+    cfg = _compose('experiment=csbm_demo')
+    assert cfg.dataset.name == 'csbm' and cfg.layers == 16
+    assert cfg.norm._target_ == 'gnorm.nn.ContraNorm'
+    # Command-line overrides beat the overlay.
+    cfg = _compose('experiment=csbm_demo', 'layers=4', 'norm=none')
+    assert cfg.layers == 4 and cfg.model.num_layers == 4
+    assert cfg.norm._target_ == 'torch.nn.Identity'
+
+
+def test_top_level_keys_beat_dataset_defaults():
+    cfg = _compose('dataset=chameleon', 'split=random')
+    assert cfg.split == 'random' and cfg.dataset.default_split == 'geom_gcn'
+
+
+def test_mirror_from_environment(monkeypatch):
+    monkeypatch.setenv('GNORM_DATA_MIRROR', '/some/mirror')
+    assert _compose().data.mirror == '/some/mirror'
+    monkeypatch.delenv('GNORM_DATA_MIRROR')
+    assert _compose().data.mirror is None
+    assert _compose('data.mirror=/other').data.mirror == '/other'

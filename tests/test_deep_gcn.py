@@ -1,0 +1,171 @@
+import functools
+
+import pytest
+import torch
+from torch_geometric.utils import to_undirected
+
+from gnorm.models import DeepGCN
+from gnorm.models.deep_gcn import row_normalized
+from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm
+
+
+def _graph(num_nodes=12, num_features=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_nodes, num_features, generator=gen)
+    src = torch.arange(num_nodes)
+    edge_index = to_undirected(torch.stack([src, (src + 1) % num_nodes]))
+    return x, edge_index
+
+
+class _Recorder(torch.nn.Module):
+    r"""A norm that records what the model hands to it."""
+    def __init__(self, in_channels):
+        super().__init__()
+        self.in_channels = in_channels
+        self.seen = {}
+
+    def forward(self, x, batch=None, batch_size=None, edge_index=None):
+        self.seen = dict(batch=batch, batch_size=batch_size,
+                         edge_index=edge_index)
+        return x
+
+
+def test_deep_gcn_shapes_and_repr():
+    x, edge_index = _graph()
+    model = DeepGCN(5, 3, num_layers=4, hidden_channels=8)
+    assert str(model) == 'DeepGCN(5, 3, num_layers=4, hidden_channels=8)'
+    assert len(model.convs) == 4 and len(model.norms) == 0
+    out, hidden = model(x, edge_index, return_hidden=True)
+    assert out.shape == (12, 3)
+    assert [tuple(h.shape) for h in hidden] == [(12, 8)] * 3 + [(12, 3)]
+    assert torch.equal(hidden[-1], out)
+
+    model = DeepGCN(5, 3, num_layers=1)
+    assert model(x, edge_index).shape == (12, 3)
+
+
+@pytest.mark.parametrize('factory,expected', [
+    (torch.nn.Identity, 'Identity()'),
+    (torch.nn.LayerNorm, 'LayerNorm((8,), eps=1e-05'),
+    (functools.partial(PairNorm, mode='PN-SCS'),
+     "PairNorm(scale=1.0, mode='PN-SCS')"),
+    (functools.partial(ContraNorm, scale=0.5, negatives='non_neighbors'),
+     "ContraNorm(8, scale=0.5, negatives='non_neighbors')"),
+    (DualContraNorm, 'DualContraNorm(8, scale=1.0)'),
+    (IsoBN, None),
+])
+def test_deep_gcn_norms(factory, expected):
+    x, edge_index = _graph()
+    model = DeepGCN(5, 3, num_layers=3, hidden_channels=8, norm=factory)
+    assert len(model.norms) == 2
+    if expected is not None:
+        assert str(model.norms[0]).startswith(expected.split('(')[0])
+        assert expected in str(model)
+    out = model(x, edge_index)
+    assert out.shape == (12, 3) and torch.isfinite(out).all()
+    out.sum().backward()
+
+
+def test_deep_gcn_hands_inputs_to_norm():
+    x, edge_index = _graph()
+    model = DeepGCN(5, 3, num_layers=3, hidden_channels=8, norm=_Recorder,
+                    conv='row')
+    batch = torch.zeros(12, dtype=torch.long)
+    model(x, edge_index, batch=batch, batch_size=1)
+    seen = model.norms[1].seen
+    assert seen['batch'] is batch and seen['batch_size'] == 1
+    assert seen['edge_index'] is edge_index  # the graph, not the self-loops
+
+
+def test_deep_gcn_order_and_eval_determinism():
+    x, edge_index = _graph()
+    torch.manual_seed(0)
+    model = DeepGCN(5, 3, num_layers=3, hidden_channels=8,
+                    norm=torch.nn.LayerNorm,
+                    order=['conv', 'act', 'norm', 'dropout'])
+    model.eval()
+    assert torch.equal(model(x, edge_index), model(x, edge_index))
+    # Without dropout and norm, train and eval mode agree.
+    model = DeepGCN(5, 3, num_layers=3, hidden_channels=8,
+                    order=['conv', 'act'])
+    out_train = model(x, edge_index)
+    model.eval()
+    assert torch.allclose(out_train, model(x, edge_index))
+
+
+def test_deep_gcn_row_conv_matches_dense_reference():
+    x, edge_index = _graph()
+    model = DeepGCN(5, 3, num_layers=2, hidden_channels=4, conv='row',
+                    dropout=0.0).eval()
+    adj = torch.eye(12)
+    adj[edge_index[1], edge_index[0]] = 1.0  # row i: the nodes i receives from
+    prop = adj / adj.sum(dim=1, keepdim=True)  # D^-1 (A + I)
+
+    def conv(layer, h):
+        return prop @ (h @ layer.lin.weight.t()) + layer.bias
+
+    expected = conv(model.convs[1], conv(model.convs[0], x).relu())
+    assert torch.allclose(model(x, edge_index), expected, atol=1e-5)
+
+    ei, weight = row_normalized(edge_index, 12)
+    assert torch.allclose(torch.zeros(12).scatter_add_(0, ei[1], weight),
+                          torch.ones(12))
+
+
+def test_deep_gcn_residual():
+    x, edge_index = _graph()
+    torch.manual_seed(0)
+    plain = DeepGCN(5, 3, num_layers=3, hidden_channels=8, dropout=0.0)
+    torch.manual_seed(0)
+    res = DeepGCN(5, 3, num_layers=3, hidden_channels=8, dropout=0.0,
+                  residual=True)
+    _, h_plain = plain(x, edge_index, return_hidden=True)
+    _, h_res = res(x, edge_index, return_hidden=True)
+    assert torch.allclose(h_plain[0], h_res[0])  # widths differ: no skip
+    expected = res.convs[1](h_res[0], edge_index).relu() + h_res[0]
+    assert torch.allclose(h_res[1], expected, atol=1e-6)
+    assert 'residual=True' in str(res)
+
+
+@pytest.mark.parametrize('fusion', ['concat', 'max', 'gate'])
+def test_deep_gcn_fusion(fusion):
+    x, edge_index = _graph()
+    model = DeepGCN(5, 3, num_layers=4, hidden_channels=8, fusion=fusion,
+                    norm=torch.nn.LayerNorm)
+    assert model.fusion.num_layers == 3
+    out = model(x, edge_index)
+    assert out.shape == (12, 3)
+    out.sum().backward()
+    if model.fusion.lin is not None:
+        assert model.fusion.lin.weight.grad is not None
+    assert f'fusion={fusion!r}' in str(model)
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(num_layers=0), 'num_layers >= 1'),
+    (dict(num_layers=2, conv='cheb'), 'conv='),
+    (dict(num_layers=2, order=['conv', 'conv']), 'order='),
+    (dict(num_layers=2, order=['norm', 'act']), 'order='),
+    (dict(num_layers=2, order=['conv', 'pool']), 'order='),
+    (dict(num_layers=2, dropout=1.0), 'dropout='),
+    (dict(num_layers=2, fusion='sum'), 'fusion='),
+    (dict(num_layers=1, fusion='max'), 'num_layers >= 2'),
+])
+def test_deep_gcn_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DeepGCN(5, 3, **kwargs)
+
+
+def test_deep_gcn_reset_parameters():
+    x, edge_index = _graph()
+    model = DeepGCN(5, 3, num_layers=3, norm=ContraNorm, fusion='gate').eval()
+    torch.manual_seed(1)
+    model.reset_parameters()
+    first = model(x, edge_index)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(1.0)
+    assert not torch.allclose(first, model(x, edge_index))
+    torch.manual_seed(1)
+    model.reset_parameters()
+    assert torch.allclose(first, model(x, edge_index))
