@@ -176,7 +176,7 @@ def model_epoch_seconds(dataset, norm, device, repeats):
         cfg = compose('train', overrides=[f'dataset={dataset}',
                                           f'norm={norm}', 'layers=32'])
     data = load_dataset(cfg.dataset.name, root=cfg.data.root,
-                        mirror=cfg.data.mirror)
+                        mirror=cfg.data.mirror, split=cfg.split)
     data = data.to(device)
     model = build_model(cfg, data.num_features, int(data.y.max()) + 1)
     model = model.to(device)
@@ -335,8 +335,10 @@ def report(rows, path_md, path_png, device):
              f'{" --device cuda" if device != "cpu" else ""}` on: '
              + '; '.join(machines) + '.', '',
              'Forward+backward of one layer on one graph, median of repeats '
-             'after a warm-up; peak memory above the process state before '
-             'the measurement. ratio = gnorm time / reference time '
+             'after a warm-up. Memory: on CPU the growth of the process\'s '
+             'peak RSS over its peak before the measurement (imports '
+             'included, so layers needing less than that read 0.00 GiB); on '
+             'CUDA the peak allocated above what was allocated before. ratio = gnorm time / reference time '
              '(< 1: gnorm faster). Random graph: 10 in-edges per node.', '']
     by_key = {(r['dtype'], r['layer'], r['impl'], r['n'], r['d']): r
               for r in layer_rows}
