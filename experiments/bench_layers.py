@@ -169,15 +169,12 @@ def model_epoch_seconds(dataset, norm, device, repeats):
     """Seconds per full-batch training epoch of a 32-layer GCN."""
     from hydra import compose, initialize_config_dir
 
-    from gnorm.data import load_dataset
-    from gnorm.train import build_model
+    from gnorm.train import build_model, load_data
 
     with initialize_config_dir(str(ROOT / 'conf'), version_base=None):
         cfg = compose('train', overrides=[f'dataset={dataset}',
                                           f'norm={norm}', 'layers=32'])
-    data = load_dataset(cfg.dataset.name, root=cfg.data.root,
-                        mirror=cfg.data.mirror, split=cfg.split)
-    data = data.to(device)
+    data = load_data(cfg).to(device)
     model = build_model(cfg, data.num_features, int(data.y.max()) + 1)
     model = model.to(device)
     optim = torch.optim.Adam(model.parameters(), lr=0.005)

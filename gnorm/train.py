@@ -125,6 +125,16 @@ def _one_line(error: BaseException) -> str:
     return ' '.join(text.split())
 
 
+def load_data(cfg: DictConfig):
+    r"""The graph of :obj:`cfg.dataset` with the split :obj:`cfg` asks for,
+    its raw files copied from :obj:`cfg.data.mirror` or downloaded."""
+    options = {k: v for k, v in OmegaConf.to_container(
+        cfg.dataset, resolve=True).items() if k not in _DATASET_META}
+    return load_dataset(cfg.dataset.name, cfg.data.root, cfg.data.mirror,
+                        split=cfg.split, split_index=cfg.split_index,
+                        seed=cfg.seed, **options)
+
+
 def build_model(cfg: DictConfig, in_channels: int,
                 out_channels: int) -> torch.nn.Module:
     r"""Instantiates :obj:`cfg.model` with the norm of :obj:`cfg.norm`
@@ -302,11 +312,7 @@ def train(cfg: DictConfig, output_dir: Optional[str] = None) -> Dict[str, Any]:
     device = resolve_device(cfg.device)
     seed_everything(cfg.seed, cfg.train.deterministic)
 
-    options = {k: v for k, v in OmegaConf.to_container(
-        cfg.dataset, resolve=True).items() if k not in _DATASET_META}
-    data = load_dataset(cfg.dataset.name, cfg.data.root, cfg.data.mirror,
-                        split=cfg.split, split_index=cfg.split_index,
-                        seed=cfg.seed, **options)
+    data = load_data(cfg)
     num_classes = int(data.y.max()) + 1
     model = build_model(cfg, data.num_features, num_classes)
     data, model = data.to(device), model.to(device)
