@@ -1,0 +1,39 @@
+r"""Training, driven by Hydra:
+
+    python -m gnorm.train dataset=cora layers=32 norm=contranorm
+    python -m gnorm.train -m dataset=cora layers=2,32 seed=0,1,2,3,4
+
+Configuration lives in ``conf/`` (primary config ``conf/train.yaml``). Each
+run writes ``results.json`` into its Hydra output folder and prints one
+summary line. :func:`train` is the plain function behind the command line.
+
+* :mod:`gnorm.train.run`: what every task shares (config checks, seeding,
+  device, results files, resuming, the command line);
+* :mod:`gnorm.train.node`: node classification, full batch.
+"""
+from gnorm.train.run import (
+    CONF_DIR,
+    check_choices,
+    check_config,
+    cli,
+    main,
+    resolve_device,
+    seed_everything,
+    train,
+    write_json,
+)
+from gnorm.train.node import build_model, load_data
+
+__all__ = [
+    'CONF_DIR',
+    'build_model',
+    'check_choices',
+    'check_config',
+    'cli',
+    'load_data',
+    'main',
+    'resolve_device',
+    'seed_everything',
+    'train',
+    'write_json',
+]
