@@ -72,9 +72,11 @@ def test_overrides(overrides, check):
 
 
 def test_experiments():
-    cfg = _compose('experiment=contranorm_table3', 'dataset=squirrel')
+    cfg = _compose('experiment=table3_paper', 'dataset=squirrel')
     assert cfg.model.conv == 'row' and cfg.select == 'last'
-    assert cfg.split == 'geom_gcn'
+    assert cfg.split == 'geom_gcn' and cfg.split_index == 0
+    cfg = _compose('experiment=table3_fair', 'dataset=squirrel')
+    assert cfg.select == 'best_val' and cfg.split == 'random'
     cfg = _compose('experiment=csbm_demo')
     assert cfg.dataset.name == 'csbm' and cfg.layers == 16
     assert cfg.norm._target_ == 'gnorm.nn.ContraNorm'

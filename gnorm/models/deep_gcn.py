@@ -1,4 +1,5 @@
 import inspect
+import math
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -13,6 +14,7 @@ from gnorm.nn import LayerFusion
 STEPS = ('dropout', 'conv', 'norm', 'act')
 CONVS = ('gcn', 'row')
 FUSIONS = ('concat', 'max', 'gate')
+INITS = ('glorot', 'uniform')
 
 # Names under which norm classes take their width, tried in this order.
 _WIDTH_ARGS = ('in_channels', 'normalized_shape', 'num_features')
@@ -105,6 +107,16 @@ class DeepGCN(torch.nn.Module):
             :obj:`num_layers >= 2`. (default: :obj:`None`)
         cached (bool, optional): Cache the normalised adjacency of
             :class:`GCNConv` (transductive, one graph). (default: :obj:`True`)
+        shared_layer_norm (bool, optional): Apply one
+            :class:`torch.nn.LayerNorm` module, shared by all hidden layers
+            (one :math:`\gamma`, :math:`\beta`), right after the norm of
+            every hidden layer, as the ContraNorm authors' sweep script does.
+            (default: :obj:`False`)
+        init (str, optional): :obj:`"glorot"` (PyG's :class:`GCNConv`:
+            Glorot weight, zero bias) or :obj:`"uniform"` (weight and bias of
+            every convolution drawn from
+            :math:`\mathcal{U}(-1/\sqrt{c_{out}}, 1/\sqrt{c_{out}})`, the
+            ContraNorm authors' GCN). (default: :obj:`"glorot"`)
     """
     def __init__(
         self,
@@ -119,6 +131,8 @@ class DeepGCN(torch.nn.Module):
         residual: bool = False,
         fusion: Optional[str] = None,
         cached: bool = True,
+        shared_layer_norm: bool = False,
+        init: str = 'glorot',
     ):
         super().__init__()
         order = tuple(order)
@@ -139,6 +153,9 @@ class DeepGCN(torch.nn.Module):
         if fusion is not None and fusion not in FUSIONS:
             raise ValueError(f"DeepGCN got fusion={fusion!r}; pass one of "
                              f"{', '.join(FUSIONS)} or None")
+        if init not in INITS:
+            raise ValueError(f"DeepGCN got init={init!r}; pass one of "
+                             f"{', '.join(INITS)}")
         if fusion is not None and num_layers < 2:
             raise ValueError("DeepGCN: fusion needs hidden layers to fuse; "
                              "pass num_layers >= 2")
@@ -151,6 +168,7 @@ class DeepGCN(torch.nn.Module):
         self.conv = conv
         self.order = order
         self.residual = residual
+        self.init = init
 
         row = conv == 'row'
         widths = [in_channels] + [hidden_channels] * (num_layers - 1)
@@ -164,6 +182,9 @@ class DeepGCN(torch.nn.Module):
                 _make_norm(norm, hidden_channels)
                 for _ in range(num_layers - 1))
         self._norm_inputs = [_forward_inputs(n) for n in self.norms]
+        self.shared_norm = None
+        if shared_layer_norm and 'norm' in order:
+            self.shared_norm = torch.nn.LayerNorm(hidden_channels)
         self.fusion = None
         if fusion is not None:
             self.fusion = LayerFusion(fusion, in_channels=hidden_channels,
@@ -172,9 +193,15 @@ class DeepGCN(torch.nn.Module):
 
     def reset_parameters(self):
         r"""Resets all learnable parameters of the module."""
-        for module in [*self.convs, *self.norms, self.fusion]:
+        for module in [*self.convs, *self.norms, self.shared_norm,
+                       self.fusion]:
             if hasattr(module, 'reset_parameters'):
                 module.reset_parameters()
+        if self.init == 'uniform':
+            for conv in self.convs:
+                bound = 1.0 / math.sqrt(conv.out_channels)
+                torch.nn.init.uniform_(conv.lin.weight, -bound, bound)
+                torch.nn.init.uniform_(conv.bias, -bound, bound)
 
     def _layer(self, i: int, x: Tensor, edge_index: Tensor,
                edge_weight: OptTensor, inputs: dict) -> Tensor:
@@ -186,9 +213,12 @@ class DeepGCN(torch.nn.Module):
                 x = self.convs[i](x, edge_index, edge_weight)
             elif last:  # the output layer: no norm, no activation
                 continue
-            elif step == 'norm' and len(self.norms) > 0:
-                kwargs = {k: inputs[k] for k in self._norm_inputs[i]}
-                x = self.norms[i](x, **kwargs)
+            elif step == 'norm':
+                if len(self.norms) > 0:
+                    kwargs = {k: inputs[k] for k in self._norm_inputs[i]}
+                    x = self.norms[i](x, **kwargs)
+                if self.shared_norm is not None:
+                    x = self.shared_norm(x)
             elif step == 'act':
                 x = x.relu()
         return x
@@ -238,6 +268,10 @@ class DeepGCN(torch.nn.Module):
             args.append(f'norm={self.norms[0]}')
         if self.conv != 'gcn':
             args.append(f'conv={self.conv!r}')
+        if self.shared_norm is not None:
+            args.append('shared_layer_norm=True')
+        if self.init != 'glorot':
+            args.append(f'init={self.init!r}')
         if self.residual:
             args.append('residual=True')
         if self.fusion is not None:

@@ -1,0 +1,239 @@
+r"""Table 3 of the ContraNorm paper: the authors' protocol point by point
+(experiment=table3_paper), the sound one (table3_fair), the results tool
+and the resumable table driver."""
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from torch_geometric.utils import is_undirected, to_undirected
+
+from gnorm.results import aggregate, default_keys, load_runs
+from gnorm.results import main as results_main
+from gnorm.train import CONF_DIR, build_model, load_data
+
+ROOT = Path(__file__).resolve().parents[1]
+MIRROR = os.environ.get('GNORM_DATA_MIRROR')
+needs_mirror = pytest.mark.skipif(
+    MIRROR is None or not Path(MIRROR).is_dir(),
+    reason='needs the offline dataset mirror (GNORM_DATA_MIRROR)')
+
+spec = importlib.util.spec_from_file_location('table3',
+                                              ROOT / 'experiments' /
+                                              'table3.py')
+table3 = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(table3)
+
+PAPER_ROWS = table3.table_spec('paper')['rows']
+
+
+def _compose(*overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        return compose('train', overrides=list(overrides))
+
+
+def _paper(row, *overrides):
+    return _compose('experiment=table3_paper', *PAPER_ROWS[row], *overrides)
+
+
+def test_paper_recipe():
+    cfg = _paper('contranorm')
+    assert cfg.select == 'last' and cfg.train.epochs == 200
+    assert cfg.train.lr == 0.005 and cfg.train.weight_decay == 0.0005
+    assert cfg.model.hidden_channels == 32 and cfg.model.dropout == 0.6
+    assert cfg.model.conv == 'row' and cfg.model.init == 'uniform'
+    assert cfg.dataset.to_undirected and cfg.test_set == 'rest'
+    assert cfg.norm.negatives == 'non_neighbors' and not cfg.norm.layer_norm
+    spec = table3.table_spec('paper')
+    assert spec['depths'] == [2, 4, 8, 16, 32] and len(spec['seeds']) == 5
+    assert spec['scales'] == {'contranorm': [0.2, 0.5, 0.8, 1.0]}
+    assert set(spec['rows']) == {'none', 'layernorm', 'pairnorm',
+                                 'contranorm'}
+
+
+@needs_mirror
+@pytest.mark.parametrize('dataset,sizes', [
+    ('cora', [140, 500, 2068]),        # not the public 1,000
+    ('citeseer', [120, 500, 2707]),
+])
+def test_paper_test_set_is_every_other_node(tmp_path, dataset, sizes):
+    cfg = _paper('none', f'dataset={dataset}', f'data.root={tmp_path}')
+    data = load_data(cfg)
+    masks = [data.train_mask, data.val_mask, data.test_mask]
+    assert [int(m.sum()) for m in masks] == sizes
+    assert bool((data.test_mask == ~(data.train_mask | data.val_mask)).all())
+    fair = load_data(_compose('experiment=table3_fair', f'dataset={dataset}',
+                              f'data.root={tmp_path}'))
+    n = data.num_nodes
+    assert int(fair.train_mask.sum()) == pytest.approx(0.6 * n, abs=8)
+    assert int(fair.test_mask.sum()) == pytest.approx(0.2 * n, abs=8)
+
+
+@needs_mirror
+def test_paper_symmetrises_chameleon(tmp_path):
+    stored = load_data(_compose('dataset=chameleon', f'data.root={tmp_path}'))
+    assert not is_undirected(stored.edge_index)
+    data = load_data(_paper('none', 'dataset=chameleon',
+                            f'data.root={tmp_path}'))
+    assert is_undirected(data.edge_index)
+    # A := max(A, A^T): every stored edge and its reverse, once each.
+    assert torch.equal(data.edge_index, to_undirected(stored.edge_index))
+    sizes = [int(data[f'{s}_mask'].sum()) for s in ('train', 'val', 'test')]
+    assert sizes == [1092, 729, 456]  # Geom-GCN split 0: 48/32/20
+
+
+def _reference_forward(model, x, edge_index, scale, shared_ln):
+    r"""The authors' GCN in eval mode, dense: propagate with D^-1 (A + I),
+    linear, bias, ContraNorm against non-neighbours, the one shared
+    LayerNorm, ReLU; the last layer is a plain convolution."""
+    n = x.size(0)
+    adj = torch.zeros(n, n, dtype=x.dtype)
+    adj[edge_index[1], edge_index[0]] = 1.0
+    adj.fill_diagonal_(1.0)  # self-loops (one each, also where stored)
+    adj_hat = adj / adj.sum(dim=1, keepdim=True)
+    h = x
+    for i, conv in enumerate(model.convs):
+        h = adj_hat @ (h @ conv.lin.weight.T) + conv.bias
+        if i == len(model.convs) - 1:
+            break
+        if scale > 0:
+            hn = F.normalize(h, dim=1)
+            sim = (hn @ hn.T).masked_fill(adj > 0, float('-inf'))
+            h = (1 + scale) * h - scale * torch.softmax(sim, dim=1) @ h
+        if shared_ln:
+            h = F.layer_norm(h, (h.size(1), ), model.shared_norm.weight,
+                             model.shared_norm.bias)
+        h = h.relu()
+    return h
+
+
+@pytest.mark.parametrize('row,scale,shared_ln', [
+    ('contranorm', 0.5, True), ('layernorm', 0.0, True),
+    ('none', 0.0, False)])
+def test_paper_model_equals_reference(row, scale, shared_ln):
+    torch.manual_seed(0)
+    overrides = ['layers=4', 'model.dropout=0.0']
+    if row == 'contranorm':
+        overrides.append(f'norm.scale={scale}')
+    model = build_model(_paper(row, *overrides), 5, 3).double().eval()
+    # The one LayerNorm is one module (one gamma/beta) used by every layer.
+    assert (model.shared_norm is not None) == shared_ln
+    lns = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(lns) == int(shared_ln)
+    if shared_ln:
+        with torch.no_grad():  # make gamma/beta matter
+            model.shared_norm.weight.uniform_(0.5, 1.5)
+            model.shared_norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(12, 5, dtype=torch.double)
+    edge_index = to_undirected(torch.randint(0, 12, (2, 20)))
+    expected = _reference_forward(model, x, edge_index, scale, shared_ln)
+    assert torch.allclose(model(x, edge_index), expected, atol=1e-10)
+
+
+def test_paper_init_is_uniform_in_fan_out():
+    torch.manual_seed(0)
+    model = build_model(_paper('none', 'layers=3'), 200, 7)
+    for conv in model.convs:
+        bound = conv.out_channels ** -0.5
+        for p in (conv.lin.weight, conv.bias):
+            assert float(p.abs().max()) <= bound
+            assert float(p.abs().min()) < 0.5 * bound < float(p.abs().max())
+        assert float(conv.lin.weight.abs().max()) > 0.95 * bound
+    fair = build_model(_compose('experiment=table3_fair', 'layers=3'), 200, 7)
+    assert all(float(c.bias.abs().max()) == 0 for c in fair.convs)
+    assert fair.shared_norm is None
+
+
+def test_layernorm_row_is_contranorm_at_zero_scale():
+    x = torch.randn(15, 6)
+    edge_index = to_undirected(torch.randint(0, 15, (2, 30)))
+    outs = []
+    for overrides in (PAPER_ROWS['layernorm'],
+                      ['norm=none', 'model.shared_layer_norm=true']):
+        torch.manual_seed(3)
+        cfg = _compose('experiment=table3_paper', *overrides, 'layers=5')
+        outs.append(build_model(cfg, 6, 3).eval()(x, edge_index))
+    assert torch.equal(outs[0], outs[1])
+    pairnorm = build_model(_paper('pairnorm', 'layers=3'), 6, 3)
+    assert pairnorm.shared_norm is None
+    assert pairnorm.norms[0].mode == 'PN' and pairnorm.norms[0].scale == 1.0
+
+
+def _run(path, seed, test_acc, val_acc, **config):
+    path.mkdir(parents=True)
+    run = {'status': 'ok', 'test_acc': test_acc, 'val_acc': val_acc,
+           'overrides': [f'{k}={v}' for k, v in config.items()] +
+           [f'seed={seed}'],
+           'config': {**config, 'seed': seed}}
+    (path / 'results.json').write_text(json.dumps(run))
+
+
+def test_results_tool_mean_and_std(tmp_path, capsys):
+    for seed, acc in enumerate([0.5, 0.7]):
+        _run(tmp_path / f'a{seed}', seed, acc, 0.1, layers=2)
+    _run(tmp_path / 'b0', 0, 0.9, 0.2, layers=4)
+    (tmp_path / 'c').mkdir()
+    (tmp_path / 'c' / 'results.json').write_text(json.dumps(
+        {'status': 'failed', 'error': 'boom', 'overrides': ['layers=4'],
+         'config': {'layers': 4}}))
+    runs = load_runs(tmp_path)
+    assert default_keys(runs) == ['layers']
+    rows = aggregate(runs, ['layers'], ['test_acc'])
+    assert [(r['layers'], r['runs'], r['failed']) for r in rows] == [
+        (2, 2, 0), (4, 1, 1)]
+    assert rows[0]['test_acc_mean'] == pytest.approx(0.6)
+    assert rows[0]['test_acc_std'] == pytest.approx(0.1)  # ddof=0
+    assert results_main([str(tmp_path)]) == 0
+    assert '| layers | runs | failed |' in capsys.readouterr().out
+    assert results_main([str(tmp_path), '--failed']) == 0
+    assert 'boom' in capsys.readouterr().out
+    assert results_main([str(tmp_path / 'nope')]) == 2
+
+
+def test_scale_chosen_by_validation_not_test():
+    spec = {'datasets': ['cora'], 'depths': [16], 'seeds': [0, 1],
+            'rows': {'contranorm': []}, 'scales': {'contranorm': [0.2, 1.0]}}
+    runs = []
+    for scale, val, test in ((0.2, 0.70, 0.50), (1.0, 0.60, 0.65)):
+        for seed in (0, 1):
+            runs.append({'status': 'ok', 'val_acc': val, 'test_acc': test,
+                         'config': {'dataset': {'name': 'cora'},
+                                    'tag': 'contranorm', 'layers': 16,
+                                    'seed': seed, 'norm': {'scale': scale}}})
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    by = {r['selection']: r for r in table3.summarise(spec, runs, paper)}
+    assert by['val']['scale'] == 0.2 and by['val']['test_mean'] == 50.0
+    assert by['test']['scale'] == 1.0 and by['test']['test_mean'] == 65.0
+    assert by['val']['diff'] == pytest.approx(50.0 - 68.75)
+    assert by['val']['runs'] == 2 and by['val']['expected'] == 2
+
+
+def test_table_resumes_without_redoing_finished_runs(tmp_path):
+    runs, out = tmp_path / 'runs', tmp_path / 'out'
+    args = ['paper', '--datasets', 'csbm', '--rows', 'none', 'contranorm',
+            '--depths', '2', '--seeds', '0', '1', '--set', 'train.epochs=2',
+            'collapse_metrics=false', 'dataset.num_nodes=60',
+            '--runs', str(runs), '--out', str(out), '--threads', '1']
+    assert table3.main(args) == 0
+    paths = sorted(runs.rglob('results.json'))
+    assert len(paths) == 2 + 2 * 4  # none: 2 seeds; contranorm: 2 x 4 scales
+    stamps = {p: p.stat().st_mtime_ns for p in paths}
+    lost = next(p for p in paths if 'norm.scale=0.5' in str(p)
+                and 'seed=1' in str(p))
+    lost.unlink()  # as if interrupted before this run finished
+
+    assert table3.main(args) == 0
+    assert lost.is_file()
+    for p in paths:
+        if p != lost:
+            assert p.stat().st_mtime_ns == stamps[p], f'{p} was redone'
+    report = (out / 'table3_paper.md').read_text()
+    assert '## csbm' in report and 'missing' not in report.split('## csbm')[1]
+    assert (out / 'table3_paper.csv').is_file()
+    assert (out / 'table3_paper_depth.png').stat().st_size > 0
+    assert (out / 'table3_paper_erank.png').is_file()
