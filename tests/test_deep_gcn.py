@@ -169,3 +169,47 @@ def test_deep_gcn_reset_parameters():
     torch.manual_seed(1)
     model.reset_parameters()
     assert torch.allclose(first, model(x, edge_index))
+
+
+def test_dropout_matches_torch_in_distribution():
+    from gnorm.models.deep_gcn import dropout
+    torch.manual_seed(0)
+    x = torch.randn(400, 250, requires_grad=True)
+    out = dropout(x, 0.6)
+    kept = out != 0
+    assert abs(float(kept.float().mean()) - 0.4) < 0.01
+    assert torch.allclose(out[kept], x[kept] / 0.4)
+    out.sum().backward()
+    assert torch.allclose(x.grad, kept.float() / 0.4)
+    assert dropout(x, 0.6, training=False) is x
+
+
+def test_sparse_dropout_draws_only_for_nonzeros():
+    from gnorm.models.deep_gcn import sparse_dropout
+    torch.manual_seed(0)
+    x = torch.zeros(300, 500)
+    x.view(-1)[torch.randperm(x.numel())[:20000]] = torch.rand(20000) + 0.1
+    out = sparse_dropout(x, 0.6, x.nonzero(as_tuple=True))
+    kept = out != 0
+    assert not bool(kept[x == 0].any())  # zeros stay zero
+    assert abs(float(kept.sum()) / 20000 - 0.4) < 0.02
+    assert torch.allclose(out[kept], x[kept] / 0.4)
+
+
+def test_sparse_input_dropout_in_the_model():
+    torch.manual_seed(0)
+    x = torch.zeros(50, 40)
+    x.view(-1)[torch.randperm(x.numel())[:100]] = 1.0  # 5 % non-zero
+    edge_index = torch.randint(0, 50, (2, 200))
+    model = DeepGCN(40, 3, num_layers=2, dropout=0.5)
+    model.train()
+    model(x, edge_index)
+    assert model._input_nonzero is not None  # the sparse path ran
+    # Its dropout reaches the output: two calls differ, eval is deterministic.
+    assert not torch.equal(model(x, edge_index), model(x, edge_index))
+    model.eval()
+    assert torch.equal(model(x, edge_index), model(x, edge_index))
+    x.add_(0.0)  # an in-place change of the input: its pattern is found again
+    model.train()
+    model(x, edge_index)
+    assert model._input_key[1] == x._version

@@ -33,6 +33,30 @@ def row_normalized(edge_index: Tensor, num_nodes: int,
     return edge_index, deg.reciprocal()[edge_index[1]]  # [2, E], [E]
 
 
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    r""":func:`torch.nn.functional.dropout`; on the CPU the mask comes from
+    :func:`torch.rand` (same distribution, ~2.4x faster there than its
+    Bernoulli sampling)."""
+    if not training or p == 0.0 or x.device.type != 'cpu':
+        return F.dropout(x, p=p, training=training)
+    return x * ((torch.rand_like(x) >= p) / (1.0 - p))
+
+
+def sparse_dropout(x: Tensor, p: float, index: Tuple[Tensor, Tensor],
+                   ) -> Tensor:
+    r"""Dropout of a matrix whose non-zero entries are at :obj:`index`
+    (rows, columns): each of them is kept with probability :math:`1 - p` and
+    scaled by :math:`1 / (1 - p)`, zeros stay zero, as in
+    :func:`torch.nn.functional.dropout`, but random numbers are drawn for
+    the non-zero entries only (bag-of-words features are ~1 % non-zero)."""
+    row, col = index
+    keep = torch.rand(row.numel(), device=x.device) >= p  # [nnz]
+    row, col = row[keep], col[keep]
+    out = torch.zeros_like(x)
+    out[row, col] = x[row, col] / (1.0 - p)
+    return out
+
+
 def _make_norm(factory: Callable[..., torch.nn.Module],
                channels: int) -> torch.nn.Module:
     r"""Calls :obj:`factory`, passing :obj:`channels` under the first width
@@ -182,6 +206,7 @@ class DeepGCN(torch.nn.Module):
                 _make_norm(norm, hidden_channels)
                 for _ in range(num_layers - 1))
         self._norm_inputs = [_forward_inputs(n) for n in self.norms]
+        self._input_key, self._input_nonzero = None, None
         self.shared_norm = None
         if shared_layer_norm and 'norm' in order:
             self.shared_norm = torch.nn.LayerNorm(hidden_channels)
@@ -203,12 +228,31 @@ class DeepGCN(torch.nn.Module):
                 torch.nn.init.uniform_(conv.lin.weight, -bound, bound)
                 torch.nn.init.uniform_(conv.bias, -bound, bound)
 
+    def _input_dropout(self, x: Tensor) -> Tensor:
+        r"""Dropout of the input features; for a sparse input (at most 10 %
+        non-zero, constant across calls, no gradient) through
+        :func:`sparse_dropout`, its non-zero pattern found once."""
+        if (not self.training or self.dropout == 0.0 or x.requires_grad
+                or x.dim() != 2):
+            return dropout(x, self.dropout, self.training)
+        key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.device)
+        if self._input_key != key:
+            index = x.nonzero(as_tuple=True)
+            sparse = index[0].numel() <= 0.1 * x.numel()
+            self._input_key = key
+            self._input_nonzero = index if sparse else None
+        if self._input_nonzero is None:
+            return dropout(x, self.dropout)
+        return sparse_dropout(x, self.dropout, self._input_nonzero)
+
     def _layer(self, i: int, x: Tensor, edge_index: Tensor,
                edge_weight: OptTensor, inputs: dict) -> Tensor:
         last = i == self.num_layers - 1
         for step in self.order:
-            if step == 'dropout':
-                x = F.dropout(x, p=self.dropout, training=self.training)
+            if step == 'dropout' and i == 0:
+                x = self._input_dropout(x)
+            elif step == 'dropout':
+                x = dropout(x, self.dropout, self.training)
             elif step == 'conv':
                 x = self.convs[i](x, edge_index, edge_weight)
             elif last:  # the output layer: no norm, no activation
