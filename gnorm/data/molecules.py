@@ -1,0 +1,285 @@
+r"""Molecule datasets for graph-level tasks, with the shortest paths a
+Graphormer needs computed once per graph.
+
+* ``molhiv``: :class:`ogb.graphproppred.PygGraphPropPredDataset`
+  (``ogbg-molhiv``, 41,127 molecules, 9 atom / 3 bond feature columns),
+  official scaffold split, binary classification scored by ROC-AUC from
+  :class:`ogb.graphproppred.Evaluator`. Files in ``<root>/ogbg_molhiv/``.
+* ``zinc``: :class:`torch_geometric.datasets.ZINC`, the 12k subset by
+  default (``subset=True``; PyG's own default is the full 250k), one atom
+  type and one bond type per atom and bond, regression scored by MAE. Raw
+  files in ``<root>/zinc/raw/``.
+* ``zinc_fixture``: a smoke-test pair, not a benchmark: trains on the exact
+  1,000 ZINC-subset validation graphs and validates and tests on its 1,000
+  test graphs (:func:`zinc_fixture`, read from the mirror).
+
+A mirror folder (``GNORM_DATA_MIRROR`` / ``data.mirror``) is read offline:
+``<mirror>/ogb_regenerated/ogbg_molhiv/`` is copied into the root, and the
+ZINC index files found in ``<mirror>/zinc_partial/index/``; nothing is
+downloaded then. :func:`zinc_fixture` reads the exact ZINC-subset val/test
+graphs of ``<mirror>/zinc_partial/`` (tests and smoke runs only).
+
+:class:`ShortestPaths` is the ``pre_transform``: it stores, per graph, the
+shortest-path distance of every ordered node pair and the first edge of one
+shortest path (``O(n^2)`` per graph, independent of the multi-hop length);
+the model walks these pointers on the device to get the edges along a path.
+"""
+import contextlib
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.transforms import BaseTransform
+
+from gnorm.errors import ConfigError, DataError
+
+# name -> (feature scheme of gnorm.models.Graphormer, outputs, metric,
+#          True if higher is better)
+GRAPH_DATASETS = {
+    'molhiv': ('ogb', 1, 'rocauc', True),
+    'zinc': ('zinc', 1, 'mae', False),
+    'zinc_fixture': ('zinc', 1, 'mae', False),
+}
+# Files PyG's ZINC reads from <root>/zinc/raw/.
+ZINC_RAW = ('train.pickle', 'val.pickle', 'test.pickle', 'train.index',
+            'val.index', 'test.index')
+_INT16_MAX = 32767
+
+
+def shortest_paths(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor,
+                                                                 Tensor]:
+    r"""Hop distances and first edges of shortest paths of one graph.
+
+    Breadth-first search from every node at once: the frontier at distance
+    :math:`k` is the boolean product of the frontier at :math:`k - 1` with
+    the adjacency matrix, so the cost is one :math:`n \times n` product per
+    distance. Edge :math:`e = (i \to u)` starts a shortest path from
+    :math:`i` to :math:`j` when :math:`d(u, j) = d(i, j) - 1`; of those, the
+    edge with the smallest id is kept.
+
+    Args:
+        edge_index (torch.Tensor): Directed edges :obj:`[2, num_edges]`.
+        num_nodes (int): Number of nodes :math:`n`.
+
+    Returns:
+        (torch.Tensor, torch.Tensor): :obj:`dist` :obj:`[n, n]` (int64,
+        :obj:`-1` where :math:`j` is unreachable from :math:`i`, :obj:`0`
+        on the diagonal) and :obj:`first_edge` :obj:`[n, n]` (int64, the
+        id of the first edge of a shortest path from :math:`i` to :math:`j`,
+        :obj:`-1` where there is none).
+    """
+    n = num_nodes
+    src, dst = edge_index.cpu()
+    adj = torch.zeros(n, n)
+    adj[src, dst] = 1.0
+    dist = torch.full((n, n), -1, dtype=torch.long)
+    seen = torch.eye(n, dtype=torch.bool)
+    dist[seen] = 0
+    frontier = seen
+    for d in range(1, n):
+        frontier = (frontier.float() @ adj > 0) & ~seen  # [n, n]
+        if not bool(frontier.any()):
+            break
+        dist[frontier] = d
+        seen |= frontier
+
+    # Candidate (edge e = i -> u, target j) where d(u, j) = d(i, j) - 1.
+    ok = (dist[dst] >= 0) & (dist[dst] == dist[src] - 1)  # [E, n]
+    edge_id = torch.arange(src.numel()).unsqueeze(1).expand_as(ok)  # [E, n]
+    pair = src.unsqueeze(1) * n + torch.arange(n)  # [E, n]: i * n + j
+    first = torch.full((n * n, ), -1, dtype=torch.long)
+    first.scatter_reduce_(0, pair[ok], edge_id[ok], reduce='amin',
+                          include_self=False)
+    return dist, first.view(n, n)  # [n, n], [n, n]
+
+
+class ShortestPaths(BaseTransform):
+    r"""Stores the shortest paths of a graph for a Graphormer: ``spd``, the
+    hop distance of every ordered node pair, and ``path_edge``, the local id
+    of the first edge of one shortest path (see :func:`shortest_paths`).
+    Both are flat :obj:`[num_nodes * num_nodes]` int16 tensors in row-major
+    order (pair :math:`(i, j)` at :math:`i n + j`), so that PyG's collation
+    concatenates them; :class:`gnorm.models.Graphormer` makes them dense per
+    batch. :obj:`-1` marks unreachable pairs and missing edges."""
+    def forward(self, data: Data) -> Data:
+        n, num_edges = data.num_nodes, data.edge_index.size(1)
+        if max(n, num_edges) > _INT16_MAX:
+            raise ValueError(f"ShortestPaths stores int16 ids; got a graph "
+                             f"with {n} nodes and {num_edges} edges (max "
+                             f"{_INT16_MAX})")
+        dist, first = shortest_paths(data.edge_index, n)
+        data.spd = dist.view(-1).to(torch.int16)  # [n * n]
+        data.path_edge = first.view(-1).to(torch.int16)  # [n * n]
+        return data
+
+
+@contextlib.contextmanager
+def _full_torch_load():
+    r"""Lets ogb 1.3.6's :func:`torch.load` (no ``weights_only``) read its
+    processed file under torch >= 2.6 while the block runs, without the
+    warnings that ogb's own code triggers; the previous environment is
+    restored afterwards."""
+    key = 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'
+    old = os.environ.get(key)
+    os.environ[key] = '1'
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='.*(' + key +
+                                    '|NumPy array is not writable)')
+            yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    r"""Copies the files of :obj:`src` that :obj:`dst` lacks (through a
+    temporary name, so an interrupted copy leaves no truncated file)."""
+    for path in sorted(src.rglob('*')):
+        target = dst / path.relative_to(src)
+        if path.is_file() and not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f'.{target.name}.tmp')
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, target)
+
+
+def _mirror(mirror: Union[str, Path, None]) -> Optional[Path]:
+    if mirror in (None, ''):
+        return None
+    mirror = Path(mirror).expanduser().resolve()
+    if not mirror.is_dir():
+        raise DataError(f"data mirror {mirror} is not a folder; fix "
+                        f"GNORM_DATA_MIRROR / data.mirror or unset it to "
+                        f"download")
+    return mirror
+
+
+def load_molhiv(root: Union[str, Path] = 'data',
+                mirror: Union[str, Path, None] = None):
+    r"""ogbg-molhiv with :class:`ShortestPaths` and its scaffold split.
+
+    Returns:
+        (dataset, dict): The :class:`PygGraphPropPredDataset` and the split
+        (``train`` / ``valid`` / ``test`` index tensors).
+    """
+    from ogb.graphproppred import PygGraphPropPredDataset
+    root = Path(root).expanduser().resolve()
+    mirror = _mirror(mirror)
+    if mirror is not None:
+        src = mirror / 'ogb_regenerated' / 'ogbg_molhiv'
+        if not (src / 'raw').is_dir():
+            raise DataError(f"dataset 'molhiv': the mirror lacks {src}/raw/; "
+                            f"put OGB's ogbg_molhiv folder (raw/, split/, "
+                            f"RELEASE_v1.txt) there or unset "
+                            f"GNORM_DATA_MIRROR to download")
+        _copy_tree(src, root / 'ogbg_molhiv')
+    try:
+        with _full_torch_load():
+            dataset = PygGraphPropPredDataset('ogbg-molhiv', root=str(root),
+                                              pre_transform=ShortestPaths())
+    except (OSError, ConnectionError) as e:
+        raise DataError(f"dataset 'molhiv': cannot read or download "
+                        f"{root}/ogbg_molhiv ({type(e).__name__}); put OGB's "
+                        f"ogbg_molhiv folder there or set GNORM_DATA_MIRROR "
+                        f"to a folder holding ogb_regenerated/ogbg_molhiv/"
+                        ) from None
+    return dataset, dataset.get_idx_split()
+
+
+def load_zinc(root: Union[str, Path] = 'data',
+              mirror: Union[str, Path, None] = None, subset: bool = True,
+              ) -> Dict[str, 'torch_geometric.datasets.ZINC']:
+    r"""ZINC with :class:`ShortestPaths`: the 12k subset (default) or, with
+    :obj:`subset=False`, the full 250k. Offline (with a :obj:`mirror`), a
+    missing raw file raises :class:`DataError` naming the files and the
+    folder to put them in.
+
+    Returns:
+        dict: ``train`` / ``valid`` / ``test``
+        :class:`torch_geometric.datasets.ZINC` datasets.
+    """
+    from torch_geometric.datasets import ZINC
+    root = Path(root).expanduser().resolve() / 'zinc'
+    raw = root / 'raw'
+    mirror = _mirror(mirror)
+    if mirror is not None:
+        index = mirror / 'zinc_partial' / 'index'
+        if index.is_dir():
+            _copy_tree(index, raw)
+        missing = [f for f in ZINC_RAW if not (raw / f).is_file()]
+        if missing:
+            raise DataError(f"dataset 'zinc': missing {', '.join(missing)} "
+                            f"in {raw}/ (offline: the mirror {mirror} has "
+                            f"no copy); put ZINC's files there (molecules.zip"
+                            f" of benchmarking-gnns) or unset "
+                            f"GNORM_DATA_MIRROR to let PyG download them")
+    try:
+        return {name: ZINC(str(root), subset=subset, split=split,
+                           pre_transform=ShortestPaths())
+                for name, split in (('train', 'train'), ('valid', 'val'),
+                                    ('test', 'test'))}
+    except (OSError, ConnectionError) as e:
+        missing = [f for f in ZINC_RAW if not (raw / f).is_file()]
+        raise DataError(f"dataset 'zinc': missing {', '.join(missing)} in "
+                        f"{raw}/ and the download failed ({type(e).__name__})"
+                        f"; put the files there or set GNORM_DATA_MIRROR"
+                        ) from None
+
+
+def zinc_fixture(mirror: Union[str, Path], split: str = 'val',
+                 limit: Optional[int] = None) -> List[Data]:
+    r"""The exact 1,000 ZINC-subset :obj:`split` (``val`` or ``test``)
+    graphs (the first :obj:`limit` of them if given) of
+    ``<mirror>/zinc_partial/subset_<split>_graphs.npz``, as PyG's
+    ZINC stores them (``x`` :obj:`[n, 1]` atom types, ``edge_attr``
+    :obj:`[E]` bond types, ``y`` :obj:`[1]`), with :class:`ShortestPaths`.
+    For tests and smoke runs: the ZINC training graphs are not there."""
+    path = Path(mirror) / 'zinc_partial' / f'subset_{split}_graphs.npz'
+    if not path.is_file():
+        raise DataError(f"ZINC fixture {path} not found; set "
+                        f"GNORM_DATA_MIRROR to the shared data folder")
+    arrays = np.load(path)
+    nodes, edges = arrays['node_ptr'], arrays['edge_ptr']
+    atom = torch.from_numpy(arrays['atom_type'])
+    edge_index = torch.from_numpy(arrays['edge_index'])
+    bond = torch.from_numpy(arrays['bond_type'])
+    y = torch.from_numpy(arrays['y'])
+    transform = ShortestPaths()
+    return [transform(Data(x=atom[nodes[g]:nodes[g + 1]].view(-1, 1),
+                           edge_index=edge_index[:, edges[g]:edges[g + 1]],
+                           edge_attr=bond[edges[g]:edges[g + 1]],
+                           y=y[g:g + 1]))
+            for g in range(len(nodes) - 1)[:limit]]
+
+
+def load_graph_dataset(name: str, root: Union[str, Path] = 'data',
+                       mirror: Union[str, Path, None] = None,
+                       subset: bool = True, limit: Optional[int] = None,
+                       ) -> Dict[str, object]:
+    r"""The ``train`` / ``valid`` / ``test`` graphs of dataset :obj:`name`
+    (one of :obj:`GRAPH_DATASETS`); :obj:`subset` is for ``zinc``,
+    :obj:`limit` (graphs per split) for ``zinc_fixture`` only."""
+    if name not in GRAPH_DATASETS:
+        raise ConfigError(f"unknown graph dataset {name!r}; pass one of "
+                          f"{', '.join(GRAPH_DATASETS)}")
+    if name == 'zinc':
+        return load_zinc(root, mirror, subset)
+    if name == 'zinc_fixture':
+        mirror = _mirror(mirror)
+        if mirror is None:
+            raise DataError("dataset 'zinc_fixture' is read from the mirror; "
+                            "set GNORM_DATA_MIRROR to the shared data folder")
+        test = zinc_fixture(mirror, 'test', limit)
+        return {'train': zinc_fixture(mirror, 'val', limit), 'valid': test,
+                'test': test}
+    dataset, split = load_molhiv(root, mirror)
+    return {k: dataset[split[k]] for k in ('train', 'valid', 'test')}

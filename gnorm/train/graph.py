@@ -1,0 +1,358 @@
+r"""Graph-level training: mini-batches of molecules through a Graphormer
+(the task of ``dataset=molhiv|zinc``).
+
+AdamW with linear warmup then linear (or polynomial) decay, gradient
+clipping, bf16 autocast on CUDA, evaluation every ``train.eval_every``
+epochs, the test metric at the best-validation epoch. Every
+``train.checkpoint_every`` epochs ``checkpoint.pt`` is written into the run
+folder; with ``resume=true`` an interrupted run continues from it and gives
+the curve the uninterrupted run would have given.
+
+Multi-GPU data parallel runs under ``torchrun`` (one process per GPU,
+:class:`~torch.nn.parallel.DistributedDataParallel`, ``train.batch_size``
+graphs per process)::
+
+    torchrun --standalone --nproc_per_node=4 -m gnorm.train \
+        experiment=zinc_graphormer_slim hydra.run.dir=outputs/zinc_slim_ddp
+
+:func:`run` is called by :func:`gnorm.train.train` with the shared fields
+of ``results.json`` already filled in.
+"""
+import copy
+import inspect
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data.distributed import DistributedSampler
+from torch_geometric.loader import DataLoader
+
+from gnorm.data.molecules import GRAPH_DATASETS, load_graph_dataset
+from gnorm.errors import ConfigError, TrainingError
+from gnorm.models import DeepGCN, Graphormer
+from gnorm.train.progress import Progress
+from gnorm.train.run import is_int, one_line, result_config
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ('bf16', 'fp32')
+CHECKPOINT = 'checkpoint.pt'
+_DATASET_META = ('name', 'default_split', 'task')
+_REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
+
+
+def check_config(cfg: DictConfig) -> None:
+    r"""Raises :class:`ConfigError` with a one-line fix for bad values of
+    the graph-level keys."""
+    name = cfg.dataset.name
+    if name not in GRAPH_DATASETS:
+        raise ConfigError(f"unknown graph dataset {name!r}; pass dataset= "
+                          f"one of {', '.join(GRAPH_DATASETS)}")
+    target = cfg.model.get('_target_')
+    if target != 'gnorm.models.Graphormer':
+        raise ConfigError(f"dataset={name} is a graph-level task; pass "
+                          f"model=graphormer (got {target})")
+    allowed = set(inspect.signature(Graphormer).parameters) | {'_target_'}
+    gcn_only = set(inspect.signature(DeepGCN).parameters) - allowed
+    for key in cfg.model:
+        if key not in allowed:
+            hint = ' (an option of model=gcn)' if key in gcn_only else ''
+            raise ConfigError(f"model=graphormer takes no option "
+                              f"model.{key}{hint}; remove it")
+    if cfg.norm.get('_target_') in _REFUSED_NORMS:
+        raise ConfigError(f"model=graphormer cannot use norm "
+                          f"{cfg.norm._target_} (not a per-token normaliser)"
+                          f"; pass norm=layernorm, sepnorm, contranorm or "
+                          f"contranorm_d")
+    if not is_int(cfg.model.max_dist) or cfg.model.max_dist < 1:
+        raise ConfigError(f"model.max_dist must be an integer >= 1, got "
+                          f"{cfg.model.max_dist!r}; pass e.g. "
+                          f"model.max_dist=5")
+    if cfg.split != cfg.dataset.default_split:
+        raise ConfigError(f"dataset={name} has only its official split; "
+                          f"pass split={cfg.dataset.default_split}")
+    t = cfg.train
+    for key in ('batch_size', 'eval_every', 'checkpoint_every'):
+        if not is_int(t[key]) or t[key] < 1:
+            raise ConfigError(f"train.{key} must be an integer >= 1, got "
+                              f"{t[key]!r}")
+    for key in ('warmup_steps', 'num_workers'):
+        if not is_int(t[key]) or t[key] < 0:
+            raise ConfigError(f"train.{key} must be an integer >= 0, got "
+                              f"{t[key]!r}")
+    for key in ('end_lr', 'grad_clip', 'decay_power'):
+        if not isinstance(t[key], (int, float)) or t[key] < 0:
+            raise ConfigError(f"train.{key} must be a number >= 0, got "
+                              f"{t[key]!r}")
+    if t.precision not in PRECISIONS:
+        raise ConfigError(f"unknown train.precision={t.precision!r}; pass "
+                          f"bf16 or fp32")
+
+
+def build_model(cfg: DictConfig) -> torch.nn.Module:
+    r"""Instantiates :obj:`cfg.model` for :obj:`cfg.dataset` with the norm
+    of :obj:`cfg.norm` (instantiated partially, the model passes the
+    width)."""
+    features, out_channels = GRAPH_DATASETS[cfg.dataset.name][:2]
+    try:
+        norm = instantiate(cfg.norm, _partial_=True)
+        return instantiate(cfg.model, out_channels=out_channels,
+                           features=features, norm=norm)
+    except (InstantiationException, ValueError, TypeError, ImportError) as e:
+        raise ConfigError(f"cannot build the model: {one_line(e)}") from None
+
+
+def lr_factor(step: int, warmup: int, total: int, end: float,
+              power: float) -> float:
+    r"""Learning rate of update :obj:`step` (0-based) over the peak: linear
+    warmup over :obj:`warmup` updates, then a polynomial decay of power
+    :obj:`power` (1: linear) to :obj:`end` at update :obj:`total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return end + (1.0 - end) * (1.0 - progress) ** power
+
+
+def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
+    out, y = out.float(), y.view(out.shape).float()
+    if metric == 'mae':
+        return F.l1_loss(out, y)
+    labelled = y == y  # OGB marks missing labels with NaN
+    return F.binary_cross_entropy_with_logits(out[labelled], y[labelled])
+
+
+def forward(model: torch.nn.Module, batch) -> torch.Tensor:
+    r"""Predictions of :obj:`model` for a PyG mini-batch."""
+    return model(batch.x, batch.edge_index, batch.edge_attr, batch.spd,
+                 batch.path_edge, batch.batch, batch.num_graphs)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader, metric: str,
+             device: torch.device, autocast: bool) -> Tuple[float, float]:
+    r"""The metric (``rocauc`` from :class:`ogb.graphproppred.Evaluator`,
+    or ``mae``) and the mean loss of :obj:`model` on :obj:`loader`, in
+    evaluation mode."""
+    model.eval()
+    preds, ys = [], []
+    for batch in loader:
+        batch = batch.to(device)
+        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+            preds.append(forward(model, batch).float())
+        ys.append(batch.y.view(preds[-1].shape).float())
+    pred, y = torch.cat(preds), torch.cat(ys)
+    loss = float(_loss(pred, y, metric))
+    if metric == 'mae':
+        return float((pred - y).abs().mean()), loss
+    from ogb.graphproppred import Evaluator
+    score = Evaluator('ogbg-molhiv').eval({'y_true': y.cpu().numpy(),
+                                           'y_pred': pred.cpu().numpy()})
+    return float(score['rocauc']), loss
+
+
+def _distributed(device: torch.device) -> Tuple[int, int, torch.device]:
+    r"""Rank, world size and device of this process: under ``torchrun``
+    (``WORLD_SIZE`` > 1) joins the process group, one GPU per process."""
+    world = int(os.environ.get('WORLD_SIZE', 1))
+    if world == 1:
+        return 0, 1, device
+    if not dist.is_initialized():
+        dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
+    if device.type == 'cuda':
+        device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
+        torch.cuda.set_device(device)
+    return dist.get_rank(), world, device
+
+
+def _save(path: Path, state: Dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f'.{path.name}.tmp')
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _rng_state() -> Dict[str, Any]:
+    return {'cpu': torch.get_rng_state(),
+            'cuda': (torch.cuda.get_rng_state_all()
+                     if torch.cuda.is_available() else [])}
+
+
+def _set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state['cpu'])
+    if state['cuda'] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state['cuda'])
+
+
+def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
+    r"""The one line printed at the end of a run."""
+    norm = results.get('choices', {}).get(
+        'norm', str(cfg.norm._target_).rsplit('.', 1)[-1])
+    metric = results['metric']
+    return ' | '.join([
+        f"{cfg.dataset.name} graphormer L={cfg.model.num_layers} {norm} "
+        f"seed={cfg.seed}",
+        f"epoch {results['selected_epoch']} ({cfg.select})",
+        f"{metric} val {results['val_metric']:.4f} test "
+        f"{results['test_metric']:.4f}",
+        f"{results['runtime_s']:.1f}s {results['device']}",
+        str(results['path'])])
+
+
+def run(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
+        path: Path) -> Dict[str, Any]:
+    r"""Loads the dataset, trains :obj:`cfg.model` on it and returns
+    :obj:`results` completed with the val/test metric of the selected epoch
+    and the per-epoch curve. Raises :class:`TrainingError` if the loss
+    stops being finite (:func:`gnorm.train.train` records the failure)."""
+    t = cfg.train
+    rank, world, device = _distributed(device)
+    checkpoint = path.parent / CHECKPOINT
+    state = None
+    if cfg.get('resume', False) and checkpoint.is_file():
+        state = torch.load(checkpoint, map_location=device,
+                           weights_only=False)
+        asked = result_config(OmegaConf.to_container(cfg, resolve=True))
+        if result_config(state['config']) != asked:
+            raise ConfigError(f"{checkpoint} belongs to another config; pass "
+                              f"resume=false or another output folder")
+    name = cfg.dataset.name
+    metric, higher_better = GRAPH_DATASETS[name][2:]
+    options = {k: v for k, v in OmegaConf.to_container(
+        cfg.dataset, resolve=True).items() if k not in _DATASET_META}
+    splits = load_graph_dataset(name, cfg.data.root, cfg.data.mirror,
+                                **options)
+    model = build_model(cfg).to(device)
+    if cfg.norm._target_.endswith('Identity'):
+        log.warning('norm=none: the Graphormer runs without normalisation')
+    log.info('%s: %s graphs; model %s on %s', name,
+             '/'.join(str(len(s)) for s in splits.values()), model, device)
+    results.update({
+        'dataset': {'name': name, 'split': cfg.split, 'split_sizes': [
+            len(splits[k]) for k in ('train', 'valid', 'test')]},
+        'model': str(model), 'metric': metric, 'world_size': world,
+        'num_parameters': sum(p.numel() for p in model.parameters()),
+    })
+
+    sampler = DistributedSampler(splits['train'], num_replicas=world,
+                                 rank=rank, shuffle=True, seed=cfg.seed)
+    train_loader = DataLoader(splits['train'], t.batch_size, sampler=sampler,
+                              num_workers=t.num_workers)
+    loaders = {k: DataLoader(splits[k], t.batch_size, shuffle=False,
+                             num_workers=t.num_workers)
+               for k in ('valid', 'test')}
+    trained = model
+    if world > 1:
+        if device.type == 'cuda':
+            trained = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        trained = torch.nn.parallel.DistributedDataParallel(
+            trained, device_ids=[device] if device.type == 'cuda' else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr,
+                                  weight_decay=t.weight_decay)
+    total = t.epochs * len(train_loader)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, t.warmup_steps, total,
+                                          t.end_lr / t.lr if t.lr else 0.0,
+                                          t.decay_power))
+    autocast = device.type == 'cuda' and t.precision == 'bf16'
+
+    curve = {k: [] for k in ('epoch', 'loss', 'lr', 'val_metric', 'val_loss',
+                             'test_metric', 'time_s')}
+    results.update(curve=curve, best_epoch=0, best=None)
+    best_state, start = None, 1
+    if state is not None:
+        model.load_state_dict(state['model'])
+        optimizer.load_state_dict(state['optimizer'])
+        scheduler.load_state_dict(state['scheduler'])
+        best_state, start = state['best_state'], state['epoch'] + 1
+        curve.update(state['curve'])
+        results.update(best_epoch=state['best_epoch'], best=state['best'],
+                       resumed_from_epoch=state['epoch'])
+        _set_rng_state(state['rng'])
+        log.info('resumed from %s at epoch %d', checkpoint, state['epoch'])
+
+    sign = 1.0 if higher_better else -1.0
+    with Progress(t.epochs, every=t.log_every,
+                  bar=t.progress and rank == 0) as progress:
+        if start > 1:
+            progress.update(start - 1)
+        for epoch in range(start, t.epochs + 1):
+            begin = time.perf_counter()
+            trained.train()
+            sampler.set_epoch(epoch)
+            total_loss, count = 0.0, 0
+            for batch in train_loader:
+                batch = batch.to(device)
+                with torch.autocast(device.type, torch.bfloat16,
+                                    enabled=autocast):
+                    loss = _loss(forward(trained, batch), batch.y, metric)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if t.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                   t.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                total_loss += loss.item() * batch.num_graphs
+                count += batch.num_graphs
+            value = total_loss / count
+            if not math.isfinite(value):
+                raise TrainingError(f"the training loss became {value} at "
+                                    f"epoch {epoch}; lower train.lr or "
+                                    f"change the norm")
+
+            row = {'epoch': epoch, 'loss': value, 'val_metric': math.nan,
+                   'val_loss': math.nan, 'test_metric': math.nan,
+                   'lr': optimizer.param_groups[0]['lr']}
+            if epoch % t.eval_every == 0 or epoch == t.epochs:
+                row['val_metric'], row['val_loss'] = evaluate(
+                    model, loaders['valid'], metric, device, autocast)
+                row['test_metric'], _ = evaluate(model, loaders['test'],
+                                                 metric, device, autocast)
+                best = results['best']
+                if best is None or sign * row['val_metric'] > \
+                        sign * best['val_metric']:
+                    best_state = copy.deepcopy(model.state_dict())
+                    results.update(best_epoch=epoch, best={
+                        k: row[k] for k in ('val_metric', 'val_loss',
+                                            'test_metric')})
+            row['time_s'] = time.perf_counter() - begin
+            for key, column in curve.items():
+                column.append(row[key])
+            if rank == 0 and (epoch % t.checkpoint_every == 0
+                              or epoch == t.epochs):
+                _save(checkpoint, {
+                    'epoch': epoch, 'config': OmegaConf.to_container(
+                        cfg, resolve=True),
+                    'model': model.state_dict(),
+                    'optimizer': optimizer.state_dict(),
+                    'scheduler': scheduler.state_dict(),
+                    'best_state': best_state, 'best_epoch':
+                    results['best_epoch'], 'best': results['best'],
+                    'curve': curve, 'rng': _rng_state()})
+            progress.update(epoch, loss=value, **{
+                f'val_{metric}': row['val_metric']})
+
+    if cfg.select == 'best_val':
+        model.load_state_dict(best_state)
+        selected = results['best_epoch']
+    else:
+        selected = t.epochs
+    val_metric, val_loss = evaluate(model, loaders['valid'], metric, device,
+                                    autocast)
+    test_metric, test_loss = evaluate(model, loaders['test'], metric, device,
+                                      autocast)
+    results.update(status='ok', select=cfg.select, selected_epoch=selected,
+                   val_metric=val_metric, val_loss=val_loss,
+                   test_metric=test_metric, test_loss=test_loss)
+    if world > 1:
+        dist.destroy_process_group()
+    return results

@@ -1,0 +1,237 @@
+import functools
+import math
+
+import networkx as nx
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+from torch_geometric.utils import from_networkx
+
+from gnorm.data.molecules import ShortestPaths
+from gnorm.models import Graphormer
+from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm, SepNorm
+
+NORMS = {
+    'layernorm': None,
+    'sepnorm_bn_ln': functools.partial(SepNorm),
+    'sepnorm_ln_ln': functools.partial(SepNorm, virtual_norm='layer'),
+    'sepnorm_ln_bn': functools.partial(SepNorm, virtual_norm='layer',
+                                       token_norm='batch'),
+    'sepnorm_bn_bn': functools.partial(SepNorm, token_norm='batch'),
+    'contranorm': functools.partial(ContraNorm, scale=0.5,
+                                    negatives='non_neighbors'),
+    'contranorm_d': functools.partial(DualContraNorm, scale=0.5),
+}
+
+
+def _graph(num_nodes, seed, extra=0):
+    r"""A random tree (ZINC features) plus an :obj:`extra`-node path that
+    the tree cannot reach."""
+    g = nx.random_labeled_tree(num_nodes, seed=seed)
+    nx.add_path(g, range(num_nodes, num_nodes + extra))
+    g.add_nodes_from(range(num_nodes + extra))
+    data = Data(edge_index=from_networkx(g).edge_index,
+                num_nodes=num_nodes + extra)
+    gen = torch.Generator().manual_seed(seed)
+    data.x = torch.randint(0, 28, (data.num_nodes, 1), generator=gen)
+    data.edge_attr = torch.randint(1, 4, (data.num_edges, ), generator=gen)
+    data.y = torch.randn(1, generator=gen)
+    return ShortestPaths()(data)
+
+
+def _model(norm='layernorm', **kwargs):
+    torch.manual_seed(0)
+    args = dict(features='zinc', num_layers=2, hidden_channels=16,
+                num_heads=2, ffn_channels=16, max_dist=3, norm=NORMS[norm])
+    return Graphormer(1, **{**args, **kwargs})
+
+
+def _run(model, graphs, **kwargs):
+    b = Batch.from_data_list(graphs)
+    return model(b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge,
+                 b.batch, b.num_graphs, **kwargs)
+
+
+def test_graphormer_repr_and_shape():
+    model = Graphormer(1, features='zinc')
+    assert str(model) == (
+        "Graphormer(1, features='zinc', num_layers=12, hidden_channels=80, "
+        "num_heads=8, max_dist=20, norm=LayerNorm((80,), eps=1e-05, "
+        "elementwise_affine=True, bias=True))")
+    assert 450_000 < sum(p.numel() for p in model.parameters()) < 550_000
+    out = _run(model, [_graph(5, 0), _graph(9, 1, extra=2)])
+    assert out.shape == (2, 1) and bool(out.isfinite().all())
+
+
+@pytest.mark.parametrize('norm', list(NORMS))
+def test_padding_never_changes_real_tokens(norm):
+    model = _model(norm).eval()
+    graphs = [_graph(4, 0), _graph(7, 1, extra=1)]
+    out, tokens, mask = _run(model, graphs, return_tokens=True)
+    padded, ptokens, _ = _run(model, graphs + [_graph(15, 2)],
+                              return_tokens=True)
+    assert torch.allclose(out, padded[:2], atol=1e-5)
+    for g in range(2):
+        real = mask[g]
+        assert torch.allclose(tokens[g][real], ptokens[g, :real.numel()][real],
+                              atol=1e-5)
+    assert bool(ptokens.isfinite().all())
+
+
+@pytest.mark.parametrize('norm', list(NORMS))
+def test_batched_equals_one_graph_at_a_time(norm):
+    model = _model(norm).eval()
+    graphs = [_graph(n, seed, extra=seed % 2) for seed, n in
+              enumerate([3, 8, 5, 11])]
+    batched = _run(model, graphs)
+    single = torch.cat([_run(model, [g]) for g in graphs])
+    assert torch.allclose(batched, single, atol=1e-5)
+
+
+def test_padded_heads_equal_unpadded_math():
+    # head dim 10 (hidden 80, 8 heads) is padded to 16 with scale 1/sqrt(10).
+    model = Graphormer(1, features='zinc', num_layers=1, dropout=0.0,
+                       input_dropout=0.0, attention_dropout=0.0).eval()
+    layer = model.layers[0]
+    assert (layer.head_dim, layer.padded_dim) == (10, 16)
+    x = torch.randn(3, 6, 80)
+    bias = torch.randn(3, 8, 6, 6)
+    bias[:, :, :, 4:] = float('-inf')  # padded keys
+    q, k, v = layer.qkv(x).view(3, 6, 3, 8, 10).permute(2, 0, 3, 1, 4)
+    weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(10) + bias,
+                            dim=-1)  # [3, heads, 6, 6]
+    expected = layer.out((weights @ v).transpose(1, 2).reshape(3, 6, 80))
+    assert torch.allclose(layer.attention(x, bias), expected, atol=1e-5)
+
+    unpadded = Graphormer(1, features='zinc', num_layers=1, head_multiple=1)
+    unpadded.load_state_dict(model.state_dict())
+    assert unpadded.layers[0].padded_dim == 10
+    g = [_graph(6, 0), _graph(3, 1)]
+    assert torch.allclose(_run(model, g), _run(unpadded.eval(), g),
+                          atol=1e-5)
+
+
+def test_attention_bias_as_documented():
+    model = _model(max_dist=2, max_spd=3)
+    graphs = [_graph(7, 0, extra=2), _graph(4, 1)]
+    b = Batch.from_data_list(graphs)
+    counts = torch.bincount(b.batch)
+    mask = torch.arange(9).view(1, -1) < counts.view(-1, 1)  # [2, 9]
+    with torch.no_grad():
+        bias = model.attention_bias(b.spd, b.path_edge, b.edge_index,
+                                    b.edge_attr, b.batch, counts, mask)
+        assert bias.shape == (2, 2, 10, 10)
+        t = model.virtual_distance
+        spd_w, hop_w = model.spd_encoder.weight, model.hop_weight
+        for gi, g in enumerate(graphs):
+            n = g.num_nodes
+            # Graph token row and column: the virtual distance.
+            assert torch.equal(bias[gi, :, 0, :n + 1],
+                               t.view(2, 1).expand(2, n + 1))
+            assert torch.equal(bias[gi, :, :n + 1, 0],
+                               t.view(2, 1).expand(2, n + 1))
+            # Padded keys: -inf.
+            assert bool((bias[gi, :, :, n + 1:] == float('-inf')).all())
+            nxg = nx.Graph(g.edge_index.t().tolist())
+            nxg.add_nodes_from(range(n))
+            ids = {(int(u), int(v)): e
+                   for e, (u, v) in enumerate(g.edge_index.t())}
+            edge = model.bond_encoder(g.edge_attr)  # [E, heads]
+            for i in range(n):
+                for j in range(n):
+                    got = bias[gi, :, 1 + i, 1 + j]
+                    if not nx.has_path(nxg, i, j):  # own index, no edge term
+                        assert torch.allclose(got, spd_w[4])
+                        continue
+                    path = nx.shortest_path(nxg, i, j)
+                    d = len(path) - 1
+                    expected = spd_w[min(d, 3)].clone()
+                    hops = [ids[u, v] for u, v in zip(path, path[1:])][:2]
+                    for k, e in enumerate(hops):
+                        expected += edge[e] @ hop_w[k] / min(max(d, 1), 2)
+                    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_sepnorm_sends_graph_token_to_virtual_norm():
+    model = _model('sepnorm_bn_ln')
+    graphs = [_graph(4, 0), _graph(6, 1), _graph(3, 2)]
+    seen = {}
+
+    def hook(name):
+        def fn(module, inputs, output):
+            seen[name] = inputs[0].detach()
+        return fn
+
+    norm = model.layers[0].norm1
+    norm.norm_virtual.register_forward_hook(hook('virtual'))
+    norm.norm_token.register_forward_hook(hook('token'))
+    captured = {}
+    model.layers[0].register_forward_pre_hook(
+        lambda m, args: captured.update(x=args[0].detach()))
+    _run(model, graphs)
+    x = captured['x']  # [3, 1 + 6, 16]: the input of layer 0
+    assert torch.equal(seen['virtual'], x[:, 0])  # the graph tokens only
+    nodes = torch.cat([x[g, 1:1 + graphs[g].num_nodes] for g in range(3)])
+    assert torch.equal(seen['token'], nodes)  # valid node tokens, no padding
+    assert isinstance(norm.norm_virtual, torch.nn.BatchNorm1d)
+
+
+@pytest.mark.parametrize('norm', ['sepnorm_bn_ln', 'sepnorm_ln_bn',
+                                  'sepnorm_bn_bn'])
+def test_batchnorm_variants_train_vs_eval(norm):
+    model = _model(norm, dropout=0.0, input_dropout=0.0,
+                   attention_dropout=0.0)
+    a, b, c = _graph(4, 0), _graph(6, 1), _graph(9, 2)
+    # Training: batch statistics, so a graph's output depends on its mates.
+    model.train()
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    before = [m.running_mean.clone() for m in bns]
+    first = _run(model, [a, b])[0]
+    assert not torch.allclose(first, _run(model, [a, c])[0], atol=1e-4)
+    assert all(not torch.equal(m.running_mean, r)
+               for m, r in zip(bns, before))
+    # Evaluation: running statistics, fixed, the same for any mates.
+    model.eval()
+    frozen = [m.running_mean.clone() for m in bns]
+    assert torch.allclose(_run(model, [a, b])[0], _run(model, [a, c])[0],
+                          atol=1e-5)
+    assert all(torch.equal(m.running_mean, r) for m, r in zip(bns, frozen))
+
+
+def test_gradcheck_float64():
+    model = _model('sepnorm_bn_ln', num_layers=1, hidden_channels=4,
+                   ffn_channels=4, dropout=0.0, input_dropout=0.0,
+                   attention_dropout=0.0, max_dist=2).double()
+    b = Batch.from_data_list([_graph(3, 0, extra=1), _graph(4, 1)])
+    args = (b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge, b.batch, 2)
+    names = ('hop_weight', 'virtual_distance', 'graph_token')
+
+    def fn(*params):
+        return torch.func.functional_call(model, dict(zip(names, params)),
+                                          args)
+
+    params = tuple(getattr(model, n).detach().clone().requires_grad_()
+                   for n in names)
+    assert torch.autograd.gradcheck(fn, params)
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(max_dist=0), 'max_dist >= 1'),
+    (dict(features='qm9'), "features='qm9'"),
+    (dict(num_heads=3), 'must divide'),
+    (dict(norm=functools.partial(PairNorm)), 'PairNorm'),
+    (dict(norm=functools.partial(IsoBN)), 'IsoBN'),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Graphormer(1, **{'hidden_channels': 16, **kwargs})
+
+
+def test_single_node_graphs_give_no_nan():
+    # Mostly padding: every query row still sees the graph token.
+    model = _model()
+    out = _run(model, [_graph(1, 0), _graph(12, 1), _graph(1, 2)])
+    out.sum().backward()
+    assert bool(out.isfinite().all())
+    assert all(bool(p.grad.isfinite().all()) for p in model.parameters()
+               if p.grad is not None)

@@ -1,0 +1,175 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from torch_geometric.loader import DataLoader
+
+import gnorm.train.graph as graph
+from gnorm.data.molecules import zinc_fixture
+from gnorm.errors import ConfigError, GnormError
+from gnorm.models import Graphormer
+from gnorm.train import CONF_DIR, check_choices, check_config, train
+
+MIRROR = os.environ.get('GNORM_DATA_MIRROR')
+needs_mirror = pytest.mark.skipif(
+    not MIRROR or not Path(MIRROR).is_dir(),
+    reason='needs the offline dataset mirror (GNORM_DATA_MIRROR)')
+
+# A tiny Graphormer on 250 graphs of the ZINC fixture: well under 1 s/epoch.
+TINY = ['dataset=zinc_fixture', 'dataset.limit=250', 'model=graphormer',
+        'norm=sepnorm',
+        'layers=1', 'model.hidden_channels=16', 'model.num_heads=2',
+        'model.ffn_channels=16', 'model.max_dist=3', 'train.epochs=3',
+        'train.batch_size=50', 'train.warmup_steps=4', 'train.lr=1e-3',
+        'train.progress=false', 'device=cpu']
+
+
+def _compose(*overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        return compose('train', overrides=list(overrides))
+
+
+def _without_time(curve):
+    return {k: v for k, v in curve.items() if k != 'time_s'}
+
+
+@needs_mirror
+def test_train_graph_writes_results(tmp_path):
+    results = train(_compose(*TINY), output_dir=tmp_path)
+    saved = json.loads((tmp_path / 'results.json').read_text())
+    assert saved == json.loads(json.dumps(results))
+    assert results['status'] == 'ok' and results['task'] == 'graph'
+    assert results['metric'] == 'mae'
+    assert results['dataset']['split_sizes'] == [250, 250, 250]
+    assert (tmp_path / 'checkpoint.pt').is_file()
+
+    curve = results['curve']
+    assert curve['epoch'] == [1, 2, 3]
+    assert all(len(v) == 3 for v in curve.values())
+    best = results['best_epoch']
+    assert results['selected_epoch'] == best
+    assert curve['val_metric'][best - 1] == min(curve['val_metric'])
+    # Tested at the best-validation weights, reloaded.
+    assert results['test_metric'] == pytest.approx(
+        curve['test_metric'][best - 1], abs=1e-6)
+    assert results['val_metric'] == pytest.approx(
+        curve['val_metric'][best - 1], abs=1e-6)
+    assert curve['loss'][-1] < curve['loss'][0]
+
+
+@needs_mirror
+def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
+    asked = [*TINY, 'train.epochs=4']
+    full = train(_compose(*asked), output_dir=tmp_path / 'full')
+
+    # Stop the second run in epoch 3 (its first evaluation), after the
+    # checkpoint of epoch 2.
+    calls = []
+    evaluate = graph.evaluate
+
+    def stop(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(graph, 'evaluate', stop)
+    with pytest.raises(KeyboardInterrupt):
+        train(_compose(*asked), output_dir=tmp_path / 'cut')
+    monkeypatch.setattr(graph, 'evaluate', evaluate)
+    stopped = json.loads((tmp_path / 'cut' / 'results.json').read_text())
+    assert stopped['status'] == 'interrupted'
+    assert stopped['curve']['epoch'] == [1, 2]
+
+    resumed = train(_compose(*asked, 'resume=true'),
+                    output_dir=tmp_path / 'cut')
+    assert resumed['resumed_from_epoch'] == 2
+    assert _without_time(resumed['curve']) == _without_time(full['curve'])
+    assert resumed['test_metric'] == full['test_metric']
+
+    # A checkpoint of another config is refused.
+    with pytest.raises(ConfigError, match='another config'):
+        train(_compose(*asked, 'resume=true', 'seed=1'),
+              output_dir=tmp_path / 'cut')
+
+
+@needs_mirror
+def test_few_steps_lower_the_loss_on_zinc_fixture():
+    batch = next(iter(DataLoader(zinc_fixture(MIRROR, 'val', limit=64),
+                                 batch_size=64)))
+    torch.manual_seed(0)
+    model = Graphormer(1, features='zinc', num_layers=2, hidden_channels=32,
+                       num_heads=4, ffn_channels=32, max_dist=5, dropout=0.0,
+                       input_dropout=0.0, attention_dropout=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(20):
+        loss = graph._loss(graph.forward(model, batch), batch.y, 'mae')
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert min(losses[-3:]) < 0.8 * losses[0]
+
+
+def test_lr_warmup_then_decay():
+    factors = [graph.lr_factor(s, 10, 110, 0.0, 1.0) for s in range(111)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == 1.0
+    assert factors[10] == 1.0 and factors[60] == pytest.approx(0.5)
+    assert factors[110] == 0.0
+    assert graph.lr_factor(60, 10, 110, 0.0, 2.0) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize('overrides, match', [
+    (['dataset=molhiv'], 'dataset=molhiv is a graph-level task; pass '
+                         'model=graphormer'),
+    (['dataset=molhiv', 'model=graphormer', '+model.conv=row'],
+     r'model.conv \(an option of model=gcn\)'),
+    (['dataset=zinc', 'model=graphormer', 'model.max_dist=0'],
+     'model.max_dist must be an integer >= 1'),
+    (['dataset=zinc', 'model=graphormer', 'norm=pairnorm'],
+     'not a per-token normaliser'),
+    (['dataset=molhiv', 'model=graphormer', 'split=random'],
+     'pass split=scaffold'),
+    (['dataset=molhiv', 'model=graphormer', 'train.precision=fp16'],
+     'train.precision'),
+])
+def test_bad_config_gives_one_line(overrides, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        check_config(_compose(*overrides))
+    assert '\n' not in str(info.value)
+
+
+def test_unknown_dataset_gives_one_line():
+    with pytest.raises(ConfigError, match="unknown dataset 'qm9'") as info:
+        check_choices(['dataset=qm9', 'model=graphormer'])
+    assert '\n' not in str(info.value)
+
+
+def test_model_errors_give_one_line(tmp_path):
+    cfg = _compose('dataset=zinc_fixture', 'model=graphormer',
+                   'model.num_heads=3', 'train.progress=false')
+    with pytest.raises(GnormError, match='must divide') as info:
+        graph.build_model(cfg)
+    assert '\n' not in str(info.value)
+
+
+@needs_mirror
+def test_zinc_offline_cli_names_missing_files(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'gnorm.train', 'dataset=zinc',
+         'model=graphormer', f'data.root={tmp_path}',
+         f'hydra.run.dir={tmp_path / "run"}'],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines()
+              if line.startswith('error:')]
+    assert len(errors) == 1
+    assert 'missing train.pickle, val.pickle, test.pickle in' in errors[0]
+    assert str(tmp_path / 'zinc' / 'raw') in errors[0]
