@@ -21,7 +21,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # Keys of a run's command line that never define a configuration.
 NOT_CONFIG_KEYS = ('data.root', 'data.mirror', 'device', 'resume',
@@ -83,12 +83,15 @@ def default_keys(runs: Sequence[Dict[str, Any]],
     return list(keys)
 
 
-def _stats(values: List[float]) -> Dict[str, Optional[float]]:
+def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
+                                               Optional[float]]:
+    r"""Mean and standard deviation (ddof=0) of :obj:`values`;
+    :obj:`None` for none."""
     if not values:
-        return {'mean': None, 'std': None}
+        return None, None
     mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / len(values)
-    return {'mean': mean, 'std': math.sqrt(var)}
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values)
+                           / len(values))
 
 
 def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
@@ -117,9 +120,7 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
         values = group.pop('_values')
         for m in metrics:
             if values[m]:
-                stats = _stats(values[m])
-                group[f'{m}_mean'], group[f'{m}_std'] = (stats['mean'],
-                                                         stats['std'])
+                group[f'{m}_mean'], group[f'{m}_std'] = mean_std(values[m])
         rows.append(group)
     return rows
 

@@ -3,7 +3,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from gnorm.data import DATASETS, SPLITS
+from gnorm.data import DATASETS, GRAPH_DATASETS, SPLITS
 from gnorm.train import CONF_DIR, build_model, check_config
 
 NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d',
@@ -20,9 +20,9 @@ def _compose(*overrides):
 
 def test_groups_on_disk():
     options = {p.stem for p in (CONF_DIR / 'dataset').glob('*.yaml')}
-    assert options == set(DATASETS)
+    assert options == set(DATASETS) | set(GRAPH_DATASETS)
     options = {p.stem for p in (CONF_DIR / 'norm').glob('*.yaml')}
-    assert options == set(NORMS)
+    assert options == set(NORMS) | {'sepnorm'}  # sepnorm: Graphormer only
 
 
 def test_defaults():
@@ -97,3 +97,13 @@ def test_mirror_from_environment(monkeypatch):
     monkeypatch.delenv('GNORM_DATA_MIRROR')
     assert _compose().data.mirror is None
     assert _compose('data.mirror=/other').data.mirror == '/other'
+
+
+@pytest.mark.parametrize('overrides,match', [
+    (['norm=sepnorm'], 'norm=sepnorm normalises a graph token'),
+    (['model=graphormer'], 'is a node-level task and takes model=gcn'),
+])
+def test_graph_only_choices_on_a_node_dataset(overrides, match):
+    from gnorm.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        check_config(_compose('dataset=csbm', *overrides))

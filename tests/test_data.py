@@ -1,3 +1,4 @@
+import errno
 import os
 from pathlib import Path
 
@@ -150,3 +151,33 @@ def test_copy_from_mirror_and_public_split(tmp_path):
                           normalize_features=False)
     assert int(random.train_mask.sum()) in range(1620, 1630)
     assert random.x.max() == 1.0
+
+
+@pytest.fixture
+def read_only(tmp_path, monkeypatch):
+    r"""A data root that refuses writes as a read-only folder does, even for
+    root (who ignores chmod): os.mkdir inside it raises EACCES."""
+    root = tmp_path / 'read-only'
+    mkdir = os.mkdir
+
+    def refuse(path, *args, **kwargs):
+        if str(path).startswith(str(root)):
+            raise PermissionError(errno.EACCES, 'Permission denied',
+                                  str(path))
+        return mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, 'mkdir', refuse)
+    return root
+
+
+@pytest.mark.parametrize('mirror', [
+    None, pytest.param(MIRROR, marks=needs_mirror)])
+def test_read_only_root(read_only, mirror):
+    # With a mirror the copy fails, without one PyG's download would: both
+    # are one line naming the folder and the fix.
+    with pytest.raises(DataError) as info:
+        load_dataset('cora', read_only, mirror, split='public')
+    message = str(info.value)
+    assert message.startswith(f'cannot write to {read_only}')
+    assert 'pass data.root=' in message and '\n' not in message
+    assert ('from the mirror' in message) == (mirror is not None)

@@ -1,5 +1,7 @@
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -7,10 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import read_write
 
 from gnorm.data import PYG_DATASETS, raw_files
 from gnorm.errors import ConfigError, TrainingError
-from gnorm.train import CONF_DIR, check_choices, train
+from gnorm.train import CONF_DIR, train
 
 MIRROR = os.environ.get('GNORM_DATA_MIRROR')
 needs_mirror = pytest.mark.skipif(
@@ -77,16 +81,21 @@ def test_train_writes_results(tmp_path):
 
 
 def test_select_last(tmp_path):
-    results = train(_compose(*TINY, 'select=last'), output_dir=tmp_path)
+    torch.set_num_threads(2)
+    results = train(_compose(*TINY, 'select=last', 'threads=1'),
+                    output_dir=tmp_path)
+    assert torch.get_num_threads() == 1  # the threads key
+    assert results['machine']['threads'] == 1
     assert results['selected_epoch'] == 5
     assert results['test_acc'] == results['curve']['test_acc'][-1]
 
 
 def test_same_seed_same_metrics(tmp_path):
-    overrides = [*TINY, 'norm=contranorm', 'model.fusion=gate']
+    # On the CPU with one thread, a fixed seed gives bitwise-equal results.
+    overrides = [*TINY, 'norm=contranorm', 'model.fusion=gate', 'threads=1']
     first = train(_compose(*overrides, 'seed=3'), output_dir=tmp_path / 'a')
     second = train(_compose(*overrides, 'seed=3'), output_dir=tmp_path / 'b')
-    for key in ('curve', 'collapse', 'test_acc', 'best_epoch'):
+    for key in ('curve', 'collapse', 'test_acc', 'best_epoch', 'best'):
         assert first[key] == second[key]
     other = train(_compose(*overrides, 'seed=4'), output_dir=tmp_path / 'c')
     assert other['curve']['loss'] != first['curve']['loss']
@@ -99,6 +108,23 @@ def test_nan_loss_fails_the_run(tmp_path):
     assert results['status'] == 'failed'
     assert 'loss became nan' in results['error']
     assert len(results['curve']['epoch']) >= 1
+    assert results['best_epoch'] == 1 and 'test_acc' in results['best']
+
+
+def test_crash_fails_the_run(tmp_path, monkeypatch):
+    # An unexpected exception: one line, the traceback in results.json.
+    def crash(*args, **kwargs):
+        raise RuntimeError('boom\nsecond line')
+
+    monkeypatch.setattr('gnorm.train.node.evaluate', crash)
+    with pytest.raises(TrainingError, match=r'^RuntimeError: boom second '
+                                            r'line \(traceback in .*\)$'):
+        train(_compose(*TINY), output_dir=tmp_path)
+    results = _read(tmp_path)
+    assert results['status'] == 'failed'
+    assert results['error'] == 'RuntimeError: boom second line'
+    assert 'in crash' in results['traceback']
+    assert results['config']['dataset']['name'] == 'csbm'
 
 
 @pytest.mark.parametrize('overrides,match', [
@@ -110,10 +136,15 @@ def test_nan_loss_fails_the_run(tmp_path):
     (['split=public'], "'csbm' has no public split"),
     (['model.conv=cheb'], "cannot build the model: DeepGCN got conv='cheb'"),
     (['norm=contranorm', 'norm.temperature=0'], 'temperature must be > 0'),
+    (['threads=0'], 'threads must be an integer >= 1 or null'),
+    (['train.log_every=-1'], 'train.log_every must be an integer >= 0'),
 ])
 def test_bad_config(tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
         train(_compose(*TINY, *overrides), output_dir=tmp_path)
+    results = _read(tmp_path)  # the run folder records the failure
+    assert results['status'] == 'failed'
+    assert re.search(match, results['error'])
 
 
 def _cli(*args, cwd, env=None):
@@ -124,60 +155,124 @@ def _cli(*args, cwd, env=None):
 
 
 # One command per way an error reaches the command line: before Hydra
-# composes (unknown option), inside train() (bad value, missing data).
-@pytest.mark.parametrize('args,match', [
-    (['dataset=pubmed'], "error: unknown dataset 'pubmed'"),
-    (['norm=contranorm', 'norm.scale=-1'], 'error: norm.scale must be'),
-    (['dataset=citeseer', 'data.mirror=EMPTY', 'data.root=ROOT'],
+# composes (unknown option, unknown key), inside train() (bad value,
+# missing data).
+@pytest.mark.parametrize('args,code,match', [
+    (['dataset=pubmed'], 2, "error: unknown dataset 'pubmed'"),
+    (['layer=3'], 2, "error: unknown key 'layer' in layer=3; closest keys: "
+                     "layers"),
+    (['norm=contranorm', 'norm.scale=-1'], 2, 'error: norm.scale must be'),
+    (['dataset=citeseer', 'data.mirror=EMPTY', 'data.root=ROOT'], 1,
      "error: dataset 'citeseer': the mirror lacks 8 raw file(s)"),
 ])
-def test_cli_errors(tmp_path, args, match):
+def test_cli_errors(tmp_path, args, code, match):
     (tmp_path / 'empty').mkdir()
     args = [a.replace('EMPTY', str(tmp_path / 'empty'))
             .replace('ROOT', str(tmp_path / 'data')) for a in args]
     proc = _cli(*args, 'hydra.run.dir=run', cwd=tmp_path)
-    assert proc.returncode != 0
+    assert proc.returncode == code
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(match)
     assert 'Traceback' not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize('args,match', [
-    (['dataset=pubmed'], "unknown dataset 'pubmed'; pass dataset= one of "
-                         "chameleon, citeseer, cora, csbm, squirrel"),
-    (['norm=batchnorm', 'layers=2'], "unknown norm 'batchnorm'"),
-    (['-m', 'norm=none,foo', 'seed=0,1'], "unknown norm 'foo'"),
-    (['experiment=table9'], "unknown experiment 'table9'"),
-    (['+model=graphormer'], "unknown model 'graphormer'"),
-])
-def test_check_choices(args, match):
-    with pytest.raises(ConfigError, match=match):
-        check_choices(args)
+@pytest.mark.parametrize('sig,code', [(signal.SIGINT, 130),
+                                      (signal.SIGTERM, 143)])
+def test_cli_signal_stops_cleanly(tmp_path, sig, code):
+    # A real run, stopped once its log shows training: no traceback, exit
+    # status 128 + signal, results.json with the curve so far.
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'gnorm.train', 'dataset=csbm',
+         'dataset.num_nodes=200', 'layers=2', 'train.epochs=100000',
+         'train.log_every=1', 'hydra.run.dir=run'], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if 'train epoch 2/100000' in line:
+                break
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert 'Traceback' not in out + err and err == ''
+    name = signal.Signals(sig).name
+    assert f'interrupted by {name} after' in out
+
+    results = _read(tmp_path / 'run')
+    assert results['status'] == 'interrupted'
+    assert results['error'].startswith(f'interrupted by {name} after')
+    curve = results['curve']
+    epochs = len(curve['epoch'])
+    assert epochs >= 2 and curve['epoch'] == list(range(1, epochs + 1))
+    assert all(len(v) == epochs for v in curve.values())
+    best = results['best_epoch']
+    assert curve['val_acc'][best - 1] == max(curve['val_acc'])
+    assert results['best']['test_acc'] == curve['test_acc'][best - 1]
+    # Hydra's job log has the progress lines too (the signal may cut the
+    # last one short, between the console and the file).
+    log = (tmp_path / 'run' / 'train.log').read_text()
+    assert 'train epoch 1/100000 | loss ' in log
 
 
-def test_check_choices_accepts_known_options():
-    check_choices(['-m', 'dataset=cora,csbm', 'norm=contranorm',
-                   'experiment=null', 'layers=32', 'norm.scale=0.5',
-                   '--cfg', 'job', 'hydra.run.dir=x'])
+def _run_dirs(*overrides):
+    r"""The folder of a single run and of job 0 of a multirun."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        cfg = compose('train', overrides=list(overrides),
+                      return_hydra_config=True)
+    with read_write(cfg.hydra):
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    return (Path(cfg.hydra.run.dir).parent.relative_to('outputs'),
+            cfg.hydra.sweep.subdir)
+
+
+def test_run_folders_tell_runs_apart():
+    runs = {
+        ('norm=pairnorm', ): 'cora/pairnorm/L2,seed=0',
+        ('norm=pairnorm', 'norm.mode=PN-SCS'):
+            'cora/pairnorm/L2,norm.mode=PN-SCS,seed=0',
+        ('norm=pairnorm', 'train.lr=0.01', 'seed=3', 'layers=8'):
+            'cora/pairnorm/L8,train.lr=0.01,seed=3',
+        # Where data comes from and how the run is shown change nothing.
+        ('norm=pairnorm', 'data.mirror=/m', 'data.root=/r', 'device=cpu',
+         'threads=1', 'resume=true', 'train.progress=false'):
+            'cora/pairnorm/L2,seed=0',
+        ('experiment=csbm_demo', 'model.fusion=gate'):
+            'csbm/contranorm/L16,experiment=csbm_demo,model.fusion=gate,'
+            'seed=0',
+    }
+    for overrides, folder in runs.items():
+        run, job = _run_dirs(*overrides)
+        assert str(run) == folder
+        assert job == '0-' + folder.replace('/', '-')
 
 
 def test_cli_multirun(tmp_path):
-    proc = _cli('-m', *TINY, 'layers=2', 'train.epochs=2', 'seed=0,1',
+    # Job 1 fails: the others still run, its folder records the failure and
+    # its error line names it.
+    proc = _cli('-m', 'dataset=csbm', 'dataset.num_nodes=200', 'layers=2',
+                'train.epochs=2', 'seed=0', 'train.lr=0.01,1e30',
                 'hydra.sweep.dir=sweep', cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    folders = sorted((tmp_path / 'sweep').iterdir())
-    folders = [f for f in folders if f.is_dir()]
-    assert [f.name for f in folders] == ['0-csbm-none-L2-seed0',
-                                         '1-csbm-none-L2-seed1']
-    for seed, folder in enumerate(folders):
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        'error: job 1 (dataset=csbm dataset.num_nodes=200 layers=2 '
+        'train.epochs=2 seed=0 train.lr=1e+30): the training loss became nan '
+        'at epoch 2; lower train.lr, change the norm or its scale')
+    folders = sorted(f for f in (tmp_path / 'sweep').iterdir() if f.is_dir())
+    assert [f.name for f in folders] == [
+        f'{i}-csbm-none-L2,dataset.num_nodes=200,train.epochs=2,'
+        f'train.lr={lr},seed=0' for i, lr in enumerate(['0.01', '1e+30'])]
+    for folder, status in zip(folders, ['ok', 'failed']):
         results = _read(folder)
-        assert results['config']['seed'] == seed
+        assert results['status'] == status
         assert results['choices']['norm'] == 'none'
-        assert f'seed={seed}' in results['overrides']
+        assert 'seed=0' in results['overrides']
         assert (folder / '.hydra' / 'config.yaml').is_file()
     summary = [l for l in proc.stdout.splitlines() if l.startswith('csbm L=2')]
-    assert len(summary) == 2 and 'results.json' in summary[0]
+    assert len(summary) == 1 and 'results.json' in summary[0]
 
 
 @needs_mirror

@@ -2,6 +2,8 @@ r"""Datasets, one module per kind of data.
 
 * :mod:`gnorm.data.nodes`: node classification on one graph (Planetoid,
   WikipediaNetwork, a synthetic CSBM), offline mirrors, splits.
+* :mod:`gnorm.data.molecules`: graph-level molecule datasets (ogbg-molhiv,
+  ZINC) with the shortest paths a Graphormer needs.
 """
 from gnorm.data.nodes import (
     DATASETS,
@@ -16,8 +18,24 @@ from gnorm.data.nodes import (
     raw_files,
     split_masks,
 )
+from gnorm.data.molecules import (
+    GRAPH_DATASETS,
+    ShortestPaths,
+    load_graph_dataset,
+    load_molhiv,
+    load_zinc,
+    shortest_paths,
+    zinc_fixture,
+)
 
 __all__ = [
+    'GRAPH_DATASETS',
+    'ShortestPaths',
+    'load_graph_dataset',
+    'load_molhiv',
+    'load_zinc',
+    'shortest_paths',
+    'zinc_fixture',
     'DATASETS',
     'PYG_DATASETS',
     'SPLITS',

@@ -27,6 +27,7 @@ Test nodes (``test_set``): ``split``, the split's own test nodes, or
 authors' code tests on: 2,068 nodes on Cora instead of the public 1,000).
 """
 import contextlib
+import errno
 import io
 import math
 import os
@@ -55,6 +56,8 @@ PYG_DATASETS = {
                  'wikipedia/squirrel/geom_gcn/raw'),
 }
 DATASETS = tuple(PYG_DATASETS) + ('csbm', )
+# What writing into a read-only or foreign folder fails with.
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 SPLITS = ('public', 'geom_gcn', 'random')
 TEST_SETS = ('split', 'rest')
 
@@ -101,9 +104,34 @@ def copy_from_mirror(name: str, root: Union[str, Path],
     return len(missing)
 
 
+@contextlib.contextmanager
+def _writing_to(root: Path, mirror: Optional[Path]):
+    r"""Turns a permission error on the way into one line naming the
+    folder that cannot be written and the fix."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in _UNWRITABLE:
+            raise
+        what = ('copies the raw files from the mirror into it' if mirror
+                else 'downloads the raw files into it')
+        raise DataError(
+            f"cannot write to {e.filename or root} ({e.strerror}): "
+            f"data.root={root} must be a folder you can write to (gnorm "
+            f"{what} and processes them there); pass data.root= another "
+            f"folder, e.g. data.root=$HOME/gnorm-data, or fix its "
+            f"permissions") from None
+
+
 def _pyg_dataset(name: str, root: Path, mirror: Optional[Path]) -> Data:
     r"""The single graph of a PyG dataset, its raw files copied from
     :obj:`mirror` or else downloaded by PyG."""
+    with _writing_to(root, mirror):
+        return _load_pyg_dataset(name, root, mirror)
+
+
+def _load_pyg_dataset(name: str, root: Path, mirror: Optional[Path],
+                      ) -> Data:
     kind, pyg_name, rel = PYG_DATASETS[name]
     if mirror is not None:
         if not mirror.is_dir():
@@ -127,6 +155,8 @@ def _pyg_dataset(name: str, root: Path, mirror: Optional[Path]) -> Data:
     except Exception as e:
         missing = [f for f in raw_files(name)
                    if not (root / rel / f).is_file()]
+        if isinstance(e, OSError) and e.errno in _UNWRITABLE:
+            raise  # _writing_to names the folder
         if not missing:  # not a download problem
             sys.stderr.write(log.getvalue())
             raise

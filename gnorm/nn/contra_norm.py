@@ -13,6 +13,8 @@ from torch_geometric.utils import (
     to_dense_batch,
 )
 
+from gnorm.nn._inputs import check_batch, check_edge_index
+
 NEGATIVES = ('all', 'non_neighbors')
 
 # Logit given to padded keys of a dense batch (before the 1/temperature
@@ -280,7 +282,7 @@ class ContraNorm(torch.nn.Module):
                 needed for :obj:`negatives="non_neighbors"`.
                 (default: :obj:`None`)
         """
-        _check_input(self, x, batch, edge_index)
+        _check_input(self, x, batch, batch_size, edge_index)
         if self.negatives == 'non_neighbors' and edge_index is None:
             raise ValueError(f"{self}: negatives='non_neighbors' needs "
                              f"edge_index; call norm(x, batch, batch_size, "
@@ -335,23 +337,19 @@ def _check_args(name: str, in_channels: int, scale: float,
 
 
 def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
+                 batch_size: Optional[int] = None,
                  edge_index: OptTensor = None):
     r"""Raises a :class:`ValueError` naming :obj:`module` for inputs of the
-    wrong shape."""
+    wrong shape, type or range."""
     channels = getattr(module, 'in_channels', None)
     if x.dim() != 2 or (channels is not None and x.size(-1) != channels):
         raise ValueError(
             f"{module}: expected x of shape [num_nodes, {channels}], got "
             f"{list(x.shape)}; pass node features with {channels} columns "
             f"(in_channels={channels})")
-    if batch is not None and (batch.dim() != 1 or batch.numel() != x.size(0)):
-        raise ValueError(
-            f"{module}: batch must have shape [{x.size(0)}] (one graph id "
-            f"per node), got {list(batch.shape)}")
+    check_batch(module, batch, x.size(0), batch_size)
+    check_edge_index(module, edge_index, x.size(0))
     if edge_index is not None:
-        if edge_index.dim() != 2 or edge_index.size(0) != 2:
-            raise ValueError(f"{module}: edge_index must have shape "
-                             f"[2, num_edges], got {list(edge_index.shape)}")
         if edge_index.numel() and batch is not None and bool(
                 (batch[edge_index[0]] != batch[edge_index[1]]).any()):
             raise ValueError(f"{module}: edge_index links nodes of different "

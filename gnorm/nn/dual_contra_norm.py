@@ -70,7 +70,7 @@ class DualContraNorm(torch.nn.Module):
             batch_size (int, optional): Number of graphs.
                 (default: :obj:`None`)
         """
-        _check_input(self, x, batch)
+        _check_input(self, x, batch, batch_size)
         if self.scale > 0:
             if self.center:
                 x = x - x.mean(dim=-1, keepdim=True)

@@ -4,6 +4,8 @@ import torch
 from torch import Tensor
 from torch_geometric.typing import OptTensor
 
+from gnorm.nn._inputs import check_batch
+
 
 class IsoBN(torch.nn.Module):
     r"""Applies isotropic batch normalization from the `"IsoBN: Fine-Tuning
@@ -120,6 +122,7 @@ class IsoBN(torch.nn.Module):
             raise ValueError(f"IsoBN({self.in_channels}) expects x of shape "
                              f"[num_rows, {self.in_channels}]; got "
                              f"{tuple(x.shape)}")
+        check_batch(self, batch, x.size(0), batch_size)
         if self.training:
             if x.size(0) < 2:
                 raise ValueError(f"IsoBN needs >= 2 rows to estimate batch "

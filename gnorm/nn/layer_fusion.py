@@ -4,6 +4,8 @@ import torch
 from torch import Tensor
 from torch_geometric.typing import OptTensor
 
+from gnorm.nn._inputs import check_batch
+
 MODES = ('concat', 'max', 'gate')
 
 
@@ -136,6 +138,8 @@ class LayerFusion(torch.nn.Module):
             :obj:`[num_nodes, in_channels]`.
         """
         self._check(xs)
+        if xs[0].dim() == 2:
+            check_batch(self, batch, xs[0].size(0), batch_size)
         if self.mode == 'concat':
             return self.lin(torch.cat(list(xs), dim=-1))  # [..., L * d] -> out
         if self.mode == 'max':

@@ -5,6 +5,8 @@ from torch import Tensor
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import scatter
 
+from gnorm.nn._inputs import check_batch
+
 MODES = ('PN', 'PN-SI', 'PN-SCS')
 
 
@@ -80,10 +82,7 @@ class PairNorm(torch.nn.Module):
         if x.dim() != 2:
             raise ValueError(f"PairNorm expects node features of shape "
                              f"[num_nodes, channels]; got {tuple(x.shape)}")
-        if batch is not None and batch.shape != x.shape[:1]:
-            raise ValueError(f"PairNorm expects one batch entry per node; got "
-                             f"batch of shape {tuple(batch.shape)} for "
-                             f"{x.size(0)} nodes")
+        check_batch(self, batch, x.size(0), batch_size)
 
         if batch is None:
             mean = x.mean(dim=0, keepdim=True)  # [1, channels]

@@ -5,6 +5,8 @@ from torch import Tensor
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import to_dense_batch
 
+from gnorm.nn._inputs import check_batch
+
 KINDS = ('batch', 'layer')
 
 
@@ -127,10 +129,7 @@ class SepNorm(torch.nn.Module):
                              "batch for flat input, mask only for dense input")
         if batch is None:
             return self._dense_forward(x.unsqueeze(0), None).squeeze(0)
-        if batch.shape != x.shape[:1]:
-            raise ValueError(f"SepNorm expects one batch entry per token; got "
-                             f"batch of shape {tuple(batch.shape)} for "
-                             f"{x.size(0)} tokens")
+        check_batch(self, batch, x.size(0), batch_size)
         if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
             raise ValueError("SepNorm needs a sorted batch vector (each "
                              "graph's tokens contiguous, graph token first); "

@@ -8,12 +8,14 @@ run writes ``results.json`` into its Hydra output folder and prints one
 summary line. :func:`train` is the plain function behind the command line.
 
 * :mod:`gnorm.train.run`: what every task shares (config checks, seeding,
-  device, results files, resuming, the command line);
+  device, results files, resuming, recording failed and interrupted runs,
+  the command line);
+* :mod:`gnorm.train.progress`: progress bar and log lines of a loop;
+* :mod:`gnorm.train.arguments`: unknown options and keys, ``--help``;
 * :mod:`gnorm.train.node`: node classification, full batch.
 """
 from gnorm.train.run import (
     CONF_DIR,
-    check_choices,
     check_config,
     cli,
     main,
@@ -23,13 +25,16 @@ from gnorm.train.run import (
     write_json,
 )
 from gnorm.train.node import build_model, load_data
+from gnorm.train.arguments import check_choices, check_keys, help_text
 
 __all__ = [
     'CONF_DIR',
     'build_model',
     'check_choices',
+    'check_keys',
     'check_config',
     'cli',
+    'help_text',
     'load_data',
     'main',
     'resolve_device',

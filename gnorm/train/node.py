@@ -8,14 +8,13 @@ import copy
 import logging
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List
 
 import torch
 import torch.nn.functional as F
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from gnorm.data.nodes import SPLITS, load_dataset
 from gnorm.errors import ConfigError, TrainingError
@@ -25,7 +24,8 @@ from gnorm.metrics import (
     feature_cosine_similarity,
     feature_variance,
 )
-from gnorm.train.run import is_int, one_line, write_json
+from gnorm.train.progress import Progress
+from gnorm.train.run import is_int, one_line
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,14 @@ def check_config(cfg: DictConfig) -> None:
     if not is_int(cfg.split_index):
         raise ConfigError(f"split_index must be an integer, got "
                           f"{cfg.split_index!r}")
+    if cfg.model._target_ != 'gnorm.models.DeepGCN':
+        raise ConfigError(f"dataset={cfg.dataset.name} is a node-level task "
+                          f"and takes model=gcn, got {cfg.model._target_}")
+    if cfg.norm._target_ == 'gnorm.nn.SepNorm':
+        raise ConfigError("norm=sepnorm normalises a graph token apart from "
+                          "the others and needs model=graphormer on a "
+                          "graph-level dataset (molhiv, zinc); pass another "
+                          "norm for node classification")
 
 
 def load_data(cfg: DictConfig):
@@ -54,7 +62,7 @@ def load_data(cfg: DictConfig):
         cfg.dataset, resolve=True).items() if k not in _DATASET_META}
     return load_dataset(cfg.dataset.name, cfg.data.root, cfg.data.mirror,
                         split=cfg.split, split_index=cfg.split_index,
-                        seed=cfg.seed, **options)
+                        seed=cfg.seed, test_set=cfg.test_set, **options)
 
 
 def build_model(cfg: DictConfig, in_channels: int,
@@ -109,50 +117,51 @@ def collapse_metrics(layers: List[torch.Tensor],
     return rows
 
 
-def fit(model: torch.nn.Module, data, epochs: int, lr: float,
-        weight_decay: float, progress: bool = True) -> Tuple[
-            Dict[str, List[float]], Dict[str, Any], Optional[str]]:
-    r"""Full-batch Adam on the training nodes. Returns the per-epoch curve,
-    the best-validation epoch (highest accuracy, then lowest loss) with its
-    weights, and a message if the loss stopped being finite (else
-    :obj:`None`)."""
+def fit(model: torch.nn.Module, data, results: Dict[str, Any], epochs: int,
+        lr: float, weight_decay: float, progress: bool = True,
+        log_every: int = 10) -> Dict[str, Any]:
+    r"""Full-batch Adam on the training nodes. Keeps its progress in
+    :obj:`results` as it goes, so that an interrupted or failed run can be
+    recorded: ``curve`` (per epoch ``epoch``, ``loss``, ``train_acc``,
+    ``val_acc``, ``val_loss``, ``test_acc``), ``best_epoch`` and ``best``
+    (the metrics of the best-validation epoch so far: highest accuracy,
+    then lowest loss). Returns the weights of the best epoch. Raises
+    :class:`TrainingError` if the loss stops being finite."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr,
                                  weight_decay=weight_decay)
     curve = {k: [] for k in ('epoch', 'loss', 'train_acc', 'val_acc',
                              'val_loss', 'test_acc')}
-    best = {'epoch': 0, 'val_acc': -1.0, 'val_loss': math.inf, 'state': None}
-    bar = tqdm(range(1, epochs + 1), desc='train', unit='epoch',
-               dynamic_ncols=True, leave=False,
-               disable=None if progress else True)
-    for epoch in bar:
-        model.train()
-        optimizer.zero_grad()
-        out = model(data.x, data.edge_index)
-        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
-        value = loss.item()
-        if not math.isfinite(value):
-            bar.close()
-            return curve, best, (f"the training loss became {value} at "
-                                 f"epoch {epoch}; lower train.lr, change the "
-                                 f"norm or its scale")
-        loss.backward()
-        optimizer.step()
+    results.update(curve=curve, best_epoch=0, best=None)
+    best_state = None
+    with Progress(epochs, every=log_every, bar=progress) as bar:
+        for epoch in range(1, epochs + 1):
+            model.train()
+            optimizer.zero_grad()
+            out = model(data.x, data.edge_index)
+            loss = F.cross_entropy(out[data.train_mask],
+                                   data.y[data.train_mask])
+            value = loss.item()
+            if not math.isfinite(value):
+                raise TrainingError(f"the training loss became {value} at "
+                                    f"epoch {epoch}; lower train.lr, change "
+                                    f"the norm or its scale")
+            loss.backward()
+            optimizer.step()
 
-        metrics = evaluate(model, data)
-        curve['epoch'].append(epoch)
-        curve['loss'].append(value)
-        for key in ('train_acc', 'val_acc', 'val_loss', 'test_acc'):
-            curve[key].append(metrics[key])
-        if (metrics['val_acc'] > best['val_acc']
-                or (metrics['val_acc'] == best['val_acc']
-                    and metrics['val_loss'] < best['val_loss'])):
-            best.update(epoch=epoch, val_acc=metrics['val_acc'],
-                        val_loss=metrics['val_loss'],
-                        state=copy.deepcopy(model.state_dict()))
-        bar.set_postfix(loss=f'{value:.4f}',
-                        val_acc=f'{metrics["val_acc"]:.4f}')
-    bar.close()
-    return curve, best, None
+            metrics = {'epoch': epoch, 'loss': value,
+                       **evaluate(model, data)}
+            for key, column in curve.items():
+                column.append(metrics[key])
+            best = results['best']
+            if best is None or (metrics['val_acc'], -metrics['val_loss']) > (
+                    best['val_acc'], -best['val_loss']):
+                best_state = copy.deepcopy(model.state_dict())
+                results.update(best_epoch=epoch, best={
+                    k: metrics[k] for k in ('train_acc', 'val_acc',
+                                            'val_loss', 'test_acc')})
+            bar.update(epoch, loss=value, val_acc=metrics['val_acc'],
+                       test_acc=metrics['test_acc'])
+    return best_state
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
@@ -177,8 +186,8 @@ def run(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
     r"""Loads the graph, trains :obj:`cfg.model` on it and returns
     :obj:`results` completed with the metrics of the selected epoch, the
     per-epoch curve and (with :obj:`cfg.collapse_metrics`) per-layer
-    collapse metrics. Writes ``status: failed`` to :obj:`path` and raises
-    :class:`TrainingError` if the loss stops being finite."""
+    collapse metrics. Raises :class:`TrainingError` if the loss stops being
+    finite (:func:`gnorm.train.train` records the failure)."""
     data = load_data(cfg)
     num_classes = int(data.y.max()) + 1
     model = build_model(cfg, data.num_features, num_classes)
@@ -199,18 +208,12 @@ def run(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
         'model': str(model),
         'num_parameters': sum(p.numel() for p in model.parameters()),
     })
-    curve, best, failure = fit(model, data, cfg.train.epochs, cfg.train.lr,
-                               cfg.train.weight_decay, cfg.train.progress)
-    if failure is not None:
-        message = f'{failure} (results: {path})'
-        results.update(status='failed', error=message, curve=curve,
-                       best_epoch=best['epoch'])
-        write_json(path, results)
-        raise TrainingError(message)
-
+    best_state = fit(model, data, results, cfg.train.epochs, cfg.train.lr,
+                     cfg.train.weight_decay, cfg.train.progress,
+                     cfg.train.log_every)
     if cfg.select == 'best_val':
-        model.load_state_dict(best['state'])
-        selected = best['epoch']
+        model.load_state_dict(best_state)
+        selected = results['best_epoch']
     else:
         selected = cfg.train.epochs
     final = evaluate(model, data, hidden=cfg.collapse_metrics)
@@ -218,12 +221,10 @@ def run(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
         status='ok',
         select=cfg.select,
         selected_epoch=selected,
-        best_epoch=best['epoch'],
         train_acc=final['train_acc'],
         val_acc=final['val_acc'],
         test_acc=final['test_acc'],
         val_loss=final['val_loss'],
-        curve=curve,
     )
     if cfg.collapse_metrics:
         results['collapse'] = collapse_metrics(final['layers'],

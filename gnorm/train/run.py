@@ -2,17 +2,26 @@ r"""What every training task shares: config checks, seeding, device,
 results files, resuming finished runs, and the command line.
 
 A task (:mod:`gnorm.train.node`, and later graph-level tasks) is a module
-with ``check_config(cfg)`` and ``run(cfg, device, results, path) -> dict``;
-:func:`train` picks it from ``cfg.dataset.task``.
+with ``check_config(cfg)``, ``run(cfg, device, results, path) -> dict`` and
+``summary(results, cfg) -> str``; :func:`train` picks it from
+``cfg.dataset.task``. A task's loop keeps its progress in the ``results``
+it is given (``curve``: lists appended every epoch; ``best_epoch`` and
+``best``: the best epoch so far and its metrics) and shows it with
+:class:`gnorm.train.progress.Progress`; when the run stops early (an error,
+Ctrl-C, SIGTERM), :func:`train` writes what it holds to ``results.json``
+with ``status: failed`` or ``interrupted``.
 """
 import importlib
 import json
 import logging
 import math
 import os
+import platform
 import random
+import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -22,20 +31,31 @@ import torch
 import torch_geometric
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import gnorm
-from gnorm.errors import ConfigError, GnormError
+from gnorm.errors import ConfigError, GnormError, Interrupted, TrainingError
 
 log = logging.getLogger(__name__)
 
-CONF_DIR = Path(__file__).resolve().parents[2] / 'conf'
-TASKS = {'node': 'gnorm.train.node'}
+# The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
+# them there), else conf/ at the top of the repository (a checkout or an
+# editable install).
+_PACKAGE = Path(__file__).resolve().parents[1]
+CONF_DIR = next((d for d in (_PACKAGE / 'conf', _PACKAGE.parent / 'conf')
+                 if d.is_dir()), _PACKAGE.parent / 'conf')
+TASKS = {'node': 'gnorm.train.node', 'graph': 'gnorm.train.graph'}
 SELECT = ('best_val', 'last')
 # Config keys that do not change what a run computes: a finished run whose
 # config differs from the asked one only here counts as the same run.
-_NOT_RESULT_KEYS = ('resume', 'data', 'device')
-_NOT_RESULT_TRAIN_KEYS = ('progress', )
+_NOT_RESULT_KEYS = ('resume', 'data', 'device', 'threads')
+_NOT_RESULT_TRAIN_KEYS = ('progress', 'log_every')
+
+# `${gnorm.tail:${hydra.job.override_dirname}}` in conf/hydra/default.yaml:
+# the overrides after a comma, or nothing when there are none.
+OmegaConf.register_new_resolver(
+    'gnorm.tail', lambda text: f',{text}' if text else '', replace=True)
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:
@@ -87,6 +107,14 @@ def check_config(cfg: DictConfig) -> None:
     if not is_int(cfg.train.epochs) or cfg.train.epochs < 1:
         raise ConfigError(f"train.epochs must be an integer >= 1, got "
                           f"{cfg.train.epochs!r}")
+    if not is_int(cfg.train.log_every) or cfg.train.log_every < 0:
+        raise ConfigError(f"train.log_every must be an integer >= 0, got "
+                          f"{cfg.train.log_every!r}; pass e.g. "
+                          f"train.log_every=10")
+    if cfg.threads is not None and (not is_int(cfg.threads)
+                                    or cfg.threads < 1):
+        raise ConfigError(f"threads must be an integer >= 1 or null, got "
+                          f"{cfg.threads!r}; pass e.g. threads=2")
     for key in ('lr', 'weight_decay'):
         value = cfg.train[key]
         if not isinstance(value, (int, float)) or value < 0:
@@ -183,6 +211,23 @@ def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
     return results
 
 
+def machine(device: torch.device) -> Dict[str, Any]:
+    r"""What ran the job: the CPU model, torch's thread count and the GPU
+    (for CUDA devices)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo') as f:
+            cpu = next((line.split(':', 1)[1].strip() for line in f
+                        if line.startswith('model name')), cpu)
+    except OSError:
+        pass
+    info = {'cpu': cpu, 'cpu_count': os.cpu_count(),
+            'threads': torch.get_num_threads()}
+    if device.type == 'cuda':
+        info['gpu'] = torch.cuda.get_device_name(device)
+    return info
+
+
 def base_results(cfg: DictConfig, device: torch.device,
                  path: Path) -> Dict[str, Any]:
     r"""The fields every task's ``results.json`` starts with."""
@@ -193,6 +238,7 @@ def base_results(cfg: DictConfig, device: torch.device,
         'config': OmegaConf.to_container(cfg, resolve=True),
         **hydra_info(),
         'device': str(device),
+        'machine': machine(device),
         'path': str(path),
         'versions': {'gnorm': gnorm.__version__, 'torch': torch.__version__,
                      'torch_geometric': torch_geometric.__version__},
@@ -208,14 +254,53 @@ def task_module(cfg: DictConfig):
     return importlib.import_module(TASKS[task])
 
 
+def _config(cfg: DictConfig) -> Dict[str, Any]:
+    r""":obj:`cfg` as a dict, resolved if it resolves."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:
+        return OmegaConf.to_container(cfg, resolve=False)
+
+
+def record_stop(path: Path, cfg: DictConfig, results: Dict[str, Any],
+                status: str, error: str, start: float) -> None:
+    r"""Writes :obj:`results` (what the run holds so far) to :obj:`path`
+    with :obj:`status` (``failed`` or ``interrupted``) and :obj:`error`.
+    Curve lists cut short by a signal are trimmed to a common length."""
+    results.update(status=status, error=error,
+                   runtime_s=time.perf_counter() - start)
+    results.setdefault('task', cfg.dataset.get('task', 'node'))
+    results.setdefault('config', _config(cfg))
+    for key, value in hydra_info().items():
+        results.setdefault(key, value)
+    results.setdefault('path', str(path))
+    curve = results.get('curve')
+    if isinstance(curve, dict) and curve:
+        length = min(len(v) for v in curve.values())
+        results['curve'] = {k: v[:length] for k, v in curve.items()}
+    if main_process():
+        write_json(path, results)
+
+
+def main_process() -> bool:
+    r"""Whether this process writes the run's files: always, except in the
+    processes of rank > 0 under ``torchrun``."""
+    return int(os.environ.get('RANK', '0')) == 0
+
+
 def train(cfg: DictConfig, output_dir: Optional[str] = None) -> Dict[str, Any]:
     r"""Trains and evaluates one model as :obj:`cfg` says and writes
     ``results.json`` into :obj:`output_dir` (default: the Hydra output
     folder). Returns the results. With ``resume=true``, a folder that
     already holds the finished run of :obj:`cfg` is not run again: its
-    results are returned. Raises a :class:`gnorm.errors.GnormError` for bad
-    input and for a failed run (after writing a results file with
-    ``status: failed``)."""
+    results are returned.
+
+    A run that stops early still writes ``results.json``, with what it
+    holds so far (curve, best epoch and its metrics): ``status: failed``
+    and the one-line error for an error, re-raised as a
+    :class:`gnorm.errors.GnormError` (an unexpected exception becomes a
+    :class:`~gnorm.errors.TrainingError`, its traceback kept in the file);
+    ``status: interrupted`` for Ctrl-C or SIGTERM, re-raised."""
     start = time.perf_counter()
     if output_dir is None:
         if not HydraConfig.initialized():
@@ -223,20 +308,53 @@ def train(cfg: DictConfig, output_dir: Optional[str] = None) -> Dict[str, Any]:
                              "output_dir")
         output_dir = HydraConfig.get().runtime.output_dir
     path = Path(output_dir) / 'results.json'
-    task = task_module(cfg)
     if cfg.get('resume', False):
         done = finished_run(path, cfg)
         if done is not None:
             print(f'done already: {path}', flush=True)
             return done
-    check_config(cfg)
-    device = resolve_device(cfg.device)
-    seed_everything(cfg.seed, cfg.train.deterministic)
-    results = task.run(cfg, device, base_results(cfg, device, path), path)
+    results: Dict[str, Any] = {'status': 'running', 'error': None}
+    try:
+        task = task_module(cfg)
+        check_config(cfg)
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
+        device = resolve_device(cfg.device)
+        results = base_results(cfg, device, path)
+        seed_everything(cfg.seed, cfg.train.deterministic)
+        results = task.run(cfg, device, results, path)
+    except KeyboardInterrupt as e:
+        name = signal.Signals(getattr(e, 'signum', signal.SIGINT)).name
+        epochs = len(results.get('curve', {}).get('epoch', []))
+        record_stop(path, cfg, results, 'interrupted',
+                    f'interrupted by {name} after {epochs} epoch(s)', start)
+        log.warning('interrupted by %s after %d epoch(s); results so far: '
+                    '%s', name, epochs, path)
+        raise
+    except GnormError as e:
+        record_stop(path, cfg, results, 'failed', one_line(e), start)
+        raise
+    except Exception as e:
+        error = f'{type(e).__name__}: {one_line(e)}'
+        results['traceback'] = traceback.format_exc()
+        record_stop(path, cfg, results, 'failed', error, start)
+        raise TrainingError(f'{error} (traceback in {path})') from e
     results['runtime_s'] = time.perf_counter() - start
-    write_json(path, results)
-    print(task.summary(results, cfg), flush=True)
+    if main_process():
+        write_json(path, results)
+        print(task.summary(results, cfg), flush=True)
     return results
+
+
+def job_label() -> str:
+    r"""``job <num> (<overrides>): `` for a job of a multirun, else
+    nothing."""
+    if not HydraConfig.initialized():
+        return ''
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return ''
+    return f"job {hc.job.num} ({' '.join(hc.overrides.task)}): "
 
 
 # Failures of the jobs of this process: (exit code, message).
@@ -252,54 +370,45 @@ def main(cfg: DictConfig) -> Optional[float]:
         results = train(cfg)
         return results.get('val_metric', results.get('val_acc'))
     except GnormError as e:
-        print(f'error: {e}', file=sys.stderr, flush=True)
+        print(f'error: {job_label()}{e}', file=sys.stderr, flush=True)
         # Later jobs of a multirun still run; the exit status reports it.
         _FAILURES.append((e.exit_code, str(e)))
         return None
 
 
-def _group_options(group: str) -> List[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob('*.yaml'))
-
-
-def check_choices(argv: List[str]) -> None:
-    r"""Raises :class:`ConfigError` for a command-line override that picks
-    an unknown option of a config group (``dataset=foo``), before Hydra
-    composes the config (whose own report spans many lines)."""
-    if any(a.split('=')[0] in ('--config-dir', '-cd', '--config-path', '-cp')
-           for a in argv):
-        return  # other config folders may hold other options
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    parser = OverridesParser.create()
-    for arg in argv:
-        if arg.startswith('-') or '=' not in arg:
-            continue
-        try:
-            override = parser.parse_overrides([arg])[0]
-        except Exception:
-            continue  # Hydra reports syntax errors itself
-        group = override.key_or_group.lstrip('/')
-        if (group not in ('dataset', 'model', 'norm', 'experiment')
-                or override.package is not None or override.is_delete()):
-            continue
-        values = (list(override.sweep_string_iterator())
-                  if override.is_sweep_override() else [override.value()])
-        options = _group_options(group)
-        for value in values:
-            if value is None and group == 'experiment':
-                continue
-            if str(value) not in options:
-                raise ConfigError(f"unknown {group} {str(value)!r}; pass "
-                                  f"{group}= one of {', '.join(options)}")
+def _interrupt(signum: int, frame: Any) -> None:
+    r"""Signal handler: stops the run with :class:`Interrupted` (further
+    signals are ignored while the results are written)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
 
 
 def cli() -> None:
-    r"""Entry point of ``python -m gnorm.train``."""
+    r"""Entry point of ``python -m gnorm.train`` and ``gnorm-train``:
+    ``--help`` lists the main keys; an unknown group option or key is one
+    line (exit status 2) before Hydra starts; SIGINT and SIGTERM stop the
+    run cleanly (exit status 130, 143); a failed job exits with its
+    error's status after the other jobs of a multirun ran."""
+    from gnorm.train.arguments import check_choices, check_keys, help_text
+    argv = sys.argv[1:]
+    if '--help' in argv or '-h' in argv:
+        print(help_text())
+        return
     try:
-        check_choices(sys.argv[1:])
+        check_choices(argv)
+        check_keys(argv)
     except ConfigError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(e.exit_code)
-    main()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # A signal ignored from the start (e.g. SIGINT of a job started in
+        # the background by a script) stays ignored.
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _interrupt)
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        sys.exit(getattr(e, 'exit_code', 128 + signal.SIGINT))
     if _FAILURES:
         sys.exit(max(code for code, _ in _FAILURES))

@@ -1,0 +1,226 @@
+r"""What ``python -m gnorm.train`` checks and explains before Hydra
+composes the config (whose own reports span many lines): unknown options
+of a config group and unknown keys, each as one line naming the valid
+ones, and ``--help`` (the main keys, one line each, from the comments of
+``conf/train.yaml``)."""
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Set, Tuple
+
+from omegaconf import OmegaConf
+
+from gnorm.errors import ConfigError
+from gnorm.train.run import CONF_DIR
+
+# Command-line flags after which the config folder may not be ours.
+OTHER_CONFIGS = ('--config-dir', '-cd', '--config-path', '-cp')
+
+
+def _overrides(argv: List[str]) -> Iterator[Any]:
+    r"""The parsed ``key=value`` overrides of :obj:`argv` (Hydra reports
+    the ones it cannot parse itself)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith('-') or '=' not in arg:
+            continue
+        try:
+            yield parser.parse_overrides([arg])[0]
+        except Exception:
+            continue
+
+
+def _other_configs(argv: List[str]) -> bool:
+    r"""Whether :obj:`argv` points Hydra to other config folders (which may
+    hold other options and keys)."""
+    return any(a.split('=')[0] in OTHER_CONFIGS for a in argv)
+
+
+def _values(override: Any) -> List[str]:
+    r"""The values of a (swept) override, :obj:`None` as ``null``."""
+    values = (list(override.sweep_string_iterator())
+              if override.is_sweep_override() else [override.value()])
+    return ['null' if v is None else str(v) for v in values]
+
+
+def groups(conf_dir: Path) -> List[str]:
+    r"""The config groups (folders of :obj:`conf_dir`), without Hydra's."""
+    return sorted(p.name for p in conf_dir.iterdir()
+                  if p.is_dir() and p.name != 'hydra')
+
+
+def options(conf_dir: Path, group: str) -> List[str]:
+    r"""The options of config group :obj:`group`."""
+    return sorted(p.stem for p in (conf_dir / group).glob('*.yaml'))
+
+
+def check_choices(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
+    r"""Raises :class:`ConfigError` for a command-line override that picks
+    an unknown option of a config group (``dataset=foo``)."""
+    if _other_configs(argv):
+        return
+    known = groups(conf_dir)
+    for override in _overrides(argv):
+        group = override.key_or_group.lstrip('/')
+        if (group not in known or override.package is not None
+                or override.is_delete()):
+            continue
+        valid = options(conf_dir, group)
+        for value in _values(override):
+            if value == 'null' and group == 'experiment':
+                continue
+            if value not in valid:
+                raise ConfigError(f"unknown {group} {value!r}; pass "
+                                  f"{group}= one of {', '.join(valid)}")
+
+
+def _keys(node: Any, prefix: str = '') -> Iterator[str]:
+    r"""Every dotted key of a nested dict."""
+    for key, value in node.items():
+        yield prefix + str(key)
+        if isinstance(value, dict):
+            yield from _keys(value, f'{prefix}{key}.')
+
+
+def config_keys(conf_dir: Path, choices: List[List[str]]) -> Set[str]:
+    r"""The keys of the configs composed with each of :obj:`choices` (lists
+    of group overrides such as ``['norm=pairnorm']``)."""
+    from hydra import compose, initialize_config_dir
+    keys: Set[str] = set()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base='1.3'):
+        for overrides in choices:
+            cfg = compose('train', overrides=overrides)
+            keys.update(_keys(OmegaConf.to_container(cfg, resolve=False)))
+    return keys
+
+
+def closest(key: str, keys: Set[str]) -> List[str]:
+    r"""Up to three keys of :obj:`keys` that :obj:`key` may be a typo of:
+    close as a whole (``norm.scal``: ``norm.scale``) or by the last part
+    (``lr``: ``train.lr``)."""
+    leaf = key.rsplit('.', 1)[-1]
+    scored = []
+    for other in keys:
+        score = max(difflib.SequenceMatcher(None, key, other).ratio(),
+                    difflib.SequenceMatcher(None, leaf,
+                                            other.rsplit('.', 1)[-1]).ratio()
+                    - 0.05)
+        if score >= 0.75:
+            scored.append((-score, other))
+    return [other for _, other in sorted(scored)[:3]]
+
+
+def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
+    r"""Raises :class:`ConfigError` naming the closest valid keys for an
+    override of a key the config does not have (``layer=3``,
+    ``norm.scal=0.5``), and for ``+key=value`` when :obj:`key` looks like a
+    typo of an existing key (Hydra would add it and nothing would read
+    it) or exists already. ``+key=value`` for any other new key is left to
+    Hydra. Keys are those of the configs the group overrides of
+    :obj:`argv` compose (each option of a swept group once)."""
+    if _other_configs(argv):
+        return
+    known = set(groups(conf_dir))
+    picks: List[Tuple[str, List[str]]] = []
+    keys_to_check = []
+    for override in _overrides(argv):
+        name = override.key_or_group.lstrip('/')
+        if name.split('.')[0].split('/')[0] == 'hydra' or \
+                override.is_delete():
+            continue
+        if name in known and override.package is None:
+            prefix = '+' if override.is_add() else ''
+            picks.append((f'{prefix}{name}', _values(override)))
+        else:
+            keys_to_check.append(override)
+    if not keys_to_check:
+        return
+    # Every option of each group once, the other groups at their first.
+    first = [f'{name}={values[0]}' for name, values in picks]
+    choices = [first] + [
+        first[:i] + [f'{name}={value}'] + first[i + 1:]
+        for i, (name, values) in enumerate(picks) for value in values[1:]]
+    keys = config_keys(conf_dir, choices)
+    for override in keys_to_check:
+        key = override.key_or_group
+        text = override.input_line
+        near = closest(key, keys - {key})
+        hint = (f"closest keys: {', '.join(near)}" if near else
+                _other_options_hint(key, conf_dir, known) or
+                "python -m gnorm.train --cfg job lists the keys")
+        if override.is_add() or override.is_force_add():
+            if override.is_add() and key in keys:
+                raise ConfigError(f"{key} is in the config already; pass "
+                                  f"{text.lstrip('+')} without the +")
+            if key not in keys and near:
+                raise ConfigError(f"unknown key {key!r} in {text} (a + adds "
+                                  f"a key that nothing reads); {hint}")
+        elif key not in keys:
+            raise ConfigError(f"unknown key {key!r} in {text}; {hint}")
+
+
+def _other_options_hint(key: str, conf_dir: Path, known: Set[str]) -> str:
+    r"""For a key of a group (``norm.scal``) close to a key of other options
+    of that group: the closest such keys and the options that have them."""
+    group = key.split('.')[0]
+    if group not in known:
+        return ''
+    found: Dict[str, List[str]] = {}
+    for option in options(conf_dir, group):
+        for near in closest(key, config_keys(conf_dir,
+                                             [[f'{group}={option}']])):
+            found.setdefault(near, []).append(option)
+    return '; '.join(f"closest key: {near} (with {group}="
+                     f"{'|'.join(names)})" for near, names in found.items())
+
+
+_LINE = re.compile(r'^(?P<indent> *)(?P<item>- )?(?P<key>[\w.]+):[ ]*'
+                   r'(?P<value>.*?)[ ]*(?:#[ ]?(?P<comment>.*))?$')
+
+
+def help_text(conf_dir: Path = CONF_DIR) -> str:
+    r"""The text of ``python -m gnorm.train --help``: the config groups
+    with their options, and the keys of ``conf/train.yaml`` with their
+    default and comment."""
+    group_default: Dict[str, str] = {}
+    rows = []
+    section = None
+    for line in (conf_dir / 'train.yaml').read_text().splitlines():
+        match = _LINE.match(line)
+        if match is None:
+            continue
+        key, value = match['key'], match['value']
+        comment = match['comment'] or ''
+        if match['item']:
+            group_default[key] = value
+        elif not match['indent']:
+            section = None if value or comment else key
+            if section is None and key != 'defaults':
+                rows.append((key, value, comment))
+        elif section is not None:
+            rows.append((f'{section}.{key}', value, comment))
+    lines = ['python -m gnorm.train [KEY=VALUE ...]   (same: gnorm-train)',
+             '',
+             'Trains one model and writes results.json into its run folder;',
+             'with -m, one job per combination of comma-separated values',
+             '(seed=0,1,2). Ctrl-C or SIGTERM stops cleanly, keeping the',
+             'results so far.',
+             '',
+             'Groups (GROUP=OPTION):']
+    for group in groups(conf_dir):
+        default = group_default.get(group, 'null')
+        names = [f'{o} (default)' if o == default else o
+                 for o in options(conf_dir, group)]
+        lines.append(f'  {group:<20} {" | ".join(names)}')
+    lines += ['', 'Keys (KEY=VALUE, default in brackets):']
+    width = max(len(key) for key, _, _ in rows)
+    for key, value, comment in rows:
+        lines.append(f'  {key:<{width}}  [{value}]  {comment}'.rstrip())
+    lines += ['',
+              'Keys of a group option, e.g. norm.scale: python -m '
+              'gnorm.train norm=contranorm --cfg job',
+              "Hydra's own options (--cfg, --multirun, ...): python -m "
+              'gnorm.train --hydra-help']
+    return '\n'.join(lines)
+

@@ -1,0 +1,8 @@
+r"""Packages of the wheel: every ``gnorm*`` package, plus the Hydra configs
+of ``conf/`` shipped as package data under ``gnorm/conf/`` (they stay at the
+top of the repository; :data:`gnorm.train.run.CONF_DIR` finds either)."""
+from setuptools import find_packages, setup
+
+setup(packages=find_packages(include=['gnorm*']) + ['gnorm.conf'],
+      package_dir={'gnorm.conf': 'conf'},
+      package_data={'gnorm.conf': ['**/*.yaml']})

@@ -1,0 +1,64 @@
+import pytest
+
+from gnorm.errors import ConfigError
+from gnorm.train import check_choices, check_keys, help_text
+
+
+def _check(args):
+    # What the command line checks before Hydra starts.
+    check_choices(args)
+    check_keys(args)
+
+
+@pytest.mark.parametrize('args,match', [
+    # Unknown options of a group.
+    (['dataset=pubmed'], "unknown dataset 'pubmed'; pass dataset= one of "
+                         "chameleon, citeseer, cora, csbm, "),
+    (['norm=batchnorm', 'layers=2'], "unknown norm 'batchnorm'"),
+    (['-m', 'norm=none,foo', 'seed=0,1'], "unknown norm 'foo'"),
+    (['experiment=table9'], "unknown experiment 'table9'"),
+    (['+model=graphormer9'], "unknown model 'graphormer9'"),
+    # Unknown keys.
+    (['layer=3'], r"unknown key 'layer' in layer=3; closest keys: layers$"),
+    (['lr=0.1'], r"unknown key 'lr' in lr=0.1; closest keys: train.lr$"),
+    (['norm=contranorm', 'norm.scal=0.5'],
+     r"unknown key 'norm.scal' .*; closest keys: norm.scale$"),
+    # norm=none has no scale: the options that have one are named.
+    (['norm.scal=0.5'], r"closest key: norm.scale \(with norm=.*pairnorm\)"),
+    (['-m', 'norm=none,pairnorm', 'norm.mod=PN-SI', 'seed=0,1'],
+     "closest keys: norm.mode"),
+    (['dataset=csbm', 'dataset.num_node=10'], "closest keys: "
+                                              "dataset.num_nodes"),
+    # Hydra would add these keys and nothing would read them.
+    (['+layer=3'], r"unknown key 'layer' in \+layer=3 \(a \+ adds a key "
+                   r"that nothing reads\); closest keys: layers"),
+    (['++train.epoch=3'], 'closest keys: train.epochs'),
+    (['+layers=3'], r"layers is in the config already; pass layers=3 "
+                    r"without the \+"),
+])
+def test_bad_arguments(args, match):
+    with pytest.raises(ConfigError, match=match):
+        _check(args)
+
+
+def test_valid_arguments_pass():
+    _check(['-m', 'dataset=cora,csbm', 'norm=none,pairnorm',
+            'norm.mode=PN-SCS', 'layers=32', 'train.lr=0.01',
+            'experiment=csbm_demo', 'data.mirror=null',
+            'threads=2', 'train.log_every=5', 'model.order=[conv,act,norm]',
+            '+label=nothing_like_a_key', '~collapse_metrics',
+            'hydra.run.dir=x', 'hydra/launcher=basic', '--cfg', 'job'])
+
+
+def test_help_lists_every_key_of_the_primary_config():
+    text = help_text()
+    lines = text.splitlines()
+    for key in ('layers', 'seed', 'threads', 'select', 'data.root',
+                'train.epochs', 'train.log_every', 'collapse_metrics'):
+        line = next(l for l in lines if l.split()[:1] == [key])
+        assert len(line.split(']', 1)[1].strip()) > 5, line  # its comment
+    norm = next(l for l in lines if l.split()[:1] == ['norm'])
+    assert 'none (default)' in norm and 'contranorm' in norm
+    assert 'defaults' not in text and 'hydra ' not in text
+    assert len(lines) < 60
+
