@@ -187,7 +187,11 @@ def test_cli_signal_stops_cleanly(tmp_path, sig, code):
         [sys.executable, '-m', 'gnorm.train', 'dataset=csbm',
          'dataset.num_nodes=200', 'layers=2', 'train.epochs=100000',
          'train.log_every=1', 'hydra.run.dir=run'], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # As from a terminal: a test runner started in the background
+        # ignores SIGINT, and its children would inherit that (gnorm keeps
+        # an ignored signal ignored, as Python does).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stdout:
             if 'train epoch 2/100000' in line:
