@@ -1,6 +1,5 @@
 import errno
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,11 +16,8 @@ from gnorm.data import (
     split_masks,
 )
 from gnorm.errors import ConfigError, DataError
+from conftest import MIRROR, needs_mirror
 
-MIRROR = os.environ.get('GNORM_DATA_MIRROR')
-needs_mirror = pytest.mark.skipif(
-    not MIRROR or not Path(MIRROR).is_dir(),
-    reason='needs the offline dataset mirror (GNORM_DATA_MIRROR)')
 
 
 def test_csbm():

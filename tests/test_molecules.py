@@ -21,11 +21,8 @@ from gnorm.data.molecules import (
 from gnorm.errors import DataError
 from gnorm.models import Graphormer
 from gnorm.train.graph import evaluate
+from conftest import MIRROR, needs_mirror
 
-MIRROR = os.environ.get('GNORM_DATA_MIRROR')
-needs_mirror = pytest.mark.skipif(
-    not MIRROR or not Path(MIRROR).is_dir(),
-    reason='needs the offline dataset mirror (GNORM_DATA_MIRROR)')
 
 
 def _walk(first, edge_index, i, j):

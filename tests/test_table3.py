@@ -3,8 +3,6 @@ r"""Table 3 of the ContraNorm paper: the authors' protocol point by point
 and the resumable table driver."""
 import importlib.util
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +14,9 @@ from torch_geometric.utils import is_undirected, to_undirected
 from gnorm.results import aggregate, default_keys, load_runs
 from gnorm.results import main as results_main
 from gnorm.train import CONF_DIR, build_model, load_data
+from conftest import needs_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRROR = os.environ.get('GNORM_DATA_MIRROR')
-needs_mirror = pytest.mark.skipif(
-    MIRROR is None or not Path(MIRROR).is_dir(),
-    reason='needs the offline dataset mirror (GNORM_DATA_MIRROR)')
 
 spec = importlib.util.spec_from_file_location('table3',
                                               ROOT / 'experiments' /

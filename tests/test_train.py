@@ -15,11 +15,8 @@ from omegaconf import read_write
 from gnorm.data import PYG_DATASETS, raw_files
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.train import CONF_DIR, train
+from conftest import MIRROR, needs_mirror
 
-MIRROR = os.environ.get('GNORM_DATA_MIRROR')
-needs_mirror = pytest.mark.skipif(
-    not MIRROR or not Path(MIRROR).is_dir(),
-    reason='needs the offline dataset mirror (GNORM_DATA_MIRROR)')
 
 # A small, fast CSBM run.
 TINY = ['dataset=csbm', 'dataset.num_nodes=200', 'layers=3',

@@ -2,7 +2,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,11 +13,8 @@ from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError
 from gnorm.models import Graphormer
 from gnorm.train import CONF_DIR, check_choices, check_config, train
+from conftest import MIRROR, needs_mirror
 
-MIRROR = os.environ.get('GNORM_DATA_MIRROR')
-needs_mirror = pytest.mark.skipif(
-    not MIRROR or not Path(MIRROR).is_dir(),
-    reason='needs the offline dataset mirror (GNORM_DATA_MIRROR)')
 
 # A tiny Graphormer on 250 graphs of the ZINC fixture: well under 1 s/epoch.
 TINY = ['dataset=zinc_fixture', 'dataset.limit=250', 'model=graphormer',
