@@ -41,32 +41,31 @@ _SIZE = {'cora': (2708, 10556), 'citeseer': (3327, 9104),
          'chameleon': (2277, 62792), 'squirrel': (5201, 396846)}
 
 
-def table_spec(protocol: str, sets: Sequence[str] = ()) -> Dict[str, Any]:
+def table_spec(protocol: str) -> Dict[str, Any]:
     r"""The ``table:`` section of ``experiment=table3_<protocol>``."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
     from gnorm.train import CONF_DIR
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
-        cfg = compose('train', overrides=[f'experiment=table3_{protocol}',
-                                          *sets])
+        cfg = compose('train', overrides=[f'experiment=table3_{protocol}'])
     return OmegaConf.to_container(cfg.table, resolve=True)
 
 
-def cells(spec: Dict[str, Any], datasets=None, rows=None, depths=None,
-          seeds=None) -> List[Dict[str, Any]]:
-    r"""The (dataset, row, depth) cells asked for, cheapest first, each with
-    the override sets of its runs."""
+def cells(spec: Dict[str, Any], rows=None) -> List[Dict[str, Any]]:
+    r"""The (dataset, row, depth) cells of :obj:`spec` (its :obj:`rows`
+    only, if given), cheapest first, each with the override sets of its
+    runs."""
     out = []
-    for dataset in datasets or spec['datasets']:
+    for dataset in spec['datasets']:
         for row in rows or list(spec['rows']):
-            for depth in depths or spec['depths']:
+            for depth in spec['depths']:
                 scales = spec.get('scales', {}).get(row, [None])
                 base = [f'dataset={dataset}', f'layers={depth}',
                         f'tag={row}', *spec['rows'][row]]
                 runs = [[*base, f'seed={seed}',
                          *([] if scale is None else [f'norm.scale={scale}'])]
                         for scale in scales
-                        for seed in seeds or spec['seeds']]
+                        for seed in spec['seeds']]
                 # Per layer and epoch on a CPU: ~42 ns per edge or node
                 # channel, ~7 ns per node pair of ContraNorm's attention.
                 nodes, edges = _SIZE.get(dataset, (1000, 5000))
@@ -74,7 +73,7 @@ def cells(spec: Dict[str, Any], datasets=None, rows=None, depths=None,
                 if row in spec.get('scales', {}):
                     cost += depth * nodes * nodes // 6 * len(runs)
                 out.append(dict(dataset=dataset, row=row, depth=depth,
-                                base=base, seeds=seeds or spec['seeds'],
+                                base=base, seeds=spec['seeds'],
                                 scales=scales, runs=runs, cost=cost))
     return sorted(out, key=lambda c: c['cost'])
 
@@ -146,8 +145,7 @@ def read_paper(path: Path) -> Dict[Tuple[str, str, int], Tuple[float,
 
 
 def summarise(spec: Dict[str, Any], runs: List[Dict[str, Any]],
-              paper: Dict, datasets=None, rows=None, depths=None,
-              ) -> List[Dict[str, Any]]:
+              paper: Dict, rows=None) -> List[Dict[str, Any]]:
     r"""One record per (dataset, row, depth, selection): test accuracy mean
     and std over seeds at the selected scale, the paper's value and the
     difference. Rows with scales get two selections: ``val`` (scale with
@@ -163,10 +161,10 @@ def summarise(spec: Dict[str, Any], runs: List[Dict[str, Any]],
             'scales', {}) else None
         by_cell.setdefault(key, {}).setdefault(scale, []).append(run)
     records = []
-    for dataset in datasets or spec['datasets']:
+    for dataset in spec['datasets']:
         for row in rows or list(spec['rows']):
             scaled = row in spec.get('scales', {})
-            for depth in depths or spec['depths']:
+            for depth in spec['depths']:
                 groups = by_cell.get((dataset, row, depth), {})
                 expected = len(spec['seeds'])
                 for selection in (('val', 'test') if scaled else ('val', )):
@@ -393,13 +391,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     spec = table_spec(args.protocol)
-    for option, known in (('rows', list(spec['rows'])),
-                          ('datasets', spec['datasets'])):
-        bad = [v for v in getattr(args, option) or [] if v not in known
-               and option == 'rows']
-        if bad:
-            parser.error(f'unknown row {bad[0]!r}; pass one of '
-                         f'{", ".join(known)}')
+    bad = [row for row in args.rows or [] if row not in spec['rows']]
+    if bad:
+        parser.error(f'unknown row {bad[0]!r}; pass one of '
+                     f'{", ".join(spec["rows"])}')
     runs_dir = (args.runs or ROOT / 'experiments' / 'runs' / spec['name']).resolve()
     if args.datasets or args.seeds or args.depths:
         spec = {**spec, 'datasets': args.datasets or spec['datasets'],
