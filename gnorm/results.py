@@ -25,7 +25,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # Keys of a run's command line that never define a configuration.
 NOT_CONFIG_KEYS = ('data.root', 'data.mirror', 'device', 'resume',
-                   'threads', 'train.progress', 'experiment')
+                   'threads', 'batch_runs', 'batch_file', 'train.progress',
+                   'experiment')
 METRICS = ('test_acc', 'val_acc', 'test_metric', 'val_metric')
 MISSING = object()
 

@@ -102,7 +102,7 @@ def test_deep_gcn_row_conv_matches_dense_reference():
     prop = adj / adj.sum(dim=1, keepdim=True)  # D^-1 (A + I)
 
     def conv(layer, h):
-        return prop @ (h @ layer.lin.weight.t()) + layer.bias
+        return prop @ (h @ layer.weight.t()) + layer.bias
 
     expected = conv(model.convs[1], conv(model.convs[0], x).relu())
     assert torch.allclose(model(x, edge_index), expected, atol=1e-5)
@@ -122,7 +122,13 @@ def test_deep_gcn_residual():
     _, h_plain = plain(x, edge_index, return_hidden=True)
     _, h_res = res(x, edge_index, return_hidden=True)
     assert torch.allclose(h_plain[0], h_res[0])  # widths differ: no skip
-    expected = res.convs[1](h_res[0], edge_index).relu() + h_res[0]
+    conv = res.convs[1]
+    adj = torch.eye(12)
+    adj[edge_index[1], edge_index[0]] = 1.0
+    deg = adj.sum(dim=1).rsqrt()
+    prop = deg.unsqueeze(1) * adj * deg.unsqueeze(0)  # D^-1/2 (A + I) D^-1/2
+    expected = (prop @ h_res[0] @ conv.weight.t() + conv.bias).relu() \
+        + h_res[0]
     assert torch.allclose(h_res[1], expected, atol=1e-6)
     assert 'residual=True' in str(res)
 
@@ -184,16 +190,33 @@ def test_dropout_matches_torch_in_distribution():
     assert dropout(x, 0.6, training=False) is x
 
 
+def _identity_model(channels, dropout, runs=None):
+    r"""One convolution that outputs its (dropped-out) input: a graph
+    without edges, row normalisation, identity weight, zero bias."""
+    model = DeepGCN(channels, channels, num_layers=1, conv='row',
+                    dropout=dropout, runs=runs)
+    with torch.no_grad():
+        model.convs[0].weight.copy_(torch.eye(channels))
+        model.convs[0].bias.zero_()
+    return model, torch.empty(2, 0, dtype=torch.long)
+
+
 def test_sparse_dropout_draws_only_for_nonzeros():
-    from gnorm.models.deep_gcn import sparse_dropout
     torch.manual_seed(0)
     x = torch.zeros(300, 500)
-    x.view(-1)[torch.randperm(x.numel())[:20000]] = torch.rand(20000) + 0.1
-    out = sparse_dropout(x, 0.6, x.nonzero(as_tuple=True))
+    x.view(-1)[torch.randperm(x.numel())[:6000]] = torch.rand(6000) + 0.1
+    model, edge_index = _identity_model(500, 0.6)
+    gen = torch.Generator().manual_seed(1)
+    out = model.train()(x, edge_index, generators=[gen])
+    assert model._input_entries(x) is not None  # the sparse path ran
     kept = out != 0
     assert not bool(kept[x == 0].any())  # zeros stay zero
-    assert abs(float(kept.sum()) / 20000 - 0.4) < 0.02
+    assert abs(float(kept.sum()) / 6000 - 0.4) < 0.03
     assert torch.allclose(out[kept], x[kept] / 0.4)
+    # exactly the first 6000 numbers of the run's generator decide
+    keep = torch.rand(6000, generator=torch.Generator().manual_seed(1)) >= 0.6
+    row, col = x.nonzero(as_tuple=True)
+    assert torch.equal(kept[row, col], keep)
 
 
 def test_sparse_input_dropout_in_the_model():
@@ -204,7 +227,7 @@ def test_sparse_input_dropout_in_the_model():
     model = DeepGCN(40, 3, num_layers=2, dropout=0.5)
     model.train()
     model(x, edge_index)
-    assert model._input_nonzero is not None  # the sparse path ran
+    assert model._input_entries(x) is not None  # the sparse path ran
     # Its dropout reaches the output: two calls differ, eval is deterministic.
     assert not torch.equal(model(x, edge_index), model(x, edge_index))
     model.eval()

@@ -93,7 +93,7 @@ def _reference_forward(model, x, edge_index, scale, shared_ln):
     adj_hat = adj / adj.sum(dim=1, keepdim=True)
     h = x
     for i, conv in enumerate(model.convs):
-        h = adj_hat @ (h @ conv.lin.weight.T) + conv.bias
+        h = adj_hat @ (h @ conv.weight.T) + conv.bias
         if i == len(model.convs) - 1:
             break
         if scale > 0:
@@ -135,10 +135,10 @@ def test_paper_init_is_uniform_in_fan_out():
     model = build_model(_paper('none', 'layers=3'), 200, 7)
     for conv in model.convs:
         bound = conv.out_channels ** -0.5
-        for p in (conv.lin.weight, conv.bias):
+        for p in (conv.weight, conv.bias):
             assert float(p.abs().max()) <= bound
             assert float(p.abs().min()) < 0.5 * bound < float(p.abs().max())
-        assert float(conv.lin.weight.abs().max()) > 0.95 * bound
+        assert float(conv.weight.abs().max()) > 0.95 * bound
     fair = build_model(_compose('experiment=table3_fair', 'layers=3'), 200, 7)
     assert all(float(c.bias.abs().max()) == 0 for c in fair.convs)
     assert fair.shared_norm is None

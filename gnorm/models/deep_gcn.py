@@ -1,15 +1,17 @@
 import inspect
 import math
+import warnings
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import GCNConv
+from torch.nn import Parameter
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import add_remaining_self_loops, degree
 
-from gnorm.nn import LayerFusion
+from gnorm.nn import LayerFusion, Stacked
 
 STEPS = ('dropout', 'conv', 'norm', 'act')
 CONVS = ('gcn', 'row')
@@ -33,28 +35,146 @@ def row_normalized(edge_index: Tensor, num_nodes: int,
     return edge_index, deg.reciprocal()[edge_index[1]]  # [2, E], [E]
 
 
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    r""":func:`torch.nn.functional.dropout`; on the CPU the mask comes from
-    :func:`torch.rand` (same distribution, ~2.4x faster there than its
-    Bernoulli sampling)."""
-    if not training or p == 0.0 or x.device.type != 'cpu':
-        return F.dropout(x, p=p, training=training)
-    return x * ((torch.rand_like(x) >= p) / (1.0 - p))
+def gcn_normalized(edge_index: Tensor, num_nodes: int,
+                   dtype: torch.dtype = torch.float,
+                   ) -> Tuple[Tensor, Tensor]:
+    r"""Edges and weights of
+    :math:`\mathbf{D}^{-1/2}(\mathbf{A} + \mathbf{I})\mathbf{D}^{-1/2}`, the
+    propagation of :class:`torch_geometric.nn.GCNConv`."""
+    return gcn_norm(edge_index, None, num_nodes, add_self_loops=True,
+                    dtype=dtype)
 
 
-def sparse_dropout(x: Tensor, p: float, index: Tuple[Tensor, Tensor],
-                   ) -> Tensor:
-    r"""Dropout of a matrix whose non-zero entries are at :obj:`index`
-    (rows, columns): each of them is kept with probability :math:`1 - p` and
-    scaled by :math:`1 / (1 - p)`, zeros stay zero, as in
-    :func:`torch.nn.functional.dropout`, but random numbers are drawn for
-    the non-zero entries only (bag-of-words features are ~1 % non-zero)."""
-    row, col = index
-    keep = torch.rand(row.numel(), device=x.device) >= p  # [nnz]
-    row, col = row[keep], col[keep]
-    out = torch.zeros_like(x)
-    out[row, col] = x[row, col] / (1.0 - p)
-    return out
+def propagation_matrix(edge_index: Tensor, edge_weight: Tensor,
+                       num_nodes: int) -> Tensor:
+    r"""The sparse (CSR) :obj:`[num_nodes, num_nodes]` matrix :math:`P`
+    with :math:`P_{ij}` = the weight of edge :math:`j \to i`, so that
+    :math:`P \mathbf{X}` aggregates at each node what it receives."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='.*[Ss]parse')
+        return torch.sparse_coo_tensor(
+            torch.stack([edge_index[1], edge_index[0]]), edge_weight,
+            (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+
+
+def propagate(matrix: Tensor, x: Tensor) -> Tensor:
+    r""":math:`P \mathbf{X}` for :obj:`x` of shape :obj:`[nodes, channels]`
+    or :obj:`[runs, nodes, channels]`: one sparse product for all runs, their
+    features side by side."""
+    if x.dim() == 2:
+        return matrix @ x
+    runs, nodes, channels = x.shape
+    out = matrix @ x.transpose(0, 1).reshape(nodes, runs * channels)
+    return out.view(nodes, runs, channels).transpose(0, 1)  # [runs, nodes, c]
+
+
+def rand(shape: Sequence[int], like: Tensor,
+         generators: Optional[Sequence[torch.Generator]] = None,
+         runs: bool = False) -> Tensor:
+    r"""Uniform :math:`[0, 1)` numbers of :obj:`shape` on :obj:`like`'s
+    device: from the global generator, or from :obj:`generators`, one per
+    run, each drawing its run's slice (:obj:`runs`: :obj:`shape` starts
+    with the run dimension) so that a run's numbers do not depend on the
+    other runs."""
+    kwargs = dict(dtype=like.dtype, device=like.device)
+    if generators is None:
+        return torch.rand(shape, **kwargs)
+    if not runs:
+        return torch.rand(shape, generator=generators[0], **kwargs)
+    return torch.stack([torch.rand(shape[1:], generator=g, **kwargs)
+                        for g in generators])
+
+
+def dropout(x: Tensor, p: float, training: bool = True,
+            generators: Optional[Sequence[torch.Generator]] = None,
+            runs: bool = False) -> Tensor:
+    r""":func:`torch.nn.functional.dropout`, its mask drawn by :func:`rand`
+    (on the CPU :func:`torch.rand` is also ~2.4x faster than Bernoulli
+    sampling); :obj:`generators` and :obj:`runs` as in :func:`rand`."""
+    if not training or p == 0.0:
+        return x
+    if generators is None and x.device.type != 'cpu':
+        return F.dropout(x, p=p)
+    return x * ((rand(x.shape, x, generators, runs) >= p) / (1.0 - p))
+
+
+class RunConv(torch.nn.Module):
+    r"""The weights of one graph convolution of :obj:`runs` runs (none:
+    one run), :math:`\mathbf{X}' = P \mathbf{X} \mathbf{W}^\top +
+    \mathbf{b}`, stacked along a leading run dimension: weight
+    :obj:`[runs, out_channels, in_channels]`, bias :obj:`[runs,
+    out_channels]`."""
+    def __init__(self, in_channels: int, out_channels: int,
+                 runs: Optional[int] = None):
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        lead = () if runs is None else (runs, )
+        self.weight = Parameter(torch.empty(*lead, out_channels, in_channels))
+        self.bias = Parameter(torch.empty(*lead, out_channels))
+
+    def reset_parameters(self, init: str = 'glorot',
+                         generators: Optional[Sequence[torch.Generator]]
+                         = None):
+        r"""Glorot weight and zero bias, or (:obj:`init="uniform"`) both
+        from :math:`\mathcal{U}(-1/\sqrt{c_{out}}, 1/\sqrt{c_{out}})`;
+        run :math:`r` draws from :obj:`generators[r]` if given."""
+        weights = self.weight.view(-1, self.out_channels, self.in_channels)
+        biases = self.bias.view(-1, self.out_channels)
+        if generators is None:
+            generators = [None] * weights.size(0)
+        if init == 'glorot':
+            bound = math.sqrt(6.0 / (self.in_channels + self.out_channels))
+        else:
+            bound = 1.0 / math.sqrt(self.out_channels)
+        with torch.no_grad():
+            for weight, bias, gen in zip(weights, biases, generators):
+                weight.uniform_(-bound, bound, generator=gen)
+                if init == 'glorot':
+                    bias.zero_()
+                else:
+                    bias.uniform_(-bound, bound, generator=gen)
+
+    def linear(self, x: Tensor) -> Tensor:
+        r""":math:`\mathbf{X} \mathbf{W}^\top` for :obj:`x` of shape
+        :obj:`[(runs,) nodes, in_channels]` (without the run dimension, the
+        same input for every run)."""
+        return x @ self.weight.transpose(-1, -2)
+
+    def sparse_linear(self, x: Tensor) -> Tensor:
+        r""":math:`\mathbf{X} \mathbf{W}^\top` of a sparse input
+        :obj:`[nodes, in_channels]` that every run sees."""
+        weight = self.weight.transpose(-1, -2)  # [(runs,) in, out]
+        if weight.dim() == 2:
+            return x @ weight
+        runs = weight.size(0)
+        out = x @ weight.transpose(0, 1).reshape(self.in_channels, -1)
+        return out.view(x.size(0), runs, -1).transpose(0, 1)  # [runs, nodes, out]
+
+    def entries_linear(self, row: Tensor, col: Tensor, value: Tensor,
+                       run: Tensor, num_nodes: int) -> Tensor:
+        r""":math:`\mathbf{X}_r \mathbf{W}_r^\top` of sparse inputs that
+        differ between runs, given by their entries: :obj:`value` at
+        (:obj:`row`, :obj:`col`) of run :obj:`run`, sorted by run, row. One
+        sparse product of the block-diagonal :obj:`[runs * nodes, runs *
+        in_channels]` matrix of all runs with their stacked weights."""
+        runs = 1 if self.weight.dim() == 2 else self.weight.size(0)
+        weight = self.weight.transpose(-1, -2).reshape(
+            runs * self.in_channels, self.out_channels)  # [runs * in, out]
+        rows = run * num_nodes + row  # sorted
+        crow = rows.new_zeros(runs * num_nodes + 1)
+        crow[1:] = torch.bincount(rows, minlength=runs * num_nodes).cumsum(0)
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='.*[Ss]parse')
+            x = torch.sparse_csr_tensor(
+                crow, run * self.in_channels + col, value,
+                (runs * num_nodes, runs * self.in_channels))
+        out = x @ weight  # [runs * nodes, out]
+        return out.view(*self.bias.shape[:-1], num_nodes, self.out_channels)
+
+    def extra_repr(self) -> str:
+        runs = '' if self.weight.dim() == 2 else f', runs={self.weight.size(0)}'
+        return f'{self.in_channels}, {self.out_channels}{runs}'
 
 
 def _make_norm(factory: Callable[..., torch.nn.Module],
@@ -113,7 +233,7 @@ class DeepGCN(torch.nn.Module):
             :obj:`batch`, :obj:`batch_size` and :obj:`edge_index` when its
             signature names them. :obj:`None` for no norm.
             (default: :obj:`None`)
-        conv (str, optional): :obj:`"gcn"` (:class:`GCNConv`,
+        conv (str, optional): :obj:`"gcn"` (PyG's :class:`GCNConv`,
             :math:`\mathbf{D}^{-1/2}(\mathbf{A}+\mathbf{I})\mathbf{D}^{-1/2}`)
             or :obj:`"row"` (row-normalised
             :math:`\mathbf{D}^{-1}(\mathbf{A}+\mathbf{I})`, the authors'
@@ -149,7 +269,8 @@ class DeepGCN(torch.nn.Module):
         num_layers: int,
         hidden_channels: int = 32,
         dropout: float = 0.6,
-        norm: Optional[Callable[..., torch.nn.Module]] = None,
+        norm: Union[None, Callable[..., torch.nn.Module],
+                    Sequence[Callable[..., torch.nn.Module]]] = None,
         conv: str = 'gcn',
         order: Sequence[str] = ('dropout', 'conv', 'norm', 'act'),
         residual: bool = False,
@@ -157,6 +278,7 @@ class DeepGCN(torch.nn.Module):
         cached: bool = True,
         shared_layer_norm: bool = False,
         init: str = 'glorot',
+        runs: Optional[int] = None,
     ):
         super().__init__()
         order = tuple(order)
@@ -183,6 +305,19 @@ class DeepGCN(torch.nn.Module):
         if fusion is not None and num_layers < 2:
             raise ValueError("DeepGCN: fusion needs hidden layers to fuse; "
                              "pass num_layers >= 2")
+        if runs is not None and (not isinstance(runs, int) or runs < 1):
+            raise ValueError(f"DeepGCN got runs={runs!r}; pass an integer "
+                             f">= 1 or None")
+        if runs is not None and fusion is not None:
+            raise ValueError("DeepGCN: fusion is not available with runs; "
+                             "pass fusion=None or train runs one by one")
+        factories = norm
+        if isinstance(norm, (list, tuple)):
+            if runs is None or len(norm) != runs:
+                raise ValueError(f"DeepGCN got {len(norm)} norm factories; "
+                                 f"pass one per run (runs={runs})")
+        elif norm is not None:
+            factories = [norm] * (runs or 1)
 
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -193,71 +328,125 @@ class DeepGCN(torch.nn.Module):
         self.order = order
         self.residual = residual
         self.init = init
+        self.cached = cached
+        self.runs = runs
 
-        row = conv == 'row'
         widths = [in_channels] + [hidden_channels] * (num_layers - 1)
         self.convs = torch.nn.ModuleList([
-            GCNConv(c_in, c_out, cached=cached and not row, normalize=not row)
+            RunConv(c_in, c_out, runs)
             for c_in, c_out in zip(widths, widths[1:] + [out_channels])
         ])
         self.norms = torch.nn.ModuleList()
-        if norm is not None and 'norm' in order:
+        if factories is not None and 'norm' in order:
             self.norms.extend(
-                _make_norm(norm, hidden_channels)
+                self._per_run([_make_norm(f, hidden_channels)
+                               for f in factories])
                 for _ in range(num_layers - 1))
-        self._norm_inputs = [_forward_inputs(n) for n in self.norms]
-        self._input_key, self._input_nonzero = None, None
+        self._norm_inputs = [_forward_inputs(getattr(n, 'module', n))
+                             for n in self.norms]
+        self._input_key, self._input_sparse = None, None
+        self._graph_key, self._matrix = None, None
         self.shared_norm = None
         if shared_layer_norm and 'norm' in order:
-            self.shared_norm = torch.nn.LayerNorm(hidden_channels)
+            self.shared_norm = self._per_run([
+                torch.nn.LayerNorm(hidden_channels)
+                for _ in range(runs or 1)])
         self.fusion = None
         if fusion is not None:
             self.fusion = LayerFusion(fusion, in_channels=hidden_channels,
                                       num_layers=num_layers - 1)
         self.reset_parameters()
 
-    def reset_parameters(self):
-        r"""Resets all learnable parameters of the module."""
-        for module in [*self.convs, *self.norms, self.shared_norm,
-                       self.fusion]:
+    def _per_run(self, modules: List[torch.nn.Module]) -> torch.nn.Module:
+        return modules[0] if self.runs is None else Stacked(modules)
+
+    def reset_parameters(self, generators: Optional[
+            Sequence[torch.Generator]] = None):
+        r"""Resets all learnable parameters of the module; the random
+        weights of run :math:`r` are drawn from :obj:`generators[r]` if
+        given (one generator per run, on the CPU)."""
+        for module in [*self.norms, self.shared_norm, self.fusion]:
             if hasattr(module, 'reset_parameters'):
                 module.reset_parameters()
-        if self.init == 'uniform':
-            for conv in self.convs:
-                bound = 1.0 / math.sqrt(conv.out_channels)
-                torch.nn.init.uniform_(conv.lin.weight, -bound, bound)
-                torch.nn.init.uniform_(conv.bias, -bound, bound)
+        for conv in self.convs:
+            conv.reset_parameters(self.init, generators)
 
-    def _input_dropout(self, x: Tensor) -> Tensor:
-        r"""Dropout of the input features; for a sparse input (at most 10 %
-        non-zero, constant across calls, no gradient) through
-        :func:`sparse_dropout`, its non-zero pattern found once."""
-        if (not self.training or self.dropout == 0.0 or x.requires_grad
-                or x.dim() != 2):
-            return dropout(x, self.dropout, self.training)
+    def _input_entries(self, x: Tensor) -> Optional[Tuple[Tensor, ...]]:
+        r"""The non-zero entries (rows, columns, values) and the sparse
+        matrix of an input that is at most 10 % non-zero, constant across
+        calls and without gradient, found once; else :obj:`None`."""
+        if x.requires_grad or x.dim() != 2:
+            return None
         key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.device)
         if self._input_key != key:
-            index = x.nonzero(as_tuple=True)
-            sparse = index[0].numel() <= 0.1 * x.numel()
-            self._input_key = key
-            self._input_nonzero = index if sparse else None
-        if self._input_nonzero is None:
-            return dropout(x, self.dropout)
-        return sparse_dropout(x, self.dropout, self._input_nonzero)
+            row, col = x.nonzero(as_tuple=True)
+            self._input_key, self._input_sparse = key, None
+            if row.numel() <= 0.1 * x.numel():
+                value = x[row, col]
+                with warnings.catch_warnings():
+                    warnings.filterwarnings('ignore', message='.*[Ss]parse')
+                    matrix = torch.sparse_coo_tensor(
+                        torch.stack([row, col]), value,
+                        x.shape).to_sparse_csr()
+                self._input_sparse = (row, col, value, matrix)
+        return self._input_sparse
 
-    def _layer(self, i: int, x: Tensor, edge_index: Tensor,
-               edge_weight: OptTensor, inputs: dict) -> Tensor:
+    def _propagation(self, edge_index: Tensor, x: Tensor) -> Tensor:
+        r"""The sparse propagation matrix of :obj:`conv` (cached with
+        :obj:`cached` while :obj:`edge_index` does not change)."""
+        num_nodes = x.size(-2)
+        key = (edge_index.data_ptr(), edge_index._version,
+               tuple(edge_index.shape), num_nodes, x.dtype, x.device)
+        if self._graph_key != key or not self.cached:
+            norm = row_normalized if self.conv == 'row' else gcn_normalized
+            edges, weight = norm(edge_index, num_nodes, x.dtype)
+            self._graph_key = key
+            self._matrix = propagation_matrix(edges, weight, num_nodes)
+        return self._matrix
+
+    def _input_conv(self, x: Tensor, matrix: Tensor, generators) -> Tensor:
+        r"""Dropout then the first convolution, for a sparse input: random
+        numbers are drawn for the non-zero entries only (bag-of-words
+        features are ~1 % non-zero), each run keeping its own entries."""
+        row, col, value, sparse = self._input_entries(x)
+        conv = self.convs[0]
+        if not self.training or self.dropout == 0.0:
+            h = conv.sparse_linear(sparse)
+        else:
+            runs = self.runs or 1
+            keep = rand((runs, value.numel()), value, generators,
+                        runs=True) >= self.dropout  # [runs, nnz]
+            run, entry = keep.nonzero(as_tuple=True)
+            h = conv.entries_linear(row[entry], col[entry],
+                                    value[entry] / (1.0 - self.dropout),
+                                    run, x.size(0))
+        return propagate(matrix, h) + conv.bias.unsqueeze(-2)
+
+    def _layer(self, i: int, x: Tensor, matrix: Tensor, inputs: dict,
+               generators) -> Tensor:
         last = i == self.num_layers - 1
-        for step in self.order:
-            if step == 'dropout' and i == 0:
-                x = self._input_dropout(x)
-            elif step == 'dropout':
-                x = dropout(x, self.dropout, self.training)
+        steps = self.order
+        # The input layer of a sparse input: dropout and conv in one.
+        fused = (i == 0 and steps[:2] == ('dropout', 'conv')
+                 and self._input_entries(x) is not None)
+        if fused:
+            x = self._input_conv(x, matrix, generators)
+            steps = steps[2:]
+        runs = self.runs is not None
+        for step in steps:
+            shared = runs and i == 0 and x.dim() == 2  # no run dim yet
+            if step == 'dropout':
+                if shared and self.training and self.dropout > 0:
+                    x = x.expand(self.runs, *x.shape)
+                x = dropout(x, self.dropout, self.training, generators, runs)
             elif step == 'conv':
-                x = self.convs[i](x, edge_index, edge_weight)
+                conv = self.convs[i]
+                x = propagate(matrix, conv.linear(x)) + conv.bias.unsqueeze(-2)
             elif last:  # the output layer: no norm, no activation
                 continue
             elif step == 'norm':
+                if shared:
+                    x = x.expand(self.runs, *x.shape)
                 if len(self.norms) > 0:
                     kwargs = {k: inputs[k] for k in self._norm_inputs[i]}
                     x = self.norms[i](x, **kwargs)
@@ -269,11 +458,13 @@ class DeepGCN(torch.nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: OptTensor = None,
                 batch_size: Optional[int] = None, return_hidden: bool = False,
+                generators: Optional[Sequence[torch.Generator]] = None,
                 ) -> Union[Tensor, Tuple[Tensor, List[Tensor]]]:
         r"""Forward pass.
 
         Args:
-            x (torch.Tensor): Node features :obj:`[num_nodes, in_channels]`.
+            x (torch.Tensor): Node features :obj:`[num_nodes, in_channels]`
+                (shared by all runs).
             edge_index (torch.Tensor): Edges :obj:`[2, num_edges]`.
             batch (torch.Tensor, optional): Graph of each node, handed to the
                 norms. (default: :obj:`None`)
@@ -282,26 +473,31 @@ class DeepGCN(torch.nn.Module):
             return_hidden (bool, optional): Also return the output of every
                 layer (:obj:`num_layers` tensors, the last being the logits).
                 (default: :obj:`False`)
+            generators (list of torch.Generator, optional): One per run, on
+                :obj:`x`'s device: the dropout masks of run :math:`r` come
+                from :obj:`generators[r]`. (default: :obj:`None`: the global
+                generator)
 
         Returns:
-            torch.Tensor: Logits :obj:`[num_nodes, out_channels]` (and the
-            list of layer outputs if :obj:`return_hidden`).
+            torch.Tensor: Logits :obj:`[(runs,) num_nodes, out_channels]`
+            (and the list of layer outputs if :obj:`return_hidden`).
         """
+        if generators is not None and len(generators) != (self.runs or 1):
+            raise ValueError(f"{self}: got {len(generators)} generators; "
+                             f"pass one per run")
         inputs = dict(batch=batch, batch_size=batch_size,
                       edge_index=edge_index)
-        edge_weight = None
-        if self.conv == 'row':
-            edge_index, edge_weight = row_normalized(edge_index, x.size(0),
-                                                     x.dtype)
+        matrix = self._propagation(edge_index, x)
         hidden = []
         for i in range(self.num_layers - 1):
-            h = self._layer(i, x, edge_index, edge_weight, inputs)
-            x = h + x if self.residual and h.shape == x.shape else h
+            h = self._layer(i, x, matrix, inputs, generators)
+            x = h + x if self.residual and h.size(-1) == x.size(-1) else h
             hidden.append(x)
         if self.fusion is not None:
             x = self.fusion(hidden, batch=batch, batch_size=batch_size)
-        x = self._layer(self.num_layers - 1, x, edge_index, edge_weight,
-                        inputs)
+        x = self._layer(self.num_layers - 1, x, matrix, inputs, generators)
+        if self.runs is not None and x.dim() == 2:  # a 1-layer net, no dropout
+            x = x.expand(self.runs, *x.shape)
         return (x, hidden + [x]) if return_hidden else x
 
     def __repr__(self) -> str:
@@ -320,4 +516,6 @@ class DeepGCN(torch.nn.Module):
             args.append('residual=True')
         if self.fusion is not None:
             args.append(f'fusion={self.fusion.mode!r}')
+        if self.runs is not None:
+            args.append(f'runs={self.runs}')
         return f'{self.__class__.__name__}({", ".join(args)})'

@@ -7,6 +7,7 @@ from gnorm.nn.pair_norm import PairNorm
 from gnorm.nn.sep_norm import SepNorm
 from gnorm.nn.iso_bn import IsoBN
 from gnorm.nn.layer_fusion import LayerFusion
+from gnorm.nn.stacked import Stacked
 
 __all__ = [
     'ContraNorm',
@@ -15,4 +16,5 @@ __all__ = [
     'SepNorm',
     'IsoBN',
     'LayerFusion',
+    'Stacked',
 ]

@@ -289,7 +289,7 @@ class ContraNorm(torch.nn.Module):
                              f"edge_index=edge_index) or use "
                              f"negatives='all'")
 
-        if self.scale_param is not None or self.scale > 0:
+        if self.scale_param is not None or contrasts(self.scale):
             xn = F.normalize(x, dim=-1)
             value = xn if self.pre_norm else x
             x_neg = contrastive_negatives(
@@ -319,6 +319,15 @@ class ContraNorm(torch.nn.Module):
         if self.norm is None:
             args.append('layer_norm=False')
         return f'{self.__class__.__name__}({", ".join(args)})'
+
+
+def contrasts(scale) -> bool:
+    r"""Whether :obj:`scale` leaves the contrastive term on: any number but
+    :obj:`0`, and the per-run scales that :class:`gnorm.nn.Stacked` hands
+    over as a tensor (a run of scale :obj:`0` then gets
+    :math:`(1 + 0)\mathbf{X} - 0 \cdot \mathbf{X}_{\text{neg}} =
+    \mathbf{X}` exactly)."""
+    return torch.is_tensor(scale) or scale > 0
 
 
 def _check_args(name: str, in_channels: int, scale: float,

@@ -7,7 +7,7 @@ from torch.nn import LayerNorm
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import to_dense_batch
 
-from gnorm.nn.contra_norm import _check_args, _check_input
+from gnorm.nn.contra_norm import _check_args, _check_input, contrasts
 
 
 class DualContraNorm(torch.nn.Module):
@@ -71,7 +71,7 @@ class DualContraNorm(torch.nn.Module):
                 (default: :obj:`None`)
         """
         _check_input(self, x, batch, batch_size)
-        if self.scale > 0:
+        if contrasts(self.scale):
             if self.center:
                 x = x - x.mean(dim=-1, keepdim=True)
             xn = F.normalize(x, dim=-1)

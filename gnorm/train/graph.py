@@ -25,7 +25,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -207,8 +207,25 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
         str(results['path'])])
 
 
-def run(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
-        path: Path) -> Dict[str, Any]:
+def batch_key(cfg: DictConfig) -> None:
+    r"""Graph-level runs train one by one (:obj:`None`: no batch)."""
+    return None
+
+
+def max_runs(cfgs, device: torch.device) -> int:
+    r"""Graph-level runs train one by one."""
+    return 1
+
+
+def run(cfgs, device: torch.device, results: List[Dict[str, Any]],
+        paths: List[Path]) -> List[Dict[str, Any]]:
+    r""":func:`run_one` for the one run of :obj:`cfgs`."""
+    (cfg, ), (res, ), (path, ) = cfgs, results, paths
+    return [run_one(cfg, device, res, path)]
+
+
+def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
+            path: Path) -> Dict[str, Any]:
     r"""Loads the dataset, trains :obj:`cfg.model` on it and returns
     :obj:`results` completed with the val/test metric of the selected epoch
     and the per-epoch curve. Raises :class:`TrainingError` if the loss

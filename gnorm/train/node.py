@@ -4,11 +4,11 @@ stack (the task of ``dataset=cora|citeseer|chameleon|squirrel|csbm``).
 :func:`run` is called by :func:`gnorm.train.train` with the shared fields
 of ``results.json`` already filled in.
 """
-import copy
+import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,12 +25,15 @@ from gnorm.metrics import (
     feature_variance,
 )
 from gnorm.train.progress import Progress
-from gnorm.train.run import is_int, one_line
+from gnorm.train.run import free_memory, is_int, one_line, result_config
 
 log = logging.getLogger(__name__)
 
 # Dataset config keys that are not arguments of gnorm.data.load_dataset.
 _DATASET_META = ('name', 'default_split', 'task')
+# Config keys in which runs that train as one model may differ.
+BATCHED_KEYS = ('seed', 'split_index', 'norm.scale', 'tag')
+CURVE = ('epoch', 'loss', 'train_acc', 'val_acc', 'val_loss', 'test_acc')
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -65,37 +68,101 @@ def load_data(cfg: DictConfig):
                         seed=cfg.seed, test_set=cfg.test_set, **options)
 
 
-def build_model(cfg: DictConfig, in_channels: int,
-                out_channels: int) -> torch.nn.Module:
-    r"""Instantiates :obj:`cfg.model` with the norm of :obj:`cfg.norm`
-    (instantiated partially, the model passes the width)."""
+def norm_factory(cfg: DictConfig):
+    r""":obj:`cfg.norm`, instantiated partially (the model passes the
+    width), or :obj:`None`."""
+    return instantiate(cfg.norm, _partial_=True)
+
+
+def build_model(cfg: DictConfig, in_channels: int, out_channels: int,
+                runs: Optional[Sequence[DictConfig]] = None,
+                ) -> torch.nn.Module:
+    r"""Instantiates :obj:`cfg.model` with the norm of :obj:`cfg.norm`; with
+    :obj:`runs` (their configs), one model of :obj:`len(runs)` runs, each
+    with its own norm (e.g. its own ContraNorm scale)."""
     try:
-        norm = instantiate(cfg.norm, _partial_=True)
-        return instantiate(cfg.model, in_channels=in_channels,
-                           out_channels=out_channels, norm=norm)
+        model = instantiate(cfg.model, _partial_=True)
+        if runs is None:
+            return model(in_channels=in_channels, out_channels=out_channels,
+                         norm=norm_factory(cfg))
+        return model(in_channels=in_channels, out_channels=out_channels,
+                     runs=len(runs), norm=[norm_factory(c) for c in runs])
     except (InstantiationException, ValueError, TypeError) as e:
         raise ConfigError(f"cannot build the model: {one_line(e)}") from None
+
+
+def batch_key(cfg: DictConfig) -> Optional[str]:
+    r"""Runs with the same key can train as one model (they differ only in
+    seed, split and norm scale); :obj:`None` for a run that trains alone."""
+    if cfg.model.get('fusion') is not None:
+        return None
+    config = result_config(OmegaConf.to_container(cfg, resolve=True))
+    for key in BATCHED_KEYS:
+        parent, _, name = key.rpartition('.')
+        node = config.get(parent, {}) if parent else config
+        if isinstance(node, dict):
+            node.pop(name, None)
+    return json.dumps(config, sort_keys=True)
+
+
+def memory_per_run(cfg: DictConfig, num_nodes: int, num_entries: int,
+                   ) -> int:
+    r"""A generous estimate of the bytes one run of :obj:`cfg` needs while
+    it trains: every hidden layer keeps ~12 tensors of
+    :obj:`[nodes, hidden]` floats for the backward pass (ContraNorm a few
+    more), the input layer its kept entries."""
+    hidden = cfg.model.hidden_channels + 1
+    per_layer = 12 + (8 if 'Contra' in str(cfg.norm._target_) else 0)
+    return 4 * (per_layer * num_nodes * hidden * cfg.layers
+                + 3 * num_entries * hidden)
+
+
+def max_runs(cfgs: Sequence[DictConfig], device: torch.device) -> int:
+    r"""How many runs of :obj:`cfgs` train as one model on :obj:`device`:
+    ``batch_runs`` (an integer, or ``auto``: as many as half of the free
+    memory holds, by :func:`memory_per_run`)."""
+    cfg = cfgs[0]
+    if cfg.batch_runs != 'auto':
+        return cfg.batch_runs
+    data = load_data(cfg)
+    entries = int((data.x != 0).sum())
+    need = memory_per_run(cfg, data.num_nodes, entries)
+    return max(1, min(len(cfgs), free_memory(device) // (2 * need)))
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, data, hidden: bool = False,
              ) -> Dict[str, Any]:
-    r"""Accuracies (fractions) and validation loss of :obj:`model` in
-    evaluation mode; with :obj:`hidden`, also the output of every layer."""
+    r"""Per run: accuracies (fractions) and validation loss of
+    :obj:`model` in evaluation mode (lists, one entry per run; the masks of
+    :obj:`data` are :obj:`[runs, nodes]`); with :obj:`hidden`, also the
+    output of every layer."""
     model.eval()
     out = model(data.x, data.edge_index, return_hidden=hidden)
     out, layers = out if hidden else (out, None)
-    pred = out.argmax(dim=-1)
-    result = {}
+    out = out.view(-1, *out.shape[-2:])  # [runs, nodes, classes]
+    correct = (out.argmax(dim=-1) == data.y).float()  # [runs, nodes]
+    metrics = {}
     for split in ('train', 'val', 'test'):
-        mask = data[f'{split}_mask']
-        result[f'{split}_acc'] = float((pred[mask] == data.y[mask]).float()
-                                       .mean())
-    result['val_loss'] = float(F.cross_entropy(out[data.val_mask],
-                                               data.y[data.val_mask]))
+        mask = data[f'{split}_mask'].float()
+        metrics[f'{split}_acc'] = (correct * mask).sum(-1) / mask.sum(-1)
+    metrics['val_loss'] = masked_cross_entropy(out, data.y, data.val_mask)
+    result = {k: v.tolist() for k, v in metrics.items()}
     if hidden:
-        result['layers'] = layers
+        result['layers'] = [h.view(-1, *h.shape[-2:]) for h in layers]
     return result
+
+
+def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
+                         mask: torch.Tensor) -> torch.Tensor:
+    r"""Per run, the mean cross-entropy of :obj:`out` (:obj:`[runs,
+    nodes, classes]`) over the nodes of :obj:`mask` (:obj:`[runs,
+    nodes]`)."""
+    runs, nodes, classes = out.shape
+    loss = F.cross_entropy(out.reshape(-1, classes), y.repeat(runs),
+                           reduction='none').view(runs, nodes)
+    mask = mask.to(loss.dtype)
+    return (loss * mask).sum(-1) / mask.sum(-1)  # [runs]
 
 
 @torch.no_grad()
@@ -117,50 +184,76 @@ def collapse_metrics(layers: List[torch.Tensor],
     return rows
 
 
-def fit(model: torch.nn.Module, data, results: Dict[str, Any], epochs: int,
-        lr: float, weight_decay: float, progress: bool = True,
-        log_every: int = 10) -> Dict[str, Any]:
-    r"""Full-batch Adam on the training nodes. Keeps its progress in
-    :obj:`results` as it goes, so that an interrupted or failed run can be
-    recorded: ``curve`` (per epoch ``epoch``, ``loss``, ``train_acc``,
-    ``val_acc``, ``val_loss``, ``test_acc``), ``best_epoch`` and ``best``
-    (the metrics of the best-validation epoch so far: highest accuracy,
-    then lowest loss). Returns the weights of the best epoch. Raises
-    :class:`TrainingError` if the loss stops being finite."""
+def _better(metrics: Dict[str, float], best: Optional[Dict[str, float]],
+            ) -> bool:
+    r"""Highest validation accuracy, then lowest validation loss."""
+    return best is None or (metrics['val_acc'], -metrics['val_loss']) > (
+        best['val_acc'], -best['val_loss'])
+
+
+def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
+        epochs: int, lr: float, weight_decay: float,
+        generators: Sequence[torch.Generator], progress: bool = True,
+        log_every: int = 10) -> Dict[str, torch.Tensor]:
+    r"""Full-batch Adam of the runs of :obj:`model` (one per entry of
+    :obj:`results`), each on its own training nodes (the masks of
+    :obj:`data` are :obj:`[runs, nodes]`) with its own dropout masks
+    (:obj:`generators`). The loss is the sum of the runs' losses, so each
+    run gets its own gradient, and Adam acts element-wise: a run trains as
+    it would alone. Keeps each run's progress in its :obj:`results` as it
+    goes, so that an interrupted or failed run can be recorded: ``curve``
+    (per epoch ``epoch``, ``loss``, ``train_acc``, ``val_acc``,
+    ``val_loss``, ``test_acc``), ``best_epoch`` and ``best`` (the metrics
+    of the best-validation epoch so far: highest accuracy, then lowest
+    loss). Returns the weights of every run's best epoch. A run whose loss
+    stops being finite gets ``status: failed`` and stops counting."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr,
                                  weight_decay=weight_decay)
-    curve = {k: [] for k in ('epoch', 'loss', 'train_acc', 'val_acc',
-                             'val_loss', 'test_acc')}
-    results.update(curve=curve, best_epoch=0, best=None)
-    best_state = None
-    with Progress(epochs, every=log_every, bar=progress) as bar:
+    runs = len(results)
+    for r in results:
+        r.update(curve={k: [] for k in CURVE}, best_epoch=0, best=None)
+    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    alive = torch.ones(runs, dtype=torch.bool, device=data.y.device)
+    desc = 'train' if runs == 1 else f'train {runs} runs'
+    with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
         for epoch in range(1, epochs + 1):
             model.train()
             optimizer.zero_grad()
-            out = model(data.x, data.edge_index)
-            loss = F.cross_entropy(out[data.train_mask],
-                                   data.y[data.train_mask])
-            value = loss.item()
-            if not math.isfinite(value):
-                raise TrainingError(f"the training loss became {value} at "
-                                    f"epoch {epoch}; lower train.lr, change "
-                                    f"the norm or its scale")
-            loss.backward()
+            out = model(data.x, data.edge_index, generators=generators)
+            losses = masked_cross_entropy(out.view(-1, *out.shape[-2:]),
+                                          data.y, data.train_mask)
+            finite = torch.isfinite(losses)
+            torch.where(finite & alive, losses, 0.0).sum().backward()
             optimizer.step()
 
-            metrics = {'epoch': epoch, 'loss': value,
-                       **evaluate(model, data)}
-            for key, column in curve.items():
-                column.append(metrics[key])
-            best = results['best']
-            if best is None or (metrics['val_acc'], -metrics['val_loss']) > (
-                    best['val_acc'], -best['val_loss']):
-                best_state = copy.deepcopy(model.state_dict())
-                results.update(best_epoch=epoch, best={
-                    k: metrics[k] for k in ('train_acc', 'val_acc',
-                                            'val_loss', 'test_acc')})
-            bar.update(epoch, loss=value, val_acc=metrics['val_acc'],
-                       test_acc=metrics['test_acc'])
+            metrics = evaluate(model, data)
+            values = losses.tolist()
+            for r, res in enumerate(results):
+                if res.get('status') == 'failed':
+                    continue
+                if not math.isfinite(values[r]):
+                    res.update(status='failed', error=(
+                        f"the training loss became {values[r]} at epoch "
+                        f"{epoch}; lower train.lr, change the norm or its "
+                        f"scale"))
+                    alive[r] = False
+                    continue
+                row = {'epoch': epoch, 'loss': values[r],
+                       **{k: v[r] for k, v in metrics.items()}}
+                for key, column in res['curve'].items():
+                    column.append(row[key])
+                if _better(row, res['best']):
+                    for key, value in model.state_dict().items():
+                        best_state[key][r].copy_(value[r])  # [runs, ...]
+                    res.update(best_epoch=epoch, best={k: row[k] for k in (
+                        'train_acc', 'val_acc', 'val_loss', 'test_acc')})
+            shown = [r for r in range(runs) if results[r].get('status')
+                     != 'failed'] or [0]
+            bar.update(epoch, **{k: sum(v[r] for r in shown) / len(shown)
+                                 for k, v in (('loss', values),
+                                              ('val_acc', metrics['val_acc']),
+                                              ('test_acc',
+                                               metrics['test_acc']))})
     return best_state
 
 
@@ -181,52 +274,79 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
     return ' | '.join(parts)
 
 
-def run(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
-        path: Path) -> Dict[str, Any]:
-    r"""Loads the graph, trains :obj:`cfg.model` on it and returns
+def load_runs(cfgs: Sequence[DictConfig]):
+    r"""The graph of the runs :obj:`cfgs`, with each run's split: masks
+    :obj:`[runs, nodes]`. Raises :class:`ConfigError` if the runs do not
+    share their graph."""
+    datas = [load_data(c) for c in cfgs]
+    data = datas[0]
+    for other in datas[1:]:
+        if not all(torch.equal(data[k], other[k])
+                   for k in ('x', 'edge_index', 'y')):
+            raise ConfigError("the runs of one batch must share their graph "
+                              "and features; pass batch_runs=1")
+    for split in ('train', 'val', 'test'):
+        data[f'{split}_mask'] = torch.stack([d[f'{split}_mask']
+                                             for d in datas])
+    return data
+
+
+def run(cfgs: Sequence[DictConfig], device: torch.device,
+        results: List[Dict[str, Any]], paths: Sequence[Path],
+        ) -> List[Dict[str, Any]]:
+    r"""Loads the graph, trains the runs :obj:`cfgs` on it as one model
+    (:class:`gnorm.models.DeepGCN` with ``runs``; run :math:`r`'s weights
+    and dropout masks come from a generator seeded with its seed, so its
+    results do not depend on the other runs) and returns each run's
     :obj:`results` completed with the metrics of the selected epoch, the
     per-epoch curve and (with :obj:`cfg.collapse_metrics`) per-layer
-    collapse metrics. Raises :class:`TrainingError` if the loss stops being
-    finite (:func:`gnorm.train.train` records the failure)."""
-    data = load_data(cfg)
+    collapse metrics. A run whose loss stops being finite is marked
+    ``status: failed`` (:func:`gnorm.train.run.train_runs` records it)."""
+    cfg = cfgs[0]
+    data = load_runs(cfgs)
     num_classes = int(data.y.max()) + 1
-    model = build_model(cfg, data.num_features, num_classes)
+    generators = [torch.Generator().manual_seed(c.seed) for c in cfgs]
+    model = build_model(cfg, data.num_features, num_classes, runs=cfgs)
+    model.reset_parameters(generators)
     data, model = data.to(device), model.to(device)
-    log.info('%s: %d nodes, %d edges, %d features, %d classes, split %s '
-             '(%d/%d/%d)', cfg.dataset.name, data.num_nodes, data.num_edges,
-             data.num_features, num_classes, cfg.split,
-             int(data.train_mask.sum()), int(data.val_mask.sum()),
-             int(data.test_mask.sum()))
+    if device.type != 'cpu':  # dropout masks drawn on the device
+        generators = [torch.Generator(device).manual_seed(c.seed)
+                      for c in cfgs]
+    log.info('%s: %d nodes, %d edges, %d features, %d classes, split %s',
+             cfg.dataset.name, data.num_nodes, data.num_edges,
+             data.num_features, num_classes, cfg.split)
     log.info('model: %s on %s', model, device)
-    results.update({
-        'dataset': {'name': cfg.dataset.name, 'num_nodes': data.num_nodes,
-                    'num_edges': data.num_edges,
-                    'num_features': data.num_features,
-                    'num_classes': num_classes, 'split': cfg.split,
-                    'split_sizes': [int(data[f'{s}_mask'].sum())
-                                    for s in ('train', 'val', 'test')]},
-        'model': str(model),
-        'num_parameters': sum(p.numel() for p in model.parameters()),
-    })
+    for r, (c, res) in enumerate(zip(cfgs, results)):
+        with torch.device('meta'):  # the run as a model of its own
+            alone = build_model(c, data.num_features, num_classes)
+        res.update({
+            'dataset': {'name': c.dataset.name, 'num_nodes': data.num_nodes,
+                        'num_edges': data.num_edges,
+                        'num_features': data.num_features,
+                        'num_classes': num_classes, 'split': c.split,
+                        'split_sizes': [int(data[f'{s}_mask'][r].sum())
+                                        for s in ('train', 'val', 'test')]},
+            'model': str(alone),
+            'num_parameters': sum(p.numel() for p in alone.parameters()),
+        })
     best_state = fit(model, data, results, cfg.train.epochs, cfg.train.lr,
-                     cfg.train.weight_decay, cfg.train.progress,
+                     cfg.train.weight_decay, generators, cfg.train.progress,
                      cfg.train.log_every)
     if cfg.select == 'best_val':
         model.load_state_dict(best_state)
-        selected = results['best_epoch']
-    else:
-        selected = cfg.train.epochs
     final = evaluate(model, data, hidden=cfg.collapse_metrics)
-    results.update(
-        status='ok',
-        select=cfg.select,
-        selected_epoch=selected,
-        train_acc=final['train_acc'],
-        val_acc=final['val_acc'],
-        test_acc=final['test_acc'],
-        val_loss=final['val_loss'],
-    )
-    if cfg.collapse_metrics:
-        results['collapse'] = collapse_metrics(final['layers'],
-                                               data.edge_index)
+    for r, res in enumerate(results):
+        if res.get('status') == 'failed':
+            continue
+        res.update(
+            status='ok',
+            select=cfg.select,
+            selected_epoch=(res['best_epoch'] if cfg.select == 'best_val'
+                            else cfg.train.epochs),
+            **{k: final[k][r] for k in ('train_acc', 'val_acc', 'test_acc',
+                                        'val_loss')},
+        )
+        if cfg.collapse_metrics:
+            res['collapse'] = collapse_metrics(
+                [h[r] for h in final['layers']], data.edge_index)
     return results

@@ -49,7 +49,8 @@ TASKS = {'node': 'gnorm.train.node', 'graph': 'gnorm.train.graph'}
 SELECT = ('best_val', 'last')
 # Config keys that do not change what a run computes: a finished run whose
 # config differs from the asked one only here counts as the same run.
-_NOT_RESULT_KEYS = ('resume', 'data', 'device', 'threads')
+_NOT_RESULT_KEYS = ('resume', 'data', 'device', 'threads', 'batch_runs',
+                    'batch_file')
 _NOT_RESULT_TRAIN_KEYS = ('progress', 'log_every')
 
 # `${gnorm.tail:${hydra.job.override_dirname}}` in conf/hydra/default.yaml:
@@ -228,21 +229,55 @@ def machine(device: torch.device) -> Dict[str, Any]:
     return info
 
 
-def base_results(cfg: DictConfig, device: torch.device,
-                 path: Path) -> Dict[str, Any]:
-    r"""The fields every task's ``results.json`` starts with."""
+def base_results(cfg: DictConfig, device: torch.device, path: Path,
+                 info: Optional[Dict[str, Any]] = None,
+                 batch_runs: int = 1) -> Dict[str, Any]:
+    r"""The fields every task's ``results.json`` starts with; :obj:`info`:
+    the run's group choices and overrides (default: the current Hydra
+    job's)."""
     return {
         'status': 'running',
         'error': None,
         'task': cfg.dataset.task,
         'config': OmegaConf.to_container(cfg, resolve=True),
-        **hydra_info(),
+        **(hydra_info() if info is None else info),
         'device': str(device),
         'machine': machine(device),
+        'batch_runs': batch_runs,
         'path': str(path),
         'versions': {'gnorm': gnorm.__version__, 'torch': torch.__version__,
                      'torch_geometric': torch_geometric.__version__},
     }
+
+
+def launcher_threads() -> Optional[int]:
+    r"""CPU threads of one job when Hydra's joblib launcher runs
+    :obj:`n_jobs` jobs at once: the cores shared out between them
+    (:obj:`None` otherwise: torch's default)."""
+    if not HydraConfig.initialized():
+        return None
+    launcher = HydraConfig.get().launcher
+    if 'joblib' not in str(launcher.get('_target_', '')):
+        return None
+    cores = os.cpu_count() or 1
+    jobs = launcher.get('n_jobs', -1)
+    jobs = cores if jobs is None or jobs < 1 else jobs
+    return max(1, cores // jobs)
+
+
+def free_memory(device: torch.device) -> int:
+    r"""Bytes free on :obj:`device`: the GPU's free memory, or the
+    system's available memory for the CPU."""
+    if device.type == 'cuda':
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
 
 
 def task_module(cfg: DictConfig):
@@ -263,7 +298,8 @@ def _config(cfg: DictConfig) -> Dict[str, Any]:
 
 
 def record_stop(path: Path, cfg: DictConfig, results: Dict[str, Any],
-                status: str, error: str, start: float) -> None:
+                status: str, error: str, start: float,
+                info: Optional[Dict[str, Any]] = None) -> None:
     r"""Writes :obj:`results` (what the run holds so far) to :obj:`path`
     with :obj:`status` (``failed`` or ``interrupted``) and :obj:`error`.
     Curve lists cut short by a signal are trimmed to a common length."""
@@ -271,7 +307,7 @@ def record_stop(path: Path, cfg: DictConfig, results: Dict[str, Any],
                    runtime_s=time.perf_counter() - start)
     results.setdefault('task', cfg.dataset.get('task', 'node'))
     results.setdefault('config', _config(cfg))
-    for key, value in hydra_info().items():
+    for key, value in (hydra_info() if info is None else info).items():
         results.setdefault(key, value)
     results.setdefault('path', str(path))
     curve = results.get('curve')
@@ -288,62 +324,156 @@ def main_process() -> bool:
     return int(os.environ.get('RANK', '0')) == 0
 
 
+def _out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError))
+
+
+def _train_batch(task, cfgs: List[DictConfig], paths: List[Path],
+                 infos: List[Optional[Dict[str, Any]]],
+                 device: torch.device) -> List[Dict[str, Any]]:
+    r"""Trains the runs :obj:`cfgs` as one model and writes each run's
+    ``results.json``; a run that stops early writes what it holds (see
+    :func:`train_runs`)."""
+    start = time.perf_counter()
+    results = [{'status': 'running', 'error': None} for _ in cfgs]
+    try:
+        results = [base_results(c, device, p, i, len(cfgs))
+                   for c, p, i in zip(cfgs, paths, infos)]
+        seed_everything(cfgs[0].seed, cfgs[0].train.deterministic)
+        results = task.run(cfgs, device, results, paths)
+    except KeyboardInterrupt as e:
+        name = signal.Signals(getattr(e, 'signum', signal.SIGINT)).name
+        for c, p, r, i in zip(cfgs, paths, results, infos):
+            epochs = len(r.get('curve', {}).get('epoch', []))
+            record_stop(p, c, r, 'interrupted',
+                        f'interrupted by {name} after {epochs} epoch(s)',
+                        start, i)
+        log.warning('interrupted by %s; results so far: %s', name,
+                    ', '.join(str(p) for p in paths))
+        raise
+    except Exception as e:
+        if _out_of_memory(e):
+            raise
+        if isinstance(e, GnormError):
+            error, wrapped = one_line(e), e
+        else:
+            error = f'{type(e).__name__}: {one_line(e)}'
+            wrapped = TrainingError(f'{error} (traceback in {paths[0]})')
+            for r in results:
+                r['traceback'] = traceback.format_exc()
+        for c, p, r, i in zip(cfgs, paths, results, infos):
+            record_stop(p, c, r, 'failed', error, start, i)
+        raise wrapped from e
+    failed = []
+    for c, p, r, i in zip(cfgs, paths, results, infos):
+        if r.get('status') == 'failed':  # this run only (e.g. a NaN loss)
+            record_stop(p, c, r, 'failed', r['error'], start, i)
+            failed.append(r['error'] if len(cfgs) == 1
+                          else f"{p.parent}: {r['error']}")
+            continue
+        r['runtime_s'] = time.perf_counter() - start
+        if main_process():
+            write_json(p, r)
+            print(task.summary(r, c), flush=True)
+    if failed:
+        raise TrainingError('; '.join(failed))
+    return results
+
+
+def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
+               infos: Optional[List[Optional[Dict[str, Any]]]] = None,
+               ) -> List[Dict[str, Any]]:
+    r"""Trains the runs :obj:`cfgs` (each writing ``results.json`` into its
+    folder of :obj:`output_dirs`), as few models as possible: runs that
+    differ only in seed, split and norm scale train as one model of up to
+    ``batch_runs`` runs (``auto``: as many as the device's memory holds).
+    A batch that runs out of memory is split in two and retried. A run's
+    results do not depend on the runs it trained with. Returns every run's
+    results. :obj:`infos`: each run's group choices and overrides for
+    ``results.json`` (default: the current Hydra job's).
+
+    With ``resume=true``, a run whose folder holds its finished results is
+    not run again. A run that stops early still writes ``results.json``,
+    with what it holds so far (curve, best epoch and its metrics):
+    ``status: failed`` and the one-line error for an error (an unexpected
+    exception becomes a :class:`~gnorm.errors.TrainingError`, its traceback
+    kept in the file), re-raised as a :class:`gnorm.errors.GnormError`
+    after the other batches ran; ``status: interrupted`` for Ctrl-C or
+    SIGTERM, re-raised."""
+    infos = infos or [None] * len(cfgs)
+    paths = [Path(d) / 'results.json' for d in output_dirs]
+    done: Dict[int, Dict[str, Any]] = {}
+    for i, (cfg, path) in enumerate(zip(cfgs, paths)):
+        if cfg.get('resume', False):
+            finished = finished_run(path, cfg)
+            if finished is not None:
+                print(f'done already: {path}', flush=True)
+                done[i] = finished
+    todo = [i for i in range(len(cfgs)) if i not in done]
+    if not todo:
+        return [done[i] for i in range(len(cfgs))]
+    start = time.perf_counter()
+    try:
+        task = task_module(cfgs[todo[0]])
+        for i in todo:
+            check_config(cfgs[i])
+        cfg = cfgs[todo[0]]
+        threads = cfg.threads if cfg.threads is not None else \
+            launcher_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
+        device = resolve_device(cfg.device)
+        groups: Dict[Any, List[int]] = {}
+        for i in todo:
+            key = task.batch_key(cfgs[i])
+            groups.setdefault(i if key is None else key, []).append(i)
+        queue = []
+        for group in groups.values():
+            size = task.max_runs([cfgs[i] for i in group], device)
+            queue += [group[k:k + size] for k in range(0, len(group), size)]
+    except GnormError as e:
+        for i in todo:
+            record_stop(paths[i], cfgs[i], {'status': 'running'}, 'failed',
+                        one_line(e), start, infos[i])
+        raise
+    failures = []
+    while queue:
+        batch = queue.pop(0)
+        try:
+            results = _train_batch(task, [cfgs[i] for i in batch],
+                                   [paths[i] for i in batch],
+                                   [infos[i] for i in batch], device)
+        except GnormError as e:
+            failures.append(e)
+            continue
+        except Exception as e:
+            if not _out_of_memory(e) or len(batch) == 1:
+                raise
+            if device.type == 'cuda':
+                torch.cuda.empty_cache()
+            half = len(batch) // 2
+            log.warning('%d runs do not fit in memory together: training '
+                        'them as %d + %d', len(batch), half,
+                        len(batch) - half)
+            queue[:0] = [batch[:half], batch[half:]]
+            continue
+        done.update(zip(batch, results))
+    if failures:
+        raise failures[0]
+    return [done[i] for i in range(len(cfgs))]
+
+
 def train(cfg: DictConfig, output_dir: Optional[str] = None) -> Dict[str, Any]:
     r"""Trains and evaluates one model as :obj:`cfg` says and writes
     ``results.json`` into :obj:`output_dir` (default: the Hydra output
-    folder). Returns the results. With ``resume=true``, a folder that
-    already holds the finished run of :obj:`cfg` is not run again: its
-    results are returned.
-
-    A run that stops early still writes ``results.json``, with what it
-    holds so far (curve, best epoch and its metrics): ``status: failed``
-    and the one-line error for an error, re-raised as a
-    :class:`gnorm.errors.GnormError` (an unexpected exception becomes a
-    :class:`~gnorm.errors.TrainingError`, its traceback kept in the file);
-    ``status: interrupted`` for Ctrl-C or SIGTERM, re-raised."""
-    start = time.perf_counter()
+    folder). Returns the results. See :func:`train_runs` for resuming and
+    for runs that stop early."""
     if output_dir is None:
         if not HydraConfig.initialized():
             raise ValueError("train(cfg) outside a Hydra job needs "
                              "output_dir")
         output_dir = HydraConfig.get().runtime.output_dir
-    path = Path(output_dir) / 'results.json'
-    if cfg.get('resume', False):
-        done = finished_run(path, cfg)
-        if done is not None:
-            print(f'done already: {path}', flush=True)
-            return done
-    results: Dict[str, Any] = {'status': 'running', 'error': None}
-    try:
-        task = task_module(cfg)
-        check_config(cfg)
-        if cfg.threads is not None:
-            torch.set_num_threads(cfg.threads)
-        device = resolve_device(cfg.device)
-        results = base_results(cfg, device, path)
-        seed_everything(cfg.seed, cfg.train.deterministic)
-        results = task.run(cfg, device, results, path)
-    except KeyboardInterrupt as e:
-        name = signal.Signals(getattr(e, 'signum', signal.SIGINT)).name
-        epochs = len(results.get('curve', {}).get('epoch', []))
-        record_stop(path, cfg, results, 'interrupted',
-                    f'interrupted by {name} after {epochs} epoch(s)', start)
-        log.warning('interrupted by %s after %d epoch(s); results so far: '
-                    '%s', name, epochs, path)
-        raise
-    except GnormError as e:
-        record_stop(path, cfg, results, 'failed', one_line(e), start)
-        raise
-    except Exception as e:
-        error = f'{type(e).__name__}: {one_line(e)}'
-        results['traceback'] = traceback.format_exc()
-        record_stop(path, cfg, results, 'failed', error, start)
-        raise TrainingError(f'{error} (traceback in {path})') from e
-    results['runtime_s'] = time.perf_counter() - start
-    if main_process():
-        write_json(path, results)
-        print(task.summary(results, cfg), flush=True)
-    return results
+    return train_runs([cfg], [output_dir])[0]
 
 
 def job_label() -> str:
@@ -367,7 +497,10 @@ def main(cfg: DictConfig) -> Optional[float]:
     :class:`~gnorm.errors.GnormError` into ``error: ...`` on stderr; returns
     the validation metric (for sweepers)."""
     try:
-        results = train(cfg)
+        if cfg.get('batch_file'):  # a job of gnorm's sweeper: many runs
+            results = train_batch_file(cfg.batch_file)[0]
+        else:
+            results = train(cfg)
         return results.get('val_metric', results.get('val_acc'))
     except GnormError as e:
         print(f'error: {job_label()}{e}', file=sys.stderr, flush=True)
@@ -376,12 +509,40 @@ def main(cfg: DictConfig) -> Optional[float]:
         return None
 
 
+def train_batch_file(path: str) -> List[Dict[str, Any]]:
+    r"""Trains the runs listed in the batch file :obj:`path` of
+    :class:`gnorm.train.sweep.BatchedSweeper`, each recorded in its folder
+    as a run of its own (``.hydra/config.yaml``, ``overrides.yaml``,
+    ``results.json``)."""
+    from gnorm.train.sweep import load_batch
+    cfgs, dirs, infos = load_batch(path)
+    if main_process():
+        for cfg, folder, info in zip(cfgs, dirs, infos):
+            hydra_dir = Path(folder) / '.hydra'
+            hydra_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(cfg, hydra_dir / 'config.yaml')
+            OmegaConf.save(OmegaConf.create(info['overrides']),
+                           hydra_dir / 'overrides.yaml')
+    log.info('training %d runs as one model: %s', len(cfgs),
+             ', '.join(Path(d).name for d in dirs))
+    return train_runs(cfgs, dirs, infos)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     r"""Signal handler: stops the run with :class:`Interrupted` (further
     signals are ignored while the results are written)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signum)
+
+
+def register_sweeper() -> None:
+    r"""Makes ``hydra/sweeper=gnorm`` known to Hydra, which finds plugins
+    by walking the ``hydra_plugins`` folders on the path: an editable
+    install of gnorm has none."""
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.gnorm_sweeper.gnorm_sweeper import GnormSweeper
+    Plugins.instance().register(GnormSweeper)
 
 
 def cli() -> None:
@@ -401,6 +562,7 @@ def cli() -> None:
     except ConfigError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(e.exit_code)
+    register_sweeper()
     for sig in (signal.SIGINT, signal.SIGTERM):
         # A signal ignored from the start (e.g. SIGINT of a job started in
         # the background by a script) stays ignored.

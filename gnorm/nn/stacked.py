@@ -1,0 +1,170 @@
+import contextlib
+import warnings
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
+
+import torch
+from torch import Tensor
+from torch.func import functional_call, vmap
+
+# torch.func.vmap runs ops without a batching rule (e.g. CPU flash
+# attention) once per run and warns each time; the results are the same.
+_NO_BATCH_RULE = 'There is a performance drop because we have not yet'
+# Attributes every module has, never compared across runs.
+_MODULE_STATE = {'_parameters', '_buffers', '_modules', 'training',
+                 '_non_persistent_buffers_set'}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _run_values(modules: Sequence[torch.nn.Module],
+                ) -> Dict[Tuple[str, str], List[float]]:
+    r"""The numeric attributes that differ between :obj:`modules` (e.g.
+    each run's :obj:`scale`), as :obj:`{(submodule, name): [one per run]}`.
+    Raises :class:`ValueError` if they differ in anything else."""
+    first = modules[0]
+    values = {}
+    for other in modules[1:]:
+        if type(other) is not type(first):
+            raise ValueError(f"Stacked needs modules of one class, got "
+                             f"{first} and {other}")
+    subs = [dict(m.named_modules()) for m in modules]
+    for path, sub in subs[0].items():
+        names = {k for k in vars(sub) if k not in _MODULE_STATE
+                 and not k.startswith('_') and not callable(vars(sub)[k])}
+        for name in sorted(names):
+            per_run = [getattr(s[path], name, None) for s in subs]
+            if all(v == per_run[0] for v in per_run):
+                continue
+            if not all(_is_number(v) for v in per_run):
+                raise ValueError(f"Stacked: the modules differ in "
+                                 f"{path + '.' if path else ''}{name} "
+                                 f"({per_run[0]!r} vs {per_run[1]!r}); only "
+                                 f"numbers may differ between runs")
+            values[(path, name)] = [float(v) for v in per_run]
+    return values
+
+
+@contextlib.contextmanager
+def _attributes(module: torch.nn.Module,
+                values: Dict[Tuple[str, str], Tensor]) -> Iterator[None]:
+    r"""Sets the attributes :obj:`values` of :obj:`module`'s submodules for
+    the duration of the block."""
+    saved = []
+    for (path, name), value in values.items():
+        sub = module.get_submodule(path)
+        saved.append((sub, name, getattr(sub, name)))
+        object.__setattr__(sub, name, value)
+    try:
+        yield
+    finally:
+        for sub, name, value in saved:
+            object.__setattr__(sub, name, value)
+
+
+class Stacked(torch.nn.Module):
+    r"""Applies :obj:`R` modules of one class (the same layer of :obj:`R`
+    independent runs) as one: their parameters and buffers are stacked along
+    a leading run dimension and the first module's :meth:`forward` runs once
+    for all runs through :func:`torch.func.vmap`, so every kernel does the
+    work of :obj:`R` runs.
+
+    .. math::
+        \mathbf{Y}_r = f_{\theta_r}(\mathbf{X}_r), \quad r = 1, \ldots, R
+
+    The modules may differ in their tensors and in numeric attributes (e.g.
+    each run's :obj:`scale`), which reach :meth:`forward` as per-run 0-d
+    tensors; any other difference raises a :class:`ValueError`. Buffers
+    updated in place in :meth:`forward` (running statistics) are updated per
+    run. Run :math:`r` gets exactly the output its module alone gives.
+
+    Args:
+        modules (sequence of torch.nn.Module): One module per run.
+    """
+    def __init__(self, modules: Sequence[torch.nn.Module]):
+        super().__init__()
+        modules = list(modules)
+        if len(modules) == 0:
+            raise ValueError("Stacked needs at least one module")
+        self.runs = len(modules)
+        self._values = _run_values(modules)
+        # The module whose forward runs; its own tensors are never used
+        # (kept out of the parameters: a plain list attribute).
+        self._template = [modules[0]]
+        self._param_names = [n for n, _ in modules[0].named_parameters()]
+        self._buffer_names = [n for n, _ in modules[0].named_buffers()]
+        for i, name in enumerate(self._param_names):
+            stacked = torch.stack([m.get_parameter(name).detach()
+                                   for m in modules])  # [runs, ...]
+            self.register_parameter(f'param{i}',
+                                    torch.nn.Parameter(stacked))
+        persistent = {n for n, _ in modules[0].state_dict(
+            keep_vars=True).items()}
+        for i, name in enumerate(self._buffer_names):
+            stacked = torch.stack([m.get_buffer(name) for m in modules])
+            self.register_buffer(f'buffer{i}', stacked,
+                                 persistent=name in persistent)
+        self._value_cache: Dict[Any, Dict[Tuple[str, str], Tensor]] = {}
+
+    @property
+    def module(self) -> torch.nn.Module:
+        r"""The module whose :meth:`forward` runs for every run."""
+        return self._template[0]
+
+    def reset_parameters(self):
+        r"""Resets the parameters and buffers of every run to the module's
+        :meth:`reset_parameters` state."""
+        module = self.module
+        if hasattr(module, 'reset_parameters'):
+            module.reset_parameters()
+        with torch.no_grad():
+            for i, name in enumerate(self._param_names):
+                getattr(self, f'param{i}').copy_(module.get_parameter(name))
+            for i, name in enumerate(self._buffer_names):
+                getattr(self, f'buffer{i}').copy_(module.get_buffer(name))
+
+    def _run_tensors(self, device: torch.device
+                     ) -> Dict[Tuple[str, str], Tensor]:
+        if device not in self._value_cache:
+            self._value_cache[device] = {  # float64: the numbers as typed
+                key: torch.tensor(v, dtype=torch.float64, device=device)
+                for key, v in self._values.items()}
+        return self._value_cache[device]
+
+    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+        r"""Forward pass.
+
+        Args:
+            x (torch.Tensor): Inputs of every run, :obj:`[runs, ...]`.
+            *args, **kwargs: Inputs shared by all runs (e.g.
+                :obj:`edge_index`), handed to every run's :meth:`forward`.
+
+        Returns:
+            torch.Tensor: Outputs of every run, :obj:`[runs, ...]`.
+        """
+        if x.size(0) != self.runs:
+            raise ValueError(f"{self}: expected inputs of {self.runs} runs "
+                             f"along dim 0, got shape {list(x.shape)}")
+        params = {n: getattr(self, f'param{i}')
+                  for i, n in enumerate(self._param_names)}
+        buffers = {n: getattr(self, f'buffer{i}')
+                   for i, n in enumerate(self._buffer_names)}
+        module = self.module
+        module.train(self.training)
+
+        def one_run(params, buffers, values, x):
+            with _attributes(module, values):
+                return functional_call(module, (params, buffers),
+                                       (x, *args), kwargs)
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message=_NO_BATCH_RULE)
+            return vmap(one_run)(params, buffers, self._run_tensors(x.device),
+                                 x)
+
+    def __repr__(self) -> str:
+        args = [repr(self.module), f'runs={self.runs}']
+        args += [f'{path + "." if path else ""}{name}={values}'
+                 for (path, name), values in self._values.items()]
+        return f'{self.__class__.__name__}({", ".join(args)})'

@@ -1,0 +1,139 @@
+r"""Multiruns that train many runs as one model.
+
+:class:`BatchedSweeper` (``hydra/sweeper=gnorm``, the default of
+``python -m gnorm.train -m``) expands a sweep as Hydra's basic sweeper does,
+then groups the runs that differ only in seed, split and norm scale (the
+task's ``batch_key``) into batches of up to ``batch_runs`` runs (``auto``:
+a whole group; the job splits it to what memory holds). Each batch is one
+job of the launcher (the basic one, ``hydra/launcher=joblib`` or
+``submitit_slurm``): its overrides are those of its first run plus
+``batch_file``, a JSON file next to ``multirun.yaml`` that lists every run
+of the batch (config, overrides, group choices, output folder). The job
+trains them as one model (:func:`gnorm.train.run.train_runs`) and writes
+each run's ``results.json`` into the folder an unbatched sweep would have
+given it. With ``batch_runs=1``, or for runs that train alone, the jobs
+are those of the basic sweeper.
+"""
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+BATCH_FOLDER = '.batches'
+
+
+def _quoted(text: str) -> str:
+    r""":obj:`text` as a quoted value of a Hydra override."""
+    return "'" + text.replace('\\', '\\\\').replace("'", "\\'") + "'"
+
+
+class BatchedSweeper(BasicSweeper):
+    r"""Hydra's basic sweeper, each launched job training a batch of runs
+    as one model (see the module's documentation)."""
+
+    def _run(self, overrides: List[str], num: int) -> Dict[str, Any]:
+        r"""Run :obj:`num` of the sweep: its config, output folder and
+        what its ``results.json`` records of Hydra."""
+        loader = self.hydra_context.config_loader
+        config = loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config):
+            config.hydra.job.num = num
+            config.hydra.job.id = str(num)
+        HydraConfig.instance().set_config(config)
+        sweep = config.hydra.sweep
+        choices = {k: v for k, v in config.hydra.runtime.choices.items()
+                   if not k.startswith('hydra/') and k != 'hydra'}
+        task = OmegaConf.masked_copy(config, [k for k in config
+                                              if k != 'hydra'])
+        return {'overrides': list(overrides), 'subdir': str(sweep.subdir),
+                'dir': str(Path(str(sweep.dir)) / str(sweep.subdir)),
+                'config': OmegaConf.to_container(task, resolve=False),
+                'info': {'choices': choices,
+                         'overrides': list(config.hydra.overrides.task)},
+                'cfg': task}
+
+    def _batches(self, jobs: Sequence[List[str]]) -> List[List[Dict]]:
+        r"""The runs of :obj:`jobs` (one override list each), unfinished
+        ones only, grouped into batches."""
+        from gnorm.train.run import finished_run, task_module
+        groups: Dict[Any, List[Dict]] = {}
+        for num, overrides in enumerate(jobs):
+            run = self._run(overrides, num)
+            cfg = run['cfg']
+            try:
+                if cfg.get('resume', False) and finished_run(
+                        Path(run['dir']) / 'results.json', cfg) is not None:
+                    print(f"done already: {run['dir']}", flush=True)
+                    continue
+                key = task_module(cfg).batch_key(cfg)
+            except Exception:  # the job itself reports it
+                key = None
+            size = cfg.get('batch_runs', 1)
+            if size == 1 or key is None:
+                key = ('alone', num)
+            groups.setdefault(key, []).append(run)
+        batches = []
+        for group in groups.values():
+            size = group[0]['cfg'].get('batch_runs', 1)
+            size = len(group) if size == 'auto' else int(size)
+            batches += [group[k:k + size] for k in range(0, len(group), size)]
+        return batches
+
+    def sweep(self, arguments: List[str]) -> Any:
+        parser = OverridesParser.create(
+            config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides(self._parse_config() + arguments)
+        jobs = [job for chunk in self.split_arguments(overrides, None)
+                for job in chunk]
+        if self.config.get('batch_runs', 1) == 1 and not any(
+                o.get_key_element() == 'batch_runs' for o in overrides):
+            return super().sweep(arguments)
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / 'multirun.yaml')
+        batches = self._batches(jobs)
+        launched: List[List[str]] = []
+        folder = sweep_dir / BATCH_FOLDER
+        for k, batch in enumerate(batches):
+            first = batch[0]
+            job = list(first['overrides'])
+            if len(batch) > 1:
+                folder.mkdir(exist_ok=True)
+                name = first['subdir'].replace('/', '_')
+                path = folder / f'{name}.json'
+                path.write_text(json.dumps([
+                    {key: run[key] for key in ('dir', 'config', 'info')}
+                    for run in batch], indent=1) + '\n')
+                job.append(f'batch_file={_quoted(str(path.resolve()))}')
+            job.append(f'hydra.sweep.subdir={_quoted(first["subdir"])}')
+            launched.append(job)
+        runs = sum(len(b) for b in batches)
+        log.info('%d runs in %d jobs (%d of them trained alone)', runs,
+                 len(launched), sum(len(b) == 1 for b in batches))
+        if not launched:
+            return []
+        returns = self.launcher.launch(launched, initial_job_idx=0)
+        for r in returns:
+            _ = r.return_value  # re-raises a job's exception
+        return [returns]
+
+
+def load_batch(path: str) -> Optional[tuple]:
+    r"""The configs, output folders and Hydra records of the runs listed in
+    the batch file :obj:`path` (written by :class:`BatchedSweeper`)."""
+    runs = json.loads(Path(path).read_text())
+    cfgs: List[DictConfig] = []
+    for run in runs:
+        cfg = OmegaConf.create(run['config'])
+        with open_dict(cfg):
+            cfg.batch_file = None
+        cfgs.append(cfg)
+    return cfgs, [r['dir'] for r in runs], [r['info'] for r in runs]

@@ -1,0 +1,2 @@
+r"""Hydra plugin of gnorm: ``hydra/sweeper=gnorm``, see
+:mod:`gnorm.train.sweep`."""
