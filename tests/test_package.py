@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # What a wheel is built from (a copy, so the checkout gets no build/).
 SOURCES = ('pyproject.toml', 'setup.py', 'README.md', 'LICENSE', 'gnorm',
-           'conf')
+           'conf', 'hydra_plugins')
 
 
 def _run(*cmd, cwd, env=None):

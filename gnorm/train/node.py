@@ -244,7 +244,10 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
                     column.append(row[key])
                 if _better(row, res['best']):
                     for key, value in model.state_dict().items():
-                        best_state[key][r].copy_(value[r])  # [runs, ...]
+                        if model.runs is None:
+                            best_state[key].copy_(value)
+                        else:
+                            best_state[key][r].copy_(value[r])  # [runs, ...]
                     res.update(best_epoch=epoch, best={k: row[k] for k in (
                         'train_acc', 'val_acc', 'val_loss', 'test_acc')})
             shown = [r for r in range(runs) if results[r].get('status')
@@ -295,7 +298,8 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
         results: List[Dict[str, Any]], paths: Sequence[Path],
         ) -> List[Dict[str, Any]]:
     r"""Loads the graph, trains the runs :obj:`cfgs` on it as one model
-    (:class:`gnorm.models.DeepGCN` with ``runs``; run :math:`r`'s weights
+    (:class:`gnorm.models.DeepGCN` with ``runs``, or without for one run;
+    run :math:`r`'s weights
     and dropout masks come from a generator seeded with its seed, so its
     results do not depend on the other runs) and returns each run's
     :obj:`results` completed with the metrics of the selected epoch, the
@@ -306,7 +310,8 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     data = load_runs(cfgs)
     num_classes = int(data.y.max()) + 1
     generators = [torch.Generator().manual_seed(c.seed) for c in cfgs]
-    model = build_model(cfg, data.num_features, num_classes, runs=cfgs)
+    model = build_model(cfg, data.num_features, num_classes,
+                        runs=cfgs if len(cfgs) > 1 else None)
     model.reset_parameters(generators)
     data, model = data.to(device), model.to(device)
     if device.type != 'cpu':  # dropout masks drawn on the device

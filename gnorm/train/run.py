@@ -348,8 +348,8 @@ def _train_batch(task, cfgs: List[DictConfig], paths: List[Path],
             record_stop(p, c, r, 'interrupted',
                         f'interrupted by {name} after {epochs} epoch(s)',
                         start, i)
-        log.warning('interrupted by %s; results so far: %s', name,
-                    ', '.join(str(p) for p in paths))
+        log.warning('interrupted by %s after %d epoch(s); results so far: '
+                    '%s', name, epochs, ', '.join(str(p) for p in paths))
         raise
     except Exception as e:
         if _out_of_memory(e):

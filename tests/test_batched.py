@@ -1,0 +1,284 @@
+r"""Many runs as one model: DeepGCN(runs=R), gnorm.train.run.train_runs,
+the batching sweeper and the launchers."""
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from torch_geometric.utils import to_undirected
+
+from gnorm.models import DeepGCN
+from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm
+from gnorm.train import CONF_DIR
+from gnorm.train.run import train_runs
+from conftest import MIRROR, needs_mirror
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ['dataset=csbm', 'dataset.num_nodes=120', 'layers=3',
+        'train.epochs=4', 'train.progress=false']
+NORMS = ['none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d',
+         'isobn']
+FACTORIES = {
+    'none': None,
+    'contranorm': functools.partial(ContraNorm, negatives='non_neighbors'),
+    'contranorm_d': DualContraNorm,
+    'pairnorm': PairNorm,
+    'isobn': IsoBN,
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _compose(*overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        return compose('train', overrides=list(overrides))
+
+
+def _graph(sparse):
+    torch.manual_seed(0)
+    x = torch.randn(20, 30)
+    if sparse:  # 5 % non-zero: the input layer takes the sparse path
+        x = x * (torch.rand(20, 30) < 0.05)
+    return x, to_undirected(torch.randint(0, 20, (2, 40)))
+
+
+def _seeded(seeds):
+    return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+@pytest.mark.parametrize('norm', list(FACTORIES))
+@pytest.mark.parametrize('sparse', [False, True])
+@pytest.mark.parametrize('conv', ['gcn', 'row'])
+def test_runs_equal_single_models(norm, sparse, conv):
+    r"""DeepGCN(runs=3) is three DeepGCNs: weights, dropout masks, outputs
+    and gradients of run r are those of a one-run model with r's
+    generator."""
+    x, edge_index = _graph(sparse)
+    seeds = [3, 7, 11]
+    kwargs = dict(num_layers=3, hidden_channels=8, conv=conv,
+                  norm=FACTORIES[norm], shared_layer_norm=norm == 'none')
+    batched = DeepGCN(30, 4, runs=3, **kwargs)
+    batched.reset_parameters(_seeded(seeds))
+    out = batched.train()(x, edge_index, generators=_seeded(seeds))
+    assert out.shape == (3, 20, 4)
+    out.pow(2).sum().backward()
+    for r, seed in enumerate(seeds):
+        single = DeepGCN(30, 4, **kwargs)
+        single.reset_parameters(_seeded([seed]))
+        for mine, theirs in zip(single.convs, batched.convs):
+            assert torch.equal(mine.weight, theirs.weight[r])
+        expected = single.train()(x, edge_index, generators=_seeded([seed]))
+        assert torch.allclose(out[r], expected, atol=1e-5)
+        expected.pow(2).sum().backward()
+        for mine, theirs in zip(single.convs, batched.convs):
+            assert torch.allclose(theirs.weight.grad[r], mine.weight.grad,
+                                  atol=1e-4)
+        single.eval()
+        assert torch.allclose(batched.eval()(x, edge_index)[r],
+                              single(x, edge_index), atol=1e-5)
+        batched.train()
+
+
+def test_runs_options_and_errors():
+    x, edge_index = _graph(False)
+    model = DeepGCN(30, 4, num_layers=1, runs=2, dropout=0.0)
+    assert model(x, edge_index).shape == (2, 20, 4)
+    model = DeepGCN(30, 4, num_layers=2, runs=2,
+                    norm=[functools.partial(ContraNorm, scale=s)
+                          for s in (0.5, 1.0)])
+    assert 'runs=2' in str(model) and 'scale=[0.5, 1.0]' in str(model)
+    out, hidden = model(x, edge_index, return_hidden=True)
+    assert [tuple(h.shape) for h in hidden] == [(2, 20, 32), (2, 20, 4)]
+    with pytest.raises(ValueError, match='one per run'):
+        DeepGCN(30, 4, num_layers=2, runs=3, norm=[ContraNorm] * 2)
+    with pytest.raises(ValueError, match='fusion is not available'):
+        DeepGCN(30, 4, num_layers=3, runs=2, fusion='max')
+    with pytest.raises(ValueError, match='generators'):
+        model(x, edge_index, generators=_seeded([0]))
+
+
+def _keys(obj, prefix=''):
+    r"""Every key path of a JSON object (curves and per-layer lists as
+    one key)."""
+    if not isinstance(obj, dict):
+        return {prefix}
+    return set().union(*(_keys(v, f'{prefix}.{k}') for k, v in obj.items()))
+
+
+def _alone_and_together(tmp_path, overrides, runs):
+    cfgs = [_compose(*overrides, *run) for run in runs]
+    alone = [train_runs([c], [str(tmp_path / f'alone{i}')])[0]
+             for i, c in enumerate(cfgs)]
+    together = train_runs(cfgs, [str(tmp_path / f'batch{i}')
+                                 for i in range(len(cfgs))])
+    return alone, together
+
+
+@pytest.mark.parametrize('norm', NORMS)
+def test_batch_does_not_change_a_run(tmp_path, norm):
+    r"""A run trained alone and inside a batch of 5 gives the same curve,
+    selection and metrics, and results.json files of the same format."""
+    overrides = [*TINY, f'norm={norm}']
+    runs = [[f'seed={s}'] for s in range(5)]
+    if norm == 'contranorm':  # each run its own scale, 0 included
+        runs = [[f'seed={s}', f'norm.scale={v}']
+                for s, v in zip(range(5), (0.0, 0.5, 1.0, 0.2, 0.5))]
+    alone, together = _alone_and_together(tmp_path, overrides, runs)
+    for a, b in zip(alone, together):
+        assert a['status'] == b['status'] == 'ok'
+        assert (a['batch_runs'], b['batch_runs']) == (1, 5)
+        for key, values in a['curve'].items():
+            assert b['curve'][key] == pytest.approx(values, abs=1e-5), key
+        assert b['best_epoch'] == a['best_epoch']
+        assert b['test_acc'] == pytest.approx(a['test_acc'], abs=1e-6)
+        assert b['collapse']['effective_rank'] == pytest.approx(
+            a['collapse']['effective_rank'], rel=1e-4)
+        assert b['model'] == a['model'] and b['config'] == a['config']
+        assert _keys(a) == _keys(b)
+    saved = json.loads((tmp_path / 'batch3' / 'results.json').read_text())
+    assert saved['curve'] == together[3]['curve']
+
+
+@needs_mirror
+def test_batch_does_not_change_a_run_sparse_features(tmp_path):
+    r"""Cora (bag-of-words input: each run drops its own input entries),
+    the authors' protocol, runs differing in seed and scale."""
+    overrides = ['dataset=cora', f'data.mirror={MIRROR}',
+                 f'data.root={tmp_path / "data"}', 'experiment=table3_paper',
+                 'layers=2', 'norm=contranorm', 'train.epochs=3',
+                 'train.progress=false', 'collapse_metrics=false']
+    runs = [['seed=0', 'norm.scale=0.2'], ['seed=1', 'norm.scale=1.0'],
+            ['seed=2', 'norm.scale=0.5']]
+    alone, together = _alone_and_together(tmp_path, overrides, runs)
+    for a, b in zip(alone, together):
+        assert b['curve']['loss'] == pytest.approx(a['curve']['loss'],
+                                                   abs=1e-5)
+        assert b['test_acc'] == pytest.approx(a['test_acc'], abs=1e-6)
+
+
+def test_batch_that_does_not_fit_is_split(tmp_path, monkeypatch):
+    r"""Out of memory: the batch is trained as halves, then quarters...;
+    every run still finishes with the results it has alone."""
+    forward = DeepGCN.forward
+    sizes = []
+
+    def small_memory(self, *args, **kwargs):
+        sizes.append(self.runs or 1)
+        if len(sizes) and (self.runs or 1) > 2:
+            raise torch.OutOfMemoryError('CUDA out of memory (simulated)')
+        return forward(self, *args, **kwargs)
+
+    overrides = [*TINY, 'norm=pairnorm', 'batch_runs=5']
+    runs = [[f'seed={s}'] for s in range(5)]
+    cfgs = [_compose(*overrides, *run) for run in runs]
+    alone = [train_runs([c], [str(tmp_path / f'alone{i}')])[0]
+             for i, c in enumerate(cfgs)]
+    monkeypatch.setattr(DeepGCN, 'forward', small_memory)
+    together = train_runs(cfgs, [str(tmp_path / f'b{i}') for i in range(5)])
+    assert sorted(set(sizes)) == [1, 2, 3, 5]  # 5 -> 2 + 3, 3 -> 1 + 2
+    for a, b in zip(alone, together):
+        assert b['status'] == 'ok'
+        assert b['curve']['loss'] == pytest.approx(a['curve']['loss'],
+                                                   abs=1e-5)
+
+
+def test_auto_batch_size_follows_memory(monkeypatch):
+    from gnorm.train import node
+    cfgs = [_compose(*TINY, f'seed={s}') for s in range(6)]
+    device = torch.device('cpu')
+    assert node.max_runs(cfgs, device) == 6  # plenty of memory
+    need = node.memory_per_run(cfgs[0], 120, 120 * 32)
+    monkeypatch.setattr(node, 'free_memory', lambda device: 5 * need)
+    assert node.max_runs(cfgs, device) == 2  # half of the free memory
+    assert node.max_runs([_compose(*TINY, 'batch_runs=3')] * 6, device) == 3
+
+
+def test_batch_key_groups_runs():
+    from gnorm.train.node import batch_key
+    base = batch_key(_compose(*TINY, 'norm=contranorm', 'seed=0'))
+    assert batch_key(_compose(*TINY, 'norm=contranorm', 'seed=3',
+                              'norm.scale=0.2', 'batch_runs=4')) == base
+    assert batch_key(_compose(*TINY, 'norm=contranorm', 'layers=4')) != base
+    assert batch_key(_compose(*TINY, 'norm=contranorm',
+                              'train.lr=0.1')) != base
+    assert batch_key(_compose(*TINY, 'model.fusion=max')) is None
+
+
+def _cli(tmp_path, *args, sweep='sweep'):
+    env = dict(os.environ, OMP_NUM_THREADS='1', GNORM_DATA_MIRROR='')
+    proc = subprocess.run(
+        [sys.executable, '-m', 'gnorm.train', '-m', *TINY,
+         f'data.root={tmp_path / "data"}',
+         f'hydra.sweep.dir={tmp_path / sweep}', *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def _folders(sweep):
+    return {p.parent.name: json.loads(p.read_text())
+            for p in Path(sweep).glob('*/results.json')}
+
+
+def test_sweep_trains_runs_as_one_model(tmp_path):
+    r"""`-m` over seeds and scales: one job trains every run, into the
+    folders the unbatched sweep gives them, with the same results; a rerun
+    with resume=true skips them all."""
+    sweep = ['seed=0,1,2', 'norm=contranorm', 'norm.scale=0.5,1.0',
+             'collapse_metrics=false']
+    proc = _cli(tmp_path, *sweep, sweep='b')
+    assert '6 runs in 1 jobs' in proc.stderr + proc.stdout
+    batched = _folders(tmp_path / 'b')
+    _cli(tmp_path, *sweep, 'batch_runs=1', sweep='a')
+    alone = _folders(tmp_path / 'a')
+    assert len(batched) == 6 and set(batched) == set(alone)
+    for name, res in batched.items():
+        assert res['batch_runs'] == 6 and alone[name]['batch_runs'] == 1
+        assert res['overrides'] == [o for o in alone[name]['overrides']
+                                    if o != 'batch_runs=1']
+        assert res['test_acc'] == pytest.approx(alone[name]['test_acc'],
+                                                abs=1e-6)
+        assert (tmp_path / 'b' / name / '.hydra' / 'config.yaml').is_file()
+    proc = _cli(tmp_path, *sweep, 'resume=true', sweep='b')
+    assert proc.stdout.count('done already') == 6
+
+
+def test_joblib_launcher_runs_batches_in_processes(tmp_path):
+    pytest.importorskip('hydra_plugins.hydra_joblib_launcher')
+    proc = _cli(tmp_path, 'hydra/launcher=joblib', 'hydra.launcher.n_jobs=2',
+                'seed=0,1,2,3', 'batch_runs=2')
+    assert 'Joblib.Parallel(n_jobs=2' in proc.stderr + proc.stdout
+    results = _folders(tmp_path / 'sweep')
+    assert len(results) == 4
+    assert {r['batch_runs'] for r in results.values()} == {2}
+    # n_jobs processes share the cores: each takes its part of them
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    assert {r['machine']['threads'] for r in results.values()} == {threads}
+
+
+@pytest.mark.parametrize('launcher,key,value', [
+    ('processes', 'n_jobs', 2),
+    ('slurm', 'gpus_per_node', 1),
+])
+def test_launcher_configs_compose(launcher, key, value):
+    pytest.importorskip('hydra_plugins.hydra_submitit_launcher')
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        cfg = compose('train', overrides=[f'hydra/launcher={launcher}'],
+                      return_hydra_config=True)
+    assert cfg.hydra.launcher[key] == value
+    target = cfg.hydra.launcher._target_
+    assert target.startswith('hydra_plugins.hydra_')
+    if launcher == 'slurm':
+        assert target.endswith('SlurmLauncher')
+        assert cfg.hydra.launcher.timeout_min == 60
