@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from gnorm.run_keys import NOT_RESULT_KEYS
+
 # Keys of a run's command line that never define a configuration.
-NOT_CONFIG_KEYS = ('data.root', 'data.mirror', 'device', 'resume',
-                   'threads', 'batch_runs', 'batch_file', 'train.progress',
-                   'experiment')
+NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
 METRICS = ('test_acc', 'val_acc', 'test_metric', 'val_metric')
 MISSING = object()
 

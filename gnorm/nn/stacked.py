@@ -1,6 +1,6 @@
 import contextlib
 import warnings
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -66,28 +66,40 @@ def _attributes(module: torch.nn.Module,
 class Stacked(torch.nn.Module):
     r"""Applies :obj:`R` modules of one class (the same layer of :obj:`R`
     independent runs) as one: their parameters and buffers are stacked along
-    a leading run dimension and the first module's :meth:`forward` runs once
-    for all runs through :func:`torch.func.vmap`, so every kernel does the
-    work of :obj:`R` runs.
+    a leading run dimension and the first module's :meth:`forward` runs for
+    all runs at once through :func:`torch.func.vmap`, so every kernel does
+    the work of :obj:`R` runs.
 
     .. math::
         \mathbf{Y}_r = f_{\theta_r}(\mathbf{X}_r), \quad r = 1, \ldots, R
 
     The modules may differ in their tensors and in numeric attributes (e.g.
-    each run's :obj:`scale`), which reach :meth:`forward` as per-run 0-d
-    tensors; any other difference raises a :class:`ValueError`. Buffers
-    updated in place in :meth:`forward` (running statistics) are updated per
-    run. Run :math:`r` gets exactly the output its module alone gives.
+    each run's :obj:`scale`, handed to :meth:`forward` as a per-run 0-d
+    tensor under :func:`~torch.func.vmap`); any other difference raises a
+    :class:`ValueError`. Buffers updated in place in :meth:`forward`
+    (running statistics) are updated per run. Run :math:`r` gets the output
+    its module alone gives.
+
+    On the CPU, where kernels are compute-bound and batched gathers and
+    scatters are slower than :obj:`R` plain ones, the module's
+    :meth:`forward` runs once per run instead (on the run's slice of the
+    stacked parameters: the same code, the same result).
 
     Args:
         modules (sequence of torch.nn.Module): One module per run.
+        at_once (bool, optional): Run all runs at once through
+            :func:`torch.func.vmap` (:obj:`True`) or one after the other
+            (:obj:`False`). (default: :obj:`None`: at once except on the
+            CPU)
     """
-    def __init__(self, modules: Sequence[torch.nn.Module]):
+    def __init__(self, modules: Sequence[torch.nn.Module],
+                 at_once: Optional[bool] = None):
         super().__init__()
         modules = list(modules)
         if len(modules) == 0:
             raise ValueError("Stacked needs at least one module")
         self.runs = len(modules)
+        self.at_once = at_once
         self._values = _run_values(modules)
         # The module whose forward runs; its own tensors are never used
         # (kept out of the parameters: a plain list attribute).
@@ -158,6 +170,14 @@ class Stacked(torch.nn.Module):
                 return functional_call(module, (params, buffers),
                                        (x, *args), kwargs)
 
+        at_once = self.at_once if self.at_once is not None else \
+            x.device.type != 'cpu'
+        if not at_once:
+            return torch.stack([one_run(
+                {n: p[r] for n, p in params.items()},
+                {n: b[r] for n, b in buffers.items()},  # views: updated
+                {k: v[r] for k, v in self._values.items()}, x[r])
+                for r in range(self.runs)])
         with warnings.catch_warnings():
             warnings.filterwarnings('ignore', message=_NO_BATCH_RULE)
             return vmap(one_run)(params, buffers, self._run_tensors(x.device),

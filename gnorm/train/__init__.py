@@ -12,7 +12,11 @@ summary line. :func:`train` is the plain function behind the command line.
   the command line);
 * :mod:`gnorm.train.progress`: progress bar and log lines of a loop;
 * :mod:`gnorm.train.arguments`: unknown options and keys, ``--help``;
-* :mod:`gnorm.train.node`: node classification, full batch.
+* :mod:`gnorm.train.node`: node classification, full batch; many runs as
+  one model;
+* :mod:`gnorm.train.graph`: graph-level prediction (Graphormer);
+* :mod:`gnorm.train.sweep`: ``-m`` sweeps whose jobs each train a batch of
+  runs as one model.
 """
 from gnorm.train.run import (
     CONF_DIR,
@@ -22,6 +26,7 @@ from gnorm.train.run import (
     resolve_device,
     seed_everything,
     train,
+    train_runs,
     write_json,
 )
 from gnorm.train.node import build_model, load_data
@@ -40,5 +45,6 @@ __all__ = [
     'resolve_device',
     'seed_everything',
     'train',
+    'train_runs',
     'write_json',
 ]

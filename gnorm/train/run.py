@@ -1,15 +1,18 @@
 r"""What every training task shares: config checks, seeding, device,
-results files, resuming finished runs, and the command line.
+results files, resuming finished runs, batches of runs, and the command
+line.
 
-A task (:mod:`gnorm.train.node`, and later graph-level tasks) is a module
-with ``check_config(cfg)``, ``run(cfg, device, results, path) -> dict`` and
-``summary(results, cfg) -> str``; :func:`train` picks it from
-``cfg.dataset.task``. A task's loop keeps its progress in the ``results``
-it is given (``curve``: lists appended every epoch; ``best_epoch`` and
-``best``: the best epoch so far and its metrics) and shows it with
-:class:`gnorm.train.progress.Progress`; when the run stops early (an error,
-Ctrl-C, SIGTERM), :func:`train` writes what it holds to ``results.json``
-with ``status: failed`` or ``interrupted``.
+A task (:mod:`gnorm.train.node`, :mod:`gnorm.train.graph`) is a module
+with ``check_config(cfg)``, ``batch_key(cfg)`` (runs with equal keys may
+train as one model; :obj:`None`: alone), ``max_runs(cfgs, device)`` (how
+many at most), ``run(cfgs, device, results, paths) -> list`` (one results
+dict per run) and ``summary(results, cfg) -> str``; :func:`train_runs`
+picks it from ``cfg.dataset.task``. A task's loop keeps each run's progress
+in the ``results`` it is given (``curve``: lists appended every epoch;
+``best_epoch`` and ``best``: the best epoch so far and its metrics) and
+shows it with :class:`gnorm.train.progress.Progress`; when a run stops
+early (an error, Ctrl-C, SIGTERM), :func:`train_runs` writes what it holds
+to ``results.json`` with ``status: failed`` or ``interrupted``.
 """
 import importlib
 import json
@@ -36,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import gnorm
 from gnorm.errors import ConfigError, GnormError, Interrupted, TrainingError
+from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +51,16 @@ CONF_DIR = next((d for d in (_PACKAGE / 'conf', _PACKAGE.parent / 'conf')
                  if d.is_dir()), _PACKAGE.parent / 'conf')
 TASKS = {'node': 'gnorm.train.node', 'graph': 'gnorm.train.graph'}
 SELECT = ('best_val', 'last')
-# Config keys that do not change what a run computes: a finished run whose
-# config differs from the asked one only here counts as the same run.
-_NOT_RESULT_KEYS = ('resume', 'data', 'device', 'threads', 'batch_runs',
-                    'batch_file')
-_NOT_RESULT_TRAIN_KEYS = ('progress', 'log_every')
 
 # `${gnorm.tail:${hydra.job.override_dirname}}` in conf/hydra/default.yaml:
 # the overrides after a comma, or nothing when there are none.
 OmegaConf.register_new_resolver(
     'gnorm.tail', lambda text: f',{text}' if text else '', replace=True)
+# `${gnorm.not_result_keys:dataset,norm}`: the keys left out of run-folder
+# names, those named plus NOT_RESULT_KEYS.
+OmegaConf.register_new_resolver(
+    'gnorm.not_result_keys', lambda *keys: [*keys, *NOT_RESULT_KEYS],
+    replace=True)
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:
@@ -185,12 +189,8 @@ def hydra_info() -> Dict[str, Any]:
 
 def result_config(config: Dict[str, Any]) -> Dict[str, Any]:
     r""":obj:`config` without the keys that do not change what a run
-    computes (where data comes from, the device, resuming, progress)."""
-    config = {k: v for k, v in config.items() if k not in _NOT_RESULT_KEYS}
-    if isinstance(config.get('train'), dict):
-        config['train'] = {k: v for k, v in config['train'].items()
-                           if k not in _NOT_RESULT_TRAIN_KEYS}
-    return config
+    computes (:data:`gnorm.run_keys.NOT_RESULT_KEYS`)."""
+    return drop_keys(config)
 
 
 def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:

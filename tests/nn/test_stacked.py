@@ -38,9 +38,10 @@ def _inputs(name, runs=3, nodes=15, dtype=torch.float):
 
 
 @pytest.mark.parametrize('name', NORMS)
-def test_stacked_equals_each_module(name):
+@pytest.mark.parametrize('at_once', [True, False])
+def test_stacked_equals_each_module(name, at_once):
     modules = _modules(name)
-    stacked = Stacked(modules)
+    stacked = Stacked(modules, at_once=at_once)
     x, kwargs = _inputs(name)
     x = x.requires_grad_()
     out = stacked(x, **kwargs)
@@ -57,9 +58,10 @@ def test_stacked_equals_each_module(name):
                                   p.grad, atol=1e-5)
 
 
-def test_stacked_updates_each_run_buffers():
+@pytest.mark.parametrize('at_once', [True, False])
+def test_stacked_updates_each_run_buffers(at_once):
     modules = _modules('isobn')
-    stacked = Stacked(modules)
+    stacked = Stacked(modules, at_once=at_once)
     x, _ = _inputs('isobn')
     stacked.train()(x)
     for r, module in enumerate(modules):
@@ -73,9 +75,10 @@ def test_stacked_updates_each_run_buffers():
 
 @pytest.mark.parametrize('name', ['contranorm_nn', 'contranorm_d',
                                   'pairnorm', 'layernorm'])
-def test_stacked_gradcheck(name):
+@pytest.mark.parametrize('at_once', [True, False])
+def test_stacked_gradcheck(name, at_once):
     modules = _modules(name, runs=2, dtype=torch.double)
-    stacked = Stacked(modules).double()
+    stacked = Stacked(modules, at_once=at_once).double()
     x, kwargs = _inputs(name, runs=2, nodes=6, dtype=torch.double)
     x.requires_grad_()
     assert torch.autograd.gradcheck(
