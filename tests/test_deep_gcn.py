@@ -236,3 +236,20 @@ def test_sparse_input_dropout_in_the_model():
     model.train()
     model(x, edge_index)
     assert model._input_key[1] == x._version
+
+
+def test_gcn_conv_is_pyg_gcnconv():
+    r"""conv='gcn' is PyG's GCNConv: same weights, same output (a graph
+    with a self-loop stored and an isolated node)."""
+    from torch_geometric.nn import GCNConv
+    x, edge_index = _graph()
+    edge_index = torch.cat([edge_index, torch.tensor([[3], [3]])], dim=1)
+    x = torch.cat([x, torch.randn(1, 5)])  # node 12: no edges
+    model = DeepGCN(5, 4, num_layers=1, dropout=0.0).eval()
+    conv = GCNConv(5, 4)
+    with torch.no_grad():
+        conv.lin.weight.copy_(model.convs[0].weight)
+        conv.bias.copy_(torch.randn(4))
+        model.convs[0].bias.copy_(conv.bias)
+    assert torch.allclose(model(x, edge_index), conv(x, edge_index),
+                          atol=1e-6)

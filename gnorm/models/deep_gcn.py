@@ -233,7 +233,8 @@ class DeepGCN(torch.nn.Module):
             :obj:`batch`, :obj:`batch_size` and :obj:`edge_index` when its
             signature names them. :obj:`None` for no norm.
             (default: :obj:`None`)
-        conv (str, optional): :obj:`"gcn"` (PyG's :class:`GCNConv`,
+        conv (str, optional): :obj:`"gcn"` (the propagation of PyG's
+            :class:`GCNConv`,
             :math:`\mathbf{D}^{-1/2}(\mathbf{A}+\mathbf{I})\mathbf{D}^{-1/2}`)
             or :obj:`"row"` (row-normalised
             :math:`\mathbf{D}^{-1}(\mathbf{A}+\mathbf{I})`, the authors'
@@ -249,8 +250,9 @@ class DeepGCN(torch.nn.Module):
         fusion (str, optional): :obj:`"concat"`, :obj:`"max"` or
             :obj:`"gate"` layer fusion of the hidden outputs; needs
             :obj:`num_layers >= 2`. (default: :obj:`None`)
-        cached (bool, optional): Cache the normalised adjacency of
-            :class:`GCNConv` (transductive, one graph). (default: :obj:`True`)
+        cached (bool, optional): Cache the normalised sparse adjacency
+            while :obj:`edge_index` does not change (transductive, one
+            graph). (default: :obj:`True`)
         shared_layer_norm (bool, optional): Apply one
             :class:`torch.nn.LayerNorm` module, shared by all hidden layers
             (one :math:`\gamma`, :math:`\beta`), right after the norm of
