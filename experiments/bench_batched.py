@@ -9,7 +9,7 @@ model selection, collapse metrics and results files included. The script
 prints both wall times, their ratio (sequential / batched: the speed-up),
 and compares every run's results between the two ways (largest difference
 of test accuracy and of the loss curve) with the float-level floor of such
-differences: two runs trained one by one again with another number of CPU
+differences: the runs trained one by one again with another number of CPU
 threads.
 
 Cases (Cora, public split):
@@ -85,11 +85,11 @@ def measure(case, runs, epochs, device):
         timed(case, 1, 1, device, 1, folder)  # warm-up: data, caches
         sequential, one_by_one = timed(case, runs, epochs, device, 1, folder)
         batched, together = timed(case, runs, epochs, device, runs, folder)
-        # The floor of such differences: the first 2 runs again, one by one,
-        # with another number of CPU threads (other float summation orders).
+        # The floor of such differences: the runs again, one by one, with
+        # another number of CPU threads (other float summation orders).
         threads = torch.get_num_threads()
         torch.set_num_threads(1 if threads > 1 else 2)
-        _, again = timed(case, min(runs, 2), epochs, device, 1,
+        _, again = timed(case, runs, epochs, device, 1,
                          Path(folder) / 'threads')
         torch.set_num_threads(threads)
     acc, loss = _differences(one_by_one, together)
@@ -116,8 +116,8 @@ def report(path: Path) -> str:
         f'in one process, side by side; speed-up = sequential / batched '
         f'wall time. "batched vs one by one": the largest difference of '
         f'test accuracy and of the per-epoch training loss between the two '
-        f'ways, over all runs. "1 vs 2 threads": the same for the first two '
-        f'runs trained one by one again with another number of CPU threads, '
+        f'ways, over all runs. "1 vs 2 threads": the same for the runs '
+        f'trained one by one again with another number of CPU threads, '
         f'the floor of float-level differences (summation order) that a '
         f'deep network amplifies while it trains.',
         '',
