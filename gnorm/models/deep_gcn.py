@@ -1,7 +1,8 @@
 import inspect
 import math
 import warnings
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, List, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 import torch
 import torch.nn.functional as F
@@ -45,26 +46,66 @@ def gcn_normalized(edge_index: Tensor, num_nodes: int,
                     dtype=dtype)
 
 
-def propagation_matrix(edge_index: Tensor, edge_weight: Tensor,
-                       num_nodes: int) -> Tensor:
-    r"""The sparse (CSR) :obj:`[num_nodes, num_nodes]` matrix :math:`P`
-    with :math:`P_{ij}` = the weight of edge :math:`j \to i`, so that
-    :math:`P \mathbf{X}` aggregates at each node what it receives."""
+def csr(rows: Tensor, cols: Tensor, values: Tensor,
+        size: Tuple[int, int]) -> Tensor:
+    r"""The sparse CSR matrix of :obj:`size` with :obj:`values` at
+    (:obj:`rows`, :obj:`cols`), given sorted by row, then column (no
+    sorting is done)."""
+    crow = rows.new_zeros(size[0] + 1)
+    crow[1:] = torch.bincount(rows, minlength=size[0]).cumsum(0)
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='.*[Ss]parse')
-        return torch.sparse_coo_tensor(
-            torch.stack([edge_index[1], edge_index[0]]), edge_weight,
-            (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+        return torch.sparse_csr_tensor(crow, cols, values, size)
 
 
-def propagate(matrix: Tensor, x: Tensor) -> Tensor:
+class SparsePair(NamedTuple):
+    r"""A sparse CSR matrix and its transpose, for products whose backward
+    pass needs the transpose (built once, not at every backward)."""
+    matrix: Tensor
+    transpose: Tensor
+
+
+class _SparseMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, transpose: Tensor, matrix: Tensor,
+                dense: Tensor) -> Tensor:
+        ctx.transpose = transpose
+        return matrix @ dense
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return None, None, ctx.transpose @ grad
+
+
+def sparse_mm(pair: SparsePair, dense: Tensor) -> Tensor:
+    r""":obj:`pair.matrix @ dense`, its gradient through
+    :obj:`pair.transpose`."""
+    return _SparseMM.apply(pair.transpose, pair.matrix, dense)
+
+
+def propagation_matrix(edge_index: Tensor, edge_weight: Tensor,
+                       num_nodes: int) -> SparsePair:
+    r"""The sparse :obj:`[num_nodes, num_nodes]` matrix :math:`P` with
+    :math:`P_{ij}` = the weight of edge :math:`j \to i`, so that
+    :math:`P \mathbf{X}` aggregates at each node what it receives, and its
+    transpose."""
+    def sparse(index):
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='.*[Ss]parse')
+            return torch.sparse_coo_tensor(
+                index, edge_weight, (num_nodes, num_nodes)
+            ).coalesce().to_sparse_csr()
+    return SparsePair(sparse(edge_index.flip(0)), sparse(edge_index))
+
+
+def propagate(matrix: SparsePair, x: Tensor) -> Tensor:
     r""":math:`P \mathbf{X}` for :obj:`x` of shape :obj:`[nodes, channels]`
     or :obj:`[runs, nodes, channels]`: one sparse product for all runs, their
     features side by side."""
     if x.dim() == 2:
-        return matrix @ x
+        return sparse_mm(matrix, x)
     runs, nodes, channels = x.shape
-    out = matrix @ x.transpose(0, 1).reshape(nodes, runs * channels)
+    out = sparse_mm(matrix, x.transpose(0, 1).reshape(nodes, runs * channels))
     return out.view(nodes, runs, channels).transpose(0, 1)  # [runs, nodes, c]
 
 
@@ -81,8 +122,10 @@ def rand(shape: Sequence[int], like: Tensor,
         return torch.rand(shape, **kwargs)
     if not runs:
         return torch.rand(shape, generator=generators[0], **kwargs)
-    return torch.stack([torch.rand(shape[1:], generator=g, **kwargs)
-                        for g in generators])
+    out = torch.empty(shape, **kwargs)
+    for numbers, generator in zip(out, generators):  # [runs, ...]
+        numbers.uniform_(generator=generator)  # as torch.rand draws them
+    return out
 
 
 def dropout(x: Tensor, p: float, training: bool = True,
@@ -141,35 +184,26 @@ class RunConv(torch.nn.Module):
         same input for every run)."""
         return x @ self.weight.transpose(-1, -2)
 
-    def sparse_linear(self, x: Tensor) -> Tensor:
+    def sparse_linear(self, x: SparsePair) -> Tensor:
         r""":math:`\mathbf{X} \mathbf{W}^\top` of a sparse input
         :obj:`[nodes, in_channels]` that every run sees."""
         weight = self.weight.transpose(-1, -2)  # [(runs,) in, out]
         if weight.dim() == 2:
-            return x @ weight
-        runs = weight.size(0)
-        out = x @ weight.transpose(0, 1).reshape(self.in_channels, -1)
-        return out.view(x.size(0), runs, -1).transpose(0, 1)  # [runs, nodes, out]
+            return sparse_mm(x, weight)
+        runs, nodes = weight.size(0), x.matrix.size(0)
+        out = sparse_mm(x, weight.transpose(0, 1).reshape(self.in_channels,
+                                                          -1))
+        return out.view(nodes, runs, -1).transpose(0, 1)  # [runs, nodes, out]
 
-    def entries_linear(self, row: Tensor, col: Tensor, value: Tensor,
-                       run: Tensor, num_nodes: int) -> Tensor:
+    def entries_linear(self, x: SparsePair, num_nodes: int) -> Tensor:
         r""":math:`\mathbf{X}_r \mathbf{W}_r^\top` of sparse inputs that
-        differ between runs, given by their entries: :obj:`value` at
-        (:obj:`row`, :obj:`col`) of run :obj:`run`, sorted by run, row. One
-        sparse product of the block-diagonal :obj:`[runs * nodes, runs *
-        in_channels]` matrix of all runs with their stacked weights."""
+        differ between runs: one sparse product of their block-diagonal
+        :obj:`[runs * nodes, runs * in_channels]` matrix :obj:`x` with the
+        stacked weights."""
         runs = 1 if self.weight.dim() == 2 else self.weight.size(0)
         weight = self.weight.transpose(-1, -2).reshape(
             runs * self.in_channels, self.out_channels)  # [runs * in, out]
-        rows = run * num_nodes + row  # sorted
-        crow = rows.new_zeros(runs * num_nodes + 1)
-        crow[1:] = torch.bincount(rows, minlength=runs * num_nodes).cumsum(0)
-        with warnings.catch_warnings():
-            warnings.filterwarnings('ignore', message='.*[Ss]parse')
-            x = torch.sparse_csr_tensor(
-                crow, run * self.in_channels + col, value,
-                (runs * num_nodes, runs * self.in_channels))
-        out = x @ weight  # [runs * nodes, out]
+        out = sparse_mm(x, weight)  # [runs * nodes, out]
         return out.view(*self.bias.shape[:-1], num_nodes, self.out_channels)
 
     def extra_repr(self) -> str:
@@ -373,27 +407,28 @@ class DeepGCN(torch.nn.Module):
         for conv in self.convs:
             conv.reset_parameters(self.init, generators)
 
-    def _input_entries(self, x: Tensor) -> Optional[Tuple[Tensor, ...]]:
-        r"""The non-zero entries (rows, columns, values) and the sparse
-        matrix of an input that is at most 10 % non-zero, constant across
-        calls and without gradient, found once; else :obj:`None`."""
+    def _input_entries(self, x: Tensor) -> Optional[Tuple[Any, ...]]:
+        r"""The non-zero entries (rows, columns, values), their order by
+        column and the sparse matrix of an input that is at most 10 %
+        non-zero, constant across calls and without gradient, found once;
+        else :obj:`None`."""
         if x.requires_grad or x.dim() != 2:
             return None
         key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.device)
         if self._input_key != key:
-            row, col = x.nonzero(as_tuple=True)
+            row, col = x.nonzero(as_tuple=True)  # sorted by row, column
             self._input_key, self._input_sparse = key, None
             if row.numel() <= 0.1 * x.numel():
                 value = x[row, col]
-                with warnings.catch_warnings():
-                    warnings.filterwarnings('ignore', message='.*[Ss]parse')
-                    matrix = torch.sparse_coo_tensor(
-                        torch.stack([row, col]), value,
-                        x.shape).to_sparse_csr()
-                self._input_sparse = (row, col, value, matrix)
+                order = torch.argsort(col * x.size(0) + row)  # by column
+                matrix = SparsePair(
+                    csr(row, col, value, tuple(x.shape)),
+                    csr(col[order], row[order], value[order],
+                        (x.size(1), x.size(0))))
+                self._input_sparse = (row, col, value, order, matrix)
         return self._input_sparse
 
-    def _propagation(self, edge_index: Tensor, x: Tensor) -> Tensor:
+    def _propagation(self, edge_index: Tensor, x: Tensor) -> SparsePair:
         r"""The sparse propagation matrix of :obj:`conv` (cached with
         :obj:`cached` while :obj:`edge_index` does not change)."""
         num_nodes = x.size(-2)
@@ -406,25 +441,33 @@ class DeepGCN(torch.nn.Module):
             self._matrix = propagation_matrix(edges, weight, num_nodes)
         return self._matrix
 
-    def _input_conv(self, x: Tensor, matrix: Tensor, generators) -> Tensor:
+    def _input_conv(self, x: Tensor, matrix: SparsePair,
+                    generators) -> Tensor:
         r"""Dropout then the first convolution, for a sparse input: random
         numbers are drawn for the non-zero entries only (bag-of-words
         features are ~1 % non-zero), each run keeping its own entries."""
-        row, col, value, sparse = self._input_entries(x)
+        row, col, value, order, sparse = self._input_entries(x)
         conv = self.convs[0]
         if not self.training or self.dropout == 0.0:
             h = conv.sparse_linear(sparse)
         else:
-            runs = self.runs or 1
+            runs, (nodes, channels) = self.runs or 1, x.shape
             keep = rand((runs, value.numel()), value, generators,
                         runs=True) >= self.dropout  # [runs, nnz]
-            run, entry = keep.nonzero(as_tuple=True)
-            h = conv.entries_linear(row[entry], col[entry],
-                                    value[entry] / (1.0 - self.dropout),
-                                    run, x.size(0))
+            value = value / (1.0 - self.dropout)
+            run, e = keep.nonzero(as_tuple=True)  # by run, row, column
+            run_t, e_t = keep[:, order].nonzero(as_tuple=True)
+            e_t = order[e_t]  # by run, column, row
+            size = (runs * nodes, runs * channels)
+            blocks = SparsePair(  # block-diagonal: one block per run
+                csr(run * nodes + row[e], run * channels + col[e], value[e],
+                    size),
+                csr(run_t * channels + col[e_t], run_t * nodes + row[e_t],
+                    value[e_t], size[::-1]))
+            h = conv.entries_linear(blocks, nodes)
         return propagate(matrix, h) + conv.bias.unsqueeze(-2)
 
-    def _layer(self, i: int, x: Tensor, matrix: Tensor, inputs: dict,
+    def _layer(self, i: int, x: Tensor, matrix: SparsePair, inputs: dict,
                generators) -> Tensor:
         last = i == self.num_layers - 1
         steps = self.order

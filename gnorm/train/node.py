@@ -157,12 +157,11 @@ def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
                          mask: torch.Tensor) -> torch.Tensor:
     r"""Per run, the mean cross-entropy of :obj:`out` (:obj:`[runs,
     nodes, classes]`) over the nodes of :obj:`mask` (:obj:`[runs,
-    nodes]`)."""
-    runs, nodes, classes = out.shape
-    loss = F.cross_entropy(out.reshape(-1, classes), y.repeat(runs),
-                           reduction='none').view(runs, nodes)
-    mask = mask.to(loss.dtype)
-    return (loss * mask).sum(-1) / mask.sum(-1)  # [runs]
+    nodes]`), computed for those nodes only."""
+    run, node = mask.nonzero(as_tuple=True)  # sorted by run
+    loss = F.cross_entropy(out[run, node], y[node], reduction='none')
+    total = loss.new_zeros(out.size(0)).index_add(0, run, loss)
+    return total / torch.bincount(run, minlength=out.size(0))  # [runs]
 
 
 @torch.no_grad()
@@ -278,10 +277,17 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
 
 
 def load_runs(cfgs: Sequence[DictConfig]):
-    r"""The graph of the runs :obj:`cfgs`, with each run's split: masks
-    :obj:`[runs, nodes]`. Raises :class:`ConfigError` if the runs do not
-    share their graph."""
-    datas = [load_data(c) for c in cfgs]
+    r"""The graph of the runs :obj:`cfgs` (which differ at most in seed,
+    split index and norm), with each run's split: masks :obj:`[runs,
+    nodes]`. Raises :class:`ConfigError` if the runs do not share their
+    graph."""
+    loaded: Dict[tuple, Any] = {}
+    datas = []
+    for c in cfgs:  # runs of one split share its loading
+        key = (c.split, c.split_index, c.seed if c.split == 'random' else 0)
+        if key not in loaded:
+            loaded[key] = load_data(c)
+        datas.append(loaded[key])
     data = datas[0]
     for other in datas[1:]:
         if not all(torch.equal(data[k], other[k])
