@@ -209,6 +209,14 @@ def test_auto_batch_size_follows_memory(monkeypatch):
     assert node.max_runs([_compose(*TINY, 'batch_runs=3')] * 6, device) == 3
 
 
+@pytest.mark.parametrize('value', ['0', 'many', '1.5'])
+def test_bad_batch_runs_is_one_line(tmp_path, value):
+    from gnorm.errors import ConfigError
+    with pytest.raises(ConfigError, match='batch_runs must be auto or an '
+                       'integer >= 1'):
+        train_runs([_compose(*TINY, f'batch_runs={value}')], [str(tmp_path)])
+
+
 def test_batch_key_groups_runs():
     from gnorm.train.node import batch_key
     base = batch_key(_compose(*TINY, 'norm=contranorm', 'seed=0'))

@@ -125,6 +125,10 @@ def check_config(cfg: DictConfig) -> None:
         if not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"train.{key} must be a number >= 0, got "
                               f"{value!r}")
+    runs = cfg.get('batch_runs', 'auto')
+    if runs != 'auto' and (not is_int(runs) or runs < 1):
+        raise ConfigError(f"batch_runs must be auto or an integer >= 1, got "
+                          f"{runs!r}; pass e.g. batch_runs=auto")
     scale = cfg.norm.get('scale', None)
     if scale is not None and (not isinstance(scale, (int, float))
                               or scale < 0):

@@ -34,6 +34,16 @@ def _quoted(text: str) -> str:
     return "'" + text.replace('\\', '\\\\').replace("'", "\\'") + "'"
 
 
+def _batch_size(cfg: DictConfig) -> Optional[int]:
+    r"""The ``batch_runs`` of :obj:`cfg`: :obj:`None` for ``auto``, 1 for a
+    bad value."""
+    size = cfg.get('batch_runs', 1)
+    if size == 'auto':
+        return None
+    valid = isinstance(size, int) and not isinstance(size, bool) and size > 0
+    return size if valid else 1
+
+
 class BatchedSweeper(BasicSweeper):
     r"""Hydra's basic sweeper, each launched job training a batch of runs
     as one model (see the module's documentation)."""
@@ -75,14 +85,12 @@ class BatchedSweeper(BasicSweeper):
                 key = task_module(cfg).batch_key(cfg)
             except Exception:  # the job itself reports it
                 key = None
-            size = cfg.get('batch_runs', 1)
-            if size == 1 or key is None:
-                key = ('alone', num)
+            if _batch_size(cfg) == 1 or key is None:
+                key = ('alone', num)  # a bad batch_runs: the job reports it
             groups.setdefault(key, []).append(run)
         batches = []
         for group in groups.values():
-            size = group[0]['cfg'].get('batch_runs', 1)
-            size = len(group) if size == 'auto' else int(size)
+            size = _batch_size(group[0]['cfg']) or len(group)
             batches += [group[k:k + size] for k in range(0, len(group), size)]
         return batches
 
