@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.data.nodes import SPLITS, load_dataset
-from gnorm.errors import ConfigError, TrainingError
+from gnorm.errors import ConfigError
 from gnorm.metrics import (
     dirichlet_energy,
     effective_rank,
