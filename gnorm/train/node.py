@@ -24,6 +24,7 @@ from gnorm.metrics import (
     feature_cosine_similarity,
     feature_variance,
 )
+from gnorm.run_keys import drop_keys
 from gnorm.train.progress import Progress
 from gnorm.train.run import free_memory, is_int, one_line, result_config
 
@@ -97,12 +98,7 @@ def batch_key(cfg: DictConfig) -> Optional[str]:
     if cfg.model.get('fusion') is not None:
         return None
     config = result_config(OmegaConf.to_container(cfg, resolve=True))
-    for key in BATCHED_KEYS:
-        parent, _, name = key.rpartition('.')
-        node = config.get(parent, {}) if parent else config
-        if isinstance(node, dict):
-            node.pop(name, None)
-    return json.dumps(config, sort_keys=True)
+    return json.dumps(drop_keys(config, BATCHED_KEYS), sort_keys=True)
 
 
 def memory_per_run(cfg: DictConfig, num_nodes: int, num_entries: int,
@@ -124,6 +120,8 @@ def max_runs(cfgs: Sequence[DictConfig], device: torch.device) -> int:
     cfg = cfgs[0]
     if cfg.batch_runs != 'auto':
         return cfg.batch_runs
+    if len(cfgs) == 1:  # nothing to estimate (the estimate loads the data)
+        return 1
     data = load_data(cfg)
     entries = int((data.x != 0).sum())
     need = memory_per_run(cfg, data.num_nodes, entries)

@@ -26,7 +26,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import hydra
 import numpy as np
@@ -328,6 +328,21 @@ def main_process() -> bool:
     return int(os.environ.get('RANK', '0')) == 0
 
 
+def group_batches(keys: Sequence[Any],
+                  size: Callable[[List[int]], int]) -> List[List[int]]:
+    r"""The indices of runs with batch keys :obj:`keys`, grouped by equal
+    key (:obj:`None`: a run alone) and each group cut into batches of
+    :obj:`size(group)` runs."""
+    groups: Dict[Any, List[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(('alone', i) if key is None else key, []).append(i)
+    batches = []
+    for group in groups.values():
+        n = size(group)
+        batches += [group[k:k + n] for k in range(0, len(group), n)]
+    return batches
+
+
 def _out_of_memory(error: BaseException) -> bool:
     return isinstance(error, (torch.OutOfMemoryError, MemoryError))
 
@@ -427,14 +442,10 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
         if threads is not None:
             torch.set_num_threads(threads)
         device = resolve_device(cfg.device)
-        groups: Dict[Any, List[int]] = {}
-        for i in todo:
-            key = task.batch_key(cfgs[i])
-            groups.setdefault(i if key is None else key, []).append(i)
-        queue = []
-        for group in groups.values():
-            size = task.max_runs([cfgs[i] for i in group], device)
-            queue += [group[k:k + size] for k in range(0, len(group), size)]
+        queue = [[todo[k] for k in batch] for batch in group_batches(
+            [task.batch_key(cfgs[i]) for i in todo],
+            lambda group: task.max_runs([cfgs[todo[k]] for k in group],
+                                        device))]
     except GnormError as e:
         for i in todo:
             record_stop(paths[i], cfgs[i], {'status': 'running'}, 'failed',

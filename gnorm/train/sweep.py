@@ -17,7 +17,7 @@ are those of the basic sweeper.
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
@@ -72,8 +72,8 @@ class BatchedSweeper(BasicSweeper):
     def _batches(self, jobs: Sequence[List[str]]) -> List[List[Dict]]:
         r"""The runs of :obj:`jobs` (one override list each), unfinished
         ones only, grouped into batches."""
-        from gnorm.train.run import finished_run, task_module
-        groups: Dict[Any, List[Dict]] = {}
+        from gnorm.train.run import finished_run, group_batches, task_module
+        runs, keys = [], []
         for num, overrides in enumerate(jobs):
             run = self._run(overrides, num)
             cfg = run['cfg']
@@ -85,14 +85,12 @@ class BatchedSweeper(BasicSweeper):
                 key = task_module(cfg).batch_key(cfg)
             except Exception:  # the job itself reports it
                 key = None
-            if _batch_size(cfg) == 1 or key is None:
-                key = ('alone', num)  # a bad batch_runs: the job reports it
-            groups.setdefault(key, []).append(run)
-        batches = []
-        for group in groups.values():
-            size = _batch_size(group[0]['cfg']) or len(group)
-            batches += [group[k:k + size] for k in range(0, len(group), size)]
-        return batches
+            runs.append(run)
+            # batch_runs=1, or a bad one (the job reports it): alone
+            keys.append(None if _batch_size(cfg) == 1 else key)
+        return [[runs[i] for i in batch] for batch in group_batches(
+            keys, lambda group: _batch_size(runs[group[0]]['cfg'])
+            or len(group))]
 
     def sweep(self, arguments: List[str]) -> Any:
         parser = OverridesParser.create(
@@ -134,7 +132,8 @@ class BatchedSweeper(BasicSweeper):
         return [returns]
 
 
-def load_batch(path: str) -> Optional[tuple]:
+def load_batch(path: str,
+               ) -> Tuple[List[DictConfig], List[str], List[Dict]]:
     r"""The configs, output folders and Hydra records of the runs listed in
     the batch file :obj:`path` (written by :class:`BatchedSweeper`)."""
     runs = json.loads(Path(path).read_text())
