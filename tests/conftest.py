@@ -2,6 +2,8 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+from hydra import compose, initialize_config_dir
 
 # The tests read datasets from the offline mirror when one lies beside the
 # checkout (as on CI); a user's own GNORM_DATA_MIRROR wins.
@@ -14,3 +16,22 @@ MIRROR = os.environ.get("GNORM_DATA_MIRROR")
 needs_mirror = pytest.mark.skipif(
     not MIRROR or not Path(MIRROR).is_dir(),
     reason="needs the offline dataset mirror (GNORM_DATA_MIRROR)")
+
+
+def compose_train(*overrides):
+    r"""The config of ``python -m gnorm.train <overrides>``:
+    `from conftest import compose_train`."""
+    from gnorm.train import CONF_DIR
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        return compose('train', overrides=list(overrides))
+
+
+@pytest.fixture
+def one_thread():
+    r"""One torch thread for the test (the test machines share few cores;
+    one thread avoids oversubscription): `pytestmark =
+    pytest.mark.usefixtures('one_thread')`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

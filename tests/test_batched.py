@@ -16,7 +16,7 @@ from gnorm.models import DeepGCN
 from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm, Stacked
 from gnorm.train import CONF_DIR
 from gnorm.train.run import train_runs
-from conftest import MIRROR, needs_mirror
+from conftest import MIRROR, compose_train, needs_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ['dataset=csbm', 'dataset.num_nodes=120', 'layers=3',
@@ -32,17 +32,7 @@ FACTORIES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _compose(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
-        return compose('train', overrides=list(overrides))
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def _graph(sparse):
@@ -122,7 +112,7 @@ def _keys(obj, prefix=''):
 
 
 def _alone_and_together(tmp_path, overrides, runs):
-    cfgs = [_compose(*overrides, *run) for run in runs]
+    cfgs = [compose_train(*overrides, *run) for run in runs]
     alone = [train_runs([c], [str(tmp_path / f'alone{i}')])[0]
              for i, c in enumerate(cfgs)]
     together = train_runs(cfgs, [str(tmp_path / f'batch{i}')
@@ -186,7 +176,7 @@ def test_batch_that_does_not_fit_is_split(tmp_path, monkeypatch):
 
     overrides = [*TINY, 'norm=pairnorm', 'batch_runs=5']
     runs = [[f'seed={s}'] for s in range(5)]
-    cfgs = [_compose(*overrides, *run) for run in runs]
+    cfgs = [compose_train(*overrides, *run) for run in runs]
     alone = [train_runs([c], [str(tmp_path / f'alone{i}')])[0]
              for i, c in enumerate(cfgs)]
     monkeypatch.setattr(DeepGCN, 'forward', small_memory)
@@ -200,13 +190,13 @@ def test_batch_that_does_not_fit_is_split(tmp_path, monkeypatch):
 
 def test_auto_batch_size_follows_memory(monkeypatch):
     from gnorm.train import node
-    cfgs = [_compose(*TINY, f'seed={s}') for s in range(6)]
+    cfgs = [compose_train(*TINY, f'seed={s}') for s in range(6)]
     device = torch.device('cpu')
     assert node.max_runs(cfgs, device) == 6  # plenty of memory
     need = node.memory_per_run(cfgs[0], 120, 120 * 32)
     monkeypatch.setattr(node, 'free_memory', lambda device: 5 * need)
     assert node.max_runs(cfgs, device) == 2  # half of the free memory
-    assert node.max_runs([_compose(*TINY, 'batch_runs=3')] * 6, device) == 3
+    assert node.max_runs([compose_train(*TINY, 'batch_runs=3')] * 6, device) == 3
 
 
 @pytest.mark.parametrize('value', ['0', 'many', '1.5'])
@@ -214,18 +204,18 @@ def test_bad_batch_runs_is_one_line(tmp_path, value):
     from gnorm.errors import ConfigError
     with pytest.raises(ConfigError, match='batch_runs must be auto or an '
                        'integer >= 1'):
-        train_runs([_compose(*TINY, f'batch_runs={value}')], [str(tmp_path)])
+        train_runs([compose_train(*TINY, f'batch_runs={value}')], [str(tmp_path)])
 
 
 def test_batch_key_groups_runs():
     from gnorm.train.node import batch_key
-    base = batch_key(_compose(*TINY, 'norm=contranorm', 'seed=0'))
-    assert batch_key(_compose(*TINY, 'norm=contranorm', 'seed=3',
+    base = batch_key(compose_train(*TINY, 'norm=contranorm', 'seed=0'))
+    assert batch_key(compose_train(*TINY, 'norm=contranorm', 'seed=3',
                               'norm.scale=0.2', 'batch_runs=4')) == base
-    assert batch_key(_compose(*TINY, 'norm=contranorm', 'layers=4')) != base
-    assert batch_key(_compose(*TINY, 'norm=contranorm',
+    assert batch_key(compose_train(*TINY, 'norm=contranorm', 'layers=4')) != base
+    assert batch_key(compose_train(*TINY, 'norm=contranorm',
                               'train.lr=0.1')) != base
-    assert batch_key(_compose(*TINY, 'model.fusion=max')) is None
+    assert batch_key(compose_train(*TINY, 'model.fusion=max')) is None
 
 
 def _cli(tmp_path, *args, sweep='sweep'):

@@ -1,21 +1,16 @@
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from gnorm.data import DATASETS, GRAPH_DATASETS, SPLITS
 from gnorm.train import CONF_DIR, build_model, check_config
+from conftest import compose_train
 
 NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d',
          'isobn')
 DEFAULT_SPLIT = {'cora': 'public', 'citeseer': 'public',
                  'chameleon': 'geom_gcn', 'squirrel': 'geom_gcn',
                  'csbm': 'random'}
-
-
-def _compose(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
-        return compose('train', overrides=list(overrides))
 
 
 def test_groups_on_disk():
@@ -26,7 +21,7 @@ def test_groups_on_disk():
 
 
 def test_defaults():
-    cfg = _compose()
+    cfg = compose_train()
     assert cfg.dataset.name == 'cora'
     assert cfg.norm._target_ == 'torch.nn.Identity'
     assert cfg.layers == 2 and cfg.model.num_layers == 2
@@ -41,7 +36,7 @@ def test_defaults():
 @pytest.mark.parametrize('dataset', DATASETS)
 @pytest.mark.parametrize('norm', NORMS)
 def test_every_dataset_and_norm_composes(dataset, norm):
-    cfg = _compose(f'dataset={dataset}', f'norm={norm}', 'layers=3')
+    cfg = compose_train(f'dataset={dataset}', f'norm={norm}', 'layers=3')
     check_config(cfg)
     assert cfg.split == DEFAULT_SPLIT[dataset] and cfg.split in SPLITS
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
@@ -67,36 +62,36 @@ def test_every_dataset_and_norm_composes(dataset, norm):
     (['layers=32', 'norm=contranorm_d'], lambda m: len(m.convs) == 32),
 ])
 def test_overrides(overrides, check):
-    cfg = _compose(*overrides)
+    cfg = compose_train(*overrides)
     assert check(build_model(cfg, 6, 3))
 
 
 def test_experiments():
-    cfg = _compose('experiment=table3_paper', 'dataset=squirrel')
+    cfg = compose_train('experiment=table3_paper', 'dataset=squirrel')
     assert cfg.model.conv == 'row' and cfg.select == 'last'
     assert cfg.split == 'geom_gcn' and cfg.split_index == 0
-    cfg = _compose('experiment=table3_fair', 'dataset=squirrel')
+    cfg = compose_train('experiment=table3_fair', 'dataset=squirrel')
     assert cfg.select == 'best_val' and cfg.split == 'random'
-    cfg = _compose('experiment=csbm_demo')
+    cfg = compose_train('experiment=csbm_demo')
     assert cfg.dataset.name == 'csbm' and cfg.layers == 16
     assert cfg.norm._target_ == 'gnorm.nn.ContraNorm'
     # Command-line overrides beat the overlay.
-    cfg = _compose('experiment=csbm_demo', 'layers=4', 'norm=none')
+    cfg = compose_train('experiment=csbm_demo', 'layers=4', 'norm=none')
     assert cfg.layers == 4 and cfg.model.num_layers == 4
     assert cfg.norm._target_ == 'torch.nn.Identity'
 
 
 def test_top_level_keys_beat_dataset_defaults():
-    cfg = _compose('dataset=chameleon', 'split=random')
+    cfg = compose_train('dataset=chameleon', 'split=random')
     assert cfg.split == 'random' and cfg.dataset.default_split == 'geom_gcn'
 
 
 def test_mirror_from_environment(monkeypatch):
     monkeypatch.setenv('GNORM_DATA_MIRROR', '/some/mirror')
-    assert _compose().data.mirror == '/some/mirror'
+    assert compose_train().data.mirror == '/some/mirror'
     monkeypatch.delenv('GNORM_DATA_MIRROR')
-    assert _compose().data.mirror is None
-    assert _compose('data.mirror=/other').data.mirror == '/other'
+    assert compose_train().data.mirror is None
+    assert compose_train('data.mirror=/other').data.mirror == '/other'
 
 
 @pytest.mark.parametrize('overrides,match', [
@@ -106,4 +101,4 @@ def test_mirror_from_environment(monkeypatch):
 def test_graph_only_choices_on_a_node_dataset(overrides, match):
     from gnorm.errors import ConfigError
     with pytest.raises(ConfigError, match=match):
-        check_config(_compose('dataset=csbm', *overrides))
+        check_config(compose_train('dataset=csbm', *overrides))

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 from torch_geometric.utils import is_undirected, to_undirected
 
 from gnorm.results import aggregate, default_keys, load_runs
 from gnorm.results import main as results_main
-from gnorm.train import CONF_DIR, build_model, load_data
-from conftest import needs_mirror
+from gnorm.train import build_model, load_data
+from conftest import compose_train, needs_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,13 +26,8 @@ spec.loader.exec_module(table3)
 PAPER_ROWS = table3.table_spec('paper')['rows']
 
 
-def _compose(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
-        return compose('train', overrides=list(overrides))
-
-
 def _paper(row, *overrides):
-    return _compose('experiment=table3_paper', *PAPER_ROWS[row], *overrides)
+    return compose_train('experiment=table3_paper', *PAPER_ROWS[row], *overrides)
 
 
 def test_paper_recipe():
@@ -62,7 +56,7 @@ def test_paper_test_set_is_every_other_node(tmp_path, dataset, sizes):
     masks = [data.train_mask, data.val_mask, data.test_mask]
     assert [int(m.sum()) for m in masks] == sizes
     assert bool((data.test_mask == ~(data.train_mask | data.val_mask)).all())
-    fair = load_data(_compose('experiment=table3_fair', f'dataset={dataset}',
+    fair = load_data(compose_train('experiment=table3_fair', f'dataset={dataset}',
                               f'data.root={tmp_path}'))
     n = data.num_nodes
     assert int(fair.train_mask.sum()) == pytest.approx(0.6 * n, abs=8)
@@ -71,7 +65,7 @@ def test_paper_test_set_is_every_other_node(tmp_path, dataset, sizes):
 
 @needs_mirror
 def test_paper_symmetrises_chameleon(tmp_path):
-    stored = load_data(_compose('dataset=chameleon', f'data.root={tmp_path}'))
+    stored = load_data(compose_train('dataset=chameleon', f'data.root={tmp_path}'))
     assert not is_undirected(stored.edge_index)
     data = load_data(_paper('none', 'dataset=chameleon',
                             f'data.root={tmp_path}'))
@@ -139,7 +133,7 @@ def test_paper_init_is_uniform_in_fan_out():
             assert float(p.abs().max()) <= bound
             assert float(p.abs().min()) < 0.5 * bound < float(p.abs().max())
         assert float(conv.weight.abs().max()) > 0.95 * bound
-    fair = build_model(_compose('experiment=table3_fair', 'layers=3'), 200, 7)
+    fair = build_model(compose_train('experiment=table3_fair', 'layers=3'), 200, 7)
     assert all(float(c.bias.abs().max()) == 0 for c in fair.convs)
     assert fair.shared_norm is None
 
@@ -151,7 +145,7 @@ def test_layernorm_row_is_contranorm_at_zero_scale():
     for overrides in (PAPER_ROWS['layernorm'],
                       ['norm=none', 'model.shared_layer_norm=true']):
         torch.manual_seed(3)
-        cfg = _compose('experiment=table3_paper', *overrides, 'layers=5')
+        cfg = compose_train('experiment=table3_paper', *overrides, 'layers=5')
         outs.append(build_model(cfg, 6, 3).eval()(x, edge_index))
     assert torch.equal(outs[0], outs[1])
     pairnorm = build_model(_paper('pairnorm', 'layers=3'), 6, 3)

@@ -15,7 +15,7 @@ from omegaconf import read_write
 from gnorm.data import PYG_DATASETS, raw_files
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.train import CONF_DIR, train
-from conftest import MIRROR, needs_mirror
+from conftest import MIRROR, compose_train, needs_mirror
 
 
 # A small, fast CSBM run.
@@ -23,13 +23,7 @@ TINY = ['dataset=csbm', 'dataset.num_nodes=200', 'layers=3',
         'train.epochs=5', 'train.progress=false']
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The test machines share few cores; one thread avoids oversubscription.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture(scope='module')
@@ -38,18 +32,13 @@ def data_root(tmp_path_factory):
     return tmp_path_factory.mktemp('data')
 
 
-def _compose(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
-        return compose('train', overrides=list(overrides))
-
-
 def _read(path):
     with open(path / 'results.json') as f:
         return json.load(f)
 
 
 def test_train_writes_results(tmp_path):
-    results = train(_compose(*TINY, 'norm=contranorm'), output_dir=tmp_path)
+    results = train(compose_train(*TINY, 'norm=contranorm'), output_dir=tmp_path)
     assert _read(tmp_path) == json.loads(json.dumps(results))
     assert not list(tmp_path.glob('.*.tmp'))
     assert results['status'] == 'ok' and results['error'] is None
@@ -79,7 +68,7 @@ def test_train_writes_results(tmp_path):
 
 def test_select_last(tmp_path):
     torch.set_num_threads(2)
-    results = train(_compose(*TINY, 'select=last', 'threads=1'),
+    results = train(compose_train(*TINY, 'select=last', 'threads=1'),
                     output_dir=tmp_path)
     assert torch.get_num_threads() == 1  # the threads key
     assert results['machine']['threads'] == 1
@@ -90,17 +79,17 @@ def test_select_last(tmp_path):
 def test_same_seed_same_metrics(tmp_path):
     # On the CPU with one thread, a fixed seed gives bitwise-equal results.
     overrides = [*TINY, 'norm=contranorm', 'model.fusion=gate', 'threads=1']
-    first = train(_compose(*overrides, 'seed=3'), output_dir=tmp_path / 'a')
-    second = train(_compose(*overrides, 'seed=3'), output_dir=tmp_path / 'b')
+    first = train(compose_train(*overrides, 'seed=3'), output_dir=tmp_path / 'a')
+    second = train(compose_train(*overrides, 'seed=3'), output_dir=tmp_path / 'b')
     for key in ('curve', 'collapse', 'test_acc', 'best_epoch', 'best'):
         assert first[key] == second[key]
-    other = train(_compose(*overrides, 'seed=4'), output_dir=tmp_path / 'c')
+    other = train(compose_train(*overrides, 'seed=4'), output_dir=tmp_path / 'c')
     assert other['curve']['loss'] != first['curve']['loss']
 
 
 def test_nan_loss_fails_the_run(tmp_path):
     with pytest.raises(TrainingError, match='loss became nan at epoch'):
-        train(_compose(*TINY, 'train.lr=1e30'), output_dir=tmp_path)
+        train(compose_train(*TINY, 'train.lr=1e30'), output_dir=tmp_path)
     results = _read(tmp_path)
     assert results['status'] == 'failed'
     assert 'loss became nan' in results['error']
@@ -116,7 +105,7 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr('gnorm.train.node.evaluate', crash)
     with pytest.raises(TrainingError, match=r'^RuntimeError: boom second '
                                             r'line \(traceback in .*\)$'):
-        train(_compose(*TINY), output_dir=tmp_path)
+        train(compose_train(*TINY), output_dir=tmp_path)
     results = _read(tmp_path)
     assert results['status'] == 'failed'
     assert results['error'] == 'RuntimeError: boom second line'
@@ -138,7 +127,7 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
 ])
 def test_bad_config(tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
-        train(_compose(*TINY, *overrides), output_dir=tmp_path)
+        train(compose_train(*TINY, *overrides), output_dir=tmp_path)
     results = _read(tmp_path)  # the run folder records the failure
     assert results['status'] == 'failed'
     assert re.search(match, results['error'])
@@ -285,7 +274,7 @@ def test_cli_multirun(tmp_path):
 ])
 def test_real_datasets_through_the_mirror(tmp_path, data_root, dataset,
                                           sizes):
-    cfg = _compose(f'dataset={dataset}', 'layers=2', 'norm=contranorm',
+    cfg = compose_train(f'dataset={dataset}', 'layers=2', 'norm=contranorm',
                    'train.epochs=3', 'train.progress=false',
                    f'data.root={data_root}', f'data.mirror={MIRROR}')
     results = train(cfg, output_dir=tmp_path)

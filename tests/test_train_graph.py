@@ -5,15 +5,14 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from torch_geometric.loader import DataLoader
 
 import gnorm.train.graph as graph
 from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError
 from gnorm.models import Graphormer
-from gnorm.train import CONF_DIR, check_choices, check_config, train
-from conftest import MIRROR, needs_mirror
+from gnorm.train import check_choices, check_config, train
+from conftest import MIRROR, compose_train, needs_mirror
 
 
 # A tiny Graphormer on 250 graphs of the ZINC fixture: well under 1 s/epoch.
@@ -25,18 +24,13 @@ TINY = ['dataset=zinc_fixture', 'dataset.limit=250', 'model=graphormer',
         'train.progress=false', 'device=cpu']
 
 
-def _compose(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
-        return compose('train', overrides=list(overrides))
-
-
 def _without_time(curve):
     return {k: v for k, v in curve.items() if k != 'time_s'}
 
 
 @needs_mirror
 def test_train_graph_writes_results(tmp_path):
-    results = train(_compose(*TINY), output_dir=tmp_path)
+    results = train(compose_train(*TINY), output_dir=tmp_path)
     saved = json.loads((tmp_path / 'results.json').read_text())
     assert saved == json.loads(json.dumps(results))
     assert results['status'] == 'ok' and results['task'] == 'graph'
@@ -61,7 +55,7 @@ def test_train_graph_writes_results(tmp_path):
 @needs_mirror
 def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
     asked = [*TINY, 'train.epochs=4']
-    full = train(_compose(*asked), output_dir=tmp_path / 'full')
+    full = train(compose_train(*asked), output_dir=tmp_path / 'full')
 
     # Stop the second run in epoch 3 (its first evaluation), after the
     # checkpoint of epoch 2.
@@ -76,13 +70,13 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(graph, 'evaluate', stop)
     with pytest.raises(KeyboardInterrupt):
-        train(_compose(*asked), output_dir=tmp_path / 'cut')
+        train(compose_train(*asked), output_dir=tmp_path / 'cut')
     monkeypatch.setattr(graph, 'evaluate', evaluate)
     stopped = json.loads((tmp_path / 'cut' / 'results.json').read_text())
     assert stopped['status'] == 'interrupted'
     assert stopped['curve']['epoch'] == [1, 2]
 
-    resumed = train(_compose(*asked, 'resume=true'),
+    resumed = train(compose_train(*asked, 'resume=true'),
                     output_dir=tmp_path / 'cut')
     assert resumed['resumed_from_epoch'] == 2
     assert _without_time(resumed['curve']) == _without_time(full['curve'])
@@ -90,7 +84,7 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
 
     # A checkpoint of another config is refused.
     with pytest.raises(ConfigError, match='another config'):
-        train(_compose(*asked, 'resume=true', 'seed=1'),
+        train(compose_train(*asked, 'resume=true', 'seed=1'),
               output_dir=tmp_path / 'cut')
 
 
@@ -137,7 +131,7 @@ def test_lr_warmup_then_decay():
 ])
 def test_bad_config_gives_one_line(overrides, match):
     with pytest.raises(ConfigError, match=match) as info:
-        check_config(_compose(*overrides))
+        check_config(compose_train(*overrides))
     assert '\n' not in str(info.value)
 
 
@@ -148,7 +142,7 @@ def test_unknown_dataset_gives_one_line():
 
 
 def test_model_errors_give_one_line(tmp_path):
-    cfg = _compose('dataset=zinc_fixture', 'model=graphormer',
+    cfg = compose_train('dataset=zinc_fixture', 'model=graphormer',
                    'model.num_heads=3', 'train.progress=false')
     with pytest.raises(GnormError, match='must divide') as info:
         graph.build_model(cfg)
