@@ -46,16 +46,51 @@ def gcn_normalized(edge_index: Tensor, num_nodes: int,
                     dtype=dtype)
 
 
+def row_pointers(rows: Tensor, num_rows: int) -> Tensor:
+    r"""The CSR row pointers :obj:`[num_rows + 1]` of entries in
+    :obj:`rows`, given sorted."""
+    crow = rows.new_zeros(num_rows + 1)
+    crow[1:] = torch.bincount(rows, minlength=num_rows).cumsum(0)
+    return crow
+
+
 def csr(rows: Tensor, cols: Tensor, values: Tensor,
         size: Tuple[int, int]) -> Tensor:
     r"""The sparse CSR matrix of :obj:`size` with :obj:`values` at
     (:obj:`rows`, :obj:`cols`), given sorted by row, then column (no
     sorting is done)."""
-    crow = rows.new_zeros(size[0] + 1)
-    crow[1:] = torch.bincount(rows, minlength=size[0]).cumsum(0)
+    return csr_pattern((row_pointers(rows, size[0]), cols), values, size)
+
+
+def csr_pattern(pattern: Tuple[Tensor, Tensor], values: Tensor,
+                size: Tuple[int, int]) -> Tensor:
+    r"""The sparse CSR matrix of :obj:`size` with :obj:`values` in the
+    :obj:`pattern` (row pointers, columns)."""
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='.*[Ss]parse')
-        return torch.sparse_csr_tensor(crow, cols, values, size)
+        return torch.sparse_csr_tensor(*pattern, values, size)
+
+
+def block_diagonal(rows: Tensor, cols: Tensor, size: Tuple[int, int],
+                   blocks: int) -> Tuple[Tensor, Tensor]:
+    r"""The pattern (row pointers, columns) of the block-diagonal matrix of
+    :obj:`blocks` copies of the :obj:`size` pattern (:obj:`rows`,
+    :obj:`cols`, sorted by row, then column), sorted the same way."""
+    block = torch.arange(blocks, device=rows.device).repeat_interleave(
+        rows.numel())
+    rows = block * size[0] + rows.repeat(blocks)
+    return (row_pointers(rows, blocks * size[0]),
+            block * size[1] + cols.repeat(blocks))
+
+
+def _mm(matrix: Tensor, dense: Tensor) -> Tensor:
+    if dense.device.type != 'cpu':
+        return matrix @ dense
+    # On the CPU, addmm into an uninitialised output (beta=0: never read)
+    # is the same product as matrix @ dense, 1.4-4x faster (measured for
+    # 32-640 columns: matrix @ dense also zero-fills and copies its output).
+    out = dense.new_empty(matrix.size(0), dense.size(1))
+    return torch.addmm(out, matrix, dense, beta=0)
 
 
 class SparsePair(NamedTuple):
@@ -70,11 +105,11 @@ class _SparseMM(torch.autograd.Function):
     def forward(ctx, transpose: Tensor, matrix: Tensor,
                 dense: Tensor) -> Tensor:
         ctx.transpose = transpose
-        return matrix @ dense
+        return _mm(matrix, dense)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return None, None, ctx.transpose @ grad
+        return None, None, _mm(ctx.transpose, grad)
 
 
 def sparse_mm(pair: SparsePair, dense: Tensor) -> Tensor:
@@ -138,7 +173,8 @@ def dropout(x: Tensor, p: float, training: bool = True,
         return x
     if generators is None and x.device.type != 'cpu':
         return F.dropout(x, p=p)
-    return x * ((rand(x.shape, x, generators, runs) >= p) / (1.0 - p))
+    keep = rand(x.shape, x, generators, runs).ge_(p)  # in place: 0. or 1.
+    return x * keep.div_(1.0 - p)
 
 
 class RunConv(torch.nn.Module):
@@ -394,7 +430,11 @@ class DeepGCN(torch.nn.Module):
         self.reset_parameters()
 
     def _per_run(self, modules: List[torch.nn.Module]) -> torch.nn.Module:
-        return modules[0] if self.runs is None else Stacked(modules)
+        r"""One module for the norms of all runs (an identity serves
+        them as it is)."""
+        if self.runs is None or isinstance(modules[0], torch.nn.Identity):
+            return modules[0]
+        return Stacked(modules)
 
     def reset_parameters(self, generators: Optional[
             Sequence[torch.Generator]] = None):
@@ -408,10 +448,12 @@ class DeepGCN(torch.nn.Module):
             conv.reset_parameters(self.init, generators)
 
     def _input_entries(self, x: Tensor) -> Optional[Tuple[Any, ...]]:
-        r"""The non-zero entries (rows, columns, values), their order by
-        column and the sparse matrix of an input that is at most 10 %
-        non-zero, constant across calls and without gradient, found once;
-        else :obj:`None`."""
+        r"""For an input that is at most 10 % non-zero, constant across
+        calls and without gradient (found once): the values of its non-zero
+        entries, their order by column, its sparse matrix and the pattern
+        of the block-diagonal matrix that holds one copy of it per run
+        (rows, then columns, of the matrix and of its transpose); else
+        :obj:`None`."""
         if x.requires_grad or x.dim() != 2:
             return None
         key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.device)
@@ -421,11 +463,14 @@ class DeepGCN(torch.nn.Module):
             if row.numel() <= 0.1 * x.numel():
                 value = x[row, col]
                 order = torch.argsort(col * x.size(0) + row)  # by column
+                size, runs = tuple(x.shape), self.runs or 1
                 matrix = SparsePair(
-                    csr(row, col, value, tuple(x.shape)),
-                    csr(col[order], row[order], value[order],
-                        (x.size(1), x.size(0))))
-                self._input_sparse = (row, col, value, order, matrix)
+                    csr(row, col, value, size),
+                    csr(col[order], row[order], value[order], size[::-1]))
+                blocks = (block_diagonal(row, col, size, runs),
+                          block_diagonal(col[order], row[order], size[::-1],
+                                         runs))
+                self._input_sparse = (value, order, matrix, blocks)
         return self._input_sparse
 
     def _propagation(self, edge_index: Tensor, x: Tensor) -> SparsePair:
@@ -445,8 +490,11 @@ class DeepGCN(torch.nn.Module):
                     generators) -> Tensor:
         r"""Dropout then the first convolution, for a sparse input: random
         numbers are drawn for the non-zero entries only (bag-of-words
-        features are ~1 % non-zero), each run keeping its own entries."""
-        row, col, value, order, sparse = self._input_entries(x)
+        features are ~1 % non-zero), each run keeping its own entries: one
+        product of the block-diagonal matrix of every run's input, the
+        entries a run drops set to zero (a fixed pattern: nothing to sort or
+        search at each step)."""
+        value, order, sparse, (pattern, pattern_t) = self._input_entries(x)
         conv = self.convs[0]
         if not self.training or self.dropout == 0.0:
             h = conv.sparse_linear(sparse)
@@ -454,16 +502,12 @@ class DeepGCN(torch.nn.Module):
             runs, (nodes, channels) = self.runs or 1, x.shape
             keep = rand((runs, value.numel()), value, generators,
                         runs=True) >= self.dropout  # [runs, nnz]
-            value = value / (1.0 - self.dropout)
-            run, e = keep.nonzero(as_tuple=True)  # by run, row, column
-            run_t, e_t = keep[:, order].nonzero(as_tuple=True)
-            e_t = order[e_t]  # by run, column, row
+            values = keep * (value / (1.0 - self.dropout))
             size = (runs * nodes, runs * channels)
             blocks = SparsePair(  # block-diagonal: one block per run
-                csr(run * nodes + row[e], run * channels + col[e], value[e],
-                    size),
-                csr(run_t * channels + col[e_t], run_t * nodes + row[e_t],
-                    value[e_t], size[::-1]))
+                csr_pattern(pattern, values.view(-1), size),
+                csr_pattern(pattern_t, values[:, order].view(-1),
+                            size[::-1]))
             h = conv.entries_linear(blocks, nodes)
         return propagate(matrix, h) + conv.bias.unsqueeze(-2)
 

@@ -14,6 +14,7 @@ from torch_geometric.utils import (
 )
 
 from gnorm.nn._inputs import check_batch, check_edge_index
+from gnorm.nn.stacked import layer_norm
 
 NEGATIVES = ('all', 'non_neighbors')
 
@@ -36,8 +37,8 @@ def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
     :math:`a_i = e^{m} / (e^{m} + \sum_j e^{S_{ij}})` reveals the row's
     normaliser, which scaled dot-product attention does not return.
     """
-    if batch is None:
-        xn_d, mask = xn.unsqueeze(0), None  # [1, nodes, d]
+    if batch is None:  # [1 or runs, nodes, d]
+        xn_d, mask = xn.reshape(-1, *xn.shape[-2:]), None
     else:
         xn_d, mask = to_dense_batch(xn, batch, batch_size=batch_size)
     B, N, d = xn_d.shape
@@ -53,14 +54,14 @@ def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
 
 def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
             temperature: float) -> Tensor:
-    r"""Returns, for every node :math:`i` (flat, ``[num_nodes, d + 1]``),
+    r"""Returns, for every node :math:`i` (``[(runs,) num_nodes, d + 1]``),
     :math:`\big(\sum_j e^{S_{ij}} v_j,\; e^{m}\big) / (e^{m} + \sum_j e^{S_{ij}})`
     with :math:`j` over the nodes of :math:`i`'s graph, in :math:`O(n d)`
     memory through :func:`torch.nn.functional.scaled_dot_product_attention`.
     """
     B, N, _ = q.shape
     if mask is None:
-        v_d = v.unsqueeze(0)  # [1, nodes, d]
+        v_d = v.reshape(-1, *v.shape[-2:])  # [1 or runs, nodes, d]
     else:
         v_d = v.new_zeros(B, N, v.size(-1))
         v_d[mask] = v
@@ -72,7 +73,7 @@ def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
     out = F.scaled_dot_product_attention(
         q.unsqueeze(1), k.unsqueeze(1), v_d.unsqueeze(1),
         scale=1.0 / temperature).squeeze(1)  # [B, N, d + 1]
-    return out.squeeze(0) if mask is None else out[mask]
+    return out.view(*v.shape[:-1], d + 1) if mask is None else out[mask]
 
 
 def contrastive_negatives(
@@ -102,11 +103,21 @@ def contrastive_negatives(
     dot-product attention (queries = keys = :math:`\hat{x}`), the masked
     pairs are subtracted along the sparse edges. A node without any
     negative (e.g. the only node of its graph) gets a zero row.
+
+    :obj:`x` and :obj:`xn` may carry a leading run dimension
+    (:obj:`[runs, num_nodes, d]`, one graph or mini-batch per run): the
+    attention of all runs is then one batched kernel.
     """
+    if x.dim() == 3 and batch is not None:  # mini-batches of graphs per run
+        return torch.stack([
+            contrastive_negatives(x_r, xn_r, temperature, batch, batch_size,
+                                  edge_index, symmetric)
+            for x_r, xn_r in zip(x, xn)])
     if edge_index is None and not symmetric and batch is None:
-        q, v = xn[None, None], x[None, None]  # [1, 1, nodes, d]: 4-D inputs
-        return F.scaled_dot_product_attention(  # take the fused kernels
-            q, q, v, scale=1.0 / temperature)[0, 0]
+        # [1 or runs, 1, nodes, d]: 4-D inputs take the fused kernels
+        q, v = (t.reshape(-1, 1, *t.shape[-2:]) for t in (xn, x))
+        return F.scaled_dot_product_attention(
+            q, q, v, scale=1.0 / temperature).view_as(x)
 
     d = x.size(-1)
     q, k, mask = _dense_keys(xn, batch, batch_size)
@@ -114,25 +125,26 @@ def contrastive_negatives(
     # Scaled by e^{-m} with m = 1 / temperature:
     #   row_sum[i] = sum_j exp(S_ij - m) x_j = out[i, :d] / a[i],
     #   z[i]       = sum_j exp(S_ij - m)     = 1 / a[i] - 1.
-    a = out[:, d:]
-    num, den = out[:, :d], 1.0 - a  # both multiplied by a[i]
+    a = out[..., d:]
+    num, den = out[..., :d], 1.0 - a  # both multiplied by a[i]
     col_den = 1.0 / a - 1.0
     valid = None
 
     if edge_index is not None:
-        n = x.size(0)
+        n = x.size(-2)
         ei, _ = remove_self_loops(edge_index)
         loop = torch.arange(n, device=x.device)
         ei = coalesce(torch.cat([ei, torch.stack([loop, loop])], dim=1),
                       num_nodes=n)
         src, dst = ei[0], ei[1]  # node `dst` does not contrast with `src`
-        w = torch.exp(((xn[src] * xn[dst]).sum(-1) - 1.0) / temperature)
-        row_w = scatter(w, dst, 0, dim_size=n, reduce='sum').unsqueeze(-1)
-        row_wx = scatter(w.unsqueeze(-1) * x[src], dst, 0, dim_size=n,
-                         reduce='sum')
+        w = torch.exp(((xn.index_select(-2, src) * xn.index_select(-2, dst)
+                        ).sum(-1) - 1.0) / temperature)  # [(runs,) edges]
+        row_w = scatter(w, dst, -1, dim_size=n, reduce='sum').unsqueeze(-1)
+        row_wx = scatter(w.unsqueeze(-1) * x.index_select(-2, src), dst, -2,
+                         dim_size=n, reduce='sum')
         num = num - a * row_wx
         den = den - a * row_w
-        col_den = col_den - scatter(w, src, 0, dim_size=n,
+        col_den = col_den - scatter(w, src, -1, dim_size=n,
                                     reduce='sum').unsqueeze(-1)
 
         # A row (column) whose whole graph is masked out has no negatives.
@@ -151,10 +163,10 @@ def contrastive_negatives(
         if edge_index is not None:
             v = torch.where(col_valid, v, torch.zeros_like(v))
         out = _attend(q, k, mask, v, temperature)
-        col = out[:, :d] / out[:, d:]
+        col = out[..., :d] / out[..., d:]
         if edge_index is not None:
-            col = col - scatter(w.unsqueeze(-1) * v[src], dst, 0,
-                                dim_size=x.size(0), reduce='sum')
+            col = col - scatter(w.unsqueeze(-1) * v.index_select(-2, src),
+                                dst, -2, dim_size=n, reduce='sum')
         x_neg = x_neg + col
     if valid is not None:
         x_neg = torch.where(valid, x_neg, torch.zeros_like(x_neg))
@@ -190,6 +202,12 @@ class ContraNorm(torch.nn.Module):
     loses relative precision when the masked pairs hold almost all of a
     row's weight (very small :math:`\tau`).
 
+    The input may carry a leading run dimension, :obj:`[runs, num_nodes,
+    in_channels]`: each run is normalised on its own, and the attention of
+    all runs is one batched kernel. :class:`gnorm.nn.Stacked` uses it to
+    apply the layers of :obj:`R` independent runs (their weights and scales
+    stacked along that dimension) in one call.
+
     Args:
         in_channels (int): Size of each input sample.
         scale (float, optional): Scale :math:`s \geq 0`; :obj:`0` (with a
@@ -214,6 +232,8 @@ class ContraNorm(torch.nn.Module):
         layer_norm (bool, optional): Append an affine
             :class:`torch.nn.LayerNorm`. (default: :obj:`True`)
     """
+    takes_runs = True  # forward takes [runs, ...] inputs (gnorm.nn.Stacked)
+
     def __init__(
         self,
         in_channels: int,
@@ -273,7 +293,7 @@ class ContraNorm(torch.nn.Module):
 
         Args:
             x (torch.Tensor): Node features of shape
-                :obj:`[num_nodes, in_channels]`.
+                :obj:`[(runs,) num_nodes, in_channels]`.
             batch (torch.Tensor, optional): Graph assignment vector of shape
                 :obj:`[num_nodes]`, sorted. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
@@ -298,14 +318,14 @@ class ContraNorm(torch.nn.Module):
                 self.symmetric)
             s = self.scale
             if self.scale_param is not None:
-                s = self.scale_param
+                s = self.scale_param.unsqueeze(-2)  # [(runs,) 1, channels]
                 if self.positive_scale:
                     s = s.exp()
             x = (1 + s) * value - s * x_neg if self.identity else \
                 value - s * x_neg
 
         if self.norm is not None:
-            x = self.norm(x)
+            x = layer_norm(x, self.norm)
         return x
 
     def __repr__(self) -> str:
@@ -351,13 +371,15 @@ def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
     r"""Raises a :class:`ValueError` naming :obj:`module` for inputs of the
     wrong shape, type or range."""
     channels = getattr(module, 'in_channels', None)
-    if x.dim() != 2 or (channels is not None and x.size(-1) != channels):
+    if x.dim() not in (2, 3) or (channels is not None
+                                 and x.size(-1) != channels):
         raise ValueError(
-            f"{module}: expected x of shape [num_nodes, {channels}], got "
-            f"{list(x.shape)}; pass node features with {channels} columns "
+            f"{module}: expected x of shape [num_nodes, {channels}] (or "
+            f"[runs, num_nodes, {channels}]), got {list(x.shape)}; pass "
+            f"node features with {channels} columns "
             f"(in_channels={channels})")
-    check_batch(module, batch, x.size(0), batch_size)
-    check_edge_index(module, edge_index, x.size(0))
+    check_batch(module, batch, x.size(-2), batch_size)
+    check_edge_index(module, edge_index, x.size(-2))
     if edge_index is not None:
         if edge_index.numel() and batch is not None and bool(
                 (batch[edge_index[0]] != batch[edge_index[1]]).any()):

@@ -8,6 +8,27 @@ from torch_geometric.typing import OptTensor
 from torch_geometric.utils import to_dense_batch
 
 from gnorm.nn.contra_norm import _check_args, _check_input, contrasts
+from gnorm.nn.stacked import layer_norm
+
+
+def channel_negatives(x: Tensor, xn: Tensor, temperature: float = 1.0,
+                      batch: OptTensor = None,
+                      batch_size: Optional[int] = None) -> Tensor:
+    r"""The negative term :math:`\mathbf{X} \, \mathrm{softmax}(
+    \hat{\mathbf{X}}^{\top} \hat{\mathbf{X}} / \tau)` of ContraNorm-D,
+    one :math:`d \times d` similarity per graph of :obj:`batch` (and per run
+    of a leading run dimension, :obj:`[runs, num_nodes, d]`)."""
+    if x.dim() == 3 and batch is not None:  # mini-batches of graphs per run
+        return torch.stack([channel_negatives(x_r, xn_r, temperature, batch,
+                                              batch_size)
+                            for x_r, xn_r in zip(x, xn)])
+    if batch is None:
+        sim = xn.transpose(-1, -2) @ xn / temperature  # [(runs,) d, d]
+        return x @ sim.softmax(dim=-1)
+    xn_d, mask = to_dense_batch(xn, batch, batch_size=batch_size)
+    x_d, _ = to_dense_batch(x, batch, batch_size=batch_size)
+    sim = xn_d.transpose(1, 2) @ xn_d / temperature  # [B, d, d]
+    return (x_d @ sim.softmax(dim=-1))[mask]  # [num_nodes, d]
 
 
 class DualContraNorm(torch.nn.Module):
@@ -40,7 +61,13 @@ class DualContraNorm(torch.nn.Module):
             first (an option of the authors' code). (default: :obj:`False`)
         layer_norm (bool, optional): Append an affine
             :class:`torch.nn.LayerNorm`. (default: :obj:`True`)
+
+    Like :class:`ContraNorm`, the input may carry a leading run dimension
+    (:obj:`[runs, num_nodes, in_channels]`, each run on its own), as
+    :class:`gnorm.nn.Stacked` hands it.
     """
+    takes_runs = True  # forward takes [runs, ...] inputs (gnorm.nn.Stacked)
+
     def __init__(self, in_channels: int, scale: float = 1.0,
                  temperature: float = 1.0, identity: bool = True,
                  center: bool = False, layer_norm: bool = True):
@@ -64,7 +91,8 @@ class DualContraNorm(torch.nn.Module):
         r"""Forward pass.
 
         Args:
-            x (torch.Tensor): Node features :obj:`[num_nodes, in_channels]`.
+            x (torch.Tensor): Node features
+                :obj:`[(runs,) num_nodes, in_channels]`.
             batch (torch.Tensor, optional): Graph assignment vector of shape
                 :obj:`[num_nodes]`, sorted. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
@@ -74,20 +102,13 @@ class DualContraNorm(torch.nn.Module):
         if contrasts(self.scale):
             if self.center:
                 x = x - x.mean(dim=-1, keepdim=True)
-            xn = F.normalize(x, dim=-1)
-            if batch is None:
-                sim = xn.t() @ xn / self.temperature  # [d, d]
-                x_neg = x @ sim.softmax(dim=-1)
-            else:
-                xn_d, mask = to_dense_batch(xn, batch, batch_size=batch_size)
-                x_d, _ = to_dense_batch(x, batch, batch_size=batch_size)
-                sim = xn_d.transpose(1, 2) @ xn_d / self.temperature  # [B, d, d]
-                x_neg = (x_d @ sim.softmax(dim=-1))[mask]  # [num_nodes, d]
+            x_neg = channel_negatives(x, F.normalize(x, dim=-1),
+                                      self.temperature, batch, batch_size)
             s = self.scale
             x = (1 + s) * x - s * x_neg if self.identity else x - s * x_neg
 
         if self.norm is not None:
-            x = self.norm(x)
+            x = layer_norm(x, self.norm)
         return x
 
     def __repr__(self) -> str:

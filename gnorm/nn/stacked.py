@@ -3,6 +3,7 @@ import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, vmap
 
@@ -46,6 +47,21 @@ def _run_values(modules: Sequence[torch.nn.Module],
     return values
 
 
+def layer_norm(x: Tensor, module: torch.nn.LayerNorm) -> Tensor:
+    r""":obj:`module(x)`, also when :class:`Stacked` hands :obj:`module`
+    the affine weights of :obj:`R` runs (:obj:`[runs, *normalized_shape]`)
+    and :obj:`x` holds the inputs of those runs (:obj:`[runs, ...]`)."""
+    shape = tuple(module.normalized_shape)
+    if module.weight is None or module.weight.dim() == len(shape):
+        return module(x)
+    out = F.layer_norm(x, shape, eps=module.eps)
+    lead = (module.weight.size(0), ) + (1, ) * (x.dim() - 1 - len(shape))
+    out = out * module.weight.view(*lead, *shape)
+    if module.bias is not None:
+        out = out + module.bias.view(*lead, *shape)
+    return out
+
+
 @contextlib.contextmanager
 def _attributes(module: torch.nn.Module,
                 values: Dict[Tuple[str, str], Tensor]) -> Iterator[None]:
@@ -80,17 +96,24 @@ class Stacked(torch.nn.Module):
     (running statistics) are updated per run. Run :math:`r` gets the output
     its module alone gives.
 
-    On the CPU, where kernels are compute-bound and batched gathers and
-    scatters are slower than :obj:`R` plain ones, the module's
-    :meth:`forward` runs once per run instead (on the run's slice of the
-    stacked parameters: the same code, the same result).
+    A module whose class sets :obj:`takes_runs = True` (e.g.
+    :class:`~gnorm.nn.ContraNorm`) takes the run dimension itself: its
+    :meth:`forward` gets the inputs :obj:`[runs, ...]`, its tensors stacked
+    :obj:`[runs, ...]` and each differing number as a tensor
+    :obj:`[runs, 1, ..., 1]` that broadcasts against the inputs, and runs
+    once, with batched kernels and no :func:`~torch.func.vmap`. For other
+    modules on the CPU, where kernels are compute-bound and batched gathers
+    and scatters are slower than :obj:`R` plain ones, the module's
+    :meth:`forward` runs once per run (on the run's slice of the stacked
+    parameters: the same code, the same result).
 
     Args:
         modules (sequence of torch.nn.Module): One module per run.
-        at_once (bool, optional): Run all runs at once through
-            :func:`torch.func.vmap` (:obj:`True`) or one after the other
-            (:obj:`False`). (default: :obj:`None`: at once except on the
-            CPU)
+        at_once (bool, optional): Run all runs at once, through the
+            module's own run dimension or :func:`torch.func.vmap`
+            (:obj:`True`), or one after the other (:obj:`False`).
+            (default: :obj:`None`: at once, except on the CPU for a module
+            without :obj:`takes_runs`)
     """
     def __init__(self, modules: Sequence[torch.nn.Module],
                  at_once: Optional[bool] = None):
@@ -136,13 +159,20 @@ class Stacked(torch.nn.Module):
             for i, name in enumerate(self._buffer_names):
                 getattr(self, f'buffer{i}').copy_(module.get_buffer(name))
 
-    def _run_tensors(self, device: torch.device
+    def _run_tensors(self, x: Tensor, native: bool,
                      ) -> Dict[Tuple[str, str], Tensor]:
-        if device not in self._value_cache:
-            self._value_cache[device] = {  # float64: the numbers as typed
-                key: torch.tensor(v, dtype=torch.float64, device=device)
-                for key, v in self._values.items()}
-        return self._value_cache[device]
+        r"""The differing numbers, one per run: for :func:`vmap`, in
+        float64 (the numbers as typed, 0-d for each run); for a module that
+        takes the run dimension, in :obj:`x`'s type, shaped to broadcast
+        against :obj:`x`."""
+        key = (x.device, x.dtype, x.dim()) if native else (x.device, )
+        if key not in self._value_cache:
+            dtype = x.dtype if native else torch.float64
+            shape = (-1, ) + (1, ) * (x.dim() - 1) if native else (-1, )
+            self._value_cache[key] = {
+                name: torch.tensor(v, dtype=dtype, device=x.device).view(shape)
+                for name, v in self._values.items()}
+        return self._value_cache[key]
 
     def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
         r"""Forward pass.
@@ -170,18 +200,24 @@ class Stacked(torch.nn.Module):
                 return functional_call(module, (params, buffers),
                                        (x, *args), kwargs)
 
-        at_once = self.at_once if self.at_once is not None else \
-            x.device.type != 'cpu'
-        if not at_once:
+        native = getattr(type(module), 'takes_runs', False)
+        at_once = self.at_once if self.at_once is not None else (
+            native or x.device.type != 'cpu')
+        if at_once and native:
+            return one_run(params, buffers, self._run_tensors(x, True), x)
+        if not at_once:  # unbind, not x[r]: its backward is one stack
+            per_run = [dict(zip(params, p)) for p in zip(
+                *[t.unbind(0) for t in params.values()])] or [{}] * self.runs
+            views = [dict(zip(buffers, b)) for b in zip(  # updated in place
+                *[t.unbind(0) for t in buffers.values()])] or [{}] * self.runs
             return torch.stack([one_run(
-                {n: p[r] for n, p in params.items()},
-                {n: b[r] for n, b in buffers.items()},  # views: updated
-                {k: v[r] for k, v in self._values.items()}, x[r])
-                for r in range(self.runs)])
+                per_run[r], views[r],
+                {k: v[r] for k, v in self._values.items()}, x_r)
+                for r, x_r in enumerate(x.unbind(0))])
         with warnings.catch_warnings():
             warnings.filterwarnings('ignore', message=_NO_BATCH_RULE)
-            return vmap(one_run)(params, buffers, self._run_tensors(x.device),
-                                 x)
+            return vmap(one_run)(params, buffers,
+                                 self._run_tensors(x, False), x)
 
     def __repr__(self) -> str:
         args = [repr(self.module), f'runs={self.runs}']

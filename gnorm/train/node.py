@@ -288,7 +288,7 @@ def load_runs(cfgs: Sequence[DictConfig]):
         datas.append(loaded[key])
     data = datas[0]
     for other in datas[1:]:
-        if not all(torch.equal(data[k], other[k])
+        if other is not data and not all(torch.equal(data[k], other[k])
                    for k in ('x', 'edge_index', 'y')):
             raise ConfigError("the runs of one batch must share their graph "
                               "and features; pass batch_runs=1")

@@ -110,6 +110,28 @@ def test_contra_norm_batched_equals_per_graph(negatives, symmetric):
                               atol=1e-10)
 
 
+@pytest.mark.parametrize('identity,negatives,symmetric,pre_norm,scale_mode',
+                         OPTIONS)
+def test_contra_norm_runs_dimension_is_each_run(identity, negatives,
+                                                symmetric, pre_norm,
+                                                scale_mode):
+    # [runs, nodes, channels]: each run normalised on its own, one graph or
+    # a mini-batch of graphs per run.
+    x, batch, edge_index = random_batch(seed=7)
+    runs = torch.stack([x, x.flip(0), 2 * x])
+    norm = ContraNorm(6, scale=0.6, identity=identity, negatives=negatives,
+                      symmetric=symmetric,
+                      learnable_scale=scale_mode != 'fixed',
+                      positive_scale=scale_mode == 'positive',
+                      pre_norm=pre_norm).double()
+    for kwargs in (dict(batch=batch, batch_size=4), {}):
+        out = norm(runs, edge_index=edge_index, **kwargs)
+        assert out.shape == runs.shape
+        for r in range(3):
+            assert torch.allclose(out[r], norm(runs[r], edge_index=edge_index,
+                                               **kwargs), atol=1e-12)
+
+
 def test_contra_norm_graphs_do_not_influence_each_other():
     x, batch, edge_index = random_batch(seed=5)
     norm = ContraNorm(6, negatives='non_neighbors', symmetric=True).double()
@@ -226,7 +248,7 @@ def test_contra_norm_bad_inputs():
     with pytest.raises(ValueError, match=r'\[num_nodes, 4\]'):
         norm(torch.randn(5, 3), edge_index=edge_index)
     with pytest.raises(ValueError, match=r'\[num_nodes, 4\]'):
-        norm(torch.randn(2, 5, 4), edge_index=edge_index)
+        norm(torch.randn(3, 2, 5, 4), edge_index=edge_index)
     with pytest.raises(ValueError, match='batch'):
         norm(x, torch.zeros(4, dtype=torch.long), edge_index=edge_index)
     with pytest.raises(ValueError, match='edge_index'):

@@ -57,6 +57,17 @@ def test_dual_contra_norm_matches_reference(identity, center, layer_norm,
                               atol=1e-10)
 
 
+def test_dual_contra_norm_runs_dimension_is_each_run():
+    torch.manual_seed(0)
+    x = torch.randn(3, 10, 4, dtype=torch.float64)
+    batch = torch.tensor([0] * 4 + [1] * 6)
+    norm = DualContraNorm(4, scale=0.7, center=True).double()
+    for kwargs in (dict(batch=batch, batch_size=2), {}):
+        out = norm(x, **kwargs)
+        for r in range(3):
+            assert torch.allclose(out[r], norm(x[r], **kwargs), atol=1e-12)
+
+
 def test_dual_contra_norm_gradcheck():
     x, batch = inputs(sizes=(3, 4), channels=3)
     x.requires_grad_()

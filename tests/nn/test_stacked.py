@@ -12,7 +12,13 @@ NORMS = {
     'contranorm_nn': lambda r: ContraNorm(C, scale=[0.2, 0.0, 1.0][r],
                                           negatives='non_neighbors'),
     'contranorm_sym': lambda r: ContraNorm(C, scale=0.5, symmetric=True),
+    'contranorm_learn': lambda r: ContraNorm(C, scale=[0.2, 0.5, 1.0][r],
+                                             learnable_scale=True,
+                                             positive_scale=True),
+    'contranorm_batch': lambda r: ContraNorm(C, scale=[0.2, 0.0, 1.0][r],
+                                             negatives='non_neighbors'),
     'contranorm_d': lambda r: DualContraNorm(C, scale=[0.0, 0.3, 1.0][r]),
+    'contranorm_d_batch': lambda r: DualContraNorm(C, scale=[0.4, 0.3, 1.0][r]),
     'pairnorm': lambda r: PairNorm(scale=[1.0, 2.0, 0.5][r]),
     'pairnorm_scs': lambda r: PairNorm(mode='PN-SCS'),
     'layernorm': lambda r: torch.nn.LayerNorm(C),
@@ -33,7 +39,17 @@ def _modules(name, runs=3, dtype=torch.float):
 def _inputs(name, runs=3, nodes=15, dtype=torch.float):
     x = torch.randn(runs, nodes, C, dtype=dtype)
     edge_index = to_undirected(torch.randint(0, nodes, (2, 30)))
-    kwargs = {'edge_index': edge_index} if name == 'contranorm_nn' else {}
+    kwargs = {}
+    if name in ('contranorm_nn', 'contranorm_batch'):
+        kwargs['edge_index'] = edge_index
+    if name.endswith('_batch'):  # a mini-batch of two graphs per run
+        split = nodes // 3
+        kwargs['batch'] = (torch.arange(nodes) >= split).long()
+        keep = (kwargs['batch'][edge_index] == kwargs['batch'][edge_index[0]]
+                ).all(0)
+        if 'edge_index' in kwargs:
+            kwargs['edge_index'] = edge_index[:, keep]
+        kwargs['batch_size'] = 2
     return x, kwargs
 
 
