@@ -195,7 +195,7 @@ class Stacked(torch.nn.Module):
         module = self.module
         module.train(self.training)
 
-        def one_run(params, buffers, values, x):
+        def call(params, buffers, values, x):  # one run, or all runs at once
             with _attributes(module, values):
                 return functional_call(module, (params, buffers),
                                        (x, *args), kwargs)
@@ -204,20 +204,20 @@ class Stacked(torch.nn.Module):
         at_once = self.at_once if self.at_once is not None else (
             native or x.device.type != 'cpu')
         if at_once and native:
-            return one_run(params, buffers, self._run_tensors(x, True), x)
+            return call(params, buffers, self._run_tensors(x, True), x)
         if not at_once:  # unbind, not x[r]: its backward is one stack
             per_run = [dict(zip(params, p)) for p in zip(
                 *[t.unbind(0) for t in params.values()])] or [{}] * self.runs
             views = [dict(zip(buffers, b)) for b in zip(  # updated in place
                 *[t.unbind(0) for t in buffers.values()])] or [{}] * self.runs
-            return torch.stack([one_run(
+            return torch.stack([call(
                 per_run[r], views[r],
                 {k: v[r] for k, v in self._values.items()}, x_r)
                 for r, x_r in enumerate(x.unbind(0))])
         with warnings.catch_warnings():
             warnings.filterwarnings('ignore', message=_NO_BATCH_RULE)
-            return vmap(one_run)(params, buffers,
-                                 self._run_tensors(x, False), x)
+            return vmap(call)(params, buffers, self._run_tensors(x, False),
+                              x)
 
     def __repr__(self) -> str:
         args = [repr(self.module), f'runs={self.runs}']
