@@ -199,6 +199,32 @@ def test_auto_batch_size_follows_memory(monkeypatch):
     assert node.max_runs([compose_train(*TINY, 'batch_runs=3')] * 6, device) == 3
 
 
+@pytest.mark.parametrize('norm', ['none', 'contranorm', 'contranorm_d'])
+@pytest.mark.parametrize('avg_degree', [4, 60])
+def test_memory_estimate_covers_saved_tensors(norm, avg_degree):
+    r"""What a run keeps for its backward pass (the bulk of its memory) is
+    below the estimate, on a sparse and on a dense graph (non-neighbour
+    ContraNorm keeps [edges, hidden] tensors)."""
+    from gnorm.train import node
+    cfg = compose_train('dataset=csbm', 'dataset.num_nodes=200', 'layers=4',
+                        f'dataset.avg_degree={avg_degree}', f'norm={norm}')
+    data = node.load_data(cfg)
+    model = node.build_model(cfg, data.num_features,
+                             int(data.y.max()) + 1).train()
+    storages = {}
+
+    def keep(t):
+        storages[t.untyped_storage().data_ptr()] = \
+            t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        model(data.x, data.edge_index)
+    entries = int((data.x != 0).sum())
+    need = node.memory_per_run(cfg, data.num_nodes, entries, data.num_edges)
+    assert sum(storages.values()) <= need
+
+
 @pytest.mark.parametrize('value', ['0', 'many', '1.5'])
 def test_bad_batch_runs_is_one_line(tmp_path, value):
     from gnorm.errors import ConfigError

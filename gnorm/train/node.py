@@ -102,15 +102,19 @@ def batch_key(cfg: DictConfig) -> Optional[str]:
 
 
 def memory_per_run(cfg: DictConfig, num_nodes: int, num_entries: int,
-                   ) -> int:
+                   num_edges: int = 0) -> int:
     r"""A generous estimate of the bytes one run of :obj:`cfg` needs while
     it trains: every hidden layer keeps ~12 tensors of
     :obj:`[nodes, hidden]` floats for the backward pass (ContraNorm a few
-    more), the input layer its kept entries."""
+    more, and with non-neighbour negatives ~4 of :obj:`[edges + nodes,
+    hidden]`: on a dense graph such as Squirrel, most of it), the input
+    layer its kept entries."""
     hidden = cfg.model.hidden_channels + 1
-    per_layer = 12 + (8 if 'Contra' in str(cfg.norm._target_) else 0)
-    return 4 * (per_layer * num_nodes * hidden * cfg.layers
-                + 3 * num_entries * hidden)
+    per_layer = (12 + (8 if 'Contra' in str(cfg.norm._target_) else 0)
+                 ) * num_nodes
+    if cfg.norm.get('negatives') == 'non_neighbors':
+        per_layer += 4 * (num_edges + num_nodes)
+    return 4 * (per_layer * hidden * cfg.layers + 3 * num_entries * hidden)
 
 
 def max_runs(cfgs: Sequence[DictConfig], device: torch.device) -> int:
@@ -124,7 +128,7 @@ def max_runs(cfgs: Sequence[DictConfig], device: torch.device) -> int:
         return 1
     data = load_data(cfg)
     entries = int((data.x != 0).sum())
-    need = memory_per_run(cfg, data.num_nodes, entries)
+    need = memory_per_run(cfg, data.num_nodes, entries, data.num_edges)
     return max(1, min(len(cfgs), free_memory(device) // (2 * need)))
 
 
