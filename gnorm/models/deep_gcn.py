@@ -87,10 +87,10 @@ def _mm(matrix: Tensor, dense: Tensor) -> Tensor:
     if dense.device.type != 'cpu':
         return matrix @ dense
     # On the CPU, addmm into an uninitialised output (beta=0: never read)
-    # is the same product as matrix @ dense, 1.4-4x faster (measured for
-    # 32-640 columns: matrix @ dense also zero-fills and copies its output).
+    # is the same product as matrix @ dense, 1.1-5x faster (measured for
+    # 7-640 columns: matrix @ dense also zero-fills and copies its output).
     out = dense.new_empty(matrix.size(0), dense.size(1))
-    return torch.addmm(out, matrix, dense, beta=0)
+    return torch.addmm(out, matrix, dense, beta=0, out=out)
 
 
 class SparsePair(NamedTuple):
