@@ -76,6 +76,48 @@ def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
     return out.view(*v.shape[:-1], d + 1) if mask is None else out[mask]
 
 
+class _EdgeDot(torch.autograd.Function):
+    r""":math:`\hat{x}_{s_e}^\top \hat{x}_{d_e}` for every edge, keeping only
+    :obj:`xn` for the backward pass (no :obj:`[edges, d]` tensor)."""
+    @staticmethod
+    def forward(ctx, xn: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        ctx.save_for_backward(xn, src, dst)
+        return (xn.index_select(-2, src) * xn.index_select(-2, dst)).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        xn, src, dst = ctx.saved_tensors
+        grad = grad.unsqueeze(-1)  # [(runs,) edges, 1]
+        out = torch.zeros_like(xn).index_add_(
+            -2, src, grad * xn.index_select(-2, dst))
+        return out.index_add_(-2, dst, grad * xn.index_select(-2, src)), \
+            None, None
+
+
+class _EdgeSum(torch.autograd.Function):
+    r""":math:`\sum_{e: d_e = i} w_e x_{s_e}` at every node :math:`i`,
+    keeping only :obj:`w` and :obj:`x` for the backward pass (no
+    :obj:`[edges, d]` tensor)."""
+    @staticmethod
+    def forward(ctx, w: Tensor, x: Tensor, src: Tensor,
+                dst: Tensor) -> Tensor:
+        ctx.save_for_backward(w, x, src, dst)
+        return torch.zeros_like(x).index_add_(
+            -2, dst, w.unsqueeze(-1) * x.index_select(-2, src))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        w, x, src, dst = ctx.saved_tensors
+        grad_dst = grad.index_select(-2, dst)  # [(runs,) edges, d]
+        grad_w = grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_w = (grad_dst * x.index_select(-2, src)).sum(-1)
+        if ctx.needs_input_grad[1]:
+            grad_x = torch.zeros_like(x).index_add_(
+                -2, src, w.unsqueeze(-1) * grad_dst)
+        return grad_w, grad_x, None, None
+
+
 def contrastive_negatives(
     x: Tensor,
     xn: Tensor,
@@ -137,11 +179,10 @@ def contrastive_negatives(
         ei = coalesce(torch.cat([ei, torch.stack([loop, loop])], dim=1),
                       num_nodes=n)
         src, dst = ei[0], ei[1]  # node `dst` does not contrast with `src`
-        w = torch.exp(((xn.index_select(-2, src) * xn.index_select(-2, dst)
-                        ).sum(-1) - 1.0) / temperature)  # [(runs,) edges]
+        # Memory O(edges) per layer: no [edges, d] tensor is kept.
+        w = torch.exp((_EdgeDot.apply(xn, src, dst) - 1.0) / temperature)
         row_w = scatter(w, dst, -1, dim_size=n, reduce='sum').unsqueeze(-1)
-        row_wx = scatter(w.unsqueeze(-1) * x.index_select(-2, src), dst, -2,
-                         dim_size=n, reduce='sum')
+        row_wx = _EdgeSum.apply(w, x, src, dst)
         num = num - a * row_wx
         den = den - a * row_w
         col_den = col_den - scatter(w, src, -1, dim_size=n,
@@ -165,8 +206,7 @@ def contrastive_negatives(
         out = _attend(q, k, mask, v, temperature)
         col = out[..., :d] / out[..., d:]
         if edge_index is not None:
-            col = col - scatter(w.unsqueeze(-1) * v.index_select(-2, src),
-                                dst, -2, dim_size=n, reduce='sum')
+            col = col - _EdgeSum.apply(w, v, src, dst)
         x_neg = x_neg + col
     if valid is not None:
         x_neg = torch.where(valid, x_neg, torch.zeros_like(x_neg))
@@ -195,10 +235,12 @@ class ContraNorm(torch.nn.Module):
     :obj:`pre_norm=True` replaces :math:`\mathbf{X}` by
     :math:`\hat{\mathbf{X}}` in the update.
 
-    Memory is :math:`O(n d)` for every option: the softmax product is scaled
-    dot-product attention with queries = keys = :math:`\hat{\mathbf{X}}` and
-    values :math:`\mathbf{X}`, and masked pairs are subtracted along the
-    edges, so no :math:`n \times n` matrix is ever built. The subtraction
+    Memory is :math:`O(n d)` for every option (plus one weight per edge with
+    non-neighbour negatives): the softmax product is scaled dot-product
+    attention with queries = keys = :math:`\hat{\mathbf{X}}` and values
+    :math:`\mathbf{X}`, and masked pairs are subtracted along the edges, so
+    no :math:`n \times n` matrix is ever built, and the backward pass keeps
+    no :math:`|\mathcal{E}| \times d` tensor either. The subtraction
     loses relative precision when the masked pairs hold almost all of a
     row's weight (very small :math:`\tau`).
 

@@ -106,15 +106,17 @@ def memory_per_run(cfg: DictConfig, num_nodes: int, num_entries: int,
     r"""A generous estimate of the bytes one run of :obj:`cfg` needs while
     it trains: every hidden layer keeps ~12 tensors of
     :obj:`[nodes, hidden]` floats for the backward pass (ContraNorm a few
-    more, and with non-neighbour negatives ~4 of :obj:`[edges + nodes,
-    hidden]`: on a dense graph such as Squirrel, most of it), the input
+    more; with non-neighbour negatives also a weight and two indices per
+    edge, and a few :obj:`[edges, hidden]` tensors in passing), the input
     layer its kept entries."""
     hidden = cfg.model.hidden_channels + 1
-    per_layer = (12 + (8 if 'Contra' in str(cfg.norm._target_) else 0)
-                 ) * num_nodes
+    per_layer = 12 + (8 if 'Contra' in str(cfg.norm._target_) else 0)
+    floats = (per_layer * num_nodes * hidden * cfg.layers
+              + 3 * num_entries * hidden)
     if cfg.norm.get('negatives') == 'non_neighbors':
-        per_layer += 4 * (num_edges + num_nodes)
-    return 4 * (per_layer * hidden * cfg.layers + 3 * num_entries * hidden)
+        edges = num_edges + num_nodes  # self-loops included
+        floats += 6 * edges * cfg.layers + 3 * edges * hidden
+    return 4 * floats
 
 
 def max_runs(cfgs: Sequence[DictConfig], device: torch.device) -> int:

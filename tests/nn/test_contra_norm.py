@@ -132,6 +132,31 @@ def test_contra_norm_runs_dimension_is_each_run(identity, negatives,
                                                **kwargs), atol=1e-12)
 
 
+@pytest.mark.parametrize('symmetric', [False, True])
+def test_contra_norm_keeps_no_edge_features_for_backward(symmetric):
+    # Non-neighbour negatives on a dense graph: what the backward pass keeps
+    # grows with nodes x channels and edges, never edges x channels.
+    nodes, channels = 300, 32
+    torch.manual_seed(0)
+    x = torch.randn(nodes, channels, requires_grad=True)
+    edge_index = erdos_renyi_graph(nodes, 0.5)  # ~45k edges
+    norm = ContraNorm(channels, negatives='non_neighbors',
+                      symmetric=symmetric)
+    storages = {}
+
+    def keep(t):
+        storages[t.untyped_storage().data_ptr()] = \
+            t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        out = norm(x, edge_index=edge_index)
+    edge_features = 4 * (edge_index.size(1) + nodes) * channels  # bytes
+    assert sum(storages.values()) < edge_features / 2
+    out.square().sum().backward()  # and the backward pass runs
+    assert torch.isfinite(x.grad).all()
+
+
 def test_contra_norm_graphs_do_not_influence_each_other():
     x, batch, edge_index = random_batch(seed=5)
     norm = ContraNorm(6, negatives='non_neighbors', symmetric=True).double()
