@@ -5,7 +5,8 @@ import torch
 from torch_geometric.utils import to_undirected
 
 from gnorm.models import DeepGCN
-from gnorm.models.deep_gcn import row_normalized
+from gnorm.models.deep_gcn import (block_diagonal, csr, csr_pattern,
+                                   row_normalized, sparse_mm, SparsePair)
 from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm
 
 
@@ -253,3 +254,31 @@ def test_gcn_conv_is_pyg_gcnconv():
         model.convs[0].bias.copy_(conv.bias)
     assert torch.allclose(model(x, edge_index), conv(x, edge_index),
                           atol=1e-6)
+
+
+@pytest.mark.parametrize('columns', [1, 7, 640])
+@pytest.mark.parametrize('dtype', [torch.float, torch.double])
+def test_sparse_mm_is_the_dense_product(columns, dtype):
+    torch.manual_seed(0)
+    dense = torch.randn(30, 20, dtype=dtype) * (torch.rand(30, 20) < 0.2)
+    row, col = dense.nonzero(as_tuple=True)
+    order = torch.argsort(col * 30 + row)
+    pair = SparsePair(csr(row, col, dense[row, col], (30, 20)),
+                      csr(col[order], row[order], dense[row, col][order],
+                          (20, 30)))
+    x = torch.randn(20, columns, dtype=dtype, requires_grad=True)
+    out = sparse_mm(pair, x)
+    assert torch.allclose(out, dense @ x)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    assert torch.allclose(x.grad, dense.t() @ grad)
+
+
+def test_block_diagonal_pattern_holds_one_copy_per_block():
+    torch.manual_seed(0)
+    dense = torch.randn(5, 4) * (torch.rand(5, 4) < 0.5)
+    row, col = dense.nonzero(as_tuple=True)
+    values = torch.cat([dense[row, col], 2 * dense[row, col]])
+    blocks = csr_pattern(block_diagonal(row, col, (5, 4), 2), values,
+                         (10, 8)).to_dense()
+    assert torch.equal(blocks, torch.block_diag(dense, 2 * dense))
