@@ -35,3 +35,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def saved_bytes(forward):
+    r"""The bytes of the tensors that :obj:`forward()` keeps for its
+    backward pass (each storage counted once) and its output:
+    `from conftest import saved_bytes`."""
+    storages = {}
+
+    def keep(t):
+        storages[t.untyped_storage().data_ptr()] = \
+            t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        out = forward()
+    return sum(storages.values()), out

@@ -16,7 +16,7 @@ from gnorm.models import DeepGCN
 from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm, Stacked
 from gnorm.train import CONF_DIR
 from gnorm.train.run import train_runs
-from conftest import MIRROR, compose_train, needs_mirror
+from conftest import MIRROR, compose_train, needs_mirror, saved_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ['dataset=csbm', 'dataset.num_nodes=120', 'layers=3',
@@ -212,18 +212,10 @@ def test_memory_estimate_covers_saved_tensors(norm, avg_degree):
     data = node.load_data(cfg)
     model = node.build_model(cfg, data.num_features,
                              int(data.y.max()) + 1).train()
-    storages = {}
-
-    def keep(t):
-        storages[t.untyped_storage().data_ptr()] = \
-            t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-        model(data.x, data.edge_index)
+    saved, _ = saved_bytes(lambda: model(data.x, data.edge_index))
     entries = int((data.x != 0).sum())
     need = node.memory_per_run(cfg, data.num_nodes, entries, data.num_edges)
-    assert sum(storages.values()) <= need
+    assert saved <= need
 
 
 @pytest.mark.parametrize('value', ['0', 'many', '1.5'])

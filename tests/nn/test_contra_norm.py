@@ -7,6 +7,7 @@ from torch_geometric.nn.models import GCN
 from torch_geometric.utils import erdos_renyi_graph
 
 from gnorm.nn import ContraNorm
+from conftest import saved_bytes
 
 
 def random_batch(sizes=(5, 1, 7, 3), channels=6, p=0.4, seed=0,
@@ -142,17 +143,9 @@ def test_contra_norm_keeps_no_edge_features_for_backward(symmetric):
     edge_index = erdos_renyi_graph(nodes, 0.5)  # ~45k edges
     norm = ContraNorm(channels, negatives='non_neighbors',
                       symmetric=symmetric)
-    storages = {}
-
-    def keep(t):
-        storages[t.untyped_storage().data_ptr()] = \
-            t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-        out = norm(x, edge_index=edge_index)
+    saved, out = saved_bytes(lambda: norm(x, edge_index=edge_index))
     edge_features = 4 * (edge_index.size(1) + nodes) * channels  # bytes
-    assert sum(storages.values()) < edge_features / 2
+    assert saved < edge_features / 2
     out.square().sum().backward()  # and the backward pass runs
     assert torch.isfinite(x.grad).all()
 
