@@ -37,11 +37,11 @@ def _quoted(text: str) -> str:
 def _batch_size(cfg: DictConfig) -> Optional[int]:
     r"""The ``batch_runs`` of :obj:`cfg`: :obj:`None` for ``auto``, 1 for a
     bad value."""
+    from gnorm.train.run import is_int  # as check_config validates it
     size = cfg.get('batch_runs', 1)
     if size == 'auto':
         return None
-    valid = isinstance(size, int) and not isinstance(size, bool) and size > 0
-    return size if valid else 1
+    return size if is_int(size) and size > 0 else 1
 
 
 class BatchedSweeper(BasicSweeper):
