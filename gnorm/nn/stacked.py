@@ -62,6 +62,15 @@ def layer_norm(x: Tensor, module: torch.nn.LayerNorm) -> Tensor:
     return out
 
 
+def _unbind(tensors: Dict[str, Tensor],
+            runs: int) -> List[Dict[str, Tensor]]:
+    r"""For each of :obj:`runs` runs (dim 0), views of :obj:`tensors`; one
+    :meth:`unbind` per tensor, whose backward is one stack (R indexings
+    would each zero-fill a gradient of all runs)."""
+    slices = {name: t.unbind(0) for name, t in tensors.items()}
+    return [{name: s[r] for name, s in slices.items()} for r in range(runs)]
+
+
 @contextlib.contextmanager
 def _attributes(module: torch.nn.Module,
                 values: Dict[Tuple[str, str], Tensor]) -> Iterator[None]:
@@ -206,12 +215,10 @@ class Stacked(torch.nn.Module):
         if at_once and native:
             return call(params, buffers, self._run_tensors(x, True), x)
         if not at_once:  # unbind, not x[r]: its backward is one stack
-            per_run = [dict(zip(params, p)) for p in zip(
-                *[t.unbind(0) for t in params.values()])] or [{}] * self.runs
-            views = [dict(zip(buffers, b)) for b in zip(  # updated in place
-                *[t.unbind(0) for t in buffers.values()])] or [{}] * self.runs
+            params = _unbind(params, self.runs)
+            buffers = _unbind(buffers, self.runs)  # views: updated in place
             return torch.stack([call(
-                per_run[r], views[r],
+                params[r], buffers[r],
                 {k: v[r] for k, v in self._values.items()}, x_r)
                 for r, x_r in enumerate(x.unbind(0))])
         with warnings.catch_warnings():
