@@ -500,9 +500,8 @@ class DeepGCN(torch.nn.Module):
             h = conv.sparse_linear(sparse)
         else:
             runs, (nodes, channels) = self.runs or 1, x.shape
-            keep = rand((runs, value.numel()), value, generators,
-                        runs=True) >= self.dropout  # [runs, nnz]
-            values = keep * (value / (1.0 - self.dropout))
+            values = dropout(value.expand(runs, -1), self.dropout,
+                             generators=generators, runs=True)  # [runs, nnz]
             size = (runs * nodes, runs * channels)
             blocks = SparsePair(  # block-diagonal: one block per run
                 csr_pattern(pattern, values.view(-1), size),
