@@ -1,5 +1,5 @@
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +74,15 @@ def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
         q.unsqueeze(1), k.unsqueeze(1), v_d.unsqueeze(1),
         scale=1.0 / temperature).squeeze(1)  # [B, N, d + 1]
     return out.view(*v.shape[:-1], d + 1) if mask is None else out[mask]
+
+
+def each_run(negatives: Callable[..., Tensor], x: Tensor, xn: Tensor,
+             *args) -> Tensor:
+    r""":obj:`negatives(x[r], xn[r], *args)` for every run of inputs
+    :obj:`[runs, num_nodes, d]`, stacked: the runs of a mini-batch of graphs
+    one after the other."""
+    return torch.stack([negatives(x_r, xn_r, *args)
+                        for x_r, xn_r in zip(x, xn)])
 
 
 class _EdgeDot(torch.autograd.Function):
@@ -151,10 +160,8 @@ def contrastive_negatives(
     attention of all runs is then one batched kernel.
     """
     if x.dim() == 3 and batch is not None:  # mini-batches of graphs per run
-        return torch.stack([
-            contrastive_negatives(x_r, xn_r, temperature, batch, batch_size,
-                                  edge_index, symmetric)
-            for x_r, xn_r in zip(x, xn)])
+        return each_run(contrastive_negatives, x, xn, temperature, batch,
+                        batch_size, edge_index, symmetric)
     if edge_index is None and not symmetric and batch is None:
         # [1 or runs, 1, nodes, d]: 4-D inputs take the fused kernels
         q, v = (t.reshape(-1, 1, *t.shape[-2:]) for t in (xn, x))

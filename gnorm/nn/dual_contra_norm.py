@@ -7,7 +7,8 @@ from torch.nn import LayerNorm
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import to_dense_batch
 
-from gnorm.nn.contra_norm import _check_args, _check_input, contrasts
+from gnorm.nn.contra_norm import (_check_args, _check_input, contrasts,
+                                  each_run)
 from gnorm.nn.stacked import layer_norm
 
 
@@ -19,9 +20,8 @@ def channel_negatives(x: Tensor, xn: Tensor, temperature: float = 1.0,
     one :math:`d \times d` similarity per graph of :obj:`batch` (and per run
     of a leading run dimension, :obj:`[runs, num_nodes, d]`)."""
     if x.dim() == 3 and batch is not None:  # mini-batches of graphs per run
-        return torch.stack([channel_negatives(x_r, xn_r, temperature, batch,
-                                              batch_size)
-                            for x_r, xn_r in zip(x, xn)])
+        return each_run(channel_negatives, x, xn, temperature, batch,
+                        batch_size)
     if batch is None:
         sim = xn.transpose(-1, -2) @ xn / temperature  # [(runs,) d, d]
         return x @ sim.softmax(dim=-1)
