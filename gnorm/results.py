@@ -12,8 +12,17 @@ A key names a field of the run: a top-level field of ``results.json``
 ``dataset``, ``model``) or a dotted config path (``layers``,
 ``norm.scale``, ``dataset.name``). Without ``--by``, runs are grouped by
 every key their command lines set except ``--over`` (default: ``seed``).
-Standard deviations are over runs with ``ddof=0`` (numpy's default, as the
-papers report them).
+A key or metric that no run has is refused, naming the closest ones.
+
+The table shows each key by a short label (:func:`label`: ``cora``,
+``contranorm``, ``DeepGCN``), rows sorted by the keys (numbers as
+numbers), and each metric as mean ± std over the finished runs of a row,
+under a header naming the metric and its unit: accuracies and ROC-AUC in
+%, MAE as is; a graph run's ``test_metric`` becomes ``test ROC-AUC (%)``
+or ``test MAE`` after the metric it records. Standard deviations are over
+runs with ``ddof=0`` (numpy's default, as the papers report them). A
+``results.json`` that cannot be read (truncated, not a run) counts as
+failed: the table's last line counts it and ``--failed`` lists it.
 """
 import argparse
 import csv
@@ -23,29 +32,58 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from gnorm.errors import ConfigError, GnormError
 from gnorm.run_keys import NOT_RESULT_KEYS
 
 # Keys of a run's command line that never define a configuration.
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
 METRICS = ('test_acc', 'val_acc', 'test_metric', 'val_metric')
 MISSING = object()
+# Config groups shown by the class they build (model: DeepGCN); the others
+# by the option chosen (norm: contranorm) or their name (dataset: cora).
+CLASS_GROUPS = ('model', )
+SPLITS = ('train', 'val', 'test')
+# Metric (a field's name after its split) -> shown name, unit, factor.
+UNITS = {'acc': ('acc', '%', 100.0), 'rocauc': ('ROC-AUC', '%', 100.0),
+         'mae': ('MAE', '', 1.0), 'loss': ('loss', '', 1.0),
+         'metric': ('metric (unknown)', '', 1.0)}
+STD_NOTE = "std with ddof=0 (numpy's default)"
 
 
-def load_runs(*folders: Any) -> List[Dict[str, Any]]:
-    r"""Every readable ``results.json`` below :obj:`folders` (sorted by
-    path), each with its path under ``_path``."""
+def _read(path: Path) -> Dict[str, Any]:
+    r"""The run in :obj:`path`, or a run with ``status: unreadable`` and
+    the reason as its ``error``."""
+    try:
+        run = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        run, error = None, f'cannot read: {e}'
+    except ValueError as e:
+        run, error = None, f'not valid JSON (truncated?): {e}'
+    else:
+        error = (None if isinstance(run, dict) and 'status' in run else
+                 f'not a gnorm run: holds a JSON {type(run).__name__}'
+                 + (' without status' if isinstance(run, dict) else ''))
+    if error is not None:
+        run = {'status': 'unreadable', 'error': error}
+    run['_path'] = str(path)
+    return run
+
+
+def load_runs(*folders: Any, warn: bool = True) -> List[Dict[str, Any]]:
+    r"""Every ``results.json`` below :obj:`folders` (sorted by path), each
+    with its path under ``_path``. One that cannot be read as a run
+    (truncated, not a JSON object) is a run with ``status: unreadable``
+    and the reason as ``error``, with a warning unless :obj:`warn` is
+    false."""
     runs = []
     for folder in folders:
         folder = Path(folder)
         paths = [folder] if folder.is_file() else sorted(
             folder.rglob('results.json'))
         for path in paths:
-            try:
-                run = json.loads(path.read_text())
-            except (OSError, ValueError) as e:
-                print(f'warning: skipping {path}: {e}', file=sys.stderr)
-                continue
-            run['_path'] = str(path)
+            run = _read(path)
+            if warn and run['status'] == 'unreadable':
+                print(f"warning: {path}: {run['error']}", file=sys.stderr)
             runs.append(run)
     return runs
 
@@ -72,6 +110,28 @@ def value(run: Dict[str, Any], key: str, default: Any = None) -> Any:
     return node
 
 
+def label(run: Dict[str, Any], key: str) -> Any:
+    r"""The field :obj:`key` of :obj:`run` as a short table cell: a
+    dataset by its name (``cora``), a model by its class (``DeepGCN``,
+    ``Graphormer``, not its repr), another config group by the option
+    chosen (``contranorm``); any other dict as compact JSON."""
+    config = run.get('config')
+    node = config.get(key) if isinstance(config, dict) else None
+    if isinstance(node, dict):
+        if 'name' in node:
+            return node['name']
+        if key in CLASS_GROUPS and '_target_' in node:
+            return str(node['_target_']).rsplit('.', 1)[-1]
+        if key in run.get('choices', {}):
+            return run['choices'][key]
+    field = value(run, key)
+    if key in CLASS_GROUPS and isinstance(field, str):
+        return field.split('(', 1)[0]  # a module's repr
+    if isinstance(field, (dict, list)):
+        return json.dumps(field, sort_keys=True, separators=(',', ':'))
+    return field
+
+
 def default_keys(runs: Sequence[Dict[str, Any]],
                  over: Sequence[str] = ('seed', )) -> List[str]:
     r"""The keys any run's command line sets, except :obj:`over` and
@@ -82,6 +142,74 @@ def default_keys(runs: Sequence[Dict[str, Any]],
             if key not in over and key not in NOT_CONFIG_KEYS:
                 keys[key] = None
     return list(keys)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_keys(runs: Sequence[Dict[str, Any]], keys: Sequence[str],
+               option: str, metric: bool = False) -> None:
+    r"""Raises :class:`ConfigError` for a key of :obj:`keys` that no run
+    has (a number, if :obj:`metric`), naming the closest ones."""
+    def has(run, key):
+        if metric:
+            return _number(run.get(key))
+        return value(run, key, MISSING) is not MISSING
+    for key in keys:
+        if any(has(run, key) for run in runs):
+            continue
+        # Only now: gnorm.train imports torch.
+        from gnorm.train.arguments import _keys, closest
+        known = set()
+        for run in runs:
+            if metric:
+                known.update(k for k, v in run.items() if _number(v))
+            else:
+                known.update(k for k in run if not k.startswith('_'))
+                known.update(run.get('choices', {}))
+                config = run.get('config')
+                known.update(_keys(config if isinstance(config, dict)
+                                   else {}))
+        near = closest(key, known - {'config'})
+        what = 'metric (a number in results.json)' if metric else 'key'
+        hint = (f"closest: {', '.join(near)}" if near else
+                f"known: {', '.join(sorted(known))}" if metric else
+                'keys are results.json fields, config groups and dotted '
+                'config paths (layers, norm.scale, dataset.name)')
+        raise ConfigError(f'{option} {key}: no run has this {what}; {hint}')
+
+
+def metric_name(run: Dict[str, Any]) -> Optional[str]:
+    r"""The metric of a graph run's ``val_metric``/``test_metric``
+    (``rocauc``, ``mae``): the ``metric`` it records, else the one of its
+    dataset."""
+    if run.get('metric'):
+        return run['metric']
+    from gnorm.data.molecules import GRAPH_DATASETS  # imports torch
+    entry = GRAPH_DATASETS.get(value(run, 'dataset.name'))
+    return entry[2] if entry else None
+
+
+def column(run: Dict[str, Any], metric: str) -> str:
+    r"""The column of :obj:`run`'s field :obj:`metric`: the field, but a
+    graph run's ``<split>_metric`` as ``<split>_<its metric>``
+    (``test_rocauc``)."""
+    split, _, kind = metric.partition('_')
+    if kind == 'metric' and split in SPLITS and _number(run.get(metric)):
+        return f'{split}_{metric_name(run) or kind}'
+    return metric
+
+
+def _order(v: Any) -> tuple:
+    r"""Sort key of a table cell: numbers (also as text) by value, then
+    text, then empty."""
+    if v is None:
+        return (2, 0.0, '')
+    try:
+        return (0, float(v), '')
+    except (TypeError, ValueError):
+        return (1, 0.0, str(v))
 
 
 def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
@@ -97,16 +225,21 @@ def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
 
 def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
               metrics: Sequence[str] = METRICS) -> List[Dict[str, Any]]:
-    r"""One row per configuration (distinct values of :obj:`by`), in order
-    of first appearance: the key values, ``runs`` (finished), ``failed``
-    (any other status), and ``<metric>_mean`` / ``<metric>_std`` over the
-    finished runs for each of :obj:`metrics` that they report."""
+    r"""One row per configuration (distinct :func:`label` of :obj:`by`),
+    sorted by them (numbers by value): the labels, ``runs`` (finished),
+    ``failed`` (any other status), and ``<column>_mean`` / ``<column>_std``
+    over the finished runs for each of :obj:`metrics` that they report
+    (``test_metric`` under :func:`column`: ``test_rocauc_mean``...), in
+    the metric's own unit (accuracy as a fraction). Unreadable runs
+    (:func:`load_runs`) belong to no configuration and are left out."""
     groups: Dict[tuple, Dict[str, Any]] = {}
     for run in runs:
-        key = tuple(json.dumps(value(run, k), sort_keys=True) for k in by)
-        group = groups.setdefault(key, {
-            **{k: value(run, k) for k in by}, 'runs': 0, 'failed': 0,
-            '_values': {m: [] for m in metrics}, 'paths': []})
+        if run.get('status') == 'unreadable':
+            continue
+        labels = {k: label(run, k) for k in by}
+        key = tuple(json.dumps(v, sort_keys=True) for v in labels.values())
+        group = groups.setdefault(key, {**labels, 'runs': 0, 'failed': 0,
+                                        '_values': {}, 'paths': []})
         if run.get('status') != 'ok':
             group['failed'] += 1
             continue
@@ -114,91 +247,145 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
         group['paths'].append(run['_path'])
         for m in metrics:
             v = run.get(m)
-            if isinstance(v, (int, float)) and math.isfinite(v):
-                group['_values'][m].append(float(v))
-    rows = []
-    for group in groups.values():
-        values = group.pop('_values')
-        for m in metrics:
-            if values[m]:
-                group[f'{m}_mean'], group[f'{m}_std'] = mean_std(values[m])
-        rows.append(group)
+            if _number(v) and math.isfinite(v):
+                group['_values'].setdefault(column(run, m), []).append(
+                    float(v))
+    rows = sorted(groups.values(),
+                  key=lambda g: [_order(g[k]) for k in by])
+    for row in rows:
+        for c, values in row.pop('_values').items():
+            row[f'{c}_mean'], row[f'{c}_std'] = mean_std(values)
     return rows
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f'{value:.4f}'
-    return '' if value is None else str(value)
+def unit(column: str) -> Tuple[str, float]:
+    r"""Header (metric and unit: ``test acc (%)``, ``test MAE``) and factor
+    from its unit (100 for a fraction shown in %) of a metric column."""
+    split, _, kind = column.partition('_')
+    if split not in SPLITS or kind not in UNITS:
+        return column, 1.0
+    name, symbol, factor = UNITS[kind]
+    return f"{split} {name}{f' ({symbol})' if symbol else ''}", factor
 
 
-def table_columns(rows: Sequence[Dict[str, Any]], by: Sequence[str],
-                  metrics: Sequence[str]) -> List[str]:
-    r"""The columns of :func:`aggregate`'s rows worth printing."""
-    present = [m for m in metrics if any(f'{m}_mean' in r for r in rows)]
-    return [*by, 'runs', 'failed',
-            *(f'{m}_{s}' for m in present for s in ('mean', 'std'))]
+def metric_columns(rows: Sequence[Dict[str, Any]],
+                   metrics: Sequence[str]) -> List[str]:
+    r"""The metric columns of :func:`aggregate`'s rows, in the order of
+    :obj:`metrics`."""
+    found = {k[:-len('_mean')]: None for r in rows for k in r
+             if k.endswith('_mean')}
+
+    def rank(c):
+        split = c.partition('_')[0]
+        return next((i for i, m in enumerate(metrics)
+                     if m in (c, f'{split}_metric')), len(metrics))
+    return sorted(found, key=rank)
 
 
-def to_markdown(rows: Sequence[Dict[str, Any]],
+def _cell(v: Any) -> str:
+    return '' if v is None else str(v)
+
+
+def to_markdown(rows: Sequence[Dict[str, Any]], by: Sequence[str],
                 columns: Sequence[str]) -> str:
-    r"""A markdown table of :obj:`rows`."""
-    lines = ['| ' + ' | '.join(columns) + ' |',
-             '|' + '---|' * len(columns)]
-    lines += ['| ' + ' | '.join(_fmt(r.get(c)) for c in columns) + ' |'
-              for r in rows]
+    r"""A markdown table of :obj:`rows`: the :obj:`by` labels, runs,
+    failed, and ``mean ± std`` of each metric column, in its unit."""
+    headers = [*by, 'runs', 'failed', *(unit(c)[0] for c in columns)]
+    lines = ['| ' + ' | '.join(headers) + ' |', '|' + '---|' * len(headers)]
+    for r in rows:
+        cells = [_cell(r[k]) for k in (*by, 'runs', 'failed')]
+        for c in columns:
+            factor = unit(c)[1]
+            digits = 2 if factor == 100 else 4
+            cells.append('' if f'{c}_mean' not in r else
+                         f"{factor * r[f'{c}_mean']:.{digits}f} ± "
+                         f"{factor * r[f'{c}_std']:.{digits}f}")
+        lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
-def write_csv(path: Any, rows: Sequence[Dict[str, Any]],
+def write_csv(path: Any, rows: Sequence[Dict[str, Any]], by: Sequence[str],
               columns: Sequence[str]) -> None:
-    r"""Writes :obj:`rows` as CSV with :obj:`columns`."""
+    r"""Writes :obj:`rows` as CSV: the :obj:`by` labels, runs, failed, and
+    ``<header> mean`` / ``<header> std`` of each metric column, in its unit
+    (as in the markdown table)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, columns, extrasaction='ignore')
-        writer.writeheader()
-        writer.writerows({c: r.get(c) for c in columns} for r in rows)
+        writer = csv.writer(f)
+        writer.writerow([*by, 'runs', 'failed',
+                         *(f'{unit(c)[0]} {s}' for c in columns
+                           for s in ('mean', 'std'))])
+        for r in rows:
+            writer.writerow([*(r[k] for k in (*by, 'runs', 'failed')),
+                             *(None if f'{c}_{s}' not in r else
+                               unit(c)[1] * r[f'{c}_{s}']
+                               for c in columns for s in ('mean', 'std'))])
+
+
+def counts(runs: Sequence[Dict[str, Any]]) -> str:
+    r"""How many runs finished and failed (any other status, unreadable
+    included), on one line."""
+    ok = sum(r.get('status') == 'ok' for r in runs)
+    unreadable = sum(r.get('status') == 'unreadable' for r in runs)
+    return (f'{len(runs)} results.json: {ok} ok, {len(runs) - ok} failed'
+            + (f' ({unreadable} unreadable)' if unreadable else ''))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     r"""Entry point of ``python -m gnorm.results``."""
     parser = argparse.ArgumentParser(
         prog='python -m gnorm.results',
-        description='Mean and std per configuration of the results.json '
-                    'files below the given folders.')
+        description='Mean ± std per configuration of the results.json '
+                    'files below the given folders. Accuracies and ROC-AUC '
+                    f'in %, MAE as is; {STD_NOTE}. Unreadable '
+                    'results.json files count as failed.')
     parser.add_argument('folders', nargs='+', help='multirun/output folders')
     parser.add_argument('--by', nargs='+', help='keys that define a '
                         'configuration (default: the overridden keys)')
     parser.add_argument('--over', nargs='+', default=['seed'],
                         help='keys averaged over (default: seed)')
-    parser.add_argument('--metrics', nargs='+', default=list(METRICS))
+    parser.add_argument('--metrics', nargs='+', default=list(METRICS),
+                        help='numeric results.json fields (default: '
+                        f"{' '.join(METRICS)}, those the runs have)")
     parser.add_argument('--csv', help='also write the table to this CSV')
     parser.add_argument('--failed', action='store_true',
-                        help='list the runs that did not finish, with '
-                             'their error')
+                        help='list the runs that did not finish or cannot '
+                             'be read, with their error')
     args = parser.parse_args(argv)
     missing = [f for f in args.folders if not Path(f).exists()]
     if missing:
         print(f'error: no such folder: {missing[0]}', file=sys.stderr)
         return 2
-    runs = load_runs(*args.folders)
+    runs = load_runs(*args.folders, warn=False)
     if not runs:
         print(f'error: no results.json below {" ".join(args.folders)}',
               file=sys.stderr)
         return 1
     if args.failed:
-        for run in runs:
-            if run.get('status') != 'ok':
-                print(f"{run.get('status')}: {run['_path']}: "
-                      f"{run.get('error')}")
+        failed = [r for r in runs if r.get('status') != 'ok']
+        for run in failed:
+            print(f"{run.get('status')}: {run['_path']}: {run.get('error')}")
+        print(counts(runs) if failed else
+              f'no failed runs: all {len(runs)} results.json have status ok')
         return 0
+    try:
+        check_keys(runs, args.by or [], '--by')
+        check_keys(runs, args.over, '--over')
+        if args.metrics != list(METRICS):
+            check_keys(runs, args.metrics, '--metrics', metric=True)
+    except GnormError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return e.exit_code
     by = args.by or default_keys(runs, args.over)
     rows = aggregate(runs, by, args.metrics)
-    columns = table_columns(rows, by, args.metrics)
-    print(to_markdown(rows, columns))
+    columns = metric_columns(rows, args.metrics)
+    print(to_markdown(rows, by, columns))
+    bad = any(r.get('status') != 'ok' for r in runs)
+    print(f'\ncells: mean ± std over the ok runs of a row; {STD_NOTE}\n'
+          f"{counts(runs)}{'; --failed lists them' if bad else ''}")
     if args.csv:
-        write_csv(args.csv, rows, columns)
+        write_csv(args.csv, rows, by, columns)
     return 0
 
 

@@ -1,0 +1,255 @@
+r"""``python -m gnorm.results`` on small multirun folders written here:
+labels, numeric sorting, units, refused typos, unreadable files."""
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gnorm.results import aggregate, label, load_runs, main
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = (2, 4, 8, 16, 32)  # as text: 16, 2, 32, 4, 8
+
+
+def _node(layers, seed, test_acc, norm='contranorm'):
+    r"""A node run's results.json, fields as ``gnorm.train.node`` writes
+    them (accuracies as fractions)."""
+    return {
+        'status': 'ok', 'error': None, 'task': 'node',
+        'overrides': ['dataset=cora', f'norm={norm}', f'layers={layers}',
+                      f'seed={seed}', 'device=cpu'],
+        'choices': {'dataset': 'cora', 'norm': norm, 'model': 'gcn'},
+        'config': {'layers': layers, 'seed': seed, 'device': 'cpu',
+                   'dataset': {'name': 'cora', 'task': 'node'},
+                   'model': {'_target_': 'gnorm.models.DeepGCN',
+                             'num_layers': layers},
+                   'norm': {'_target_': 'gnorm.nn.ContraNorm', 'scale': 1.0}},
+        'dataset': {'name': 'cora', 'num_nodes': 2708, 'split': 'public',
+                    'split_sizes': [140, 500, 1000]},
+        'model': f'DeepGCN(1433, 7, num_layers={layers}, '
+                 'norm=ContraNorm(32, scale=1.0))',
+        'train_acc': 1.0, 'val_acc': test_acc + 0.01, 'test_acc': test_acc,
+        'val_loss': 1.5, 'runtime_s': 2.0,
+    }
+
+
+def _graph(dataset, metric, seed, test_metric):
+    r"""A graph run's results.json as ``gnorm.train.graph`` writes it;
+    :obj:`metric` :obj:`None`: one without the ``metric`` field."""
+    run = {
+        'status': 'ok', 'error': None, 'task': 'graph',
+        'overrides': [f'dataset={dataset}', 'model=graphormer',
+                      f'seed={seed}'],
+        'choices': {'dataset': dataset, 'norm': 'sepnorm',
+                    'model': 'graphormer'},
+        'config': {'layers': 12, 'seed': seed,
+                   'dataset': {'name': dataset, 'task': 'graph'},
+                   'model': {'_target_': 'gnorm.models.Graphormer'},
+                   'norm': {'_target_': 'gnorm.nn.SepNorm'}},
+        'dataset': {'name': dataset, 'split': 'scaffold',
+                    'split_sizes': [10, 5, 5]},
+        'model': 'Graphormer(\n  (atom_encoder): AtomEncoder(...)\n)',
+        'metric': metric, 'val_metric': test_metric, 'test_metric':
+        test_metric}
+    if metric is None:
+        del run['metric']
+    return run
+
+
+def _write(folder: Path, name: str, run) -> Path:
+    path = folder / name / 'results.json'
+    path.parent.mkdir(parents=True)
+    path.write_text(run if isinstance(run, str) else json.dumps(run))
+    return path
+
+
+@pytest.fixture
+def multirun(tmp_path):
+    r"""Cora at five depths x two seeds (paths sorted as text), one failed
+    run, a truncated results.json and one holding ``[1, 2]``."""
+    for layers in LAYERS:
+        for seed in (0, 1):
+            acc = 0.5 + layers / 100 + seed / 10
+            _write(tmp_path, f'layers={layers},seed={seed}',
+                   _node(layers, seed, acc))
+    failed = {**_node(8, 2, 0.0), 'status': 'failed',
+              'error': 'loss is nan at epoch 3'}
+    del failed['test_acc']
+    _write(tmp_path, 'layers=8,seed=2', failed)
+    text = json.dumps(_node(4, 2, 0.9))
+    _write(tmp_path, 'layers=4,seed=2', text[:len(text) // 2])
+    _write(tmp_path, 'layers=4,seed=3', '[1, 2]')
+    return tmp_path
+
+
+def _cli(capsys, *args):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _table(out):
+    r"""The markdown table of :obj:`out` as a header and rows of cells."""
+    lines = [l for l in out.splitlines() if l.startswith('| ')]
+    split = [[c.strip() for c in l.strip('|').split('|')] for l in lines]
+    return split[0], split[1:]
+
+
+def test_unreadable_files_are_failed_runs(multirun, capsys):
+    runs = load_runs(multirun, warn=False)
+    assert len(runs) == 13
+    bad = {Path(r['_path']).parent.name: r for r in runs
+           if r['status'] == 'unreadable'}
+    assert set(bad) == {'layers=4,seed=2', 'layers=4,seed=3'}
+    assert 'not valid JSON' in bad['layers=4,seed=2']['error']
+    assert 'list' in bad['layers=4,seed=3']['error']
+    load_runs(multirun)
+    assert capsys.readouterr().err.count('warning: ') == 2
+
+    code, out, err = _cli(capsys, multirun, '--failed')
+    assert code == 0 and err == ''
+    lines = out.splitlines()
+    assert len(lines) == 4
+    listed = {Path(l.split(': ')[1]).parent.name: l for l in lines[:3]}
+    assert listed['layers=8,seed=2'].startswith('failed: ')
+    assert listed['layers=8,seed=2'].endswith(': loss is nan at epoch 3')
+    assert listed['layers=4,seed=2'].startswith('unreadable: ')
+    assert 'not valid JSON' in listed['layers=4,seed=2']
+    assert listed['layers=4,seed=3'].startswith('unreadable: ')
+    assert lines[3] == '13 results.json: 10 ok, 3 failed (2 unreadable)'
+
+    code, out, err = _cli(capsys, multirun)
+    assert code == 0 and 'Traceback' not in err
+    assert out.splitlines()[-1] == ('13 results.json: 10 ok, 3 failed '
+                                    '(2 unreadable); --failed lists them')
+
+
+def test_failed_without_failures_says_so(tmp_path, capsys):
+    _write(tmp_path, 'a', _node(2, 0, 0.8))
+    code, out, _ = _cli(capsys, tmp_path, '--failed')
+    assert code == 0
+    assert out.strip() == 'no failed runs: all 1 results.json have status ok'
+
+
+def test_table_labels_sorting_and_percent(multirun, capsys):
+    code, out, _ = _cli(capsys, multirun)
+    assert code == 0
+    header, rows = _table(out)
+    # Keys from the overrides, seed averaged, device not an axis.
+    assert header == ['dataset', 'norm', 'layers', 'runs', 'failed',
+                      'test acc (%)', 'val acc (%)']
+    assert [r[2] for r in rows] == [str(n) for n in LAYERS]
+    assert {(r[0], r[1]) for r in rows} == {('cora', 'contranorm')}
+    by_layers = {int(r[2]): r for r in rows}
+    assert by_layers[8][3:5] == ['2', '1']
+    for layers in LAYERS:
+        accs = [100 * (0.5 + layers / 100 + seed / 10) for seed in (0, 1)]
+        mean = sum(accs) / 2
+        std = abs(accs[0] - accs[1]) / 2  # ddof=0
+        assert by_layers[layers][5] == f'{mean:.2f} ± {std:.2f}'
+        assert by_layers[layers][6] == f'{mean + 1:.2f} ± {std:.2f}'
+    assert 'ddof=0' in out
+
+
+def test_model_label_is_the_class(multirun, capsys):
+    code, out, _ = _cli(capsys, multirun, '--by', 'model', 'dataset',
+                        '--metrics', 'test_acc')
+    assert code == 0
+    header, rows = _table(out)
+    assert header == ['model', 'dataset', 'runs', 'failed', 'test acc (%)']
+    assert [r[:4] for r in rows] == [['DeepGCN', 'cora', '10', '1']]
+
+
+def test_csv_in_the_table_units(multirun, tmp_path, capsys):
+    path = tmp_path / 'out' / 't.csv'
+    assert _cli(capsys, multirun, '--by', 'layers', '--metrics', 'test_acc',
+                'val_loss', '--csv', path)[0] == 0
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ['layers', 'runs', 'failed', 'test acc (%) mean',
+                             'test acc (%) std', 'val loss mean',
+                             'val loss std']
+    assert [r['layers'] for r in rows] == [str(n) for n in LAYERS]
+    assert float(rows[0]['test acc (%) mean']) == pytest.approx(57.0)
+    assert float(rows[0]['test acc (%) std']) == pytest.approx(5.0)
+    assert float(rows[0]['val loss mean']) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize('option,typo,near', [
+    ('--by', 'datset.name', 'dataset.name'),
+    ('--by', 'layer', 'layers'),
+    ('--by', 'scal', 'norm.scale'),
+    ('--over', 'sed', 'seed'),
+    ('--metrics', 'test_ac', 'test_acc'),
+])
+def test_typo_is_refused_naming_the_closest(multirun, capsys, option, typo,
+                                            near):
+    code, out, err = _cli(capsys, multirun, option, typo)
+    assert code == 2 and out == ''
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f'error: {option} {typo}: no run has this')
+    closest = err.split('closest: ')[1].strip().split(', ')
+    assert closest[0] == near
+
+
+def test_unknown_metric_lists_the_metrics(multirun, capsys):
+    code, _, err = _cli(capsys, multirun, '--metrics', 'test_acc', 'erank')
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith('error: --metrics erank: no run has this metric')
+    assert 'test_acc' in err and 'val_loss' in err
+    # A field of the runs that is not a number is no metric.
+    code, _, err = _cli(capsys, multirun, '--metrics', 'task')
+    assert code == 2 and 'no run has this metric' in err
+
+
+def test_graph_metric_named_with_its_unit(tmp_path, capsys):
+    for seed, auc in enumerate([0.75, 0.79]):
+        _write(tmp_path, f'hiv{seed}', _graph('molhiv', 'rocauc', seed, auc))
+    for seed, mae in enumerate([0.2, 0.3]):
+        _write(tmp_path, f'zinc{seed}', _graph('zinc', 'mae', seed, mae))
+    # No metric field (an older run): taken from the dataset.
+    _write(tmp_path, 'zinc_old', _graph('zinc', None, 2, 0.4))
+    code, out, _ = _cli(capsys, tmp_path)
+    assert code == 0
+    header, rows = _table(out)
+    assert header == ['dataset', 'model', 'runs', 'failed',
+                      'test ROC-AUC (%)', 'test MAE', 'val ROC-AUC (%)',
+                      'val MAE']
+    hiv, zinc = rows
+    assert hiv[:4] == ['molhiv', 'Graphormer', '2', '0']
+    assert hiv[4] == '77.00 ± 2.00' and hiv[5] == ''
+    assert zinc[:4] == ['zinc', 'Graphormer', '3', '0']
+    assert zinc[4] == '' and zinc[5] == '0.3000 ± 0.0816'
+
+
+def test_aggregate_groups_by_label():
+    # Same dataset, other split sizes (e.g. a random split per seed): one
+    # configuration, shown by its name.
+    runs = [_node(2, 0, 0.5), _node(2, 1, 0.7)]
+    runs[1]['dataset']['split_sizes'] = [141, 500, 999]
+    for i, run in enumerate(runs):
+        run['_path'] = f'run{i}'
+    assert label(runs[0], 'dataset') == 'cora'
+    assert label(runs[0], 'norm') == 'contranorm'
+    assert label(runs[0], 'model') == 'DeepGCN'
+    rows = aggregate(runs, ['dataset', 'layers'], ['test_acc'])
+    assert [(r['dataset'], r['layers'], r['runs']) for r in rows] == [
+        ('cora', 2, 2)]
+    assert rows[0]['test_acc_mean'] == pytest.approx(0.6)  # a fraction
+
+
+def test_command_line(multirun):
+    r"""``python -m gnorm.results``: one error line, exit status 2."""
+    run = subprocess.run([sys.executable, '-m', 'gnorm.results',
+                          str(multirun), '--by', 'datset.name'],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == ''
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        'error: --by datset.name: no run has this key; closest: dataset.name')
+    help_text = subprocess.run([sys.executable, '-m', 'gnorm.results', '-h'],
+                               cwd=ROOT, capture_output=True, text=True)
+    assert 'ddof=0' in help_text.stdout and '%' in help_text.stdout
