@@ -114,16 +114,18 @@ def label(run: Dict[str, Any], key: str) -> Any:
     r"""The field :obj:`key` of :obj:`run` as a short table cell: a
     dataset by its name (``cora``), a model by its class (``DeepGCN``,
     ``Graphormer``, not its repr), another config group by the option
-    chosen (``contranorm``); any other dict as compact JSON."""
+    chosen (``contranorm``; without choices, as for a run trained outside
+    Hydra, the class it builds); any other dict as compact JSON."""
     config = run.get('config')
     node = config.get(key) if isinstance(config, dict) else None
     if isinstance(node, dict):
+        choice = run.get('choices', {}).get(key)
         if 'name' in node:
             return node['name']
-        if key in CLASS_GROUPS and '_target_' in node:
+        if choice is not None and key not in CLASS_GROUPS:
+            return choice
+        if '_target_' in node:  # also a run trained outside Hydra
             return str(node['_target_']).rsplit('.', 1)[-1]
-        if key in run.get('choices', {}):
-            return run['choices'][key]
     field = value(run, key)
     if key in CLASS_GROUPS and isinstance(field, str):
         return field.split('(', 1)[0]  # a module's repr

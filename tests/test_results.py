@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from gnorm.results import aggregate, label, load_runs, main
+from gnorm.train import train
+from conftest import compose_train
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (2, 4, 8, 16, 32)  # as text: 16, 2, 32, 4, 8
@@ -235,6 +237,8 @@ def test_aggregate_groups_by_label():
     assert label(runs[0], 'dataset') == 'cora'
     assert label(runs[0], 'norm') == 'contranorm'
     assert label(runs[0], 'model') == 'DeepGCN'
+    del runs[0]['choices']  # a run trained outside Hydra
+    assert label(runs[0], 'norm') == 'ContraNorm'
     rows = aggregate(runs, ['dataset', 'layers'], ['test_acc'])
     assert [(r['dataset'], r['layers'], r['runs']) for r in rows] == [
         ('cora', 2, 2)]
@@ -253,3 +257,25 @@ def test_command_line(multirun):
     help_text = subprocess.run([sys.executable, '-m', 'gnorm.results', '-h'],
                                cwd=ROOT, capture_output=True, text=True)
     assert 'ddof=0' in help_text.stdout and '%' in help_text.stdout
+
+
+def test_table_of_real_runs(tmp_path, capsys):
+    r"""Runs written by ``gnorm.train`` (not by this file): labels, depth
+    order and accuracy in % as its summary line prints it."""
+    accs = {}
+    for layers in (16, 2):
+        cfg = compose_train('dataset=csbm', 'dataset.num_nodes=60',
+                            'train.epochs=2', 'collapse_metrics=false',
+                            'train.progress=false', 'device=cpu',
+                            'threads=1', f'layers={layers}')
+        accs[layers] = train(cfg, tmp_path / f'L{layers}')['test_acc']
+    printed = ''.join(capsys.readouterr())
+    assert f'test {100 * accs[2]:.2f}' in printed  # the summary line
+    code, out, _ = _cli(capsys, tmp_path, '--by', 'dataset', 'model', 'norm',
+                        'layers', '--metrics', 'test_acc')
+    assert code == 0
+    header, rows = _table(out)
+    assert header[-1] == 'test acc (%)'
+    assert [r[:4] for r in rows] == [['csbm', 'DeepGCN', 'Identity', '2'],
+                                     ['csbm', 'DeepGCN', 'Identity', '16']]
+    assert rows[0][-1] == f'{100 * accs[2]:.2f} ± 0.00'
