@@ -238,7 +238,9 @@ def test_batch_key_groups_runs():
 
 
 def _cli(tmp_path, *args, sweep='sweep'):
-    env = dict(os.environ, OMP_NUM_THREADS='1', GNORM_DATA_MIRROR='')
+    env = dict(os.environ, OMP_NUM_THREADS='1', GNORM_DATA_MIRROR='',
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(
+                   'PYTHONPATH', '')]))
     proc = subprocess.run(
         [sys.executable, '-m', 'gnorm.train', '-m', *TINY,
          f'data.root={tmp_path / "data"}',

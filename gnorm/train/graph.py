@@ -40,7 +40,7 @@ from gnorm.data.molecules import GRAPH_DATASETS, load_graph_dataset
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
 from gnorm.train.progress import Progress
-from gnorm.train.run import is_int, one_line, result_config
+from gnorm.train.common import is_int, one_line, result_config
 
 log = logging.getLogger(__name__)
 
