@@ -83,6 +83,18 @@ def check_config(cfg: DictConfig) -> None:
     task_module(cfg).check_config(cfg)
 
 
+def option(group: str, node: DictConfig) -> str:
+    r"""What one types for the option of config group :obj:`group` that
+    :obj:`node` (e.g. ``cfg.model``) holds, for error messages:
+    ``model=graphormer``, the option of ``conf/<group>/`` with the same
+    ``_target_``; else ``<group>._target_=<target>``."""
+    target = node.get('_target_')
+    for path in sorted((CONF_DIR / group).glob('*.yaml')):
+        if OmegaConf.load(path).get('_target_') == target:
+            return f'{group}={path.stem}'
+    return f'{group}._target_={target}'
+
+
 def one_line(error: BaseException) -> str:
     r"""The message of :obj:`error` (or of what Hydra wrapped) on one
     line."""

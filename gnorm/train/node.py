@@ -26,7 +26,8 @@ from gnorm.metrics import (
 )
 from gnorm.run_keys import drop_keys
 from gnorm.train.progress import Progress
-from gnorm.train.common import free_memory, is_int, one_line, result_config
+from gnorm.train.common import (free_memory, is_int, one_line, option,
+                                 result_config)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def check_config(cfg: DictConfig) -> None:
                           f"{cfg.split_index!r}")
     if cfg.model._target_ != 'gnorm.models.DeepGCN':
         raise ConfigError(f"dataset={cfg.dataset.name} is a node-level task "
-                          f"and takes model=gcn, got {cfg.model._target_}")
+                          f"and takes model=gcn, got "
+                          f"{option('model', cfg.model)}")
     if cfg.norm._target_ == 'gnorm.nn.SepNorm':
         raise ConfigError("norm=sepnorm normalises a graph token apart from "
                           "the others and needs model=graphormer on a "
