@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gnorm.train.common import (
@@ -28,7 +31,7 @@ from gnorm.train.common import (
     is_int,
     task_module,
 )
-from gnorm.train.hydra_adapter import BasicSweeper, job_overrides
+from gnorm.train.hydra_adapter import job_overrides
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +52,31 @@ def _batch_size(cfg: DictConfig) -> Optional[int]:
     return size if is_int(size) and size > 0 else 1
 
 
-class BatchedSweeper(BasicSweeper):
+class BatchedSweeper(Sweeper):
     r"""Hydra's basic sweeper, each launched job training a batch of runs
-    as one model (see the module's documentation)."""
+    as one model (see the module's documentation).
+
+    Args:
+        max_batch_size (int, optional): Not used (runs are grouped by
+            ``batch_runs``); the key of Hydra's basic sweeper.
+            (default: :obj:`None`)
+        params (dict, optional): Overrides swept in every multirun, e.g.
+            ``{'seed': '0,1,2'}``. (default: :obj:`None`)
+    """
+    def __init__(self, max_batch_size: Optional[int] = None,
+                 params: Optional[Dict[str, str]] = None):
+        super().__init__()
+        self.params = params or {}
+        self.hydra_context: Optional[HydraContext] = None
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext,
+              task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function,
+            config=config)
 
     def _run(self, overrides: List[str], num: int) -> Dict[str, Any]:
         r"""Run :obj:`num` of the sweep: its config, output folder and
@@ -64,8 +89,9 @@ class BatchedSweeper(BasicSweeper):
         HydraConfig.instance().set_config(config)
         sweep = config.hydra.sweep
         folder = Path(str(sweep.dir)).absolute() / str(sweep.subdir)
-        with open_dict(config):
-            config.hydra.runtime.output_dir = str(folder)
+        hydra = OmegaConf.to_container(config.hydra, resolve=False,
+                                       enum_to_str=True)
+        hydra['runtime']['output_dir'] = str(folder)  # as Hydra records it
         choices = {k: v for k, v in config.hydra.runtime.choices.items()
                    if not k.startswith('hydra/') and k != 'hydra'}
         task = OmegaConf.masked_copy(config, [k for k in config
@@ -73,8 +99,7 @@ class BatchedSweeper(BasicSweeper):
         return {'overrides': list(overrides), 'subdir': str(sweep.subdir),
                 'dir': str(folder),
                 'config': OmegaConf.to_container(task, resolve=False),
-                'hydra': OmegaConf.to_container(config.hydra,
-                                                resolve=False),
+                'hydra': hydra,
                 'info': {'choices': choices,
                          'overrides': list(config.hydra.overrides.task)},
                 'cfg': task}
@@ -102,7 +127,8 @@ class BatchedSweeper(BasicSweeper):
             or len(group))]
 
     def sweep(self, arguments: List[str]) -> Any:
-        jobs = job_overrides(self, arguments)
+        jobs = job_overrides(self.hydra_context.config_loader, self.params,
+                             arguments)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / 'multirun.yaml')
