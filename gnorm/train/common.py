@@ -6,7 +6,7 @@ Imports run one way: this module; the tasks (:mod:`gnorm.train.node`,
 :mod:`gnorm.train.graph`, picked by name in :func:`task_module`), the
 loop over runs (:mod:`gnorm.train.run`) and the sweeper
 (:mod:`gnorm.train.sweep`, through :mod:`gnorm.train.hydra_adapter`) on
-it; the command line (:mod:`gnorm.train.cli`) on top.
+it; the command line (:mod:`gnorm.train.command`) on top.
 """
 import importlib
 import json
