@@ -167,7 +167,6 @@ def _cli(*args, cwd, env=None):
     (['dataset=pubmed'], 2, "error: unknown dataset 'pubmed'"),
     (['layer=3'], 2, "error: unknown key 'layer' in layer=3; closest keys: "
                      "layers"),
-    (['norm=contranorm', 'norm.scale=-1'], 2, 'error: norm.scale must be'),
     (['layers=-1'], 2, 'error: layers must be an integer >= 1, got -1'),
     (['dataset=cora', 'model=graphormer'], 2,
      'error: dataset=cora is a node-level task and takes model=gcn, got '
