@@ -2,13 +2,13 @@ r"""Config keys that do not change what a run computes: where data comes
 from, the device and its threads, resuming, batching runs together,
 progress output. Defined once, read by
 
-* :func:`gnorm.train.run.result_config` (a finished run of a config that
+* :func:`gnorm.train.common.result_config` (a finished run of a config that
   differs only here is the same run: ``resume=true`` skips it);
 * :mod:`gnorm.results` (not a configuration axis of a table);
 * Hydra's run-folder names (``exclude_keys:
   ${gnorm.not_result_keys:...}`` in ``conf/hydra/default.yaml`` and the
   ``table3_*`` experiments; the resolver is registered by
-  :mod:`gnorm.train.run`).
+  :mod:`gnorm.train.common`).
 """
 NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
                    'batch_runs', 'batch_file', 'train.progress',

@@ -29,6 +29,12 @@ def _check(args):
      "closest keys: norm.mode"),
     (['dataset=csbm', 'dataset.num_node=10'], "closest keys: "
                                               "dataset.num_nodes"),
+    # A key of other options: those options (not batch_file, set by gnorm).
+    (['dataset=cora', 'train.batch_size=64'],
+     r"unknown key 'train.batch_size' in train.batch_size=64; only "
+     r"dataset=molhiv\|zinc\|zinc_fixture have it$"),
+    (['train.bach_size=64'], r"closest key: train.batch_size \(with "
+                             r"dataset=molhiv\|zinc\|zinc_fixture\)$"),
     # Hydra would add these keys and nothing would read them.
     (['+layer=3'], r"unknown key 'layer' in \+layer=3 \(a \+ adds a key "
                    r"that nothing reads\); closest keys: layers"),
@@ -60,5 +66,17 @@ def test_help_lists_every_key_of_the_primary_config():
     norm = next(l for l in lines if l.split()[:1] == ['norm'])
     assert 'none (default)' in norm and 'contranorm' in norm
     assert 'defaults' not in text and 'hydra ' not in text
-    assert len(lines) < 60
+    assert len(lines) < 70
+
+
+def test_help_covers_graph_training():
+    lines = help_text().splitlines()
+    layers = next(l for l in lines if l.split()[:1] == ['layers'])
+    assert 'model=gcn' in layers and 'model=graphormer' in layers
+    heading = next(i for i, l in enumerate(lines)
+                   if l.startswith('Training keys of dataset=molhiv|zinc'))
+    graph = [l.split()[0] for l in lines[heading + 1:] if l.startswith('  ')]
+    for key in ('train.epochs', 'train.lr', 'train.batch_size',
+                'train.warmup_steps', 'train.precision'):
+        assert key in graph
 

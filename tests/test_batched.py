@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from torch_geometric.utils import to_undirected
 
 from gnorm.models import DeepGCN
@@ -237,14 +238,16 @@ def test_batch_key_groups_runs():
     assert batch_key(compose_train(*TINY, 'model.fusion=max')) is None
 
 
-def _cli(tmp_path, *args, sweep='sweep'):
-    env = dict(os.environ, OMP_NUM_THREADS='1', GNORM_DATA_MIRROR='')
+def _cli(tmp_path, *args, sweep='sweep', code=0):
+    env = dict(os.environ, OMP_NUM_THREADS='1', GNORM_DATA_MIRROR='',
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(
+                   'PYTHONPATH', '')]))
     proc = subprocess.run(
         [sys.executable, '-m', 'gnorm.train', '-m', *TINY,
          f'data.root={tmp_path / "data"}',
          f'hydra.sweep.dir={tmp_path / sweep}', *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == code, proc.stderr[-2000:]
     return proc
 
 
@@ -261,6 +264,7 @@ def test_sweep_trains_runs_as_one_model(tmp_path):
              'collapse_metrics=false']
     proc = _cli(tmp_path, *sweep, sweep='b')
     assert '6 runs in 1 jobs' in proc.stderr + proc.stdout
+    summary_proc = proc
     batched = _folders(tmp_path / 'b')
     _cli(tmp_path, *sweep, 'batch_runs=1', sweep='a')
     alone = _folders(tmp_path / 'a')
@@ -271,9 +275,42 @@ def test_sweep_trains_runs_as_one_model(tmp_path):
                                     if o != 'batch_runs=1']
         assert res['test_acc'] == pytest.approx(alone[name]['test_acc'],
                                                 abs=1e-6)
-        assert (tmp_path / 'b' / name / '.hydra' / 'config.yaml').is_file()
+        # Every run folder is that of a run of its own.
+        folder = tmp_path / 'b' / name
+        for file in ('config.yaml', 'overrides.yaml', 'hydra.yaml'):
+            assert (folder / '.hydra' / file).is_file(), (name, file)
+        hydra = OmegaConf.load(folder / '.hydra' / 'hydra.yaml').hydra
+        assert hydra.runtime.output_dir == str(folder)
+        assert f'seed={res["config"]["seed"]}' in hydra.overrides.task
+        log = (folder / 'train.log').read_text()
+        assert 'train (mean of 6 runs) epoch 4/4 | loss' in log, name
+    # Summary lines give absolute paths, as for a single run.
+    summaries = [line.rsplit(' | ', 1)[-1]
+                 for line in summary_proc.stdout.splitlines()
+                 if line.startswith('csbm L=3')]
+    assert sorted(summaries) == sorted(
+        str(tmp_path / 'b' / name / 'results.json') for name in batched)
     proc = _cli(tmp_path, *sweep, 'resume=true', sweep='b')
     assert proc.stdout.count('done already') == 6
+
+
+def test_sweep_refused_runs_leave_no_folder(tmp_path):
+    r"""Runs refused before training leave no folder: a job whose runs are
+    all refused (layers=0), and one run of a batch (norm.scale=-1) whose
+    batch-mate trains."""
+    proc = _cli(tmp_path, 'norm=contranorm', 'norm.scale=-1,0.5',
+                'layers=0,3', 'collapse_metrics=false', code=2)
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 2, proc.stderr
+    assert all(e.startswith('error: job ') for e in errors)
+    assert ' layers=0 ' in errors[0] and ' layers=3 ' in errors[1]
+    assert 'norm.scale=-1' in errors[1] and \
+        'norm.scale must be a number >= 0' in errors[1]
+    folders = [p.name for p in (tmp_path / 'sweep').iterdir()
+               if p.is_dir() and p.name != '.batches']
+    assert len(folders) == 1 and 'L3' in folders[0] and \
+        'norm.scale=0.5' in folders[0]
+    assert _folders(tmp_path / 'sweep')[folders[0]]['status'] == 'ok'
 
 
 def test_joblib_launcher_runs_batches_in_processes(tmp_path):

@@ -95,10 +95,25 @@ def test_mirror_from_environment(monkeypatch):
 
 
 @pytest.mark.parametrize('overrides,match', [
-    (['norm=sepnorm'], 'norm=sepnorm normalises a graph token'),
-    (['model=graphormer'], 'is a node-level task and takes model=gcn'),
+    (['dataset=csbm', 'norm=sepnorm'], 'norm=sepnorm normalises a graph '
+                                       'token'),
+    (['dataset=csbm', 'model=graphormer'],
+     'is a node-level task and takes model=gcn, got model=graphormer$'),
+    # What the user typed, not class names.
+    (['dataset=molhiv'], r'pass model=graphormer \(got model=gcn\)$'),
+    (['dataset=zinc', 'model=graphormer', 'norm=isobn'],
+     r'cannot use norm=isobn .*; pass norm=none, layernorm, sepnorm, '),
 ])
-def test_graph_only_choices_on_a_node_dataset(overrides, match):
+def test_choices_of_another_task(overrides, match):
     from gnorm.errors import ConfigError
     with pytest.raises(ConfigError, match=match):
-        check_config(compose_train('dataset=csbm', *overrides))
+        check_config(compose_train(*overrides))
+
+
+def test_option_names_what_was_typed():
+    from gnorm.train.common import option
+    cfg = compose_train('norm=contranorm_d', 'model=graphormer')
+    assert option('norm', cfg.norm) == 'norm=contranorm_d'
+    assert option('model', cfg.model) == 'model=graphormer'
+    cfg = compose_train('norm._target_=my.Norm')
+    assert option('norm', cfg.norm) == 'norm._target_=my.Norm'

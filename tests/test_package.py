@@ -1,9 +1,19 @@
+r"""The package as users get it: the wheel, installed without extras into
+a fresh environment, trains on a real dataset; imports inside gnorm run
+one way."""
+import ast
+import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from conftest import MIRROR, needs_mirror
 
 REPO = Path(__file__).resolve().parents[1]
 # What a wheel is built from (a copy, so the checkout gets no build/).
@@ -18,7 +28,64 @@ def _run(*cmd, cwd, env=None):
     return proc
 
 
-def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
+def _requirements(wheel):
+    r"""The distributions a plain ``pip install <wheel>`` installs (no
+    extras), as installed in this environment."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith('.dist-info/'
+                                                           'METADATA'))
+        lines = z.read(meta).decode().splitlines()
+    todo = [Requirement(l.split(':', 1)[1]) for l in lines
+            if l.startswith('Requires-Dist:')]
+    found = {}
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in found or (req.marker is not None
+                             and not req.marker.evaluate({'extra': ''})):
+            continue
+        found[name] = importlib.metadata.distribution(req.name)
+        todo += [Requirement(r) for r in found[name].requires or []]
+    return found
+
+
+def _top_level(dist):
+    return {Path(f).parts[0] for f in dist.files or ()
+            if Path(f).parts[0] != '..'}
+
+
+def _fresh_environment(path, wheel):
+    r"""A virtual environment at :obj:`path` holding the wheel and the
+    distributions it requires, and nothing else: their files are links to
+    this environment's copies (an install from a package index, without
+    its minutes of downloads and unpacking)."""
+    _run(sys.executable, '-m', 'venv', '--without-pip', path, cwd=path.parent)
+    python = path / 'bin' / 'python'
+    site = Path(_run(python, '-c', 'import sysconfig; print(sysconfig.'
+                     'get_paths()["purelib"])', cwd=path).stdout.strip())
+    needed = _requirements(wheel)
+    owners = {}
+    for dist in importlib.metadata.distributions():
+        for top in _top_level(dist):
+            owners.setdefault(top, set()).add(
+                canonicalize_name(dist.metadata['Name']))
+    for dist in needed.values():
+        for top in _top_level(dist):
+            if owners[top] <= set(needed):  # a folder of its own: link it
+                if not (site / top).exists():
+                    (site / top).symlink_to(dist.locate_file(top))
+                continue
+            for file in dist.files:  # shared with others: its files only
+                if Path(file).parts[0] == top:
+                    (site / file).parent.mkdir(parents=True, exist_ok=True)
+                    (site / file).symlink_to(dist.locate_file(file))
+    _run(sys.executable, '-m', 'pip', '--python', python, 'install',
+         '--no-deps', '--no-index', wheel, cwd=path)
+    return python, site
+
+
+@needs_mirror
+def test_wheel_without_extras_trains_on_cora(tmp_path):
     # Build the wheel from a copy of the sources.
     src = tmp_path / 'src'
     src.mkdir()
@@ -31,32 +98,78 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
          '--no-build-isolation', '-w', tmp_path / 'dist', src, cwd=tmp_path)
     wheel, = (tmp_path / 'dist').glob('gnorm-*.whl')
 
-    # A fresh environment: its own site-packages get the wheel; torch & co.
-    # come from this environment's site-packages through a .pth file (its
-    # own .pth files, among them gnorm's editable install, are not run).
-    venv = tmp_path / 'venv'
-    _run(sys.executable, '-m', 'venv', '--without-pip', venv, cwd=tmp_path)
-    python = venv / 'bin' / 'python'
-    site = Path(_run(python, '-c', 'import sysconfig; print(sysconfig.'
-                     'get_paths()["purelib"])', cwd=tmp_path).stdout.strip())
-    (site / 'deps.pth').write_text(sysconfig.get_paths()['purelib'] + '\n')
-    _run(sys.executable, '-m', 'pip', '--python', python, 'install',
-         '--no-deps', '--no-index', wheel, cwd=tmp_path)
-
+    python, site = _fresh_environment(tmp_path / 'venv', wheel)
     assert (site / 'gnorm' / 'conf' / 'train.yaml').is_file()
     assert (site / 'gnorm' / 'conf' / 'norm' / 'contranorm.yaml').is_file()
+    # The extras are not there (ogb would bring scipy along).
+    proc = subprocess.run([python, '-c', 'import ogb'], capture_output=True)
+    assert proc.returncode != 0
 
+    # Outside the repository, a real dataset: PyG's Planetoid reads
+    # pickled scipy matrices, which csbm never needs.
     elsewhere = tmp_path / 'elsewhere'
     elsewhere.mkdir()
-    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'GNORM_DATA_MIRROR': MIRROR}
+    env.pop('PYTHONPATH', None)
+    _run(python.parent / 'gnorm-train', 'dataset=cora',
+         'layers=2', 'norm=contranorm', 'train.epochs=2', 'threads=1',
+         'hydra.run.dir=a', cwd=elsewhere, env=env)
+    assert '"status": "ok"' in (elsewhere / 'a' / 'results.json').read_text()
+    help = _run(python, '-m', 'gnorm.train', '--help', cwd=elsewhere,
+                env=env).stdout
+    assert 'layers' in help and 'cora' in help
 
-    job = ['dataset=csbm', 'layers=2', 'train.epochs=2']
-    _run(python, '-m', 'gnorm.train', *job, 'hydra.run.dir=a',
-         cwd=elsewhere, env=env)
-    script = venv / 'bin' / 'gnorm-train'
-    _run(script, *job, 'hydra.run.dir=b', cwd=elsewhere, env=env)
-    for run in ('a', 'b'):
-        assert '"status": "ok"' in (elsewhere / run / 'results.json'
-                                    ).read_text()
-    help = _run(script, '--help', cwd=elsewhere, env=env).stdout
-    assert 'layers' in help and 'csbm' in help
+
+# gnorm.train's modules, each importing only those before it.
+TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'node', 'graph',
+                'run', 'sweep', 'arguments', 'command')
+# gnorm's packages and modules, each importing only those before it.
+PACKAGE_LAYERS = ('__init__', 'errors', 'run_keys', 'nn', 'metrics', 'data',
+                  'models', 'train', 'results')
+
+
+def _imports(path):
+    r"""Every module :obj:`path` imports, at any depth of its code."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f'{node.module}.{a.name}' for a in node.names)
+
+
+def _part(module, prefix):
+    return module[len(prefix):].split('.')[0] \
+        if module.startswith(prefix) else None
+
+
+def test_imports_run_one_way():
+    gnorm = REPO / 'gnorm'
+    for path in gnorm.rglob('*.py'):
+        rel = path.relative_to(gnorm)
+        mine = PACKAGE_LAYERS.index(rel.parts[0].removesuffix('.py'))
+        for module in _imports(path):
+            other = _part(module, 'gnorm.')
+            if other in PACKAGE_LAYERS:
+                assert PACKAGE_LAYERS.index(other) <= mine, (rel, module)
+    train = gnorm / 'train'
+    assert {p.stem for p in train.glob('*.py')} == {
+        *TRAIN_LAYERS, '__init__', '__main__'}
+    for name in TRAIN_LAYERS:
+        for module in _imports(train / f'{name}.py'):
+            assert module != 'gnorm.train', (name, 'imports the package')
+            other = _part(module, 'gnorm.train.')
+            if other in TRAIN_LAYERS:
+                assert TRAIN_LAYERS.index(other) < TRAIN_LAYERS.index(name), \
+                    (name, module)
+    plugin = REPO / 'hydra_plugins' / 'gnorm_sweeper' / 'gnorm_sweeper.py'
+    assert {m for m in _imports(plugin) if m.startswith('gnorm')} == {
+        'gnorm.train.sweep', 'gnorm.train.sweep.BatchedSweeper'}
+
+
+def test_hydra_internals_only_in_the_adapter():
+    users = {path.relative_to(REPO).as_posix()
+             for folder in ('gnorm', 'hydra_plugins')
+             for path in (REPO / folder).rglob('*.py')
+             if any(m.startswith('hydra._internal') for m in _imports(path))}
+    assert users == {'gnorm/train/hydra_adapter.py'}

@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import re
 import signal
@@ -6,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -14,7 +16,7 @@ from omegaconf import read_write
 
 from gnorm.data import PYG_DATASETS, raw_files
 from gnorm.errors import ConfigError, TrainingError
-from gnorm.train import CONF_DIR, train
+from gnorm.train import CONF_DIR, train, write_json
 from conftest import MIRROR, compose_train, needs_mirror
 
 
@@ -126,41 +128,66 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
     (['train.log_every=-1'], 'train.log_every must be an integer >= 0'),
 ])
 def test_bad_config(tmp_path, overrides, match):
+    # Refused before training starts: no run folder, nothing written.
     with pytest.raises(ConfigError, match=match):
-        train(compose_train(*TINY, *overrides), output_dir=tmp_path)
-    results = _read(tmp_path)  # the run folder records the failure
-    assert results['status'] == 'failed'
-    assert re.search(match, results['error'])
+        train(compose_train(*TINY, *overrides), output_dir=tmp_path / 'run')
+    assert not (tmp_path / 'run').exists()
+
+
+def test_results_keep_float32_values_short(tmp_path):
+    written = write_json(tmp_path / 'r.json', {
+        'acc': float(np.float32(0.1)), 'exact': 1 / 3, 'nan': math.nan,
+        'curve': [float(np.float32(0.798)), 2.5]})
+    text = (tmp_path / 'r.json').read_text()
+    assert '"acc": 0.1,' in text and '0.10000000149011612' not in text
+    assert '"exact": 0.3333333333333333' in text  # a float64 stays as is
+    assert '"curve": [0.798, 2.5]' in text and '"nan": null' in text
+    assert written == json.loads(text)
+
+
+# The command line in a subprocess imports gnorm from this checkout (not
+# from wherever the environment's install points).
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1',
+       'PYTHONPATH': os.pathsep.join([str(Path(__file__).parents[1]),
+                                      os.environ.get('PYTHONPATH', '')])}
 
 
 def _cli(*args, cwd, env=None):
-    env = {**os.environ, 'OMP_NUM_THREADS': '1', **(env or {})}
+    env = {**ENV, **(env or {})}
     return subprocess.run([sys.executable, '-m', 'gnorm.train', *args],
                           cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=300)
 
 
 # One command per way an error reaches the command line: before Hydra
-# composes (unknown option, unknown key), inside train() (bad value,
-# missing data).
+# composes (unknown option, unknown key), before training starts (bad
+# value, no such device, a model of another task, missing data). None of
+# them leaves a run folder.
 @pytest.mark.parametrize('args,code,match', [
     (['dataset=pubmed'], 2, "error: unknown dataset 'pubmed'"),
     (['layer=3'], 2, "error: unknown key 'layer' in layer=3; closest keys: "
                      "layers"),
-    (['norm=contranorm', 'norm.scale=-1'], 2, 'error: norm.scale must be'),
+    (['layers=-1'], 2, 'error: layers must be an integer >= 1, got -1'),
+    (['dataset=cora', 'model=graphormer'], 2,
+     'error: dataset=cora is a node-level task and takes model=gcn, got '
+     'model=graphormer'),
     (['dataset=citeseer', 'data.mirror=EMPTY', 'data.root=ROOT'], 1,
      "error: dataset 'citeseer': the mirror lacks 8 raw file(s)"),
+    pytest.param(['device=cuda'], 2, 'error: device=cuda but no CUDA device',
+                 marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                          reason='a GPU is visible')),
 ])
 def test_cli_errors(tmp_path, args, code, match):
     (tmp_path / 'empty').mkdir()
     args = [a.replace('EMPTY', str(tmp_path / 'empty'))
             .replace('ROOT', str(tmp_path / 'data')) for a in args]
-    proc = _cli(*args, 'hydra.run.dir=run', cwd=tmp_path)
+    proc = _cli(*args, cwd=tmp_path)
     assert proc.returncode == code
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(match)
     assert 'Traceback' not in proc.stdout + proc.stderr
+    assert not (tmp_path / 'outputs').exists()  # no run folder
 
 
 @pytest.mark.parametrize('sig,code', [(signal.SIGINT, 130),
@@ -168,7 +195,7 @@ def test_cli_errors(tmp_path, args, code, match):
 def test_cli_signal_stops_cleanly(tmp_path, sig, code):
     # A real run, stopped once its log shows training: no traceback, exit
     # status 128 + signal, results.json with the curve so far.
-    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    env = ENV
     proc = subprocess.Popen(
         [sys.executable, '-m', 'gnorm.train', 'dataset=csbm',
          'dataset.num_nodes=200', 'layers=2', 'train.epochs=100000',

@@ -7,30 +7,27 @@ Configuration lives in ``conf/`` (primary config ``conf/train.yaml``). Each
 run writes ``results.json`` into its Hydra output folder and prints one
 summary line. :func:`train` is the plain function behind the command line.
 
-* :mod:`gnorm.train.run`: what every task shares (config checks, seeding,
-  device, results files, resuming, recording failed and interrupted runs,
-  the command line);
+Modules, each importing only those above it in this list:
+
+* :mod:`gnorm.train.common`: what the others share (the config folder,
+  config checks, results files, finished runs, batches of runs);
+* :mod:`gnorm.train.hydra_adapter`: the only use of Hydra's internals;
 * :mod:`gnorm.train.progress`: progress bar and log lines of a loop;
-* :mod:`gnorm.train.arguments`: unknown options and keys, ``--help``;
 * :mod:`gnorm.train.node`: node classification, full batch; many runs as
   one model;
 * :mod:`gnorm.train.graph`: graph-level prediction (Graphormer);
+* :mod:`gnorm.train.run`: training runs for every task (seeding, device,
+  resuming, batches, recording failed and interrupted runs);
 * :mod:`gnorm.train.sweep`: ``-m`` sweeps whose jobs each train a batch of
-  runs as one model.
+  runs as one model;
+* :mod:`gnorm.train.arguments`: unknown options and keys, ``--help``;
+* :mod:`gnorm.train.command`: the command line.
 """
-from gnorm.train.run import (
-    CONF_DIR,
-    check_config,
-    cli,
-    main,
-    resolve_device,
-    seed_everything,
-    train,
-    train_runs,
-    write_json,
-)
+from gnorm.train.common import CONF_DIR, check_config, write_json
 from gnorm.train.node import build_model, load_data
+from gnorm.train.run import resolve_device, seed_everything, train, train_runs
 from gnorm.train.arguments import check_choices, check_keys, help_text
+from gnorm.train.command import cli, main
 
 __all__ = [
     'CONF_DIR',

@@ -1,4 +1,4 @@
-from gnorm.train.run import cli
+from gnorm.train.command import cli
 
 if __name__ == '__main__':
     cli()

@@ -15,6 +15,8 @@ from gnorm.train.run import CONF_DIR
 
 # Command-line flags after which the config folder may not be ours.
 OTHER_CONFIGS = ('--config-dir', '-cd', '--config-path', '-cp')
+# Keys that gnorm's sweeper sets, never suggested for a typo.
+SET_BY_GNORM = ('batch_file', )
 
 
 def _overrides(argv: List[str]) -> Iterator[Any]:
@@ -86,22 +88,41 @@ def _keys(node: Any, prefix: str = '') -> Iterator[str]:
 def config_keys(conf_dir: Path, choices: List[List[str]]) -> Set[str]:
     r"""The keys of the configs composed with each of :obj:`choices` (lists
     of group overrides such as ``['norm=pairnorm']``)."""
+    return set().union(*_keys_per_choice(conf_dir, choices))
+
+
+def _keys_per_choice(conf_dir: Path,
+                     choices: List[List[str]]) -> List[Set[str]]:
+    r"""The keys of the config composed with each of :obj:`choices`."""
     from hydra import compose, initialize_config_dir
-    keys: Set[str] = set()
+    keys = []
     with initialize_config_dir(config_dir=str(conf_dir), version_base='1.3'):
         for overrides in choices:
             cfg = compose('train', overrides=overrides)
-            keys.update(_keys(OmegaConf.to_container(cfg, resolve=False)))
+            keys.append(set(_keys(OmegaConf.to_container(cfg,
+                                                         resolve=False))))
     return keys
+
+
+def _option_keys(conf_dir: Path, known: Set[str],
+                 ) -> Dict[Tuple[str, str], Set[str]]:
+    r"""The keys of the config with each option of each group (but
+    ``experiment``, whose overlays pick options of the others) on its
+    own."""
+    picks = [(group, option) for group in sorted(known - {'experiment'})
+             for option in options(conf_dir, group)]
+    return dict(zip(picks, _keys_per_choice(
+        conf_dir, [[f'{group}={option}'] for group, option in picks])))
 
 
 def closest(key: str, keys: Set[str]) -> List[str]:
     r"""Up to three keys of :obj:`keys` that :obj:`key` may be a typo of:
     close as a whole (``norm.scal``: ``norm.scale``) or by the last part
-    (``lr``: ``train.lr``)."""
+    (``lr``: ``train.lr``); never keys that only gnorm sets
+    (:data:`SET_BY_GNORM`)."""
     leaf = key.rsplit('.', 1)[-1]
     scored = []
-    for other in keys:
+    for other in keys - set(SET_BY_GNORM):
         score = max(difflib.SequenceMatcher(None, key, other).ratio(),
                     difflib.SequenceMatcher(None, leaf,
                                             other.rsplit('.', 1)[-1]).ratio()
@@ -142,51 +163,60 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
         first[:i] + [f'{name}={value}'] + first[i + 1:]
         for i, (name, values) in enumerate(picks) for value in values[1:]]
     keys = config_keys(conf_dir, choices)
+    option_keys: Dict[Tuple[str, str], Set[str]] = {}
     for override in keys_to_check:
         key = override.key_or_group
         text = override.input_line
-        near = closest(key, keys - {key})
-        hint = (f"closest keys: {', '.join(near)}" if near else
-                _other_options_hint(key, conf_dir, known) or
-                "python -m gnorm.train --cfg job lists the keys")
-        if override.is_add() or override.is_force_add():
-            if override.is_add() and key in keys:
+        if key in keys:
+            if override.is_add():
                 raise ConfigError(f"{key} is in the config already; pass "
                                   f"{text.lstrip('+')} without the +")
-            if key not in keys and near:
-                raise ConfigError(f"unknown key {key!r} in {text} (a + adds "
-                                  f"a key that nothing reads); {hint}")
-        elif key not in keys:
-            raise ConfigError(f"unknown key {key!r} in {text}; {hint}")
+            continue
+        near = closest(key, keys)
+        if near:
+            hint = f"closest keys: {', '.join(near)}"
+        else:
+            option_keys = option_keys or _option_keys(conf_dir, known)
+            hint = _other_options_hint(key, keys, option_keys)
+        if not (override.is_add() or override.is_force_add()):
+            raise ConfigError(f"unknown key {key!r} in {text}; " + (
+                hint or "python -m gnorm.train --cfg job lists the keys"))
+        if hint:
+            raise ConfigError(f"unknown key {key!r} in {text} (a + adds "
+                              f"a key that nothing reads); {hint}")
 
 
-def _other_options_hint(key: str, conf_dir: Path, known: Set[str]) -> str:
-    r"""For a key of a group (``norm.scal``) close to a key of other options
-    of that group: the closest such keys and the options that have them."""
-    group = key.split('.')[0]
-    if group not in known:
-        return ''
-    found: Dict[str, List[str]] = {}
-    for option in options(conf_dir, group):
-        for near in closest(key, config_keys(conf_dir,
-                                             [[f'{group}={option}']])):
-            found.setdefault(near, []).append(option)
-    return '; '.join(f"closest key: {near} (with {group}="
-                     f"{'|'.join(names)})" for near, names in found.items())
+def _other_options_hint(key: str, keys: Set[str],
+                        option_keys: Dict[Tuple[str, str], Set[str]]) -> str:
+    r"""For a key that other options of a group have (``train.batch_size``:
+    the graph datasets), or one close to such a key (``norm.scal``), those
+    keys and the options that have them; nothing if there are none."""
+    found: Dict[str, Dict[str, List[str]]] = {}
+    for (group, option), other in option_keys.items():
+        for near in closest(key, other - keys):
+            found.setdefault(near, {}).setdefault(group, []).append(option)
+    if key in found:
+        found = {key: found[key]}
+    hints = []
+    for near, owners in found.items():
+        where = ' or '.join(f"{group}={'|'.join(names)}"
+                            for group, names in owners.items())
+        hints.append(f"only {where} have it" if near == key else
+                     f"closest key: {near} (with {where})")
+    return '; '.join(hints)
 
 
 _LINE = re.compile(r'^(?P<indent> *)(?P<item>- )?(?P<key>[\w.]+):[ ]*'
                    r'(?P<value>.*?)[ ]*(?:#[ ]?(?P<comment>.*))?$')
 
 
-def help_text(conf_dir: Path = CONF_DIR) -> str:
-    r"""The text of ``python -m gnorm.train --help``: the config groups
-    with their options, and the keys of ``conf/train.yaml`` with their
-    default and comment."""
+def _rows(path: Path) -> Tuple[Dict[str, str], List[Tuple[str, str, str]]]:
+    r"""The defaults list (group: default option) and the keys of the
+    config file :obj:`path`, each as (dotted key, default, comment)."""
     group_default: Dict[str, str] = {}
     rows = []
     section = None
-    for line in (conf_dir / 'train.yaml').read_text().splitlines():
+    for line in path.read_text().splitlines():
         match = _LINE.match(line)
         if match is None:
             continue
@@ -200,6 +230,24 @@ def help_text(conf_dir: Path = CONF_DIR) -> str:
                 rows.append((key, value, comment))
         elif section is not None:
             rows.append((f'{section}.{key}', value, comment))
+    return group_default, rows
+
+
+def graph_datasets(conf_dir: Path) -> List[str]:
+    r"""The options of ``dataset`` whose task is graph-level."""
+    return [name for name in options(conf_dir, 'dataset') if OmegaConf.load(
+        conf_dir / 'dataset' / f'{name}.yaml').get('task') == 'graph']
+
+
+def help_text(conf_dir: Path = CONF_DIR) -> str:
+    r"""The text of ``python -m gnorm.train --help``: the config groups
+    with their options, the keys of ``conf/train.yaml`` and the training
+    keys of the graph-level datasets (``conf/train_graph.yaml``), each with
+    its default and comment."""
+    group_default, rows = _rows(conf_dir / 'train.yaml')
+    _, graph_rows = _rows(conf_dir / 'train_graph.yaml')
+    graph_rows = [(f'train.{key}', value, comment)
+                  for key, value, comment in graph_rows]
     lines = ['python -m gnorm.train [KEY=VALUE ...]   (same: gnorm-train)',
              '',
              'Trains one model and writes results.json into its run folder;',
@@ -213,14 +261,19 @@ def help_text(conf_dir: Path = CONF_DIR) -> str:
         names = [f'{o} (default)' if o == default else o
                  for o in options(conf_dir, group)]
         lines.append(f'  {group:<20} {" | ".join(names)}')
-    lines += ['', 'Keys (KEY=VALUE, default in brackets):']
-    width = max(len(key) for key, _, _ in rows)
-    for key, value, comment in rows:
-        lines.append(f'  {key:<{width}}  [{value}]  {comment}'.rstrip())
+    width = max(len(key) for key, _, _ in rows + graph_rows)
+
+    def table(rows):
+        return [f'  {key:<{width}}  [{value}]  {comment}'.rstrip()
+                for key, value, comment in rows]
+
+    graph = '|'.join(graph_datasets(conf_dir))
+    lines += ['', 'Keys (KEY=VALUE, default in brackets):', *table(rows),
+              '', f'Training keys of dataset={graph} (model=graphormer), '
+              f'set or added by those datasets:', *table(graph_rows)]
     lines += ['',
               'Keys of a group option, e.g. norm.scale: python -m '
               'gnorm.train norm=contranorm --cfg job',
               "Hydra's own options (--cfg, --multirun, ...): python -m "
               'gnorm.train --hydra-help']
     return '\n'.join(lines)
-

@@ -40,7 +40,7 @@ from gnorm.data.molecules import GRAPH_DATASETS, load_graph_dataset
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
 from gnorm.train.progress import Progress
-from gnorm.train.run import is_int, one_line, result_config
+from gnorm.train.common import is_int, one_line, option, result_config
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ def check_config(cfg: DictConfig) -> None:
     target = cfg.model.get('_target_')
     if target != 'gnorm.models.Graphormer':
         raise ConfigError(f"dataset={name} is a graph-level task; pass "
-                          f"model=graphormer (got {target})")
+                          f"model=graphormer (got "
+                          f"{option('model', cfg.model)})")
     allowed = set(inspect.signature(Graphormer).parameters) | {'_target_'}
     gcn_only = set(inspect.signature(DeepGCN).parameters) - allowed
     for key in cfg.model:
@@ -69,10 +70,10 @@ def check_config(cfg: DictConfig) -> None:
             raise ConfigError(f"model=graphormer takes no option "
                               f"model.{key}{hint}; remove it")
     if cfg.norm.get('_target_') in _REFUSED_NORMS:
-        raise ConfigError(f"model=graphormer cannot use norm "
-                          f"{cfg.norm._target_} (not a per-token normaliser)"
-                          f"; pass norm=layernorm, sepnorm, contranorm or "
-                          f"contranorm_d")
+        raise ConfigError(f"model=graphormer cannot use "
+                          f"{option('norm', cfg.norm)} (not a per-token "
+                          f"normaliser); pass norm=none, layernorm, sepnorm, "
+                          f"contranorm or contranorm_d")
     if not is_int(cfg.model.max_dist) or cfg.model.max_dist < 1:
         raise ConfigError(f"model.max_dist must be an integer >= 1, got "
                           f"{cfg.model.max_dist!r}; pass e.g. "

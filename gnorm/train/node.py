@@ -26,7 +26,8 @@ from gnorm.metrics import (
 )
 from gnorm.run_keys import drop_keys
 from gnorm.train.progress import Progress
-from gnorm.train.run import free_memory, is_int, one_line, result_config
+from gnorm.train.common import (free_memory, is_int, one_line, option,
+                                 result_config)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def check_config(cfg: DictConfig) -> None:
                           f"{cfg.split_index!r}")
     if cfg.model._target_ != 'gnorm.models.DeepGCN':
         raise ConfigError(f"dataset={cfg.dataset.name} is a node-level task "
-                          f"and takes model=gcn, got {cfg.model._target_}")
+                          f"and takes model=gcn, got "
+                          f"{option('model', cfg.model)}")
     if cfg.norm._target_ == 'gnorm.nn.SepNorm':
         raise ConfigError("norm=sepnorm normalises a graph token apart from "
                           "the others and needs model=graphormer on a "
@@ -217,7 +219,7 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         r.update(curve={k: [] for k in CURVE}, best_epoch=0, best=None)
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     alive = torch.ones(runs, dtype=torch.bool, device=data.y.device)
-    desc = 'train' if runs == 1 else f'train {runs} runs'
+    desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
     with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
         for epoch in range(1, epochs + 1):
             model.train()

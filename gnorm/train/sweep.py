@@ -17,12 +17,21 @@ are those of the basic sweeper.
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from gnorm.train.common import (
+    finished_run,
+    group_batches,
+    is_int,
+    task_module,
+)
+from gnorm.train.hydra_adapter import job_overrides
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +46,37 @@ def _quoted(text: str) -> str:
 def _batch_size(cfg: DictConfig) -> Optional[int]:
     r"""The ``batch_runs`` of :obj:`cfg`: :obj:`None` for ``auto``, 1 for a
     bad value."""
-    from gnorm.train.run import is_int  # as check_config validates it
     size = cfg.get('batch_runs', 1)
     if size == 'auto':
         return None
     return size if is_int(size) and size > 0 else 1
 
 
-class BatchedSweeper(BasicSweeper):
+class BatchedSweeper(Sweeper):
     r"""Hydra's basic sweeper, each launched job training a batch of runs
-    as one model (see the module's documentation)."""
+    as one model (see the module's documentation).
+
+    Args:
+        max_batch_size (int, optional): Not used (runs are grouped by
+            ``batch_runs``); the key of Hydra's basic sweeper.
+            (default: :obj:`None`)
+        params (dict, optional): Overrides swept in every multirun, e.g.
+            ``{'seed': '0,1,2'}``. (default: :obj:`None`)
+    """
+    def __init__(self, max_batch_size: Optional[int] = None,
+                 params: Optional[Dict[str, str]] = None):
+        super().__init__()
+        self.params = params or {}
+        self.hydra_context: Optional[HydraContext] = None
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext,
+              task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function,
+            config=config)
 
     def _run(self, overrides: List[str], num: int) -> Dict[str, Any]:
         r"""Run :obj:`num` of the sweep: its config, output folder and
@@ -58,13 +88,18 @@ class BatchedSweeper(BasicSweeper):
             config.hydra.job.id = str(num)
         HydraConfig.instance().set_config(config)
         sweep = config.hydra.sweep
+        folder = Path(str(sweep.dir)).absolute() / str(sweep.subdir)
+        hydra = OmegaConf.to_container(config.hydra, resolve=False,
+                                       enum_to_str=True)
+        hydra['runtime']['output_dir'] = str(folder)  # as Hydra records it
         choices = {k: v for k, v in config.hydra.runtime.choices.items()
                    if not k.startswith('hydra/') and k != 'hydra'}
         task = OmegaConf.masked_copy(config, [k for k in config
                                               if k != 'hydra'])
         return {'overrides': list(overrides), 'subdir': str(sweep.subdir),
-                'dir': str(Path(str(sweep.dir)) / str(sweep.subdir)),
+                'dir': str(folder),
                 'config': OmegaConf.to_container(task, resolve=False),
+                'hydra': hydra,
                 'info': {'choices': choices,
                          'overrides': list(config.hydra.overrides.task)},
                 'cfg': task}
@@ -72,7 +107,6 @@ class BatchedSweeper(BasicSweeper):
     def _batches(self, jobs: Sequence[List[str]]) -> List[List[Dict]]:
         r"""The runs of :obj:`jobs` (one override list each), unfinished
         ones only, grouped into batches."""
-        from gnorm.train.run import finished_run, group_batches, task_module
         runs, keys = [], []
         for num, overrides in enumerate(jobs):
             run = self._run(overrides, num)
@@ -93,15 +127,8 @@ class BatchedSweeper(BasicSweeper):
             or len(group))]
 
     def sweep(self, arguments: List[str]) -> Any:
-        parser = OverridesParser.create(
-            config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides(self._parse_config() + arguments)
-        jobs = [job for chunk in self.split_arguments(overrides, None)
-                for job in chunk]
-        if self.config.get('batch_runs', 1) == 1 and not any(
-                o.get_key_element() == 'batch_runs' for o in overrides):
-            return super().sweep(arguments)
-
+        jobs = job_overrides(self.hydra_context.config_loader, self.params,
+                             arguments)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / 'multirun.yaml')
@@ -116,7 +143,8 @@ class BatchedSweeper(BasicSweeper):
                 name = first['subdir'].replace('/', '_')
                 path = folder / f'{name}.json'
                 path.write_text(json.dumps([
-                    {key: run[key] for key in ('dir', 'config', 'info')}
+                    {key: run[key] for key in ('dir', 'config', 'info',
+                                               'hydra')}
                     for run in batch], indent=1) + '\n')
                 job.append(f'batch_file={_quoted(str(path.resolve()))}')
             job.append(f'hydra.sweep.subdir={_quoted(first["subdir"])}')
@@ -132,15 +160,15 @@ class BatchedSweeper(BasicSweeper):
         return [returns]
 
 
-def load_batch(path: str,
-               ) -> Tuple[List[DictConfig], List[str], List[Dict]]:
-    r"""The configs, output folders and Hydra records of the runs listed in
-    the batch file :obj:`path` (written by :class:`BatchedSweeper`)."""
+def load_batch(path: str) -> List[Dict[str, Any]]:
+    r"""The runs listed in the batch file :obj:`path` (written by
+    :class:`BatchedSweeper`), each with its ``config`` (a
+    :class:`DictConfig` without ``batch_file``), ``dir`` (output folder),
+    ``info`` (group choices and overrides for ``results.json``) and
+    ``hydra`` (the ``hydra`` node of its config)."""
     runs = json.loads(Path(path).read_text())
-    cfgs: List[DictConfig] = []
     for run in runs:
-        cfg = OmegaConf.create(run['config'])
-        with open_dict(cfg):
-            cfg.batch_file = None
-        cfgs.append(cfg)
-    return cfgs, [r['dir'] for r in runs], [r['info'] for r in runs]
+        run['config'] = OmegaConf.create(run['config'])
+        with open_dict(run['config']):
+            run['config'].batch_file = None
+    return runs

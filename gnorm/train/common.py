@@ -1,0 +1,219 @@
+r"""What the parts of :mod:`gnorm.train` share, below all of them: the
+config folder, config checks, results files, finished runs, batches of
+runs, and the resolvers of the Hydra configs.
+
+Imports run one way: this module; the tasks (:mod:`gnorm.train.node`,
+:mod:`gnorm.train.graph`, picked by name in :func:`task_module`), the
+loop over runs (:mod:`gnorm.train.run`) and the sweeper
+(:mod:`gnorm.train.sweep`, through :mod:`gnorm.train.hydra_adapter`) on
+it; the command line (:mod:`gnorm.train.command`) on top.
+"""
+import importlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
+
+from gnorm.errors import ConfigError
+from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys
+
+# The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
+# them there), else conf/ at the top of the repository (a checkout or an
+# editable install).
+_PACKAGE = Path(__file__).resolve().parents[1]
+CONF_DIR = next((d for d in (_PACKAGE / 'conf', _PACKAGE.parent / 'conf')
+                 if d.is_dir()), _PACKAGE.parent / 'conf')
+TASKS = {'node': 'gnorm.train.node', 'graph': 'gnorm.train.graph'}
+SELECT = ('best_val', 'last')
+
+# `${gnorm.tail:${hydra.job.override_dirname}}` in conf/hydra/default.yaml:
+# the overrides after a comma, or nothing when there are none.
+OmegaConf.register_new_resolver(
+    'gnorm.tail', lambda text: f',{text}' if text else '', replace=True)
+# `${gnorm.not_result_keys:dataset,norm}`: the keys left out of run-folder
+# names, those named plus NOT_RESULT_KEYS.
+OmegaConf.register_new_resolver(
+    'gnorm.not_result_keys', lambda *keys: [*keys, *NOT_RESULT_KEYS],
+    replace=True)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_config(cfg: DictConfig) -> None:
+    r"""Raises :class:`ConfigError` with a one-line fix for bad values of
+    the keys every task has, then of the keys of :obj:`cfg`'s task."""
+    if not is_int(cfg.seed) or cfg.seed < 0:
+        raise ConfigError(f"seed must be an integer >= 0, got {cfg.seed!r}")
+    if cfg.select not in SELECT:
+        raise ConfigError(f"unknown select={cfg.select!r}; pass best_val "
+                          f"or last")
+    if not is_int(cfg.train.epochs) or cfg.train.epochs < 1:
+        raise ConfigError(f"train.epochs must be an integer >= 1, got "
+                          f"{cfg.train.epochs!r}")
+    if not is_int(cfg.train.log_every) or cfg.train.log_every < 0:
+        raise ConfigError(f"train.log_every must be an integer >= 0, got "
+                          f"{cfg.train.log_every!r}; pass e.g. "
+                          f"train.log_every=10")
+    if cfg.threads is not None and (not is_int(cfg.threads)
+                                    or cfg.threads < 1):
+        raise ConfigError(f"threads must be an integer >= 1 or null, got "
+                          f"{cfg.threads!r}; pass e.g. threads=2")
+    for key in ('lr', 'weight_decay'):
+        value = cfg.train[key]
+        if not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"train.{key} must be a number >= 0, got "
+                              f"{value!r}")
+    runs = cfg.get('batch_runs', 'auto')
+    if runs != 'auto' and (not is_int(runs) or runs < 1):
+        raise ConfigError(f"batch_runs must be auto or an integer >= 1, got "
+                          f"{runs!r}; pass e.g. batch_runs=auto")
+    scale = cfg.norm.get('scale', None)
+    if scale is not None and (not isinstance(scale, (int, float))
+                              or scale < 0):
+        raise ConfigError(f"norm.scale must be a number >= 0, got "
+                          f"{scale!r}; pass e.g. norm.scale=0.5")
+    task_module(cfg).check_config(cfg)
+
+
+def option(group: str, node: DictConfig) -> str:
+    r"""What one types for the option of config group :obj:`group` that
+    :obj:`node` (e.g. ``cfg.model``) holds, for error messages:
+    ``model=graphormer``, the option of ``conf/<group>/`` with the same
+    ``_target_``; else ``<group>._target_=<target>``."""
+    target = node.get('_target_')
+    for path in sorted((CONF_DIR / group).glob('*.yaml')):
+        if OmegaConf.load(path).get('_target_') == target:
+            return f'{group}={path.stem}'
+    return f'{group}._target_={target}'
+
+
+def one_line(error: BaseException) -> str:
+    r"""The message of :obj:`error` (or of what Hydra wrapped) on one
+    line."""
+    cause = error.__cause__ if isinstance(error, InstantiationException) \
+        and error.__cause__ is not None else error
+    text = str(cause) or type(cause).__name__
+    return ' '.join(text.split())
+
+
+def _json_safe(value: Any) -> Any:
+    r""":obj:`value` as ``results.json`` keeps it: non-finite floats become
+    :obj:`None` (strict JSON), and a float that a float32 holds exactly (a
+    metric of a float32 tensor, :obj:`0.10000000149011612`) the shortest
+    decimal that float32 reads back (:obj:`0.1`); other floats stay."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        single = np.float32(value)
+        return float(str(single)) if float(single) == value else value
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _dumps(value: Any, indent: str = '') -> str:
+    r"""JSON with one key per line and lists of numbers on one line."""
+    inner = indent + ' '
+    if isinstance(value, dict) and value:
+        items = [f'{inner}{json.dumps(str(k))}: {_dumps(v, inner)}'
+                 for k, v in value.items()]
+        return '{\n' + ',\n'.join(items) + f'\n{indent}}}'
+    if isinstance(value, list) and any(isinstance(v, (dict, list))
+                                       for v in value):
+        items = [f'{inner}{_dumps(v, inner)}' for v in value]
+        return '[\n' + ',\n'.join(items) + f'\n{indent}]'
+    return json.dumps(value, allow_nan=False)
+
+
+def write_json(path: Path, obj: Dict[str, Any]) -> Dict[str, Any]:
+    r"""Writes :obj:`obj` to :obj:`path` atomically (temporary file, then
+    :func:`os.replace`); non-finite numbers become :obj:`null`, float32
+    values their shortest decimal. Returns what it wrote."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    obj = _json_safe(obj)
+    tmp = path.with_name(f'.{path.name}.tmp')
+    with open(tmp, 'w') as f:
+        f.write(_dumps(obj) + '\n')
+    os.replace(tmp, path)
+    return obj
+
+
+def result_config(config: Dict[str, Any]) -> Dict[str, Any]:
+    r""":obj:`config` without the keys that do not change what a run
+    computes (:data:`gnorm.run_keys.NOT_RESULT_KEYS`)."""
+    return drop_keys(config)
+
+
+def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
+    r"""The results in :obj:`path` if they are those of a finished run of
+    :obj:`cfg` (``status: ok``), else :obj:`None`. Raises
+    :class:`ConfigError` if a finished run of another config lies there."""
+    if not path.is_file():
+        return None
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # unreadable: run again
+    if results.get('status') != 'ok':
+        return None
+    asked = result_config(_json_safe(OmegaConf.to_container(cfg,
+                                                             resolve=True)))
+    if result_config(results.get('config', {})) != asked:
+        raise ConfigError(f"{path} holds a finished run of another config; "
+                          f"pass resume=false or another output folder")
+    return results
+
+
+def free_memory(device: torch.device) -> int:
+    r"""Bytes free on :obj:`device`: the GPU's free memory, or the
+    system's available memory for the CPU."""
+    if device.type == 'cuda':
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+
+
+def task_module(cfg: DictConfig):
+    r"""The module that trains :obj:`cfg.dataset.task`."""
+    task = cfg.dataset.get('task', 'node')
+    if task not in TASKS:
+        raise ConfigError(f"unknown dataset.task={task!r}; pass one of "
+                          f"{', '.join(TASKS)}")
+    return importlib.import_module(TASKS[task])
+
+
+def main_process() -> bool:
+    r"""Whether this process writes the run's files: always, except in the
+    processes of rank > 0 under ``torchrun``."""
+    return int(os.environ.get('RANK', '0')) == 0
+
+
+def group_batches(keys: Sequence[Any],
+                  size: Callable[[List[int]], int]) -> List[List[int]]:
+    r"""The indices of runs with batch keys :obj:`keys`, grouped by equal
+    key (:obj:`None`: a run alone) and each group cut into batches of
+    :obj:`size(group)` runs."""
+    groups: Dict[Any, List[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(('alone', i) if key is None else key, []).append(i)
+    batches = []
+    for group in groups.values():
+        n = size(group)
+        batches += [group[k:k + n] for k in range(0, len(group), n)]
+    return batches
