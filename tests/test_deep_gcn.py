@@ -268,10 +268,13 @@ def test_sparse_mm_is_the_dense_product(columns, dtype):
                           (20, 30)))
     x = torch.randn(20, columns, dtype=dtype, requires_grad=True)
     out = sparse_mm(pair, x)
-    assert torch.allclose(out, dense @ x)
+    # float32 sums of a few products differ from the dense ones in the last
+    # bits (summation order); |out| reaches ~16 here
+    atol = 1e-5 if dtype == torch.float else 1e-8
+    assert torch.allclose(out, dense @ x, atol=atol)
     grad = torch.randn_like(out)
     out.backward(grad)
-    assert torch.allclose(x.grad, dense.t() @ grad)
+    assert torch.allclose(x.grad, dense.t() @ grad, atol=atol)
 
 
 def test_block_diagonal_pattern_holds_one_copy_per_block():
