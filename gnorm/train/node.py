@@ -5,6 +5,7 @@ stack (the task of ``dataset=cora|citeseer|chameleon|squirrel|csbm``).
 of ``results.json`` already filled in.
 """
 import contextlib
+import copy
 import json
 import logging
 import math
@@ -94,14 +95,44 @@ def matmul_precision(precision: str, device: torch.device):
         torch.backends.cudnn.allow_tf32 = saved[1]
 
 
-def load_data(cfg: DictConfig):
+# Graphs loaded by this process: {(dataset, split, device): Data}, so that a
+# process training many cells (experiments/table3.py) loads each once.
+_DATA_CACHE: Dict[str, Any] = {}
+
+
+def load_data(cfg: DictConfig, device: Optional[torch.device] = None):
     r"""The graph of :obj:`cfg.dataset` with the split :obj:`cfg` asks for,
-    its raw files copied from :obj:`cfg.data.mirror` or downloaded."""
+    its raw files copied from :obj:`cfg.data.mirror` or downloaded, on
+    :obj:`device` (default: the CPU). Loaded once per process for each
+    dataset, split and device: later calls return a shallow copy of the
+    cached graph (setting or moving its attributes leaves the cache as it
+    is; its tensors are shared, so change none in place). The splits of a
+    dataset share one copy of its features and edges."""
     options = {k: v for k, v in OmegaConf.to_container(
         cfg.dataset, resolve=True).items() if k not in _DATASET_META}
-    return load_dataset(cfg.dataset.name, cfg.data.root, cfg.data.mirror,
-                        split=cfg.split, split_index=cfg.split_index,
-                        seed=cfg.seed, test_set=cfg.test_set, **options)
+    device = torch.device(device or 'cpu')
+    split_seed = cfg.seed if cfg.split == 'random' else 0
+    graph_key = json.dumps([cfg.dataset.name, str(cfg.data.root),
+                            str(cfg.data.mirror), options], sort_keys=True)
+    key = json.dumps([graph_key, cfg.split, cfg.split_index, split_seed,
+                      cfg.test_set, str(device)])
+    if key not in _DATA_CACHE:
+        data = load_dataset(cfg.dataset.name, cfg.data.root, cfg.data.mirror,
+                            split=cfg.split, split_index=cfg.split_index,
+                            seed=cfg.seed, test_set=cfg.test_set,
+                            **options).to(device)
+        shared = _DATA_CACHE.get(json.dumps([graph_key, str(device)]))
+        for name in ('x', 'edge_index', 'y'):
+            if shared is not None and torch.equal(shared[name], data[name]):
+                data[name] = shared[name]  # one copy for all splits
+        _DATA_CACHE.setdefault(json.dumps([graph_key, str(device)]), data)
+        _DATA_CACHE[key] = data
+    return copy.copy(_DATA_CACHE[key])
+
+
+def clear_data_cache() -> None:
+    r"""Forgets the graphs :func:`load_data` keeps."""
+    _DATA_CACHE.clear()
 
 
 def norm_factory(cfg: DictConfig):
@@ -414,21 +445,24 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
     return ' | '.join(parts)
 
 
-def load_runs(cfgs: Sequence[DictConfig]):
+def load_runs(cfgs: Sequence[DictConfig],
+              device: Optional[torch.device] = None):
     r"""The graph of the runs :obj:`cfgs` (which differ at most in seed,
-    split index and norm), with each run's split: masks :obj:`[runs,
-    nodes]`. Raises :class:`ConfigError` if the runs do not share their
-    graph."""
+    split index and norm) on :obj:`device`, with each run's split: masks
+    :obj:`[runs, nodes]` (on a copy: the graphs :func:`load_data` caches
+    keep their own masks). Raises :class:`ConfigError` if the runs do not
+    share their graph."""
     loaded: Dict[tuple, Any] = {}
     datas = []
     for c in cfgs:  # runs of one split share its loading
         key = (c.split, c.split_index, c.seed if c.split == 'random' else 0)
         if key not in loaded:
-            loaded[key] = load_data(c)
+            loaded[key] = load_data(c, device)
         datas.append(loaded[key])
     data = datas[0]
     for other in datas[1:]:
-        if other is not data and not all(torch.equal(data[k], other[k])
+        if other is not data and not all(data[k] is other[k] or
+                                         torch.equal(data[k], other[k])
                    for k in ('x', 'edge_index', 'y')):
             raise ConfigError("the runs of one batch must share their graph "
                               "and features; pass batch_runs=1")
@@ -451,7 +485,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     collapse metrics. A run whose loss stops being finite is marked
     ``status: failed`` (:func:`gnorm.train.run.train_runs` records it)."""
     cfg = cfgs[0]
-    data = load_runs(cfgs)
+    data = load_runs(cfgs, device)
     num_classes = int(data.y.max()) + 1
     generators = [torch.Generator().manual_seed(c.seed) for c in cfgs]
     model = build_model(cfg, data.num_features, num_classes,
