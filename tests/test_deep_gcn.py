@@ -285,3 +285,51 @@ def test_block_diagonal_pattern_holds_one_copy_per_block():
     blocks = csr_pattern(block_diagonal(row, col, (5, 4), 2), values,
                          (10, 8)).to_dense()
     assert torch.equal(blocks, torch.block_diag(dense, 2 * dense))
+
+
+# --- Issue 17: the graph derived and checked once per graph ---
+
+def _contra_model(runs=None, dropout=0.0):
+    norm = functools.partial(ContraNorm, negatives='non_neighbors',
+                             symmetric=True)
+    return DeepGCN(5, 3, num_layers=4, hidden_channels=8, dropout=dropout,
+                   norm=norm, runs=runs)
+
+
+def test_deep_gcn_prepares_the_graph_once(monkeypatch):
+    from gnorm.models import deep_gcn
+    from gnorm.nn import contra_norm
+    x, edge_index = _graph()
+    model = _contra_model().double()
+    x = x.double()
+    calls = []
+    build = deep_gcn.masked_pairs
+    monkeypatch.setattr(deep_gcn, 'masked_pairs',
+                        lambda *a: calls.append(1) or build(*a))
+    monkeypatch.setattr(contra_norm, 'masked_pairs', None)  # never per layer
+    first = model(x, edge_index)
+    assert torch.equal(model(x, edge_index), first)
+    assert len(calls) == 1  # three norm layers, two calls: built once
+    # The layers get the pairs and agree with norms that build them.
+    monkeypatch.undo()
+    plain = _contra_model().double()
+    plain.load_state_dict(model.state_dict())
+    plain._takes_pairs = [False] * len(plain.norms)
+    assert torch.allclose(plain(x, edge_index), first)
+
+
+def test_deep_gcn_edge_list_graph_equals_csr():
+    x, edge_index = _graph()
+    x = torch.where(x > 1.0, x, 0.0).double()  # sparse input: fused path
+    for runs in (None, 2):
+        model = _contra_model(runs).double().eval()
+        graph = model.prepare(x, edge_index, csr=False)
+        assert graph.entries is None and graph.pairs is not None
+        assert torch.allclose(model(x, graph), model(x, edge_index))
+
+
+def test_deep_gcn_checks_edge_index_once():
+    x, edge_index = _graph()
+    model = _contra_model()
+    with pytest.raises(ValueError, match=r'DeepGCN.*node indices in'):
+        model(x, edge_index + 1)

@@ -13,6 +13,8 @@ from torch_geometric.typing import OptTensor
 from torch_geometric.utils import add_remaining_self_loops, degree
 
 from gnorm.nn import LayerFusion, Stacked
+from gnorm.nn._inputs import check_batch, check_edge_index
+from gnorm.nn.contra_norm import MaskedPairs, _EdgeSum, masked_pairs
 
 STEPS = ('dropout', 'conv', 'norm', 'act')
 CONVS = ('gcn', 'row')
@@ -89,8 +91,12 @@ def _mm(matrix: Tensor, dense: Tensor) -> Tensor:
     # On the CPU, addmm into an uninitialised output (beta=0: never read)
     # is the same product as matrix @ dense, 1.1-5x faster (measured for
     # 7-640 columns: matrix @ dense also zero-fills and copies its output).
+    # The CPU has no bfloat16 sparse product: under autocast it runs in the
+    # matrix's type.
+    dense = dense.to(matrix.dtype)
     out = dense.new_empty(matrix.size(0), dense.size(1))
-    return torch.addmm(out, matrix, dense, beta=0, out=out)
+    with torch.autocast('cpu', enabled=False):
+        return torch.addmm(out, matrix, dense, beta=0, out=out)
 
 
 class SparsePair(NamedTuple):
@@ -133,10 +139,37 @@ def propagation_matrix(edge_index: Tensor, edge_weight: Tensor,
     return SparsePair(sparse(edge_index.flip(0)), sparse(edge_index))
 
 
-def propagate(matrix: SparsePair, x: Tensor) -> Tensor:
+class EdgeList(NamedTuple):
+    r"""The propagation :math:`P` as its edges: :math:`P_{ij}` =
+    :obj:`weight[e]` for :obj:`src[e]` = :math:`j`, :obj:`dst[e]` =
+    :math:`i` (gathers and scatters, which :func:`torch.compile` takes; it
+    takes no sparse tensor)."""
+    src: Tensor
+    dst: Tensor
+    weight: Tensor
+
+
+class Graph(NamedTuple):
+    r"""What :class:`DeepGCN` derives from a graph once, checked, and
+    reuses in every layer and every call: the propagation matrix, the
+    :class:`~gnorm.nn.contra_norm.MaskedPairs` of norms that take them
+    (else :obj:`None`) and the sparse entries of a sparse input (else
+    :obj:`None`). Made by :meth:`DeepGCN.prepare`; pass it to
+    :meth:`DeepGCN.forward` in place of :obj:`edge_index`, e.g. into a
+    compiled step (it holds no sparse tensor when prepared with
+    :obj:`csr=False`)."""
+    propagation: Union[SparsePair, EdgeList]
+    pairs: Optional[MaskedPairs]
+    entries: Optional[Tuple[Any, ...]]
+
+
+def propagate(matrix: Union[SparsePair, EdgeList], x: Tensor) -> Tensor:
     r""":math:`P \mathbf{X}` for :obj:`x` of shape :obj:`[nodes, channels]`
     or :obj:`[runs, nodes, channels]`: one sparse product for all runs, their
-    features side by side."""
+    features side by side (or, for an :class:`EdgeList`, one gather and
+    scatter along the edges)."""
+    if isinstance(matrix, EdgeList):
+        return _EdgeSum.apply(matrix.weight, x, matrix.src, matrix.dst)
     if x.dim() == 2:
         return sparse_mm(matrix, x)
     runs, nodes, channels = x.shape
@@ -416,8 +449,11 @@ class DeepGCN(torch.nn.Module):
                 for _ in range(num_layers - 1))
         self._norm_inputs = [_forward_inputs(getattr(n, 'module', n))
                              for n in self.norms]
+        self._takes_pairs = [
+            getattr(getattr(n, 'module', n), 'takes_pairs', False)
+            for n in self.norms]
         self._input_key, self._input_sparse = None, None
-        self._graph_key, self._matrix = None, None
+        self._graph_key, self._graph = None, None
         self.shared_norm = None
         if shared_layer_norm and 'norm' in order:
             self.shared_norm = self._per_run([
@@ -473,28 +509,45 @@ class DeepGCN(torch.nn.Module):
                 self._input_sparse = (value, order, matrix, blocks)
         return self._input_sparse
 
-    def _propagation(self, edge_index: Tensor, x: Tensor) -> SparsePair:
-        r"""The sparse propagation matrix of :obj:`conv` (cached with
-        :obj:`cached` while :obj:`edge_index` does not change)."""
+    def prepare(self, x: Tensor, edge_index: Tensor, batch: OptTensor = None,
+                batch_size: Optional[int] = None, csr: bool = True,
+                ) -> Graph:
+        r"""The :class:`Graph` of :obj:`edge_index` (and :obj:`batch`) for
+        inputs like :obj:`x`, its inputs checked once: cached with
+        :obj:`cached` while they do not change, so that a training loop
+        derives it once, not in every layer and epoch (as
+        :class:`torch_geometric.nn.GCNConv` with :obj:`cached=True`). With
+        :obj:`csr=False`, the propagation is an :class:`EdgeList` and a
+        sparse input is used dense (no sparse tensor: for
+        :func:`torch.compile`)."""
         num_nodes = x.size(-2)
         key = (edge_index.data_ptr(), edge_index._version,
-               tuple(edge_index.shape), num_nodes, x.dtype, x.device)
+               tuple(edge_index.shape), num_nodes, x.dtype, x.device, csr,
+               None if batch is None else (batch.data_ptr(), batch._version,
+                                           batch.numel()), batch_size)
         if self._graph_key != key or not self.cached:
+            check_edge_index(self, edge_index, num_nodes)
+            check_batch(self, batch, num_nodes, batch_size)
             norm = row_normalized if self.conv == 'row' else gcn_normalized
             edges, weight = norm(edge_index, num_nodes, x.dtype)
+            matrix = (propagation_matrix(edges, weight, num_nodes) if csr
+                      else EdgeList(edges[0], edges[1], weight))
+            pairs = None
+            if any(self._takes_pairs):
+                pairs = masked_pairs(edge_index, num_nodes, batch, batch_size)
             self._graph_key = key
-            self._matrix = propagation_matrix(edges, weight, num_nodes)
-        return self._matrix
+            self._graph = Graph(matrix, pairs, None)
+        entries = self._input_entries(x) if csr else None
+        return self._graph._replace(entries=entries)
 
-    def _input_conv(self, x: Tensor, matrix: SparsePair,
-                    generators) -> Tensor:
+    def _input_conv(self, x: Tensor, graph: Graph, generators) -> Tensor:
         r"""Dropout then the first convolution, for a sparse input: random
         numbers are drawn for the non-zero entries only (bag-of-words
         features are ~1 % non-zero), each run keeping its own entries: one
         product of the block-diagonal matrix of every run's input, the
         entries a run drops set to zero (a fixed pattern: nothing to sort or
         search at each step)."""
-        value, order, sparse, (pattern, pattern_t) = self._input_entries(x)
+        value, order, sparse, (pattern, pattern_t) = graph.entries
         conv = self.convs[0]
         if not self.training or self.dropout == 0.0:
             h = conv.sparse_linear(sparse)
@@ -508,17 +561,17 @@ class DeepGCN(torch.nn.Module):
                 csr_pattern(pattern_t, values[:, order].view(-1),
                             size[::-1]))
             h = conv.entries_linear(blocks, nodes)
-        return propagate(matrix, h) + conv.bias.unsqueeze(-2)
+        return propagate(graph.propagation, h) + conv.bias.unsqueeze(-2)
 
-    def _layer(self, i: int, x: Tensor, matrix: SparsePair, inputs: dict,
+    def _layer(self, i: int, x: Tensor, graph: Graph, inputs: dict,
                generators) -> Tensor:
         last = i == self.num_layers - 1
         steps = self.order
         # The input layer of a sparse input: dropout and conv in one.
         fused = (i == 0 and steps[:2] == ('dropout', 'conv')
-                 and self._input_entries(x) is not None)
+                 and graph.entries is not None)
         if fused:
-            x = self._input_conv(x, matrix, generators)
+            x = self._input_conv(x, graph, generators)
             steps = steps[2:]
         runs = self.runs is not None
         for step in steps:
@@ -529,7 +582,8 @@ class DeepGCN(torch.nn.Module):
                 x = dropout(x, self.dropout, self.training, generators, runs)
             elif step == 'conv':
                 conv = self.convs[i]
-                x = propagate(matrix, conv.linear(x)) + conv.bias.unsqueeze(-2)
+                x = propagate(graph.propagation, conv.linear(x)) + \
+                    conv.bias.unsqueeze(-2)
             elif last:  # the output layer: no norm, no activation
                 continue
             elif step == 'norm':
@@ -537,6 +591,8 @@ class DeepGCN(torch.nn.Module):
                     x = x.expand(self.runs, *x.shape)
                 if len(self.norms) > 0:
                     kwargs = {k: inputs[k] for k in self._norm_inputs[i]}
+                    if self._takes_pairs[i] and 'edge_index' in kwargs:
+                        kwargs['edge_index'] = graph.pairs
                     x = self.norms[i](x, **kwargs)
                 if self.shared_norm is not None:
                     x = self.shared_norm(x)
@@ -544,7 +600,8 @@ class DeepGCN(torch.nn.Module):
                 x = x.relu()
         return x
 
-    def forward(self, x: Tensor, edge_index: Tensor, batch: OptTensor = None,
+    def forward(self, x: Tensor, edge_index: Union[Tensor, Graph],
+                batch: OptTensor = None,
                 batch_size: Optional[int] = None, return_hidden: bool = False,
                 generators: Optional[Sequence[torch.Generator]] = None,
                 ) -> Union[Tensor, Tuple[Tensor, List[Tensor]]]:
@@ -553,7 +610,8 @@ class DeepGCN(torch.nn.Module):
         Args:
             x (torch.Tensor): Node features :obj:`[num_nodes, in_channels]`
                 (shared by all runs).
-            edge_index (torch.Tensor): Edges :obj:`[2, num_edges]`.
+            edge_index (torch.Tensor): Edges :obj:`[2, num_edges]`, or
+                their :class:`Graph` from :meth:`prepare` (used as it is).
             batch (torch.Tensor, optional): Graph of each node, handed to the
                 norms. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
@@ -573,17 +631,20 @@ class DeepGCN(torch.nn.Module):
         if generators is not None and len(generators) != (self.runs or 1):
             raise ValueError(f"{self}: got {len(generators)} generators; "
                              f"pass one per run")
+        if isinstance(edge_index, Graph):
+            graph, edge_index = edge_index, None
+        else:
+            graph = self.prepare(x, edge_index, batch, batch_size)
         inputs = dict(batch=batch, batch_size=batch_size,
                       edge_index=edge_index)
-        matrix = self._propagation(edge_index, x)
         hidden = []
         for i in range(self.num_layers - 1):
-            h = self._layer(i, x, matrix, inputs, generators)
+            h = self._layer(i, x, graph, inputs, generators)
             x = h + x if self.residual and h.size(-1) == x.size(-1) else h
             hidden.append(x)
         if self.fusion is not None:
             x = self.fusion(hidden, batch=batch, batch_size=batch_size)
-        x = self._layer(self.num_layers - 1, x, matrix, inputs, generators)
+        x = self._layer(self.num_layers - 1, x, graph, inputs, generators)
         if self.runs is not None and x.dim() == 2:  # a 1-layer net, no dropout
             x = x.expand(self.runs, *x.shape)
         return (x, hidden + [x]) if return_hidden else x

@@ -1,5 +1,5 @@
 import math
-from typing import Callable, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -18,9 +18,59 @@ from gnorm.nn.stacked import layer_norm
 
 NEGATIVES = ('all', 'non_neighbors')
 
+# Head dimension multiple of the attention: CUDA's memory-efficient kernel
+# takes float32 heads only in multiples of 8 (else the MATH kernel builds
+# the n x n matrix); zero columns add nothing to the scores.
+_HEAD_MULTIPLE = 8
+
 # Logit given to padded keys of a dense batch (before the 1/temperature
 # scaling); exp() of it is exactly zero in every floating-point type in use.
 _PAD_LOGIT = -1e4
+
+
+class MaskedPairs(NamedTuple):
+    r"""The pairs that non-neighbour negatives leave out, for one graph
+    (or one mini-batch): node :obj:`dst[e]` does not contrast with
+    :obj:`src[e]` (every edge and every self-loop, once each, sorted), and
+    whether a node keeps any negative as a row (:obj:`valid`) and as a
+    column (:obj:`col_valid`), :obj:`[num_nodes, 1]`. Built once per graph
+    by :func:`masked_pairs` and reused by every layer and every epoch."""
+    src: Tensor
+    dst: Tensor
+    valid: Tensor
+    col_valid: Tensor
+
+
+def masked_pairs(edge_index: Tensor, num_nodes: int,
+                 batch: OptTensor = None,
+                 batch_size: Optional[int] = None) -> MaskedPairs:
+    r"""The :class:`MaskedPairs` of :obj:`edge_index` (not checked: check
+    it first, e.g. with :func:`gnorm.nn._inputs.check_edge_index`)."""
+    ei, _ = remove_self_loops(edge_index)
+    loop = torch.arange(num_nodes, device=edge_index.device)
+    ei = coalesce(torch.cat([ei, torch.stack([loop, loop])], dim=1),
+                  num_nodes=num_nodes)
+    src, dst = ei[0], ei[1]
+    # A row (column) whose whole graph is masked out has no negatives.
+    ones = torch.ones_like(dst)
+    size = (dst.new_full((num_nodes, ), num_nodes) if batch is None else
+            scatter(torch.ones_like(batch), batch, 0,
+                    dim_size=batch_size)[batch])
+    valid = size > scatter(ones, dst, 0, dim_size=num_nodes)
+    col_valid = size > scatter(ones, src, 0, dim_size=num_nodes)
+    return MaskedPairs(src, dst, valid.unsqueeze(-1), col_valid.unsqueeze(-1))
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float) -> Tensor:
+    r""":func:`~torch.nn.functional.scaled_dot_product_attention` of one
+    head, :obj:`[B, N, c]` each, with queries, keys and values zero-padded to
+    a head dimension of a multiple of :obj:`_HEAD_MULTIPLE` (the same scores
+    and outputs, and the fused kernels of every precision take it)."""
+    c = v.size(-1)
+    pad = [F.pad(t, (0, -t.size(-1) % _HEAD_MULTIPLE)).unsqueeze(1)
+           for t in (q, k, v)]  # [B, 1, N, padded c]
+    out = F.scaled_dot_product_attention(*pad, scale=1.0 / temperature)
+    return out.squeeze(1)[..., :c]  # [B, N, c]
 
 
 def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
@@ -70,9 +120,7 @@ def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
     anchor = v_d.new_zeros(B, 1, d + 1)
     anchor[..., -1] = 1.0
     v_d = torch.cat([v_d, anchor], dim=1)  # [B, N + 1, d + 1]
-    out = F.scaled_dot_product_attention(
-        q.unsqueeze(1), k.unsqueeze(1), v_d.unsqueeze(1),
-        scale=1.0 / temperature).squeeze(1)  # [B, N, d + 1]
+    out = _sdpa(q, k, v_d, temperature)  # [B, N, d + 1]
     return out.view(*v.shape[:-1], d + 1) if mask is None else out[mask]
 
 
@@ -133,7 +181,7 @@ def contrastive_negatives(
     temperature: float = 1.0,
     batch: OptTensor = None,
     batch_size: Optional[int] = None,
-    edge_index: OptTensor = None,
+    edge_index: Union[Tensor, MaskedPairs, None] = None,
     symmetric: bool = False,
 ) -> Tensor:
     r"""The negative term :math:`\mathbf{X}_{\text{neg}}` of ContraNorm.
@@ -154,6 +202,8 @@ def contrastive_negatives(
     dot-product attention (queries = keys = :math:`\hat{x}`), the masked
     pairs are subtracted along the sparse edges. A node without any
     negative (e.g. the only node of its graph) gets a zero row.
+    :obj:`edge_index` may also be its :class:`MaskedPairs`, built once by
+    :func:`masked_pairs` for all layers.
 
     :obj:`x` and :obj:`xn` may carry a leading run dimension
     (:obj:`[runs, num_nodes, d]`, one graph or mini-batch per run): the
@@ -163,10 +213,8 @@ def contrastive_negatives(
         return each_run(contrastive_negatives, x, xn, temperature, batch,
                         batch_size, edge_index, symmetric)
     if edge_index is None and not symmetric and batch is None:
-        # [1 or runs, 1, nodes, d]: 4-D inputs take the fused kernels
-        q, v = (t.reshape(-1, 1, *t.shape[-2:]) for t in (xn, x))
-        return F.scaled_dot_product_attention(
-            q, q, v, scale=1.0 / temperature).view_as(x)
+        q, v = (t.reshape(-1, *t.shape[-2:]) for t in (xn, x))
+        return _sdpa(q, q, v, temperature).view_as(x)  # [1 or runs, n, d]
 
     d = x.size(-1)
     q, k, mask = _dense_keys(xn, batch, batch_size)
@@ -180,12 +228,10 @@ def contrastive_negatives(
     valid = None
 
     if edge_index is not None:
+        pairs = edge_index if isinstance(edge_index, MaskedPairs) else \
+            masked_pairs(edge_index, x.size(-2), batch, batch_size)
+        src, dst, valid, col_valid = pairs  # `dst` does not contrast `src`
         n = x.size(-2)
-        ei, _ = remove_self_loops(edge_index)
-        loop = torch.arange(n, device=x.device)
-        ei = coalesce(torch.cat([ei, torch.stack([loop, loop])], dim=1),
-                      num_nodes=n)
-        src, dst = ei[0], ei[1]  # node `dst` does not contrast with `src`
         # Memory O(edges) per layer: no [edges, d] tensor is kept.
         w = torch.exp((_EdgeDot.apply(xn, src, dst) - 1.0) / temperature)
         row_w = scatter(w, dst, -1, dim_size=n, reduce='sum').unsqueeze(-1)
@@ -194,14 +240,6 @@ def contrastive_negatives(
         den = den - a * row_w
         col_den = col_den - scatter(w, src, -1, dim_size=n,
                                     reduce='sum').unsqueeze(-1)
-
-        # A row (column) whose whole graph is masked out has no negatives.
-        ones = torch.ones_like(dst)
-        size = (dst.new_full((n, ), n) if batch is None else
-                scatter(torch.ones_like(batch), batch, 0,
-                        dim_size=batch_size)[batch])
-        valid = (size > scatter(ones, dst, 0, dim_size=n)).unsqueeze(-1)
-        col_valid = (size > scatter(ones, src, 0, dim_size=n)).unsqueeze(-1)
         den = torch.where(valid, den, torch.ones_like(den))
         col_den = torch.where(col_valid, col_den, torch.ones_like(col_den))
 
@@ -282,6 +320,7 @@ class ContraNorm(torch.nn.Module):
             :class:`torch.nn.LayerNorm`. (default: :obj:`True`)
     """
     takes_runs = True  # forward takes [runs, ...] inputs (gnorm.nn.Stacked)
+    takes_pairs = True  # forward takes MaskedPairs as edge_index (DeepGCN)
 
     def __init__(
         self,
@@ -337,7 +376,8 @@ class ContraNorm(torch.nn.Module):
 
     def forward(self, x: Tensor, batch: OptTensor = None,
                 batch_size: Optional[int] = None,
-                edge_index: OptTensor = None) -> Tensor:
+                edge_index: Union[Tensor, MaskedPairs, None] = None,
+                ) -> Tensor:
         r"""Forward pass.
 
         Args:
@@ -348,7 +388,9 @@ class ContraNorm(torch.nn.Module):
             batch_size (int, optional): Number of graphs.
                 (default: :obj:`None`)
             edge_index (torch.Tensor, optional): Edges :obj:`[2, num_edges]`,
-                needed for :obj:`negatives="non_neighbors"`.
+                needed for :obj:`negatives="non_neighbors"`; or their
+                :class:`MaskedPairs` from :func:`masked_pairs`, built and
+                checked once for many layers (it is not checked again).
                 (default: :obj:`None`)
         """
         _check_input(self, x, batch, batch_size, edge_index)
@@ -428,6 +470,8 @@ def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
             f"node features with {channels} columns "
             f"(in_channels={channels})")
     check_batch(module, batch, x.size(-2), batch_size)
+    if isinstance(edge_index, MaskedPairs):  # checked when it was built
+        return
     check_edge_index(module, edge_index, x.size(-2))
     if edge_index is not None:
         if edge_index.numel() and batch is not None and bool(

@@ -4,11 +4,13 @@ stack (the task of ``dataset=cora|citeseer|chameleon|squirrel|csbm``).
 :func:`run` is called by :func:`gnorm.train.train` with the shared fields
 of ``results.json`` already filled in.
 """
+import contextlib
+import copy
 import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +38,11 @@ _DATASET_META = ('name', 'default_split', 'task')
 # Config keys in which runs that train as one model may differ.
 BATCHED_KEYS = ('seed', 'split_index', 'norm.scale', 'tag')
 CURVE = ('epoch', 'loss', 'train_acc', 'val_acc', 'val_loss', 'test_acc')
+# train.precision of node training: fp32, TensorFloat-32 matrix products
+# (CUDA), bfloat16 autocast.
+PRECISIONS = ('fp32', 'tf32', 'bf16')
+# Columns of the per-run metrics of an epoch (on the device).
+METRICS = ('train_acc', 'val_acc', 'val_loss', 'test_acc')
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -54,6 +61,12 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"dataset={cfg.dataset.name} is a node-level task "
                           f"and takes model=gcn, got "
                           f"{option('model', cfg.model)}")
+    if cfg.train.precision not in PRECISIONS:
+        raise ConfigError(f"unknown train.precision={cfg.train.precision!r}; "
+                          f"pass one of {', '.join(PRECISIONS)}")
+    if not isinstance(cfg.train.compile, bool):
+        raise ConfigError(f"train.compile must be true or false, got "
+                          f"{cfg.train.compile!r}")
     if cfg.norm._target_ == 'gnorm.nn.SepNorm':
         raise ConfigError("norm=sepnorm normalises a graph token apart from "
                           "the others and needs model=graphormer on a "
@@ -61,14 +74,67 @@ def check_config(cfg: DictConfig) -> None:
                           "norm for node classification")
 
 
-def load_data(cfg: DictConfig):
+@contextlib.contextmanager
+def matmul_precision(precision: str, device: torch.device):
+    r"""TensorFloat-32 matrix products (and convolutions) for
+    :obj:`precision` ``tf32``, on CUDA only, for the duration of the
+    block."""
+    if precision != 'tf32':
+        yield
+        return
+    if device.type != 'cuda':
+        raise ConfigError(f"train.precision=tf32 needs a CUDA device, got "
+                          f"device={device.type}; pass train.precision=fp32 "
+                          f"or bf16")
+    saved = torch.get_float32_matmul_precision(), \
+        torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision('high')
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cudnn.allow_tf32 = saved[1]
+
+
+# Graphs loaded by this process: {(dataset, split, device): Data}, so that a
+# process training many cells (experiments/table3.py) loads each once.
+_DATA_CACHE: Dict[str, Any] = {}
+
+
+def load_data(cfg: DictConfig, device: Optional[torch.device] = None):
     r"""The graph of :obj:`cfg.dataset` with the split :obj:`cfg` asks for,
-    its raw files copied from :obj:`cfg.data.mirror` or downloaded."""
+    its raw files copied from :obj:`cfg.data.mirror` or downloaded, on
+    :obj:`device` (default: the CPU). Loaded once per process for each
+    dataset, split and device: later calls return a shallow copy of the
+    cached graph (setting or moving its attributes leaves the cache as it
+    is; its tensors are shared, so change none in place). The splits of a
+    dataset share one copy of its features and edges."""
     options = {k: v for k, v in OmegaConf.to_container(
         cfg.dataset, resolve=True).items() if k not in _DATASET_META}
-    return load_dataset(cfg.dataset.name, cfg.data.root, cfg.data.mirror,
-                        split=cfg.split, split_index=cfg.split_index,
-                        seed=cfg.seed, test_set=cfg.test_set, **options)
+    device = torch.device(device or 'cpu')
+    split_seed = cfg.seed if cfg.split == 'random' else 0
+    graph_key = json.dumps([cfg.dataset.name, str(cfg.data.root),
+                            str(cfg.data.mirror), options], sort_keys=True)
+    key = json.dumps([graph_key, cfg.split, cfg.split_index, split_seed,
+                      cfg.test_set, str(device)])
+    if key not in _DATA_CACHE:
+        data = load_dataset(cfg.dataset.name, cfg.data.root, cfg.data.mirror,
+                            split=cfg.split, split_index=cfg.split_index,
+                            seed=cfg.seed, test_set=cfg.test_set,
+                            **options).to(device)
+        shared = _DATA_CACHE.get(json.dumps([graph_key, str(device)]))
+        for name in ('x', 'edge_index', 'y'):
+            if shared is not None and torch.equal(shared[name], data[name]):
+                data[name] = shared[name]  # one copy for all splits
+        _DATA_CACHE.setdefault(json.dumps([graph_key, str(device)]), data)
+        _DATA_CACHE[key] = data
+    return copy.copy(_DATA_CACHE[key])
+
+
+def clear_data_cache() -> None:
+    r"""Forgets the graphs :func:`load_data` keeps."""
+    _DATA_CACHE.clear()
 
 
 def norm_factory(cfg: DictConfig):
@@ -136,6 +202,34 @@ def max_runs(cfgs: Sequence[DictConfig], device: torch.device) -> int:
     return max(1, min(len(cfgs), free_memory(device) // (2 * need)))
 
 
+class MaskIndex(NamedTuple):
+    r"""The nodes of a mask :obj:`[runs, nodes]` as (run, node) pairs,
+    sorted by run, and their number per run: found once, so that a loss
+    over them needs no data-dependent shape (no host round-trip)."""
+    run: torch.Tensor
+    node: torch.Tensor
+    count: torch.Tensor
+
+
+def mask_index(mask: torch.Tensor) -> MaskIndex:
+    r"""The :class:`MaskIndex` of :obj:`mask` (:obj:`[runs, nodes]`)."""
+    run, node = mask.nonzero(as_tuple=True)  # sorted by run
+    return MaskIndex(run, node, torch.bincount(run, minlength=mask.size(0)))
+
+
+def _metrics(out: torch.Tensor, data, val_index: MaskIndex) -> torch.Tensor:
+    r"""Per run (rows), the columns of :obj:`METRICS` of the logits
+    :obj:`out` (:obj:`[(runs,) nodes, classes]`), on the device."""
+    out = out.view(-1, *out.shape[-2:])  # [runs, nodes, classes]
+    correct = (out.argmax(dim=-1) == data.y).float()  # [runs, nodes]
+    columns = []
+    for split in ('train', 'val', 'test'):
+        mask = data[f'{split}_mask'].float()
+        columns.append((correct * mask).sum(-1) / mask.sum(-1))
+    columns.insert(2, masked_cross_entropy(out.float(), data.y, val_index))
+    return torch.stack(columns, dim=-1)  # [runs, 4]
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, data, hidden: bool = False,
              ) -> Dict[str, Any]:
@@ -146,28 +240,24 @@ def evaluate(model: torch.nn.Module, data, hidden: bool = False,
     model.eval()
     out = model(data.x, data.edge_index, return_hidden=hidden)
     out, layers = out if hidden else (out, None)
-    out = out.view(-1, *out.shape[-2:])  # [runs, nodes, classes]
-    correct = (out.argmax(dim=-1) == data.y).float()  # [runs, nodes]
-    metrics = {}
-    for split in ('train', 'val', 'test'):
-        mask = data[f'{split}_mask'].float()
-        metrics[f'{split}_acc'] = (correct * mask).sum(-1) / mask.sum(-1)
-    metrics['val_loss'] = masked_cross_entropy(out, data.y, data.val_mask)
-    result = {k: v.tolist() for k, v in metrics.items()}
+    values = _metrics(out, data, mask_index(data.val_mask)).T.tolist()
+    result = dict(zip(METRICS, values))
     if hidden:
         result['layers'] = [h.view(-1, *h.shape[-2:]) for h in layers]
     return result
 
 
 def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
-                         mask: torch.Tensor) -> torch.Tensor:
+                         mask: Union[torch.Tensor, MaskIndex],
+                         ) -> torch.Tensor:
     r"""Per run, the mean cross-entropy of :obj:`out` (:obj:`[runs,
     nodes, classes]`) over the nodes of :obj:`mask` (:obj:`[runs,
-    nodes]`), computed for those nodes only."""
-    run, node = mask.nonzero(as_tuple=True)  # sorted by run
+    nodes]`, or its :class:`MaskIndex`), computed for those nodes only."""
+    run, node, count = mask if isinstance(mask, MaskIndex) else \
+        mask_index(mask)
     loss = F.cross_entropy(out[run, node], y[node], reduction='none')
     total = loss.new_zeros(out.size(0)).index_add(0, run, loss)
-    return total / torch.bincount(run, minlength=out.size(0))  # [runs]
+    return total / count  # [runs]
 
 
 @torch.no_grad()
@@ -189,80 +279,155 @@ def collapse_metrics(layers: List[torch.Tensor],
     return rows
 
 
-def _better(metrics: Dict[str, float], best: Optional[Dict[str, float]],
-            ) -> bool:
-    r"""Highest validation accuracy, then lowest validation loss."""
-    return best is None or (metrics['val_acc'], -metrics['val_loss']) > (
-        best['val_acc'], -best['val_loss'])
+class Step:
+    r"""One epoch of full-batch training, on the device: the training loss
+    of every run (the sum of the runs' losses gets the gradient) and then
+    the :obj:`METRICS` of every run in evaluation mode, with no value read
+    back to the host. The model's :class:`~gnorm.models.deep_gcn.Graph` and
+    the mask indices are derived once. With :obj:`compile`, the two model
+    passes run through :func:`torch.compile` (:obj:`fullgraph`; on CUDA
+    with CUDA graphs, :obj:`mode="reduce-overhead"`); dropout masks then
+    come from the compiled graph's generator, not :obj:`generators`.
+    :obj:`precision` ``bf16`` runs them under bfloat16 autocast."""
+    def __init__(self, model: torch.nn.Module, data,
+                 generators: Sequence[torch.Generator],
+                 precision: str = 'fp32', compile: bool = False):
+        self.model, self.data = model, data
+        self.generators = None if compile else generators
+        self.graph = model.prepare(data.x, data.edge_index, csr=not compile)
+        self.train_index = mask_index(data.train_mask)
+        self.val_index = mask_index(data.val_mask)
+        self.autocast = torch.autocast(data.x.device.type,
+                                       dtype=torch.bfloat16,
+                                       enabled=precision == 'bf16')
+        self.losses, self.metrics = self._losses, self._metrics
+        if compile:
+            mode = 'reduce-overhead' if data.x.is_cuda else None
+            self.losses = torch.compile(self._losses, fullgraph=True,
+                                        mode=mode)
+            self.metrics = torch.compile(self._metrics, fullgraph=True,
+                                         mode=mode)
+
+    def _losses(self, x: torch.Tensor) -> torch.Tensor:
+        with self.autocast:
+            out = self.model(x, self.graph, generators=self.generators)
+        return masked_cross_entropy(out.view(-1, *out.shape[-2:]).float(),
+                                    self.data.y, self.train_index)
+
+    def _metrics(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad(), self.autocast:
+            return _metrics(self.model(x, self.graph), self.data,
+                            self.val_index)
+
+    def __call__(self, optimizer: torch.optim.Optimizer,
+                 alive: torch.Tensor):
+        r"""Trains one epoch; returns the losses :obj:`[runs]` and the
+        metrics :obj:`[runs, 4]` after the update."""
+        self.model.train()
+        optimizer.zero_grad()
+        losses = self.losses(self.data.x)
+        torch.where(torch.isfinite(losses) & alive, losses,
+                    0.0).sum().backward()
+        optimizer.step()
+        self.model.eval()
+        return losses, self.metrics(self.data.x)
 
 
 def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         epochs: int, lr: float, weight_decay: float,
         generators: Sequence[torch.Generator], progress: bool = True,
-        log_every: int = 10) -> Dict[str, torch.Tensor]:
+        log_every: int = 10, precision: str = 'fp32',
+        compile: bool = False) -> Dict[str, torch.Tensor]:
     r"""Full-batch Adam of the runs of :obj:`model` (one per entry of
     :obj:`results`), each on its own training nodes (the masks of
     :obj:`data` are :obj:`[runs, nodes]`) with its own dropout masks
     (:obj:`generators`). The loss is the sum of the runs' losses, so each
     run gets its own gradient, and Adam acts element-wise: a run trains as
-    it would alone. Keeps each run's progress in its :obj:`results` as it
-    goes, so that an interrupted or failed run can be recorded: ``curve``
-    (per epoch ``epoch``, ``loss``, ``train_acc``, ``val_acc``,
-    ``val_loss``, ``test_acc``), ``best_epoch`` and ``best`` (the metrics
-    of the best-validation epoch so far: highest accuracy, then lowest
-    loss). Returns the weights of every run's best epoch. A run whose loss
-    stops being finite gets ``status: failed`` and stops counting."""
+    it would alone. An epoch stays on the device (:class:`Step`; the
+    best-validation weights are kept per run by :func:`torch.where`); the
+    values reach the host every :obj:`log_every` epochs and at the last,
+    and then fill each run's :obj:`results`, so that an interrupted or
+    failed run can be recorded: ``curve`` (per epoch ``epoch``, ``loss``,
+    ``train_acc``, ``val_acc``, ``val_loss``, ``test_acc``),
+    ``best_epoch`` and ``best`` (the metrics of the best-validation epoch
+    so far: highest accuracy, then lowest loss). Returns the weights of
+    every run's best epoch. A run whose loss stops being finite gets
+    ``status: failed`` and stops counting."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr,
                                  weight_decay=weight_decay)
-    runs = len(results)
+    runs, device = len(results), data.y.device
     for r in results:
         r.update(curve={k: [] for k in CURVE}, best_epoch=0, best=None)
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
-    alive = torch.ones(runs, dtype=torch.bool, device=data.y.device)
+    alive = torch.ones(runs, dtype=torch.bool, device=device)
+    best = torch.full((runs, len(METRICS)), math.nan, device=device)
+    best[:, METRICS.index('val_acc')] = -math.inf
+    best_epoch = torch.zeros(runs, dtype=torch.long, device=device)
+    step = Step(model, data, generators, precision, compile)
+    pending = []  # per epoch [runs, 2 + len(METRICS)]: alive, loss, metrics
     desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
     with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
         for epoch in range(1, epochs + 1):
-            model.train()
-            optimizer.zero_grad()
-            out = model(data.x, data.edge_index, generators=generators)
-            losses = masked_cross_entropy(out.view(-1, *out.shape[-2:]),
-                                          data.y, data.train_mask)
-            finite = torch.isfinite(losses)
-            torch.where(finite & alive, losses, 0.0).sum().backward()
-            optimizer.step()
-
-            metrics = evaluate(model, data)
-            values = losses.tolist()
-            for r, res in enumerate(results):
-                if res.get('status') == 'failed':
-                    continue
-                if not math.isfinite(values[r]):
-                    res.update(status='failed', error=(
-                        f"the training loss became {values[r]} at epoch "
-                        f"{epoch}; lower train.lr, change the norm or its "
-                        f"scale"))
-                    alive[r] = False
-                    continue
-                row = {'epoch': epoch, 'loss': values[r],
-                       **{k: v[r] for k, v in metrics.items()}}
-                for key, column in res['curve'].items():
-                    column.append(row[key])
-                if _better(row, res['best']):
-                    for key, value in model.state_dict().items():
-                        if model.runs is None:
-                            best_state[key].copy_(value)
-                        else:
-                            best_state[key][r].copy_(value[r])  # [runs, ...]
-                    res.update(best_epoch=epoch, best={k: row[k] for k in (
-                        'train_acc', 'val_acc', 'val_loss', 'test_acc')})
-            shown = [r for r in range(runs) if results[r].get('status')
-                     != 'failed'] or [0]
-            bar.update(epoch, **{k: sum(v[r] for r in shown) / len(shown)
-                                 for k, v in (('loss', values),
-                                              ('val_acc', metrics['val_acc']),
-                                              ('test_acc',
-                                               metrics['test_acc']))})
+            losses, metrics = step(optimizer, alive)
+            alive = alive & torch.isfinite(losses)
+            acc, loss = metrics[:, 1], metrics[:, 2]
+            improved = alive & ((acc > best[:, 1]) | (
+                (acc == best[:, 1]) & (loss < best[:, 2])))
+            with torch.no_grad():
+                for key, value in model.state_dict().items():
+                    keep = improved if model.runs is not None else \
+                        improved[0]
+                    keep = keep.view(keep.shape + (1, ) * (
+                        value.dim() - keep.dim()))
+                    best_state[key].copy_(torch.where(keep, value,
+                                                      best_state[key]))
+            best = torch.where(improved.unsqueeze(-1), metrics, best)
+            best_epoch = torch.where(improved, epoch, best_epoch)
+            pending.append(torch.cat([alive.unsqueeze(-1).to(metrics.dtype),
+                                      losses.detach().unsqueeze(-1).float(),
+                                      metrics], dim=-1))
+            if epoch == epochs or (log_every > 0 and epoch % log_every == 0):
+                _record(results, epoch - len(pending) + 1,
+                        torch.stack(pending).tolist(), best.tolist(),
+                        best_epoch.tolist())
+                pending = []
+                _show(bar, results, epoch)
     return best_state
+
+
+def _record(results: List[Dict[str, Any]], first: int,
+            rows: List[List[List[float]]], best: List[List[float]],
+            best_epoch: List[int]) -> None:
+    r"""Appends the epochs :obj:`first, first + 1, ...` (:obj:`rows`, per
+    epoch and run: alive, loss, :obj:`METRICS`) to each run's curve, marks
+    a run whose loss stopped being finite as failed, and sets each run's
+    best epoch."""
+    for r, res in enumerate(results):
+        for epoch, row in enumerate(rows, start=first):
+            alive, loss, *values = row[r]
+            if res.get('status') == 'failed':
+                break
+            if not alive:
+                res.update(status='failed', error=(
+                    f"the training loss became {loss} at epoch {epoch}; "
+                    f"lower train.lr, change the norm or its scale"))
+                break
+            row = {'epoch': epoch, 'loss': loss, **dict(zip(METRICS, values))}
+            for key, column in res['curve'].items():
+                column.append(row[key])
+        if best_epoch[r] > 0:
+            res.update(best_epoch=best_epoch[r],
+                       best=dict(zip(METRICS, best[r])))
+
+
+def _show(bar: Progress, results: List[Dict[str, Any]], epoch: int) -> None:
+    r"""Shows the last recorded epoch, averaged over the runs that did not
+    fail."""
+    shown = [r for r in results if r.get('status') != 'failed'] or results
+    shown = [r for r in shown if r['curve']['epoch']] or shown
+    bar.update(epoch, **{k: sum(r['curve'][k][-1] if r['curve'][k] else
+                                math.nan for r in shown) / len(shown)
+                         for k in ('loss', 'val_acc', 'test_acc')})
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
@@ -282,21 +447,24 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
     return ' | '.join(parts)
 
 
-def load_runs(cfgs: Sequence[DictConfig]):
+def load_runs(cfgs: Sequence[DictConfig],
+              device: Optional[torch.device] = None):
     r"""The graph of the runs :obj:`cfgs` (which differ at most in seed,
-    split index and norm), with each run's split: masks :obj:`[runs,
-    nodes]`. Raises :class:`ConfigError` if the runs do not share their
-    graph."""
+    split index and norm) on :obj:`device`, with each run's split: masks
+    :obj:`[runs, nodes]` (on a copy: the graphs :func:`load_data` caches
+    keep their own masks). Raises :class:`ConfigError` if the runs do not
+    share their graph."""
     loaded: Dict[tuple, Any] = {}
     datas = []
     for c in cfgs:  # runs of one split share its loading
         key = (c.split, c.split_index, c.seed if c.split == 'random' else 0)
         if key not in loaded:
-            loaded[key] = load_data(c)
+            loaded[key] = load_data(c, device)
         datas.append(loaded[key])
     data = datas[0]
     for other in datas[1:]:
-        if other is not data and not all(torch.equal(data[k], other[k])
+        if other is not data and not all(data[k] is other[k] or
+                                         torch.equal(data[k], other[k])
                    for k in ('x', 'edge_index', 'y')):
             raise ConfigError("the runs of one batch must share their graph "
                               "and features; pass batch_runs=1")
@@ -319,7 +487,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     collapse metrics. A run whose loss stops being finite is marked
     ``status: failed`` (:func:`gnorm.train.run.train_runs` records it)."""
     cfg = cfgs[0]
-    data = load_runs(cfgs)
+    data = load_runs(cfgs, device)
     num_classes = int(data.y.max()) + 1
     generators = [torch.Generator().manual_seed(c.seed) for c in cfgs]
     model = build_model(cfg, data.num_features, num_classes,
@@ -346,9 +514,11 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
             'model': str(alone),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
         })
-    best_state = fit(model, data, results, cfg.train.epochs, cfg.train.lr,
-                     cfg.train.weight_decay, generators, cfg.train.progress,
-                     cfg.train.log_every)
+    with matmul_precision(cfg.train.precision, device):
+        best_state = fit(model, data, results, cfg.train.epochs,
+                         cfg.train.lr, cfg.train.weight_decay, generators,
+                         cfg.train.progress, cfg.train.log_every,
+                         cfg.train.precision, cfg.train.compile)
     if cfg.select == 'best_val':
         model.load_state_dict(best_state)
     final = evaluate(model, data, hidden=cfg.collapse_metrics)

@@ -288,3 +288,59 @@ def test_contra_norm_torch_compile(negatives):
         out = compiled(x, b, edge_index=edge_index) if b is not None else \
             compiled(x[batch == 0], edge_index=edge_index[:, :0])
         assert torch.allclose(out, expected, atol=1e-5)
+
+
+# --- Issue 17: non-neighbour pairs built once, fused-kernel head sizes ---
+
+@pytest.mark.parametrize('symmetric', [False, True])
+@pytest.mark.parametrize('batched', [False, True])
+def test_contra_norm_masked_pairs_equal_edge_index(symmetric, batched,
+                                                   monkeypatch):
+    from gnorm.nn import contra_norm
+    x, batch, edge_index = random_batch()
+    b, size = (batch, 4) if batched else (None, None)
+    if not batched:
+        x, edge_index = x[:5], edge_index[:, (edge_index < 5).all(0)]
+    norm = ContraNorm(6, negatives='non_neighbors', symmetric=symmetric,
+                      learnable_scale=True).double()
+    expected = norm(x, b, size, edge_index=edge_index)
+    pairs = contra_norm.masked_pairs(edge_index, x.size(0), b, size)
+
+    def fail(*args):
+        raise AssertionError('checked again')
+    monkeypatch.setattr(contra_norm, 'check_edge_index', fail)
+    monkeypatch.setattr(contra_norm, 'masked_pairs', fail)
+    out = norm(x, b, size, edge_index=pairs)  # no check, no rebuild
+    assert torch.equal(out, expected)
+    assert torch.allclose(out, reference(norm, x, batch if batched else
+                                         torch.zeros(5, dtype=torch.long),
+                                         edge_index))
+
+
+@pytest.mark.parametrize('channels', [6, 7, 32])
+@pytest.mark.parametrize('negatives,symmetric,batched', [
+    ('all', False, False), ('all', False, True),
+    ('non_neighbors', False, False), ('non_neighbors', True, True)])
+def test_contra_norm_attention_heads_are_multiples_of_8(
+        channels, negatives, symmetric, batched, monkeypatch):
+    # CUDA's memory-efficient kernel takes float32 heads of 8k only; the
+    # anchor column (d + 1) is zero-padded, which changes no output.
+    shapes = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        shapes.append((q.shape, k.shape, v.shape))
+        return sdpa(q, k, v, *args, **kwargs)
+    x, batch, edge_index = random_batch(channels=channels)
+    norm = ContraNorm(channels, negatives=negatives,
+                      symmetric=symmetric).double()
+    b = batch if batched else None
+    expected = reference(norm, x, batch if batched else torch.zeros_like(
+        batch), edge_index)
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', spy)
+    out = norm(x, b, edge_index=edge_index)
+    assert shapes
+    for shape in shapes:
+        assert all(len(s) == 4 and s[-1] % 8 == 0 and s[-1] >= channels
+                   for s in shape)
+    assert torch.allclose(out, expected)
