@@ -29,7 +29,7 @@ def test_defaults():
     assert cfg.split == 'public' and cfg.split_index == 0
     assert cfg.train.epochs == 200 and cfg.train.lr == 0.005
     assert cfg.train.weight_decay == 0.0005
-    assert cfg.model.hidden_channels == 32 and cfg.model.dropout == 0.6
+    assert cfg.model.hidden_channels == 32 and cfg.model.dropout == 0.2
     assert cfg.data.root == 'data'
 
 
