@@ -8,6 +8,7 @@ from torch import Tensor
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import to_dense_batch
 
+from gnorm.data.molecules import import_ogb
 from gnorm.models.deep_gcn import _forward_inputs, _make_norm
 from gnorm.nn import IsoBN, PairNorm
 
@@ -21,8 +22,9 @@ def feature_dims(features: str) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     bond type (1, 2, 3; 0 unused)."""
     if features == 'zinc':
         return (28, ), (4, )
-    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
-    return tuple(get_atom_feature_dims()), tuple(get_bond_feature_dims())
+    ogb = import_ogb('ogb.utils.features')
+    return (tuple(ogb.get_atom_feature_dims()),
+            tuple(ogb.get_bond_feature_dims()))
 
 
 # Norms that are not a per-token normaliser: they cannot replace LayerNorm.
@@ -301,25 +303,34 @@ class Graphormer(torch.nn.Module):
         bias = self.spd_encoder(spd_row)  # [P, heads]
 
         # Multi-hop edge encoding: walk the first-edge pointers from i to j
-        # (the pair (u, j) of the graph sits at pair_ptr + u n + j).
+        # (the pair (u, j) of the graph sits at pair_ptr + u n + j), integers
+        # only; hop k of the pair is edge gid[k] where valid[k].
         node_ptr = counts.cumsum(0) - counts  # [B]
         edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)
         edge_ptr = (edge_counts.cumsum(0) - edge_counts)[graph]  # [P]
         num_edges = edge_index.size(1)
-        # The next node of each edge, local to its graph, and one extra row
-        # (a zero embedding) for "no edge".
+        # The next node of each edge, local to its graph, and one extra entry
+        # (node 0) that pairs without a hop k point to.
         nxt = edge_index[1] - node_ptr[batch[edge_index[1]]]  # [E]
         nxt = torch.cat([nxt, nxt.new_zeros(1)])  # [E + 1]
-        edge = self.bond_encoder(edge_attr)  # [E, heads]
-        hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
-        hops = F.pad(hops, (0, 0, 0, 1))  # [K, E + 1, heads], last row zero
         target = pair_ptr[graph] + j  # [P]
-        multi_hop, cur = torch.zeros_like(bias), first
+        gids, valid, cur = [], [], first
         for k in range(self.max_dist):
             has = cur >= 0  # [P]
             gid = torch.where(has, cur + edge_ptr, num_edges)  # [P]
-            multi_hop = multi_hop + hops[k][gid]  # [P, heads]
+            gids.append(gid)
+            valid.append(has)
             cur = torch.where(has, first[target + nxt[gid] * n], -1)
+        # Only the (hop, pair) entries on a path are gathered and summed: no
+        # shared "no edge" row that every shorter pair would read (and whose
+        # gradient every one of them would add to).
+        hop, pair = torch.stack(valid).nonzero(as_tuple=True)  # [V], [V]
+        entry = hop * num_edges + torch.stack(gids)[hop, pair]  # [V]
+        edge = self.bond_encoder(edge_attr)  # [E, heads]
+        hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
+        hops = hops.reshape(-1, self.num_heads)  # [K * E, heads]
+        multi_hop = torch.zeros_like(bias).index_add_(
+            0, pair, hops[entry])  # [P, heads]
         length = dist.clamp(min=1, max=self.max_dist).unsqueeze(-1)  # [P, 1]
         bias = bias + multi_hop / length  # [P, heads]
         dense = bias.new_zeros(B, N, N, self.num_heads)
