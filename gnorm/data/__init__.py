@@ -20,7 +20,9 @@ from gnorm.data.nodes import (
 )
 from gnorm.data.molecules import (
     GRAPH_DATASETS,
+    GRAPH_EXTRA,
     ShortestPaths,
+    import_ogb,
     load_graph_dataset,
     load_molhiv,
     load_zinc,
@@ -30,7 +32,9 @@ from gnorm.data.molecules import (
 
 __all__ = [
     'GRAPH_DATASETS',
+    'GRAPH_EXTRA',
     'ShortestPaths',
+    'import_ogb',
     'load_graph_dataset',
     'load_molhiv',
     'load_zinc',
