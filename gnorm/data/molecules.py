@@ -279,6 +279,17 @@ def zinc_fixture(mirror: Union[str, Path], split: str = 'val',
             for g in range(len(nodes) - 1)[:limit]]
 
 
+def graph_sizes(graphs) -> Tensor:
+    r"""Number of nodes of every graph of :obj:`graphs` (a PyG in-memory
+    dataset or a view of one, read from its slices without loading the
+    graphs; or any sequence of :class:`Data`), int64."""
+    slices = getattr(graphs, 'slices', None)
+    if slices is not None and 'x' in slices:
+        counts = slices['x'].diff()  # [graphs in the whole dataset]
+        return counts[torch.as_tensor(list(graphs.indices()))]
+    return torch.tensor([g.num_nodes for g in graphs], dtype=torch.long)
+
+
 def load_graph_dataset(name: str, root: Union[str, Path] = 'data',
                        mirror: Union[str, Path, None] = None,
                        subset: bool = True, limit: Optional[int] = None,

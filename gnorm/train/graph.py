@@ -41,7 +41,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.loader import DataLoader
 
-from gnorm.data.molecules import GRAPH_DATASETS, import_ogb, load_graph_dataset
+from gnorm.data.molecules import (GRAPH_DATASETS, graph_sizes, import_ogb,
+                                   load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
 from gnorm.train.progress import Progress
@@ -97,7 +98,7 @@ def check_config(cfg: DictConfig) -> None:
         if not is_int(t[key]) or t[key] < 1:
             raise ConfigError(f"train.{key} must be an integer >= 1, got "
                               f"{t[key]!r}")
-    for key in ('warmup_steps', 'num_workers', 'log_steps'):
+    for key in ('warmup_steps', 'num_workers', 'log_steps', 'bucket_chunk'):
         if not is_int(t[key]) or t[key] < 0:
             raise ConfigError(f"train.{key} must be an integer >= 0, got "
                               f"{t[key]!r}")
@@ -143,6 +144,42 @@ def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
         return F.l1_loss(out, y)
     labelled = y == y  # OGB marks missing labels with NaN
     return F.binary_cross_entropy_with_logits(out[labelled], y[labelled])
+
+
+class SizeBuckets(torch.utils.data.Sampler):
+    r"""Mini-batches of graphs of similar size, so that the dense
+    :obj:`[B, 1 + N, 1 + N]` attention pads less: every epoch the graphs
+    are shuffled (from :obj:`seed` and the epoch), cut into chunks of
+    :obj:`chunk` batches, each chunk sorted by node count and cut into
+    batches of :obj:`batch_size`, and the batches shuffled. Every graph is
+    seen once per epoch; process :obj:`rank` of :obj:`world` takes every
+    :obj:`world`-th batch. A batch sampler for
+    :class:`~torch_geometric.loader.DataLoader`."""
+    def __init__(self, sizes: torch.Tensor, batch_size: int, chunk: int,
+                 seed: int = 0, rank: int = 0, world: int = 1):
+        self.sizes, self.batch_size, self.chunk = sizes, batch_size, chunk
+        self.seed, self.rank, self.world, self.epoch = seed, rank, world, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.sizes), generator=gen)
+        span = self.batch_size * self.chunk
+        batches = []
+        for part in order.split(span):
+            part = part[torch.sort(self.sizes[part], stable=True).indices]
+            batches += part.split(self.batch_size)
+        pick = torch.randperm(len(batches), generator=gen)
+        for k in pick[self.rank::self.world].tolist():
+            yield batches[k].tolist()
+
+    def __len__(self) -> int:
+        n, span = len(self.sizes), self.batch_size * self.chunk
+        batches = n // span * self.chunk + math.ceil(n % span /
+                                                     self.batch_size)
+        return len(range(self.rank, batches, self.world))
 
 
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
@@ -324,18 +361,30 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
         'num_parameters': sum(p.numel() for p in model.parameters()),
     })
 
-    sampler = DistributedSampler(splits['train'], num_replicas=world,
-                                 rank=rank, shuffle=True, seed=cfg.seed)
+    if t.bucket_chunk:
+        sampler = SizeBuckets(graph_sizes(splits['train']), t.batch_size,
+                              t.bucket_chunk, cfg.seed, rank, world)
+        batching = dict(batch_sampler=sampler)
+    else:
+        sampler = DistributedSampler(splits['train'], num_replicas=world,
+                                     rank=rank, shuffle=True, seed=cfg.seed)
+        batching = dict(batch_size=t.batch_size, sampler=sampler)
     # Workers collate ahead of the model (kept across epochs); on CUDA the
     # batches come in pinned memory and copy asynchronously.
     pin = device.type == 'cuda'
     loader_args = dict(num_workers=t.num_workers, pin_memory=pin,
                        persistent_workers=t.num_workers > 0)
-    train_loader = DataLoader(splits['train'], t.batch_size, sampler=sampler,
-                              **loader_args)
-    loaders = {k: DataLoader(splits[k], t.batch_size, shuffle=False,
-                             **loader_args)
-               for k in ('valid', 'test')}
+    train_loader = DataLoader(splits['train'], **batching, **loader_args)
+    # Evaluation: the graphs in their order, or with bucket_chunk sorted by
+    # size (a graph's prediction does not depend on its batch-mates).
+    def eval_batches(graphs) -> Dict[str, Any]:
+        if not t.bucket_chunk:
+            return dict(batch_size=t.batch_size, shuffle=False)
+        order = graph_sizes(graphs).sort(stable=True).indices
+        return dict(batch_sampler=[b.tolist() for b in
+                                   order.split(t.batch_size)])
+    loaders = {k: DataLoader(splits[k], **eval_batches(splits[k]),
+                             **loader_args) for k in ('valid', 'test')}
     trained = model
     if world > 1:
         if device.type == 'cuda':
