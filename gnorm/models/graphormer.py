@@ -81,11 +81,13 @@ class GraphormerLayer(torch.nn.Module):
     :math:`\mathbf{H} \leftarrow \mathbf{H} +
     \mathrm{FFN}(\mathrm{Norm}_2(\mathbf{H}))`.
 
-    Each head's channels are zero-padded to a multiple of
+    On CUDA each head's channels are zero-padded to a multiple of
     :obj:`head_multiple` before :func:`scaled_dot_product_attention` (the
     fused memory-efficient GPU kernel needs a multiple of 8); the zeros add
     nothing to the scores and the softmax scale stays
-    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact.
+    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. The CPU
+    kernel gains nothing from it (only longer products), so there the
+    heads stay as they are.
     """
     def __init__(self, channels: int, heads: int, ffn_channels: int,
                  dropout: float, attention_dropout: float,
@@ -105,18 +107,22 @@ class GraphormerLayer(torch.nn.Module):
         self.ffn1 = torch.nn.Linear(channels, ffn_channels)
         self.ffn2 = torch.nn.Linear(ffn_channels, channels)
 
-    def attention(self, x: Tensor, bias: Tensor) -> Tensor:
+    def attention(self, x: Tensor, bias: Tensor,
+                  pad: Optional[bool] = None) -> Tensor:
+        r"""Multi-head attention of the tokens :obj:`x` :obj:`[B, T, C]`
+        with the additive :obj:`bias` :obj:`[B, heads, T, T]`; :obj:`pad`
+        (default: on CUDA) zero-pads the heads to :obj:`padded_dim`."""
         B, T, C = x.shape
         H, D = self.heads, self.head_dim
         qkv = self.qkv(x).view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, T, head_dim]
-        if self.padded_dim != D:
-            pad = (0, self.padded_dim - D)
-            q, k, v = F.pad(q, pad), F.pad(k, pad), F.pad(v, pad)
+        if (x.is_cuda if pad is None else pad) and self.padded_dim != D:
+            zeros = (0, self.padded_dim - D)
+            q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias.to(q.dtype), scale=1.0 / math.sqrt(D),
             dropout_p=self.attention_dropout if self.training else 0.0,
-        )  # [B, heads, T, padded_dim]
+        )  # [B, heads, T, padded_dim or head_dim]
         out = out[..., :D].transpose(1, 2).reshape(B, T, C)  # [B, T, C]
         return self.out(out)
 
@@ -196,8 +202,8 @@ class Graphormer(torch.nn.Module):
             :class:`~gnorm.nn.PairNorm` and :class:`~gnorm.nn.IsoBN` are
             refused. :obj:`None` means :class:`torch.nn.LayerNorm`.
             (default: :obj:`None`)
-        head_multiple (int, optional): Zero-pad each head's channels to a
-            multiple of this (:obj:`1`: no padding). (default: :obj:`8`)
+        head_multiple (int, optional): On CUDA, zero-pad each head's
+            channels to a multiple of this (:obj:`1`: no padding). (default: :obj:`8`)
     """
     def __init__(
         self,
