@@ -4,6 +4,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ from gnorm.errors import ConfigError, GnormError
 from gnorm.models import Graphormer
 from gnorm.train import check_choices, check_config, train
 from conftest import MIRROR, compose_train, needs_mirror
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # A tiny Graphormer on 250 graphs of the ZINC fixture: well under 1 s/epoch.
@@ -248,3 +251,41 @@ def test_bucketed_run_evaluates_like_a_shuffled_one(tmp_path):
     args = ('mae', torch.device('cpu'), False)
     assert graph.evaluate(model, ordered, *args)[0] == pytest.approx(
         graph.evaluate(model, plain, *args)[0], rel=1e-5)
+
+
+def test_sepnorm_experiments_compose_with_their_table():
+    for name in ('sepnorm_molhiv', 'sepnorm_molhiv_cpu'):
+        cfg = compose_train(f'experiment={name}')
+        check_config(cfg)
+        rows = cfg.table.rows
+        assert list(rows)[0] == 'sharenorm' and len(rows) == 5
+        for row, sets in rows.items():  # every row's overrides compose
+            norm = compose_train(f'experiment={name}', *sets).norm
+            if row != 'sharenorm':
+                assert row == (f"sepnorm_{norm.virtual_norm[0]}n_"
+                               f"{norm.token_norm[0]}n")
+    assert compose_train('experiment=sepnorm_molhiv').layers == 12
+
+
+def test_sepnorm_report_is_generated_from_runs(tmp_path):
+    sys.path.insert(0, str(ROOT / 'experiments'))
+    import sepnorm
+    for row, tests in (('sharenorm', [0.70, 0.74]), ('sepnorm_bn_ln',
+                                                      [0.75])):
+        for seed, test in enumerate(tests):
+            folder = sepnorm.run_folder(tmp_path / 'runs', row, seed)
+            folder.mkdir(parents=True)
+            (folder / 'results.json').write_text(json.dumps({
+                'status': 'ok', 'tag': row, 'test_metric': test,
+                'val_metric': 0.5, 'selected_epoch': 1, 'runtime_s': 10.0,
+                'device': 'cpu', 'machine': {'cpu': 'X', 'threads': 1},
+                'curve': {'epoch': [1, 2], 'val_metric': [0.4, 0.5]}}))
+    assert sepnorm.main(['cpu', '--report-only', '--runs',
+                         str(tmp_path / 'runs'), '--out',
+                         str(tmp_path)]) == 0
+    md = (tmp_path / 'sepnorm_molhiv_cpu.md').read_text()
+    assert '| ShareNorm (LayerNorm) | 2/3 | **72.00 ± 2.00** |' in md
+    assert ('| 1/3 | **75.00 ± 0.00** | 50.00 ± 0.00 | +3.00 | 75.64 | 2 | '
+            '1 | 10 s |') in md
+    assert 'missing' in md and 'cpu: X, 1 threads (3 runs)' in md
+    assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
