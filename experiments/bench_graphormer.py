@@ -192,7 +192,8 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
             'model_graphs_per_s': graphs_per_step / step_s,
             'peak_gib': peak, 'mean_nodes': nodes,
             'mean_max_nodes': max_nodes,
-            'threads': torch.get_num_threads()})
+            'threads': torch.get_num_threads(),
+            'load_avg': os.getloadavg()[0]})
     return rows
 
 
@@ -253,11 +254,14 @@ def report(path: Path, device: str) -> None:
              'uniform, bucket K = similar-size graphs (`train.bucket_chunk='
              'K`). version: before = the model at the git revision shown, '
              'after = the working tree, timed alternately on the same '
-             'batches.', '',
+             'batches. load = the machine\'s 1-minute load average at the end '
+             'of the measurement (on a shared machine, times grow with it; '
+             'only the before/after pairs share their conditions).', '',
              '| dataset | dtype | norm | batching | batch | version | '
              'nodes/graph | max nodes | data ms | model ms | '
-             'collation share | graphs/s | model-only graphs/s | peak GiB |',
-             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+             'collation share | graphs/s | model-only graphs/s | peak GiB | '
+             'load |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         bucket = r.get('bucket', 0)
         version = r.get('version', 'after')
@@ -270,7 +274,7 @@ def report(path: Path, device: str) -> None:
             f"{r['mean_max_nodes']:.0f} | {1e3 * r['data_s']:.1f} | "
             f"{1e3 * r['model_s']:.1f} | {100 * r['collation_share']:.1f}% | "
             f"{r['graphs_per_s']:,.0f} | {r['model_graphs_per_s']:,.0f} | "
-            f"{r['peak_gib']:.2f} |")
+            f"{r['peak_gib']:.2f} | {r.get('load_avg', float('nan')):.1f} |")
     pairs = {}
     for r in rows:
         pairs.setdefault(_setting(r), {})[r.get('version', 'after')] = r
