@@ -66,7 +66,11 @@ def recipe(cfg) -> str:
     precision = ('bf16 autocast on CUDA (fp32 on CPU)'
                  if t.precision == 'bf16' else 'fp32')
     bucket = (f', batches of similar-size molecules (chunks of '
-              f'{t.bucket_chunk} batches)' if t.bucket_chunk else '')
+              f'{t.bucket_chunk} batches; so the BN of the SepNorm rows '
+              f'trains on batch statistics of similar-size molecules and '
+              f'evaluates with running averages over all sizes, a handicap '
+              f'the paper\'s shuffled batches do not have)'
+              if t.bucket_chunk else ', uniformly shuffled batches')
     return (f'Graphormer, {cfg.layers} layers, hidden {m.hidden_channels}, '
             f'{m.num_heads} heads, FFN {m.ffn_channels}, multi-hop max '
             f'distance {m.max_dist}, dropout {m.dropout} / input '
