@@ -101,7 +101,9 @@ def test_padded_heads_equal_unpadded_math():
     weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(10) + bias,
                             dim=-1)  # [3, heads, 6, 6]
     expected = layer.out((weights @ v).transpose(1, 2).reshape(3, 6, 80))
-    assert torch.allclose(layer.attention(x, bias), expected, atol=1e-5)
+    for pad in (True, False):  # padded (CUDA's default) or not (CPU's)
+        assert torch.allclose(layer.attention(x, bias, pad=pad), expected,
+                              atol=1e-5)
 
     unpadded = Graphormer(1, features='zinc', num_layers=1, head_multiple=1)
     unpadded.load_state_dict(model.state_dict())

@@ -13,6 +13,8 @@ from torch_geometric.utils import from_networkx
 
 from gnorm.data.molecules import (
     ShortestPaths,
+    graph_sizes,
+    import_ogb,
     load_graph_dataset,
     load_molhiv,
     shortest_paths,
@@ -198,3 +200,22 @@ def test_molhiv_scored_by_evaluator(molhiv):
     score, loss = evaluate(model, loader, 'rocauc', torch.device('cpu'),
                            autocast=False)
     assert 0.0 <= score <= 1.0 and loss > 0.0
+
+
+def test_graph_sizes_from_slices_equal_the_graphs(molhiv):
+    dataset, split, _ = molhiv
+    view = dataset[split['valid'][torch.randperm(100)]]
+    assert graph_sizes(view).tolist() == [g.num_nodes for g in view]
+    graphs = [view[i] for i in range(5)]
+    assert graph_sizes(graphs).tolist() == [g.num_nodes for g in graphs]
+
+
+def test_missing_ogb_names_the_graph_extra(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, 'ogb', None)  # as if not installed
+    with pytest.raises(DataError, match=r'need ogb.*pip install '
+                       r'"gnorm\[graph\]".*"\.\[graph\]"') as info:
+        import_ogb('ogb.graphproppred')
+    assert '\n' not in str(info.value)
+    with pytest.raises(DataError, match='gnorm\\[graph\\]'):
+        load_molhiv('unused', None)

@@ -1,7 +1,10 @@
+import csv
 import json
+import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +16,8 @@ from gnorm.errors import ConfigError, GnormError
 from gnorm.models import Graphormer
 from gnorm.train import check_choices, check_config, train
 from conftest import MIRROR, compose_train, needs_mirror
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # A tiny Graphormer on 250 graphs of the ZINC fixture: well under 1 s/epoch.
@@ -50,6 +55,15 @@ def test_train_graph_writes_results(tmp_path):
     assert results['val_metric'] == pytest.approx(
         curve['val_metric'][best - 1], abs=1e-6)
     assert curve['loss'][-1] < curve['loss'][0]
+    assert _csv_curve(tmp_path) == _without_time(curve)
+
+
+def _csv_curve(folder):
+    r"""metrics.csv of a run folder as a curve (without times)."""
+    with open(folder / graph.METRICS_CSV) as f:
+        rows = list(csv.DictReader(f))
+    return {k: [int(r[k]) if k == 'epoch' else float(r[k]) for r in rows]
+            for k in graph.CURVE if k != 'time_s'}
 
 
 @needs_mirror
@@ -80,6 +94,8 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
                     output_dir=tmp_path / 'cut')
     assert resumed['resumed_from_epoch'] == 2
     assert _without_time(resumed['curve']) == _without_time(full['curve'])
+    # metrics.csv holds each epoch once, as the uninterrupted run's.
+    assert _csv_curve(tmp_path / 'cut') == _without_time(full['curve'])
     assert resumed['test_metric'] == full['test_metric']
 
     # A checkpoint of another config is refused.
@@ -163,3 +179,113 @@ def test_zinc_offline_cli_names_missing_files(tmp_path):
     assert len(errors) == 1
     assert 'missing train.pickle, val.pickle, test.pickle in' in errors[0]
     assert str(tmp_path / 'zinc' / 'raw') in errors[0]
+
+
+@needs_mirror
+def test_long_epochs_log_steps_and_the_test_metric(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    train(compose_train(*TINY, 'train.log_steps=2', 'train.epochs=1',
+                        'train.log_every=1'), output_dir=tmp_path)
+    lines = [r.getMessage() for r in caplog.records]
+    steps = [m for m in lines if ' step ' in m]
+    assert [m.split(' | ')[0] for m in steps] == [
+        'train epoch 1/1 step 2/5', 'train epoch 1/1 step 4/5']
+    assert 'graphs/s' in steps[0] and 'lr ' in steps[0]
+    epoch = [m for m in lines if m.startswith('train epoch 1/1 |')]
+    assert len(epoch) == 1 and 'val_mae' in epoch[0] \
+        and 'test_mae' in epoch[0]
+
+
+def test_tensorboard_without_the_package_names_the_fix(tmp_path,
+                                                        monkeypatch):
+    monkeypatch.setitem(sys.modules, 'torch.utils.tensorboard', None)
+    curve = {k: [] for k in graph.CURVE}
+    with pytest.raises(ConfigError, match='pip install tensorboard'):
+        graph.EpochLog(tmp_path, curve, 'mae', tensorboard=True)
+    log = graph.EpochLog(tmp_path, curve, 'mae')  # CSV only: always works
+    log.add({k: 1.0 for k in graph.CURVE})
+    assert (tmp_path / graph.METRICS_CSV).read_text().splitlines()[1] == \
+        ','.join(['1.0'] * len(graph.CURVE))
+
+
+@pytest.mark.parametrize('world', [1, 3])
+def test_size_buckets_cover_every_graph_with_similar_sizes(world):
+    sizes = torch.randint(2, 60, (1003, ), generator=torch.Generator()
+                          .manual_seed(0))
+    batches = []
+    for rank in range(world):
+        sampler = graph.SizeBuckets(sizes, 16, 8, seed=1, rank=rank,
+                                    world=world)
+        sampler.set_epoch(2)
+        mine = list(sampler)
+        assert len(mine) == len(sampler)
+        batches += mine
+    assert sorted(i for b in batches for i in b) == list(range(1003))
+    spread = torch.tensor([float(sizes[b].max() - sizes[b].min())
+                           for b in batches])
+    uniform = torch.tensor([float(sizes[b].max() - sizes[b].min())
+                            for b in torch.randperm(1003).split(16)])
+    assert spread.mean() < 0.25 * uniform.mean()
+    # The same epoch gives the same batches, another epoch others.
+    sampler = graph.SizeBuckets(sizes, 16, 8, seed=1)
+    sampler.set_epoch(2)
+    first = list(sampler)
+    assert list(sampler) == first
+    sampler.set_epoch(3)
+    assert list(sampler) != first
+
+
+@needs_mirror
+def test_bucketed_run_evaluates_like_a_shuffled_one(tmp_path):
+    results = train(compose_train(*TINY, 'train.bucket_chunk=2',
+                                  'train.epochs=1'), output_dir=tmp_path)
+    assert results['status'] == 'ok'
+    # Evaluation sorted by size gives the metric of the graphs in order.
+    cfg = compose_train(*TINY)
+    model = graph.build_model(cfg)
+    graphs = zinc_fixture(MIRROR, 'test', limit=250)
+    plain = DataLoader(graphs, batch_size=50)
+    order = torch.tensor([g.num_nodes for g in graphs]).sort().indices
+    ordered = DataLoader(graphs, batch_sampler=[b.tolist() for b in
+                                                order.split(50)])
+    args = ('mae', torch.device('cpu'), False)
+    assert graph.evaluate(model, ordered, *args)[0] == pytest.approx(
+        graph.evaluate(model, plain, *args)[0], rel=1e-5)
+
+
+def test_sepnorm_experiments_compose_with_their_table():
+    for name in ('sepnorm_molhiv', 'sepnorm_molhiv_cpu'):
+        cfg = compose_train(f'experiment={name}')
+        check_config(cfg)
+        rows = cfg.table.rows
+        assert list(rows)[0] == 'sharenorm' and len(rows) == 5
+        for row, sets in rows.items():  # every row's overrides compose
+            norm = compose_train(f'experiment={name}', *sets).norm
+            if row != 'sharenorm':
+                assert row == (f"sepnorm_{norm.virtual_norm[0]}n_"
+                               f"{norm.token_norm[0]}n")
+    assert compose_train('experiment=sepnorm_molhiv').layers == 12
+
+
+def test_sepnorm_report_is_generated_from_runs(tmp_path):
+    sys.path.insert(0, str(ROOT / 'experiments'))
+    import sepnorm
+    for row, tests in (('sharenorm', [0.70, 0.74]), ('sepnorm_bn_ln',
+                                                      [0.75])):
+        for seed, test in enumerate(tests):
+            folder = sepnorm.run_folder(tmp_path / 'runs', row, seed)
+            folder.mkdir(parents=True)
+            (folder / 'results.json').write_text(json.dumps({
+                'status': 'ok', 'tag': row, 'test_metric': test,
+                'val_metric': 0.5, 'selected_epoch': 1, 'runtime_s': 10.0,
+                'device': 'cpu', 'machine': {'cpu': 'X', 'threads': 1},
+                'curve': {'epoch': [1, 2], 'val_metric': [0.4, 0.5]}}))
+    assert sepnorm.main(['cpu', '--report-only', '--runs',
+                         str(tmp_path / 'runs'), '--out',
+                         str(tmp_path)]) == 0
+    md = (tmp_path / 'sepnorm_molhiv_cpu.md').read_text()
+    assert '| ShareNorm (LayerNorm) | 2/3 | **72.00 ± 2.00** |' in md
+    assert ('| 1/3 | **75.00 ± 0.00** | 50.00 ± 0.00 | +3.00 | 75.64 | 2 | '
+            '1 | 10 s |') in md
+    assert 'missing' in md and 'cpu: X, 1 threads (3 runs)' in md
+    assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()

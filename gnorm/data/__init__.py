@@ -20,7 +20,10 @@ from gnorm.data.nodes import (
 )
 from gnorm.data.molecules import (
     GRAPH_DATASETS,
+    GRAPH_EXTRA,
     ShortestPaths,
+    graph_sizes,
+    import_ogb,
     load_graph_dataset,
     load_molhiv,
     load_zinc,
@@ -30,7 +33,10 @@ from gnorm.data.molecules import (
 
 __all__ = [
     'GRAPH_DATASETS',
+    'GRAPH_EXTRA',
     'ShortestPaths',
+    'graph_sizes',
+    'import_ogb',
     'load_graph_dataset',
     'load_molhiv',
     'load_zinc',

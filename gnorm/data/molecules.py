@@ -25,6 +25,7 @@ shortest path (``O(n^2)`` per graph, independent of the multi-hop length);
 the model walks these pointers on the device to get the edges along a path.
 """
 import contextlib
+import importlib
 import os
 import shutil
 import warnings
@@ -50,6 +51,23 @@ GRAPH_DATASETS = {
 ZINC_RAW = ('train.pickle', 'val.pickle', 'test.pickle', 'train.index',
             'val.index', 'test.index')
 _INT16_MAX = 32767
+# The fix named when a graph task lacks its optional dependencies.
+GRAPH_EXTRA = ("pip install \"gnorm[graph]\" (in a checkout: pip install "
+               "-e \".[graph]\")")
+
+
+def import_ogb(name: str = 'ogb'):
+    r"""Imports module :obj:`name` of ``ogb`` (e.g.
+    ``ogb.graphproppred``); raises :class:`DataError` naming the ``[graph]``
+    extra that installs it (and RDKit) when ``ogb`` is missing."""
+    try:
+        importlib.import_module('ogb')  # not cached under name if missing
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if (e.name or '').split('.')[0] not in ('ogb', 'rdkit'):
+            raise
+        raise DataError(f"the graph tasks need ogb and RDKit ({e}); "
+                        f"{GRAPH_EXTRA}") from None
 
 
 def shortest_paths(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor,
@@ -171,7 +189,7 @@ def load_molhiv(root: Union[str, Path] = 'data',
         (dataset, dict): The :class:`PygGraphPropPredDataset` and the split
         (``train`` / ``valid`` / ``test`` index tensors).
     """
-    from ogb.graphproppred import PygGraphPropPredDataset
+    dataset_class = import_ogb('ogb.graphproppred').PygGraphPropPredDataset
     root = Path(root).expanduser().resolve()
     mirror = _mirror(mirror)
     if mirror is not None:
@@ -184,7 +202,7 @@ def load_molhiv(root: Union[str, Path] = 'data',
         _copy_tree(src, root / 'ogbg_molhiv')
     try:
         with _full_torch_load():
-            dataset = PygGraphPropPredDataset('ogbg-molhiv', root=str(root),
+            dataset = dataset_class('ogbg-molhiv', root=str(root),
                                               pre_transform=ShortestPaths())
     except (OSError, ConnectionError) as e:
         raise DataError(f"dataset 'molhiv': cannot read or download "
@@ -259,6 +277,17 @@ def zinc_fixture(mirror: Union[str, Path], split: str = 'val',
                            edge_attr=bond[edges[g]:edges[g + 1]],
                            y=y[g:g + 1]))
             for g in range(len(nodes) - 1)[:limit]]
+
+
+def graph_sizes(graphs) -> Tensor:
+    r"""Number of nodes of every graph of :obj:`graphs` (a PyG in-memory
+    dataset or a view of one, read from its slices without loading the
+    graphs; or any sequence of :class:`Data`), int64."""
+    slices = getattr(graphs, 'slices', None)
+    if slices is not None and 'x' in slices:
+        counts = slices['x'].diff()  # [graphs in the whole dataset]
+        return counts[torch.as_tensor(list(graphs.indices()))]
+    return torch.tensor([g.num_nodes for g in graphs], dtype=torch.long)
 
 
 def load_graph_dataset(name: str, root: Union[str, Path] = 'data',

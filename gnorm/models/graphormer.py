@@ -8,6 +8,7 @@ from torch import Tensor
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import to_dense_batch
 
+from gnorm.data.molecules import import_ogb
 from gnorm.models.deep_gcn import _forward_inputs, _make_norm
 from gnorm.nn import IsoBN, PairNorm
 
@@ -21,8 +22,9 @@ def feature_dims(features: str) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     bond type (1, 2, 3; 0 unused)."""
     if features == 'zinc':
         return (28, ), (4, )
-    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
-    return tuple(get_atom_feature_dims()), tuple(get_bond_feature_dims())
+    ogb = import_ogb('ogb.utils.features')
+    return (tuple(ogb.get_atom_feature_dims()),
+            tuple(ogb.get_bond_feature_dims()))
 
 
 # Norms that are not a per-token normaliser: they cannot replace LayerNorm.
@@ -79,11 +81,13 @@ class GraphormerLayer(torch.nn.Module):
     :math:`\mathbf{H} \leftarrow \mathbf{H} +
     \mathrm{FFN}(\mathrm{Norm}_2(\mathbf{H}))`.
 
-    Each head's channels are zero-padded to a multiple of
+    On CUDA each head's channels are zero-padded to a multiple of
     :obj:`head_multiple` before :func:`scaled_dot_product_attention` (the
     fused memory-efficient GPU kernel needs a multiple of 8); the zeros add
     nothing to the scores and the softmax scale stays
-    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact.
+    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. The CPU
+    kernel gains nothing from it (only longer products), so there the
+    heads stay as they are.
     """
     def __init__(self, channels: int, heads: int, ffn_channels: int,
                  dropout: float, attention_dropout: float,
@@ -103,18 +107,22 @@ class GraphormerLayer(torch.nn.Module):
         self.ffn1 = torch.nn.Linear(channels, ffn_channels)
         self.ffn2 = torch.nn.Linear(ffn_channels, channels)
 
-    def attention(self, x: Tensor, bias: Tensor) -> Tensor:
+    def attention(self, x: Tensor, bias: Tensor,
+                  pad: Optional[bool] = None) -> Tensor:
+        r"""Multi-head attention of the tokens :obj:`x` :obj:`[B, T, C]`
+        with the additive :obj:`bias` :obj:`[B, heads, T, T]`; :obj:`pad`
+        (default: on CUDA) zero-pads the heads to :obj:`padded_dim`."""
         B, T, C = x.shape
         H, D = self.heads, self.head_dim
         qkv = self.qkv(x).view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, T, head_dim]
-        if self.padded_dim != D:
-            pad = (0, self.padded_dim - D)
-            q, k, v = F.pad(q, pad), F.pad(k, pad), F.pad(v, pad)
+        if (x.is_cuda if pad is None else pad) and self.padded_dim != D:
+            zeros = (0, self.padded_dim - D)
+            q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias.to(q.dtype), scale=1.0 / math.sqrt(D),
             dropout_p=self.attention_dropout if self.training else 0.0,
-        )  # [B, heads, T, padded_dim]
+        )  # [B, heads, T, padded_dim or head_dim]
         out = out[..., :D].transpose(1, 2).reshape(B, T, C)  # [B, T, C]
         return self.out(out)
 
@@ -194,8 +202,8 @@ class Graphormer(torch.nn.Module):
             :class:`~gnorm.nn.PairNorm` and :class:`~gnorm.nn.IsoBN` are
             refused. :obj:`None` means :class:`torch.nn.LayerNorm`.
             (default: :obj:`None`)
-        head_multiple (int, optional): Zero-pad each head's channels to a
-            multiple of this (:obj:`1`: no padding). (default: :obj:`8`)
+        head_multiple (int, optional): On CUDA, zero-pad each head's
+            channels to a multiple of this (:obj:`1`: no padding). (default: :obj:`8`)
     """
     def __init__(
         self,
@@ -301,25 +309,34 @@ class Graphormer(torch.nn.Module):
         bias = self.spd_encoder(spd_row)  # [P, heads]
 
         # Multi-hop edge encoding: walk the first-edge pointers from i to j
-        # (the pair (u, j) of the graph sits at pair_ptr + u n + j).
+        # (the pair (u, j) of the graph sits at pair_ptr + u n + j), integers
+        # only; hop k of the pair is edge gid[k] where valid[k].
         node_ptr = counts.cumsum(0) - counts  # [B]
         edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)
         edge_ptr = (edge_counts.cumsum(0) - edge_counts)[graph]  # [P]
         num_edges = edge_index.size(1)
-        # The next node of each edge, local to its graph, and one extra row
-        # (a zero embedding) for "no edge".
+        # The next node of each edge, local to its graph, and one extra entry
+        # (node 0) that pairs without a hop k point to.
         nxt = edge_index[1] - node_ptr[batch[edge_index[1]]]  # [E]
         nxt = torch.cat([nxt, nxt.new_zeros(1)])  # [E + 1]
-        edge = self.bond_encoder(edge_attr)  # [E, heads]
-        hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
-        hops = F.pad(hops, (0, 0, 0, 1))  # [K, E + 1, heads], last row zero
         target = pair_ptr[graph] + j  # [P]
-        multi_hop, cur = torch.zeros_like(bias), first
+        gids, valid, cur = [], [], first
         for k in range(self.max_dist):
             has = cur >= 0  # [P]
             gid = torch.where(has, cur + edge_ptr, num_edges)  # [P]
-            multi_hop = multi_hop + hops[k][gid]  # [P, heads]
+            gids.append(gid)
+            valid.append(has)
             cur = torch.where(has, first[target + nxt[gid] * n], -1)
+        # Only the (hop, pair) entries on a path are gathered and summed: no
+        # shared "no edge" row that every shorter pair would read (and whose
+        # gradient every one of them would add to).
+        hop, pair = torch.stack(valid).nonzero(as_tuple=True)  # [V], [V]
+        entry = hop * num_edges + torch.stack(gids)[hop, pair]  # [V]
+        edge = self.bond_encoder(edge_attr)  # [E, heads]
+        hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
+        hops = hops.reshape(-1, self.num_heads)  # [K * E, heads]
+        multi_hop = torch.zeros_like(bias).index_add_(
+            0, pair, hops[entry])  # [P, heads]
         length = dist.clamp(min=1, max=self.max_dist).unsqueeze(-1)  # [P, 1]
         bias = bias + multi_hop / length  # [P, heads]
         dense = bias.new_zeros(B, N, N, self.num_heads)

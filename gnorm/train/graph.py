@@ -6,7 +6,11 @@ clipping, bf16 autocast on CUDA, evaluation every ``train.eval_every``
 epochs, the test metric at the best-validation epoch. Every
 ``train.checkpoint_every`` epochs ``checkpoint.pt`` is written into the run
 folder; with ``resume=true`` an interrupted run continues from it and gives
-the curve the uninterrupted run would have given.
+the curve the uninterrupted run would have given. Each epoch appends a row
+(loss, learning rate, metrics, time) to ``metrics.csv`` in the run folder,
+and, with ``train.tensorboard=true``, to TensorBoard event files in its
+``tensorboard/`` folder. A log line every ``train.log_steps`` updates shows
+that a long epoch moves, wherever the output goes.
 
 Multi-GPU data parallel runs under ``torchrun`` (one process per GPU,
 :class:`~torch.nn.parallel.DistributedDataParallel`, ``train.batch_size``
@@ -19,13 +23,14 @@ graphs per process)::
 of ``results.json`` already filled in.
 """
 import copy
+import csv
 import inspect
 import logging
 import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -36,7 +41,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.loader import DataLoader
 
-from gnorm.data.molecules import GRAPH_DATASETS, load_graph_dataset
+from gnorm.data.molecules import (GRAPH_DATASETS, graph_sizes, import_ogb,
+                                   load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
 from gnorm.train.progress import Progress
@@ -46,6 +52,11 @@ log = logging.getLogger(__name__)
 
 PRECISIONS = ('bf16', 'fp32')
 CHECKPOINT = 'checkpoint.pt'
+METRICS_CSV = 'metrics.csv'
+TENSORBOARD = 'tensorboard'
+# The per-epoch columns of results.json's curve and of metrics.csv.
+CURVE = ('epoch', 'loss', 'lr', 'val_metric', 'val_loss', 'test_metric',
+         'time_s')
 _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 
@@ -78,6 +89,8 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"model.max_dist must be an integer >= 1, got "
                           f"{cfg.model.max_dist!r}; pass e.g. "
                           f"model.max_dist=5")
+    if GRAPH_DATASETS[name][0] == 'ogb':
+        import_ogb('ogb.graphproppred')  # names the [graph] extra if missing
     if cfg.split != cfg.dataset.default_split:
         raise ConfigError(f"dataset={name} has only its official split; "
                           f"pass split={cfg.dataset.default_split}")
@@ -86,7 +99,7 @@ def check_config(cfg: DictConfig) -> None:
         if not is_int(t[key]) or t[key] < 1:
             raise ConfigError(f"train.{key} must be an integer >= 1, got "
                               f"{t[key]!r}")
-    for key in ('warmup_steps', 'num_workers'):
+    for key in ('warmup_steps', 'num_workers', 'log_steps', 'bucket_chunk'):
         if not is_int(t[key]) or t[key] < 0:
             raise ConfigError(f"train.{key} must be an integer >= 0, got "
                               f"{t[key]!r}")
@@ -94,6 +107,9 @@ def check_config(cfg: DictConfig) -> None:
         if not isinstance(t[key], (int, float)) or t[key] < 0:
             raise ConfigError(f"train.{key} must be a number >= 0, got "
                               f"{t[key]!r}")
+    if not isinstance(t.tensorboard, bool):
+        raise ConfigError(f"train.tensorboard must be true or false, got "
+                          f"{t.tensorboard!r}")
     if t.precision not in PRECISIONS:
         raise ConfigError(f"unknown train.precision={t.precision!r}; pass "
                           f"bf16 or fp32")
@@ -131,6 +147,42 @@ def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(out[labelled], y[labelled])
 
 
+class SizeBuckets(torch.utils.data.Sampler):
+    r"""Mini-batches of graphs of similar size, so that the dense
+    :obj:`[B, 1 + N, 1 + N]` attention pads less: every epoch the graphs
+    are shuffled (from :obj:`seed` and the epoch), cut into chunks of
+    :obj:`chunk` batches, each chunk sorted by node count and cut into
+    batches of :obj:`batch_size`, and the batches shuffled. Every graph is
+    seen once per epoch; process :obj:`rank` of :obj:`world` takes every
+    :obj:`world`-th batch. A batch sampler for
+    :class:`~torch_geometric.loader.DataLoader`."""
+    def __init__(self, sizes: torch.Tensor, batch_size: int, chunk: int,
+                 seed: int = 0, rank: int = 0, world: int = 1):
+        self.sizes, self.batch_size, self.chunk = sizes, batch_size, chunk
+        self.seed, self.rank, self.world, self.epoch = seed, rank, world, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.sizes), generator=gen)
+        span = self.batch_size * self.chunk
+        batches = []
+        for part in order.split(span):
+            part = part[torch.sort(self.sizes[part], stable=True).indices]
+            batches += part.split(self.batch_size)
+        pick = torch.randperm(len(batches), generator=gen)
+        for k in pick[self.rank::self.world].tolist():
+            yield batches[k].tolist()
+
+    def __len__(self) -> int:
+        n, span = len(self.sizes), self.batch_size * self.chunk
+        batches = n // span * self.chunk + math.ceil(n % span /
+                                                     self.batch_size)
+        return len(range(self.rank, batches, self.world))
+
+
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
     r"""Predictions of :obj:`model` for a PyG mini-batch."""
     return model(batch.x, batch.edge_index, batch.edge_attr, batch.spd,
@@ -154,8 +206,8 @@ def evaluate(model: torch.nn.Module, loader, metric: str,
     loss = float(_loss(pred, y, metric))
     if metric == 'mae':
         return float((pred - y).abs().mean()), loss
-    from ogb.graphproppred import Evaluator
-    score = Evaluator('ogbg-molhiv').eval({'y_true': y.cpu().numpy(),
+    evaluator = import_ogb('ogb.graphproppred').Evaluator
+    score = evaluator('ogbg-molhiv').eval({'y_true': y.cpu().numpy(),
                                            'y_pred': pred.cpu().numpy()})
     return float(score['rocauc']), loss
 
@@ -191,6 +243,56 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state['cpu'])
     if state['cuda'] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state['cuda'])
+
+
+class EpochLog:
+    r"""The per-epoch record of a run for a person watching it: one row per
+    epoch (the columns of :obj:`CURVE`) appended to ``metrics.csv`` in the
+    run folder (always; it costs nothing), and with :obj:`tensorboard` the
+    same scalars in TensorBoard event files in ``tensorboard/``
+    (:class:`torch.utils.tensorboard.SummaryWriter`, needs the
+    ``tensorboard`` package). Opening it rewrites the CSV from
+    :obj:`curve` (the epochs a resumed run restored) and drops later
+    TensorBoard events, so neither holds epochs the checkpoint lacks."""
+    def __init__(self, folder: Path, curve: Dict[str, list], metric: str,
+                 tensorboard: bool = False):
+        self.path = folder / METRICS_CSV
+        self.metric = metric
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(self.path, 'w', newline='') as f:
+            writer = csv.writer(f)
+            writer.writerow(CURVE)
+            writer.writerows(zip(*(curve[k] for k in CURVE)))
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("train.tensorboard=true needs the "
+                                  "tensorboard package: pip install "
+                                  "tensorboard (metrics.csv is written "
+                                  "without it)") from None
+            self.writer = SummaryWriter(str(folder / TENSORBOARD),
+                                        purge_step=len(curve['epoch']) + 1)
+
+    def add(self, row: Dict[str, float]) -> None:
+        r"""Records the epoch :obj:`row` (keys :obj:`CURVE`)."""
+        with open(self.path, 'a', newline='') as f:
+            csv.writer(f).writerow([row[k] for k in CURVE])
+        if self.writer is None:
+            return
+        tags = {'loss': 'train/loss', 'lr': 'train/lr',
+                'time_s': 'train/epoch_time_s', 'val_loss': 'val/loss',
+                'val_metric': f'val/{self.metric}',
+                'test_metric': f'test/{self.metric}'}
+        for key, tag in tags.items():
+            if math.isfinite(row[key]):
+                self.writer.add_scalar(tag, row[key], row['epoch'])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
@@ -260,13 +362,30 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
         'num_parameters': sum(p.numel() for p in model.parameters()),
     })
 
-    sampler = DistributedSampler(splits['train'], num_replicas=world,
-                                 rank=rank, shuffle=True, seed=cfg.seed)
-    train_loader = DataLoader(splits['train'], t.batch_size, sampler=sampler,
-                              num_workers=t.num_workers)
-    loaders = {k: DataLoader(splits[k], t.batch_size, shuffle=False,
-                             num_workers=t.num_workers)
-               for k in ('valid', 'test')}
+    if t.bucket_chunk:
+        sampler = SizeBuckets(graph_sizes(splits['train']), t.batch_size,
+                              t.bucket_chunk, cfg.seed, rank, world)
+        batching = dict(batch_sampler=sampler)
+    else:
+        sampler = DistributedSampler(splits['train'], num_replicas=world,
+                                     rank=rank, shuffle=True, seed=cfg.seed)
+        batching = dict(batch_size=t.batch_size, sampler=sampler)
+    # Workers collate ahead of the model (kept across epochs); on CUDA the
+    # batches come in pinned memory and copy asynchronously.
+    pin = device.type == 'cuda'
+    loader_args = dict(num_workers=t.num_workers, pin_memory=pin,
+                       persistent_workers=t.num_workers > 0)
+    train_loader = DataLoader(splits['train'], **batching, **loader_args)
+    # Evaluation: the graphs in their order, or with bucket_chunk sorted by
+    # size (a graph's prediction does not depend on its batch-mates).
+    def eval_batches(graphs) -> Dict[str, Any]:
+        if not t.bucket_chunk:
+            return dict(batch_size=t.batch_size, shuffle=False)
+        order = graph_sizes(graphs).sort(stable=True).indices
+        return dict(batch_sampler=[b.tolist() for b in
+                                   order.split(t.batch_size)])
+    loaders = {k: DataLoader(splits[k], **eval_batches(splits[k]),
+                             **loader_args) for k in ('valid', 'test')}
     trained = model
     if world > 1:
         if device.type == 'cuda':
@@ -282,8 +401,7 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
                                           t.decay_power))
     autocast = device.type == 'cuda' and t.precision == 'bf16'
 
-    curve = {k: [] for k in ('epoch', 'loss', 'lr', 'val_metric', 'val_loss',
-                             'test_metric', 'time_s')}
+    curve = {k: [] for k in CURVE}
     results.update(curve=curve, best_epoch=0, best=None)
     best_state, start = None, 1
     if state is not None:
@@ -298,6 +416,9 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
         log.info('resumed from %s at epoch %d', checkpoint, state['epoch'])
 
     sign = 1.0 if higher_better else -1.0
+    epoch_log = EpochLog(path.parent, curve, metric, t.tensorboard) \
+        if rank == 0 else None
+    steps = len(train_loader)
     with Progress(t.epochs, every=t.log_every,
                   bar=t.progress and rank == 0) as progress:
         if start > 1:
@@ -307,8 +428,8 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
             trained.train()
             sampler.set_epoch(epoch)
             total_loss, count = 0.0, 0
-            for batch in train_loader:
-                batch = batch.to(device)
+            for step, batch in enumerate(train_loader, start=1):
+                batch = batch.to(device, non_blocking=pin)
                 with torch.autocast(device.type, torch.bfloat16,
                                     enabled=autocast):
                     loss = _loss(forward(trained, batch), batch.y, metric)
@@ -321,6 +442,13 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
                 scheduler.step()
                 total_loss += loss.item() * batch.num_graphs
                 count += batch.num_graphs
+                if rank == 0 and t.log_steps and step % t.log_steps == 0:
+                    seconds = time.perf_counter() - begin
+                    log.info('train epoch %d/%d step %d/%d | loss %.4f | lr '
+                             '%.3g | %.0f graphs/s', epoch, t.epochs, step,
+                             steps, total_loss / count,
+                             optimizer.param_groups[0]['lr'],
+                             count * world / seconds)
             value = total_loss / count
             if not math.isfinite(value):
                 raise TrainingError(f"the training loss became {value} at "
@@ -345,6 +473,8 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
             row['time_s'] = time.perf_counter() - begin
             for key, column in curve.items():
                 column.append(row[key])
+            if epoch_log is not None:
+                epoch_log.add(row)
             if rank == 0 and (epoch % t.checkpoint_every == 0
                               or epoch == t.epochs):
                 _save(checkpoint, {
@@ -357,7 +487,10 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
                     results['best_epoch'], 'best': results['best'],
                     'curve': curve, 'rng': _rng_state()})
             progress.update(epoch, loss=value, **{
-                f'val_{metric}': row['val_metric']})
+                f'val_{metric}': row['val_metric'],
+                f'test_{metric}': row['test_metric']})
+    if epoch_log is not None:
+        epoch_log.close()
 
     if cfg.select == 'best_val':
         model.load_state_dict(best_state)
