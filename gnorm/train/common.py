@@ -104,7 +104,7 @@ def one_line(error: BaseException) -> str:
     return ' '.join(text.split())
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     r""":obj:`value` as ``results.json`` keeps it: non-finite floats become
     :obj:`None` (strict JSON), and a float that a float32 holds exactly (a
     metric of a float32 tensor, :obj:`0.10000000149011612`) the shortest
@@ -115,9 +115,9 @@ def _json_safe(value: Any) -> Any:
         single = np.float32(value)
         return float(str(single)) if float(single) == value else value
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -140,7 +140,7 @@ def write_json(path: Path, obj: Dict[str, Any]) -> Dict[str, Any]:
     :func:`os.replace`); non-finite numbers become :obj:`null`, float32
     values their shortest decimal. Returns what it wrote."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    obj = _json_safe(obj)
+    obj = json_safe(obj)
     tmp = path.with_name(f'.{path.name}.tmp')
     with open(tmp, 'w') as f:
         f.write(_dumps(obj) + '\n')
@@ -166,7 +166,7 @@ def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
         return None  # unreadable: run again
     if results.get('status') != 'ok':
         return None
-    asked = result_config(_json_safe(OmegaConf.to_container(cfg,
+    asked = result_config(json_safe(OmegaConf.to_container(cfg,
                                                              resolve=True)))
     if result_config(results.get('config', {})) != asked:
         raise ConfigError(f"{path} holds a finished run of another config; "

@@ -46,7 +46,8 @@ from gnorm.data.molecules import (GRAPH_DATASETS, graph_sizes, import_ogb,
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
 from gnorm.train.progress import Progress
-from gnorm.train.common import is_int, one_line, option, result_config
+from gnorm.train.common import (is_int, json_safe, one_line, option,
+                                 result_config)
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class EpochLog:
         with open(self.path, 'w', newline='') as f:
             writer = csv.writer(f)
             writer.writerow(CURVE)
-            writer.writerows(zip(*(curve[k] for k in CURVE)))
+            writer.writerows(zip(*(json_safe(curve[k]) for k in CURVE)))
         self.writer = None
         if tensorboard:
             try:
@@ -278,7 +279,7 @@ class EpochLog:
     def add(self, row: Dict[str, float]) -> None:
         r"""Records the epoch :obj:`row` (keys :obj:`CURVE`)."""
         with open(self.path, 'a', newline='') as f:
-            csv.writer(f).writerow([row[k] for k in CURVE])
+            csv.writer(f).writerow(json_safe([row[k] for k in CURVE]))
         if self.writer is None:
             return
         tags = {'loss': 'train/loss', 'lr': 'train/lr',
