@@ -642,9 +642,9 @@ def plot(records: List[Dict[str, Any]], out: Path, name: str) -> None:
             ax.yaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
         if absent:
-            ax.text(0.02, 0.02, f'no effective rank at {deepest or "any"} '
+            ax.text(0.02, 0.98, f'no effective rank at {deepest or "any"} '
                     f"layers: {', '.join(absent)}", transform=ax.transAxes,
-                    fontsize=6, va='bottom', color='0.3')
+                    fontsize=6, va='top', color='0.3')
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
