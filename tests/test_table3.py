@@ -387,3 +387,27 @@ def test_tiny_pairnorm_row_chooses_variant_and_scale_by_validation(tmp_path):
     line = next(x for x in report.splitlines()
                 if x.startswith('| pairnorm (chosen by val)'))
     assert by['val']['setting'] in line
+
+
+def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
+    import gnorm.train
+    real, calls = gnorm.train.train_runs, []
+
+    def stop_at_second_cell(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(gnorm.train, 'train_runs', stop_at_second_cell)
+    runs = tmp_path / 'runs'
+    args = ['paper', *TINY, '--rows', 'none', 'layernorm', '--runs',
+            str(runs)]
+    assert table3.main(args) == 130
+    first = list(runs.glob('*/results.json'))
+    assert len(first) == 1
+    stamp = first[0].stat().st_mtime_ns
+    assert table3.main(args) == 0
+    assert len(list(runs.glob('*/results.json'))) == 2
+    assert first[0].stat().st_mtime_ns == stamp
+    assert len(calls) == 3  # the rerun trained only the missing cell
