@@ -727,6 +727,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='print what would run, run nothing')
     args = parser.parse_args(argv)
 
+    from gnorm.train import CONF_DIR
     spec = table_spec(args.protocol)
     committed = (RUNS / spec['name']).resolve()
     runs_dir = (args.runs or committed).resolve()
@@ -737,6 +738,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         runs_dir.name + '-report'))).resolve()
     try:
         check_arguments(args, spec)
+        launchers = sorted({*(p.stem for p in (CONF_DIR / 'hydra' /
+                                               'launcher').glob('*.yaml')),
+                            'basic', 'joblib', 'submitit_local',
+                            'submitit_slurm'})
+        if args.launcher is not None and args.launcher not in launchers:
+            raise TableError(f'unknown --launcher {args.launcher!r}; pass '
+                             f'one of {", ".join(launchers)}')
         if args.threads is not None and args.threads < 1:
             raise TableError(f'--threads must be >= 1, got {args.threads}')
         if out == RESULTS.resolve() and not published:

@@ -308,7 +308,8 @@ TINY_NAME = ('table3_paper+train.epochs=2+collapse_metrics=false'
 def test_bad_selection_is_refused_before_anything_runs(tmp_path, capsys):
     for bad in (['--datasets', 'pubmed'], ['--depths', '0'],
                 ['--seeds', '-1'], ['--rows', 'batchnorm'],
-                ['--set', 'layers=3'], ['--set', 'train.epochs']):
+                ['--set', 'layers=3'], ['--set', 'train.epochs'],
+                ['--launcher', 'kubernetes']):
         assert table3.main(['paper', *bad, '--runs',
                             str(tmp_path / 'runs')]) == 2
         err = capsys.readouterr().err
