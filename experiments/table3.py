@@ -600,8 +600,8 @@ def plot(records: List[Dict[str, Any]], out: Path, name: str) -> None:
         ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(depths))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
         ax.xaxis.set_minor_locator(NullLocator())
-        if len(depths) == 1:
-            ax.set_xlim(depths[0] / 1.5, depths[0] * 1.5)
+        if depths:  # every depth of the table, with or without runs
+            ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
         ax.set_title(dataset)
         ax.set_xlabel('layers')
         ax.set_ylabel('test accuracy (%)')
