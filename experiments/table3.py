@@ -115,7 +115,8 @@ def cells(spec: Dict[str, Any], rows=None) -> List[Dict[str, Any]]:
                     cost += depth * nodes * nodes // 6 * runs
                 out.append(dict(dataset=dataset, row=row, depth=depth,
                                 base=base, sweep=sweep, settings=candidates,
-                                expected=len(spec['seeds']), cost=cost))
+                                expected=len(spec['seeds']), cost=cost,
+                                position=len(out)))
     return sorted(out, key=lambda c: c['cost'])
 
 
@@ -382,8 +383,8 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
     flag = flag or {}
     notes = notes or {}
     records = []
-    order = {c['dataset']: k for k, c in reversed(list(enumerate(todo)))}
-    for cell in sorted(todo, key=lambda c: order[c['dataset']]):
+    # In the table's order: datasets, rows, depths as the spec lists them.
+    for cell in sorted(todo, key=lambda c: c.get('position', 0)):
         groups: Dict[str, List[Dict[str, Any]]] = {}
         for run in cell['runs']:
             if run['key'] in found:
