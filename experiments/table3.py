@@ -6,24 +6,39 @@ writes the report.
     python experiments/table3.py fair      # experiment=table3_fair: the sound protocol
     python experiments/table3.py paper --report-only
     python experiments/table3.py paper --datasets cora --rows none pairnorm --depths 2 4
+    python experiments/table3.py paper --launcher processes   # cells as Hydra multiruns
 
-The grid (datasets, depths, seeds, rows and the ContraNorm scales) is the
-``table:`` section of ``conf/experiment/table3_<protocol>.yaml``. Each
-(dataset, row, depth) cell is one Hydra multirun of ``python -m
-gnorm.train`` over the seeds (and scales) into ``experiments/runs/table3_<protocol>``
-(``--runs``), one folder per run named after its overrides. Interrupt at
-any time: finished runs are kept (``resume=true``) and a rerun only does
-what is missing. The report (``--out``, default ``experiments/results``):
-``table3_<protocol>.{md,csv}`` (ours beside the paper, difference, chosen
-s, runs counted, missing cells marked), ``table3_<protocol>_depth.png``
-(accuracy vs depth) and ``table3_<protocol>_erank.png`` (effective rank vs
-layer of the deepest models).
+The grid (datasets, depths, seeds, rows and each row's candidate settings)
+is the ``table:`` section of ``conf/experiment/table3_<protocol>.yaml``.
+Each (dataset, row, depth) cell is the Hydra multirun ``python -m
+gnorm.train -m experiment=table3_<protocol> ...`` over the seeds and the
+row's ``grid`` (e.g. PairNorm's variant x s); this script composes its runs
+itself (``hydra.compose``, the same overrides, configs and run folders) and
+trains every cell in this one process (:func:`gnorm.train.train_runs`:
+runs that differ only in seed and s train as one model). ``--launcher
+NAME`` hands each cell to ``python -m gnorm.train -m
+hydra/launcher=NAME`` instead (``conf/hydra/launcher/``: local processes,
+SLURM). Runs go to ``experiments/runs/table3_<protocol>`` (``--runs``),
+one folder per run named after its overrides. Interrupt at any time:
+finished runs are kept and a rerun only does what is missing.
+
+A report covers exactly the runs of one configuration: the protocol plus
+``--set`` (a run counts only if its config is that of the table's run, so
+runs made with other overrides are never averaged in). The committed
+report (``experiments/results/table3_<protocol>.{md,csv}``, two plots) is
+written only from the committed runs folder without ``--set`` and then
+covers the whole table; any other report covers the selected cells and
+goes to ``--out`` (default: ``<runs>-report`` beside the runs folder).
 """
 import argparse
+import copy
 import csv
 import datetime
+import itertools
+import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -33,12 +48,20 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.results import (  # noqa: E402
-    NOT_CONFIG_KEYS, load_runs, mean_std, overrides, value)
+from gnorm.results import NOT_CONFIG_KEYS, load_runs, mean_std  # noqa: E402
+from gnorm.run_keys import drop_keys  # noqa: E402
 
+RUNS = ROOT / 'experiments' / 'runs'
+RESULTS = ROOT / 'experiments' / 'results'
+# Keys the table sets itself; --set cannot change them.
+AXES = ('experiment', 'dataset', 'layers', 'seed', 'tag')
 # Nodes and symmetrised edges, only to run cheap cells first.
 _SIZE = {'cora': (2708, 10556), 'citeseer': (3327, 9104),
          'chameleon': (2277, 62792), 'squirrel': (5201, 396846)}
+
+
+class TableError(Exception):
+    r"""A bad command line: one line, exit status 2."""
 
 
 def table_spec(protocol: str) -> Dict[str, Any]:
@@ -51,152 +74,352 @@ def table_spec(protocol: str) -> Dict[str, Any]:
     return OmegaConf.to_container(cfg.table, resolve=True)
 
 
+def settings(spec: Dict[str, Any], row: str) -> List[Dict[str, Any]]:
+    r"""The candidate settings of :obj:`row`: every combination of its
+    ``grid`` (``[{}]`` for a row without one)."""
+    grid = spec.get('grid', {}).get(row) or {}
+    return [dict(zip(grid, values))
+            for values in itertools.product(*grid.values())]
+
+
+def setting_label(setting: Dict[str, Any]) -> str:
+    r"""``PN-SI, s=0.5`` for ``{norm.mode: PN-SI, norm.scale: 0.5}``."""
+    return ', '.join(f's={v:g}' if k == 'norm.scale' else str(v)
+                     for k, v in setting.items())
+
+
+def _values(values: Sequence[Any]) -> str:
+    return ','.join(str(v) for v in values)
+
+
 def cells(spec: Dict[str, Any], rows=None) -> List[Dict[str, Any]]:
     r"""The (dataset, row, depth) cells of :obj:`spec` (its :obj:`rows`
-    only, if given), cheapest first, each with the override sets of its
-    runs."""
+    only, if given), cheapest first, each with its multirun's overrides:
+    ``base`` (fixed) and ``sweep`` (the seeds and the row's grid)."""
     out = []
     for dataset in spec['datasets']:
         for row in rows or list(spec['rows']):
+            grid = spec.get('grid', {}).get(row) or {}
+            candidates = settings(spec, row)
             for depth in spec['depths']:
-                scales = spec.get('scales', {}).get(row, [None])
                 base = [f'dataset={dataset}', f'layers={depth}',
                         f'tag={row}', *spec['rows'][row]]
-                runs = [[*base, f'seed={seed}',
-                         *([] if scale is None else [f'norm.scale={scale}'])]
-                        for scale in scales
-                        for seed in spec['seeds']]
+                sweep = [f"seed={_values(spec['seeds'])}",
+                         *(f'{k}={_values(v)}' for k, v in grid.items())]
+                runs = len(candidates) * len(spec['seeds'])
                 # Per layer and epoch on a CPU: ~42 ns per edge or node
                 # channel, ~7 ns per node pair of ContraNorm's attention.
                 nodes, edges = _SIZE.get(dataset, (1000, 5000))
-                cost = depth * (edges + 32 * nodes) * len(runs)
-                if row in spec.get('scales', {}):
-                    cost += depth * nodes * nodes // 6 * len(runs)
+                cost = depth * (edges + 32 * nodes) * runs
+                if 'norm=contranorm' in base and 'norm.scale=0.0' not in base:
+                    cost += depth * nodes * nodes // 6 * runs
                 out.append(dict(dataset=dataset, row=row, depth=depth,
-                                base=base, seeds=spec['seeds'],
-                                scales=scales, runs=runs, cost=cost))
+                                base=base, sweep=sweep, settings=candidates,
+                                expected=len(spec['seeds']), cost=cost,
+                                position=len(out)))
     return sorted(out, key=lambda c: c['cost'])
 
 
-def _run_key(items: Sequence[str]) -> frozenset:
-    r"""A run's overrides as a set, booleans spelled as Hydra records
-    them."""
-    pairs = (i.split('=', 1) for i in items)
-    return frozenset(f"{k}={v.lower() if v.lower() in ('true', 'false') else v}"
-                     for k, v in pairs if k not in NOT_CONFIG_KEYS)
-
-
-def finished(runs_dir: Path) -> set:
-    r"""The override sets of the finished runs in :obj:`runs_dir`."""
-    if not runs_dir.is_dir():
-        return set()
-    return {_run_key(f'{k}={v}' for k, v in overrides(r).items())
-            for r in load_runs(runs_dir) if r.get('status') == 'ok'}
+def arguments(protocol: str, cell: Dict[str, Any],
+              sets: Sequence[str]) -> List[str]:
+    r"""The overrides of :obj:`cell`'s multirun."""
+    return [f'experiment=table3_{protocol}', *cell['base'], *cell['sweep'],
+            *sets]
 
 
 def command(protocol: str, cell: Dict[str, Any], runs_dir: Path,
-            sets: Sequence[str]) -> List[str]:
+            sets: Sequence[str], launcher: Optional[str] = None) -> List[str]:
     r"""The ``python -m gnorm.train -m`` command of one cell."""
-    args = [sys.executable, '-m', 'gnorm.train', '-m',
-            f'experiment=table3_{protocol}', *cell['base'],
-            'seed=' + ','.join(str(s) for s in cell['seeds'])]
-    if cell['scales'] != [None]:
-        args.append('norm.scale=' + ','.join(str(s) for s in cell['scales']))
-    return args + [f'hydra.sweep.dir={runs_dir}', *sets]
+    return ['python', '-m', 'gnorm.train', '-m',
+            *arguments(protocol, cell, sets),
+            f'hydra.sweep.dir={runs_dir}',
+            *([f'hydra/launcher={launcher}'] if launcher else [])]
+
+
+def run_key(config: Dict[str, Any]) -> str:
+    r"""What identifies a run: its resolved config without the keys that do
+    not change results (:data:`gnorm.run_keys.NOT_RESULT_KEYS`)."""
+    return json.dumps(drop_keys(config), sort_keys=True)
+
+
+class Composer:
+    r"""Composes the runs of cells as ``python -m gnorm.train -m`` composes
+    its jobs: the jobs' overrides from Hydra's basic sweeper, each job's
+    config, group choices and run folder (``hydra.sweep.subdir``). Configs
+    that differ only in ``layers``, ``seed`` and grid keys (plain values)
+    are composed once and the values set (the tests check that this equals
+    composing each)."""
+
+    def __init__(self, varying: Sequence[str]):
+        from hydra.core.override_parser.overrides_parser import \
+            OverridesParser
+        import gnorm.train  # noqa: F401  (registers gnorm's resolvers)
+        self.parser = OverridesParser.create()
+        self.varying = ('layers', 'seed', *varying)
+        self.composed: Dict[tuple, Any] = {}
+        self.resolved: Dict[tuple, Dict[str, Any]] = {}
+        self.parsed: Dict[str, Any] = {}
+
+    def jobs(self, overrides: Sequence[str]) -> List[List[str]]:
+        r"""The job overrides of the multirun over :obj:`overrides`."""
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        parsed = self.parser.parse_overrides(list(overrides))
+        return [job for chunk in BasicSweeper.split_arguments(parsed, None)
+                for job in chunk]
+
+    def _parse(self, job: List[str]) -> list:
+        for item in job:
+            if item not in self.parsed:
+                self.parsed[item] = self.parser.parse_override(item)
+        return [self.parsed[item] for item in job]
+
+    def _compose(self, fixed: Tuple[str, ...]):
+        if fixed not in self.composed:
+            from hydra import compose
+            from omegaconf import OmegaConf
+            cfg = compose('train', overrides=list(fixed),
+                          return_hydra_config=True)
+            choices = {k: v for k, v in cfg.hydra.runtime.choices.items()
+                       if not k.startswith('hydra/') and k != 'hydra'}
+            task = OmegaConf.masked_copy(cfg, [k for k in cfg
+                                               if k != 'hydra'])
+            text = json.dumps(OmegaConf.to_container(task))
+            # Values set after resolving unless something interpolates them.
+            late = [k for k in self.varying
+                    if k != 'layers' and '${' + k not in text]
+            self.composed[fixed] = (cfg, task, choices, late)
+        return self.composed[fixed]
+
+    def run(self, job: List[str], runs_dir: Path) -> Dict[str, Any]:
+        r"""One job: ``dir``, ``info`` (for ``results.json``), ``key``
+        (:func:`run_key`) and what :meth:`config` needs."""
+        from hydra._internal.config_loader_impl import get_overrides_dirname
+        from omegaconf import OmegaConf, open_dict
+        parsed = self._parse(job)
+        fixed = tuple(o.input_line for o in parsed
+                      if o.get_key_element() not in self.varying)
+        values = {o.get_key_element(): o.value() for o in parsed
+                  if o.get_key_element() in self.varying}
+        full, task, choices, late = self._compose(fixed)
+        early = tuple((k, v) for k, v in values.items() if k not in late)
+        if (fixed, early) not in self.resolved:
+            cfg = copy.deepcopy(task)
+            for k, v in early:
+                OmegaConf.update(cfg, k, v)
+            self.resolved[fixed, early] = OmegaConf.to_container(
+                cfg, resolve=True)
+        config = copy.deepcopy(self.resolved[fixed, early])
+        for k, v in values.items():
+            if k in late:
+                *path, last = k.split('.')
+                node = config
+                for part in path:
+                    node = node[part]
+                node[last] = v
+        naming = full.hydra.job.config.override_dirname
+        with open_dict(full.hydra.job):
+            full.hydra.job.override_dirname = get_overrides_dirname(
+                parsed, list(naming.exclude_keys), naming.item_sep,
+                naming.kv_sep)
+        return dict(fixed=fixed, values=values,
+                    dir=runs_dir / str(full.hydra.sweep.subdir),
+                    info={'choices': dict(choices), 'overrides': list(job)},
+                    key=run_key(config))
+
+    def config(self, run: Dict[str, Any]):
+        r"""The config of :obj:`run` (a :class:`DictConfig` of its own)."""
+        from omegaconf import OmegaConf
+        cfg = copy.deepcopy(self._compose(run['fixed'])[1])
+        for k, v in run['values'].items():
+            OmegaConf.update(cfg, k, v)
+        return cfg
+
+
+def compose_cells(protocol: str, todo: List[Dict[str, Any]],
+                  spec: Dict[str, Any], sets: Sequence[str],
+                  runs_dir: Path) -> Composer:
+    r"""Adds to each cell of :obj:`todo` its ``runs``: one per job of its
+    multirun, with its ``setting`` (of the row's grid) and ``seed``;
+    returns the :class:`Composer` that makes their configs."""
+    from hydra import initialize_config_dir
+    from gnorm.train import CONF_DIR
+    grid_keys = sorted({k for g in (spec.get('grid') or {}).values()
+                        for k in (g or {})})
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        composer = Composer(grid_keys)
+        for cell in todo:
+            cell['runs'] = []
+            keys = list(cell['settings'][0])
+            for job in composer.jobs(arguments(protocol, cell, sets)):
+                run = composer.run(job, runs_dir)
+                run['setting'] = setting_label(
+                    {k: run['values'][k] for k in keys})
+                run['seed'] = run['values']['seed']
+                cell['runs'].append(run)
+    return composer
+
+
+def index(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    r"""The finished runs by :func:`run_key` (the first by path of equal
+    ones: e.g. a run whose overrides spell out a default)."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for run in runs:
+        if run.get('status') == 'ok' and 'config' in run:
+            found.setdefault(run_key(run['config']), run)
+    return found
+
+
+def _write_hydra(run: Dict[str, Any], cfg) -> None:
+    r"""``.hydra/config.yaml`` and ``overrides.yaml`` of a run, as a job of
+    a multirun writes them."""
+    from omegaconf import OmegaConf
+    hydra_dir = run['dir'] / '.hydra'
+    hydra_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, hydra_dir / 'config.yaml')
+    OmegaConf.save(OmegaConf.create(run['info']['overrides']),
+                   hydra_dir / 'overrides.yaml')
 
 
 def run_missing(protocol: str, todo: List[Dict[str, Any]], runs_dir: Path,
-                sets: Sequence[str], threads: Optional[int],
-                dry_run: bool) -> int:
-    r"""Runs the cells of :obj:`todo` that have unfinished runs; returns the
-    number of cells that failed."""
-    done = finished(runs_dir)
-    env = dict(os.environ)
-    if threads:
-        env['OMP_NUM_THREADS'] = str(threads)
+                sets: Sequence[str], found: Dict[str, Any],
+                composer: Composer, threads: Optional[int], dry_run: bool,
+                launcher: Optional[str] = None) -> int:
+    r"""Trains the unfinished runs of the cells of :obj:`todo` in this
+    process (with :obj:`launcher`: each cell with unfinished runs as a
+    ``python -m gnorm.train -m`` multirun); returns the number of cells
+    that failed."""
+    from gnorm.errors import GnormError
+    from gnorm.train import train_runs
     failed = 0
+    total = sum(len(c['runs']) for c in todo)
+    done = sum(r['key'] in found for c in todo for r in c['runs'])
+    print(f'{total} runs in {len(todo)} cells, {done} done, '
+          f'{total - done} to run', flush=True)
     for k, cell in enumerate(todo, start=1):
-        want = [_run_key([*r, *sets]) for r in cell['runs']]
-        left = sum(w not in done for w in want)
+        left = [r for r in cell['runs'] if r['key'] not in found]
+        n = len(cell['runs'])
         label = (f"[{k}/{len(todo)}] {cell['dataset']} {cell['row']} "
-                 f"L={cell['depth']}: {len(want) - left}/{len(want)} done")
-        if left == 0:
+                 f"L={cell['depth']}: {n - len(left)}/{n} done")
+        if not left:
             print(label, flush=True)
             continue
-        args = command(protocol, cell, runs_dir, sets)
-        print(f'{label}, running {left}\n  {shlex.join(args[1:])}',
+        args = command(protocol, cell, runs_dir, sets, launcher)
+        print(f'{label}, running {len(left)}\n  {shlex.join(args)}',
               flush=True)
         if dry_run:
             continue
-        proc = subprocess.run(args, cwd=ROOT, env=env)
-        if proc.returncode in (130, -2):  # Ctrl-C: stop the table
-            raise KeyboardInterrupt
-        failed += proc.returncode != 0
+        if launcher:
+            env = dict(os.environ)
+            if threads:
+                env['OMP_NUM_THREADS'] = str(threads)
+            proc = subprocess.run([sys.executable, *args[1:]], cwd=ROOT,
+                                  env=env)
+            if proc.returncode in (130, 143, -2, -15):  # Ctrl-C, SIGTERM
+                raise KeyboardInterrupt
+            failed += proc.returncode != 0
+            continue
+        cfgs = [composer.config(r) for r in left]
+        for run, cfg in zip(left, cfgs):
+            _write_hydra(run, cfg)
+        try:
+            results = train_runs(cfgs,
+                                 [str(r['dir']) for r in left],
+                                 [r['info'] for r in left])
+        except GnormError as e:
+            print(f'error: {e}', file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        for run, result in zip(left, results):
+            if result.get('status') == 'ok':
+                found[run['key']] = result
     return failed
+
+
+def read_csv(path: Path) -> List[Dict[str, str]]:
+    r"""The rows of a csv file whose ``#`` lines are comments."""
+    with open(path) as f:
+        return list(csv.DictReader(line for line in f
+                                   if not line.startswith('#')))
 
 
 def read_paper(path: Path) -> Dict[Tuple[str, str, int], Tuple[float,
                                                                 float]]:
     r"""(dataset, row, layers) -> (mean, std) of the paper's table."""
-    with open(path) as f:
-        lines = [line for line in f if not line.startswith('#')]
     return {(r['dataset'], r['row'], int(r['layers'])):
-            (float(r['mean']), float(r['std'])) for r in csv.DictReader(lines)}
+            (float(r['mean']), float(r['std'])) for r in read_csv(path)}
 
 
-def summarise(spec: Dict[str, Any], runs: List[Dict[str, Any]],
-              paper: Dict, rows=None) -> List[Dict[str, Any]]:
-    r"""One record per (dataset, row, depth, selection): test accuracy mean
-    and std over seeds at the selected scale, the paper's value and the
-    difference. Rows with scales get two selections: ``val`` (scale with
-    the best mean validation accuracy) and ``test`` (best mean test
-    accuracy: optimistic)."""
-    by_cell: Dict[tuple, Dict[Any, List[Dict[str, Any]]]] = {}
-    for run in runs:
-        if run.get('status') != 'ok':
-            continue
-        key = (value(run, 'dataset.name'), value(run, 'tag'),
-               value(run, 'layers'))
-        scale = value(run, 'norm.scale') if key[1] in spec.get(
-            'scales', {}) else None
-        by_cell.setdefault(key, {}).setdefault(scale, []).append(run)
+def read_notes(path: Optional[Path]) -> Dict[Tuple[str, str, int], str]:
+    r"""(dataset, row, layers) -> explanation of a cell far from the
+    paper."""
+    if path is None or not path.is_file():
+        return {}
+    return {(r['dataset'], r['row'], int(r['layers'])): r['note']
+            for r in read_csv(path)}
+
+
+def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
+            metric: str) -> Optional[str]:
+    r"""The setting of :obj:`groups` with the best mean :obj:`metric`; only
+    settings with every seed finished compete while there are any."""
+    if not groups:
+        return None
+    full = {s: g for s, g in groups.items() if len(g) >= expected} or groups
+    return max(full, key=lambda s: mean_std([r[metric] for r in full[s]])[0])
+
+
+def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
+              paper: Dict, flag: Optional[Dict[str, Any]] = None,
+              notes: Optional[Dict] = None) -> List[Dict[str, Any]]:
+    r"""One record per (dataset, row, depth, selection) of the cells
+    :obj:`todo` (with their composed ``runs``): test accuracy mean and std
+    over the seeds of the selected setting, counting only the finished
+    runs of :obj:`found` whose config is that of one of the cell's runs;
+    the paper's value and the difference. Rows with several settings get two
+    selections: ``val`` (best mean validation accuracy) and ``test`` (best
+    mean test accuracy: optimistic). A record of a row in
+    ``flag['rows']`` more than ``flag['paper_stds']`` paper stds from the
+    paper gets a ``note`` (from :obj:`notes`, or that none is known)."""
+    flag = flag or {}
+    notes = notes or {}
     records = []
-    for dataset in spec['datasets']:
-        for row in rows or list(spec['rows']):
-            scaled = row in spec.get('scales', {})
-            for depth in spec['depths']:
-                groups = by_cell.get((dataset, row, depth), {})
-                expected = len(spec['seeds'])
-                for selection in (('val', 'test') if scaled else ('val', )):
-                    metric = f'{selection}_acc'
-                    scale = None
-                    if scaled and groups:
-                        # Only scales with every seed finished compete.
-                        full = {s: g for s, g in groups.items()
-                                if len(g) >= expected} or groups
-                        scale = max(full, key=lambda s: mean_std(
-                            [r[metric] for r in full[s]])[0])
-                    chosen = groups.get(scale, [])
-                    test_mean, test_std = mean_std(
-                        [100 * r['test_acc'] for r in chosen])
-                    val_mean, _ = mean_std(
-                        [100 * r['val_acc'] for r in chosen])
-                    p_mean, p_std = paper.get((dataset, row, depth),
-                                              (None, None))
-                    diff = (None if test_mean is None or p_mean is None
-                            else test_mean - p_mean)
-                    records.append(dict(
-                        dataset=dataset, row=row, layers=depth,
-                        selection=selection if scaled else '', scale=scale,
-                        scales_run=len(groups), runs=len(chosen),
-                        expected=expected, test_mean=test_mean,
-                        test_std=test_std, val_mean=val_mean,
-                        paper_mean=p_mean, paper_std=p_std, diff=diff,
-                        diff_paper_stds=(None if diff is None or not p_std
-                                         else diff / p_std),
-                        erank=_mean_curve([r.get('collapse', {}).get(
-                            'effective_rank') for r in chosen]),
-                    ))
+    # In the table's order: datasets, rows, depths as the spec lists them.
+    for cell in sorted(todo, key=lambda c: c.get('position', 0)):
+        groups: Dict[str, List[Dict[str, Any]]] = {}
+        for run in cell['runs']:
+            if run['key'] in found:
+                groups.setdefault(run['setting'], []).append(
+                    found[run['key']])
+        several = len(cell['settings']) > 1
+        where = (cell['dataset'], cell['row'], cell['depth'])
+        for selection in (('val', 'test') if several else ('val', )):
+            setting = _choose(groups, cell['expected'], f'{selection}_acc')
+            chosen = groups.get(setting, [])
+            test_mean, test_std = mean_std(
+                [100 * r['test_acc'] for r in chosen])
+            val_mean, _ = mean_std([100 * r['val_acc'] for r in chosen])
+            p_mean, p_std = paper.get(where, (None, None))
+            diff = (None if test_mean is None or p_mean is None
+                    else test_mean - p_mean)
+            stds = None if diff is None or not p_std else diff / p_std
+            note = None
+            if (cell['row'] in flag.get('rows', []) and stds is not None
+                    and abs(stds) > flag.get('paper_stds', 2)):
+                note = notes.get(where, 'no explanation known yet: the '
+                                 "authors' code was not run at this cell")
+            records.append(dict(
+                dataset=cell['dataset'], row=cell['row'],
+                layers=cell['depth'],
+                selection=selection if several else '',
+                setting=setting if several else None,
+                settings_run=len(groups), settings=len(cell['settings']),
+                runs=len(chosen), expected=cell['expected'],
+                test_mean=test_mean, test_std=test_std, val_mean=val_mean,
+                paper_mean=p_mean, paper_std=p_std, diff=diff,
+                diff_paper_stds=stds, note=note,
+                erank=_mean_curve([r.get('collapse', {}).get(
+                    'effective_rank') for r in chosen]),
+            ))
     return records
 
 
@@ -209,9 +432,9 @@ def _mean_curve(curves: List[Optional[List[float]]]) -> Optional[List]:
 
 def _label(record: Dict[str, Any]) -> str:
     if record['selection'] == 'val':
-        return f"{record['row']} (s by val)"
+        return f"{record['row']} (chosen by val)"
     if record['selection'] == 'test':
-        return f"{record['row']} (s by test, optimistic)"
+        return f"{record['row']} (chosen by test, optimistic)"
     return record['row']
 
 
@@ -222,10 +445,10 @@ def _cell(r: Dict[str, Any]) -> str:
         ours = f"**{r['test_mean']:.2f}** ± {r['test_std']:.2f}"
         if r['runs'] < r['expected']:
             ours += f" ({r['runs']}/{r['expected']} runs)"
-        if r['scale'] is not None:
-            ours += f", s={r['scale']:g}"
-            if r['scales_run'] < 4:
-                ours += f" of {r['scales_run']}"
+        if r['setting'] is not None:
+            ours += f", {r['setting']}"
+            if r['settings_run'] < r['settings']:
+                ours += f" (of {r['settings_run']}/{r['settings']})"
     if r['paper_mean'] is None:
         return ours
     paper = f"paper {r['paper_mean']:.2f} ± {r['paper_std']:.2f}"
@@ -246,15 +469,18 @@ def machines(runs: List[Dict[str, Any]]) -> str:
 
 
 def write_report(protocol: str, spec: Dict[str, Any],
-                 records: List[Dict[str, Any]], runs: List[Dict[str, Any]],
-                 runs_dir: Path, out: Path, argv: Sequence[str]) -> None:
-    r"""Writes ``<name>.md``, ``<name>.csv`` and the two plots."""
-    name = spec['name']
+                 records: List[Dict[str, Any]], counted: List[Dict],
+                 sets: Sequence[str], runs_dir: Path, out: Path,
+                 argv: Sequence[str]) -> Path:
+    r"""Writes ``<name>.md``, ``<name>.csv`` and the two plots (``<name>``:
+    the table's name, plus ``+<override>`` for each of :obj:`sets`);
+    returns the path of the ``.md``."""
+    name = spec['name'] + ''.join(f"+{s.replace('/', '_')}" for s in sets)
     out.mkdir(parents=True, exist_ok=True)
-    columns = ['dataset', 'row', 'layers', 'selection', 'scale',
-               'scales_run', 'runs', 'expected', 'test_mean', 'test_std',
-               'val_mean', 'paper_mean', 'paper_std', 'diff',
-               'diff_paper_stds']
+    columns = ['dataset', 'row', 'layers', 'selection', 'setting',
+               'settings_run', 'settings', 'runs', 'expected', 'test_mean',
+               'test_std', 'val_mean', 'paper_mean', 'paper_std', 'diff',
+               'diff_paper_stds', 'note']
     with open(out / f'{name}.csv', 'w', newline='') as f:
         writer = csv.DictWriter(f, columns, extrasaction='ignore')
         writer.writeheader()
@@ -262,26 +488,37 @@ def write_report(protocol: str, spec: Dict[str, Any],
             writer.writerow({k: (f'{v:.4f}' if isinstance(v, float) else v)
                              for k, v in r.items() if k in columns})
 
-    ok = [r for r in runs if r.get('status') == 'ok']
     depths = sorted({r['layers'] for r in records})
     missing = sum(r['runs'] == 0 for r in records if r['selection'] != 'test')
+    title = f"# {spec['name']}: accuracy vs depth, ContraNorm paper Table 3"
+    if sets:
+        title += f" — with {' '.join(sets)}"
     lines = [
-        f'# {name}: accuracy vs depth, ContraNorm paper Table 3',
-        '',
-        f'Generated by `python experiments/table3.py {" ".join(argv)}` on '
-        f'{datetime.date.today().isoformat()} from {len(ok)} finished runs '
-        f'in `{os.path.relpath(runs_dir, ROOT)}` '
-        f'(protocol: `conf/experiment/table3_{protocol}.yaml`). '
-        f'Machines: {machines(ok) or "none yet"}.',
+        title, '',
+        f'Generated by `python experiments/table3.py {shlex.join(argv)}` on '
+        f'{datetime.date.today().isoformat()} from the {len(counted)} '
+        f'finished runs in `{os.path.relpath(runs_dir, ROOT)}` whose config '
+        f'is one of this table\'s (protocol: '
+        f'`conf/experiment/table3_{protocol}.yaml`'
+        + (f" plus `{' '.join(sets)}`" if sets else '') + '). '
+        f'Machines: {machines(counted) or "none yet"}.',
         '',
         'Each cell: our test accuracy (%), mean ± std over seeds '
         '(ddof=0), the paper\'s value and Δ = ours − paper. A row with '
-        'scales tried shows the chosen s; "s by val" picks s per (dataset, '
-        'depth) by mean validation accuracy (the honest choice), '
-        '"s by test, optimistic" by mean test accuracy, which is what a '
-        'table built from test means shows. "of k" = only k scales have '
-        f'runs yet; "missing" = not run yet ({missing} cells).',
+        'several candidate settings (`table.grid`: PairNorm\'s variant and '
+        's, ContraNorm\'s s) shows the chosen one; "chosen by val" picks it '
+        'per (dataset, depth) by mean validation accuracy (the honest '
+        'choice), "chosen by test, optimistic" by mean test accuracy, which '
+        'is what a table built from test means shows. "of k/n" = only k of '
+        f'the n settings have runs yet; "missing" = not run yet ({missing} '
+        'cells).',
     ]
+    flag = spec.get('flag') or {}
+    if flag:
+        lines += ['', f"Cells of the rows {', '.join(flag['rows'])} more than "
+                  f"{flag['paper_stds']:g} paper standard deviations from the "
+                  'paper carry a footnote with what is known about them.']
+    footnotes = []
     for dataset in dict.fromkeys(r['dataset'] for r in records):
         lines += ['', f'## {dataset}', '',
                   '| row | ' + ' | '.join(f'L={d}' for d in depths) + ' |',
@@ -291,27 +528,53 @@ def write_report(protocol: str, spec: Dict[str, Any],
         for row, selection in rows:
             rs = {r['layers']: r for r in records if r['dataset'] == dataset
                   and r['row'] == row and r['selection'] == selection}
-            lines.append(f'| {_label(rs[depths[0]])} | ' + ' | '.join(
-                _cell(rs[d]) if d in rs else '' for d in depths) + ' |')
+            texts = []
+            for d in depths:
+                r = rs.get(d)
+                text = _cell(r) if r else ''
+                if r and r['note']:
+                    footnotes.append(
+                        f"[^{len(footnotes) + 1}]: {dataset} {_label(r)} "
+                        f"L={d}: {r['test_mean']:.2f} ± {r['test_std']:.2f} "
+                        f"is {r['diff_paper_stds']:+.1f} paper stds from "
+                        f"{r['paper_mean']:.2f} ± {r['paper_std']:.2f}: "
+                        f"{r['note']}.")
+                    text += f' [^{len(footnotes)}]'
+                texts.append(text)
+            lines.append(f'| {_label(next(iter(rs.values())))} | '
+                         + ' | '.join(texts) + ' |')
+    if footnotes:
+        lines += [''] + footnotes
     lines += ['', f'![accuracy vs depth]({name}_depth.png)', '',
               f'![effective rank vs layer]({name}_erank.png)', '']
     (out / f'{name}.md').write_text('\n'.join(lines))
     plot(records, out, name)
+    return out / f'{name}.md'
+
+
+def _spans(depths: List[int]) -> str:
+    return ', '.join(f'L={d}' for d in depths)
 
 
 def plot(records: List[Dict[str, Any]], out: Path, name: str) -> None:
     r"""Accuracy vs depth per dataset (a line and std band per row, the
-    paper dashed) and effective rank vs layer of the deepest models."""
+    paper dashed with crosses) and effective rank vs layer of the deepest
+    models; a row without runs (at some depths) is named in the plot."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,
+                                   NullFormatter, NullLocator)
 
     shown = [r for r in records if r['selection'] != 'test']
-    datasets = list(dict.fromkeys(r['dataset'] for r in shown))
+    datasets = list(dict.fromkeys(r['dataset'] for r in shown)) or ['-']
+    row_names = list(dict.fromkeys(r['row'] for r in shown))
+    depths = sorted({r['layers'] for r in shown})
     fig, axes = plt.subplots(1, len(datasets), figsize=(
-        4 * len(datasets), 3.4), squeeze=False)
+        4 * len(datasets), 3.6), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
-        for k, row in enumerate(dict.fromkeys(r['row'] for r in shown)):
+        absent = []
+        for k, row in enumerate(row_names):
             rs = sorted((r for r in shown if r['dataset'] == dataset
                          and r['row'] == row), key=lambda r: r['layers'])
             have = [r for r in rs if r['runs'] > 0]
@@ -324,47 +587,114 @@ def plot(records: List[Dict[str, Any]], out: Path, name: str) -> None:
                 ax.fill_between(x, [a - b for a, b in zip(m, s)],
                                 [a + b for a, b in zip(m, s)], color=color,
                                 alpha=0.2)
+            lacking = [r['layers'] for r in rs if r['runs'] == 0]
+            if lacking:
+                absent.append(f'{row}: no runs at {_spans(lacking)}'
+                              if have else f'{row}: no runs')
             paper = [r for r in rs if r['paper_mean'] is not None]
             if paper:
                 ax.plot([r['layers'] for r in paper],
-                        [r['paper_mean'] for r in paper], '--', color=color,
-                        alpha=0.6, label=f'{row} (paper)' if not have
-                        else None)
+                        [r['paper_mean'] for r in paper], 'x--',
+                        color=color, alpha=0.6,
+                        label=None if have else f'{row} (paper only)')
         ax.set_xscale('log', base=2)
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(depths))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+        ax.xaxis.set_minor_locator(NullLocator())
+        if depths:  # every depth of the table, with or without runs
+            ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
         ax.set_title(dataset)
         ax.set_xlabel('layers')
         ax.set_ylabel('test accuracy (%)')
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7, title='solid: gnorm, dashed: paper',
-                      title_fontsize=7)
+        if absent:
+            ax.text(0.02, 0.02, '\n'.join(absent), transform=ax.transAxes,
+                    fontsize=6, va='bottom', color='0.3')
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, title='solid: gnorm, x dashed: paper',
+                      title_fontsize=7, loc='upper right')
     fig.tight_layout()
     fig.savefig(out / f'{name}_depth.png', dpi=110)
     plt.close(fig)
 
-    deepest = {}
-    for r in shown:
-        if r['erank'] and r['layers'] >= deepest.get(r['dataset'], 0):
-            deepest[r['dataset']] = r['layers']
-    fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(
-        4 * max(len(datasets), 1), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(
+        4 * len(datasets), 3.6), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
-        for k, row in enumerate(dict.fromkeys(r['row'] for r in shown)):
-            for r in shown:
-                if (r['dataset'] == dataset and r['row'] == row
-                        and r['layers'] == deepest.get(dataset)
-                        and r['erank']):
-                    ax.plot(range(1, len(r['erank']) + 1), r['erank'],
-                            color=f'C{k}', label=row)
-        ax.set_title(f'{dataset}, {deepest.get(dataset, "-")} layers')
+        deepest = max((r['layers'] for r in shown if r['dataset'] == dataset
+                       and r['erank']), default=None)
+        absent = []
+        for k, row in enumerate(row_names):
+            r = next((r for r in shown if r['dataset'] == dataset
+                      and r['row'] == row and r['layers'] == deepest
+                      and r['erank']), None)
+            if r is None:
+                absent.append(row)
+                continue
+            ax.plot(range(1, len(r['erank']) + 1), r['erank'],
+                    color=f'C{k}', label=row)
+        ax.set_title(f'{dataset}, {deepest or "-"} layers')
         ax.set_xlabel('layer')
         ax.set_ylabel('effective rank')
-        ax.set_yscale('log')
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if deepest is not None:
+            ax.set_yscale('log')
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+            ax.yaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
+        if absent:
+            ax.text(0.02, 0.98, f'no effective rank at {deepest or "any"} '
+                    f"layers: {', '.join(absent)}", transform=ax.transAxes,
+                    fontsize=6, va='top', color='0.3')
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / f'{name}_erank.png', dpi=110)
     plt.close(fig)
+
+
+def _datasets() -> List[str]:
+    r"""The node-classification datasets of ``conf/dataset/``."""
+    from omegaconf import OmegaConf
+    from gnorm.train import CONF_DIR
+    return sorted(p.stem for p in (CONF_DIR / 'dataset').glob('*.yaml')
+                  if OmegaConf.load(p).get('task', 'node') == 'node')
+
+
+def check_arguments(args: argparse.Namespace, spec: Dict[str, Any]) -> None:
+    r"""Raises :class:`TableError` for a bad selection or ``--set``."""
+    bad = [row for row in args.rows or [] if row not in spec['rows']]
+    if bad:
+        raise TableError(f'unknown row {bad[0]!r}; pass one of '
+                         f'{", ".join(spec["rows"])}')
+    known = _datasets()
+    bad = [d for d in args.datasets or [] if d not in known]
+    if bad:
+        raise TableError(f'unknown dataset {bad[0]!r}; pass some of '
+                         f'{", ".join(known)}')
+    bad = [d for d in args.depths or [] if d < 1]
+    if bad:
+        raise TableError(f'--depths must be integers >= 1 (graph '
+                         f'convolutions), got {bad[0]}')
+    bad = [s for s in args.seeds or [] if s < 0]
+    if bad:
+        raise TableError(f'--seeds must be integers >= 0, got {bad[0]}')
+    for values, flag in ((args.datasets, 'datasets'), (args.depths, 'depths'),
+                         (args.seeds, 'seeds'), (args.rows, 'rows')):
+        if values and len(set(values)) < len(values):
+            raise TableError(f'--{flag} names a value twice: {values}')
+    table_keys = set(AXES)
+    for row, overrides in spec['rows'].items():
+        table_keys |= {o.split('=', 1)[0] for o in overrides}
+        table_keys |= set((spec.get('grid') or {}).get(row) or {})
+    for item in args.set:
+        key = item.split('=', 1)[0].lstrip('+~')
+        if '=' not in item:
+            raise TableError(f'--set takes key=value, got {item!r}')
+        if key in table_keys:
+            raise TableError(f'--set {item}: the table sets {key} itself; '
+                             f'use --datasets, --depths, --seeds, --rows or '
+                             f'the table: section of the experiment')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -377,48 +707,106 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--rows', nargs='+')
     parser.add_argument('--depths', nargs='+', type=int)
     parser.add_argument('--seeds', nargs='+', type=int)
-    parser.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE',
-                        help='overrides for every run, e.g. train.epochs=50')
+    parser.add_argument('--set', nargs='+', default=[], action='extend',
+                        metavar='KEY=VALUE',
+                        help='overrides for every run, e.g. train.epochs=50 '
+                        '(a table of its own: its report counts only its '
+                        'runs)')
     parser.add_argument('--runs', type=Path, help='multirun folder '
                         '(default: experiments/runs/<table name>)')
-    parser.add_argument('--out', type=Path, default=ROOT / 'experiments' /
-                        'results', help='report folder')
-    parser.add_argument('--threads', type=int, help='OMP_NUM_THREADS of '
-                        'the runs')
+    parser.add_argument('--out', type=Path, help='report folder (default: '
+                        'experiments/results for the committed runs without '
+                        '--set, else <runs>-report)')
+    parser.add_argument('--threads', type=int, help='CPU threads of the '
+                        'runs')
+    parser.add_argument('--launcher', help='hand each cell to python -m '
+                        'gnorm.train -m hydra/launcher=LAUNCHER (e.g. '
+                        'processes, slurm) instead of training in this '
+                        'process')
     parser.add_argument('--report-only', action='store_true')
     parser.add_argument('--dry-run', action='store_true',
-                        help='print the commands, run nothing')
+                        help='print what would run, run nothing')
     args = parser.parse_args(argv)
 
+    from gnorm.train import CONF_DIR
     spec = table_spec(args.protocol)
-    bad = [row for row in args.rows or [] if row not in spec['rows']]
-    if bad:
-        parser.error(f'unknown row {bad[0]!r}; pass one of '
-                     f'{", ".join(spec["rows"])}')
-    runs_dir = (args.runs or ROOT / 'experiments' / 'runs' / spec['name']).resolve()
-    if args.datasets or args.seeds or args.depths:
-        spec = {**spec, 'datasets': args.datasets or spec['datasets'],
-                'depths': args.depths or spec['depths'],
-                'seeds': args.seeds or spec['seeds']}
-    todo = cells(spec, rows=args.rows)
+    committed = (RUNS / spec['name']).resolve()
+    runs_dir = (args.runs or committed).resolve()
+    sets = [s for s in args.set
+            if s.split('=', 1)[0].lstrip('+~') not in NOT_CONFIG_KEYS]
+    published = runs_dir == committed and not sets
+    out = (args.out or (RESULTS if published else runs_dir.with_name(
+        runs_dir.name + '-report'))).resolve()
+    try:
+        check_arguments(args, spec)
+        launchers = sorted({*(p.stem for p in (CONF_DIR / 'hydra' /
+                                               'launcher').glob('*.yaml')),
+                            'basic', 'joblib', 'submitit_local',
+                            'submitit_slurm'})
+        if args.launcher is not None and args.launcher not in launchers:
+            raise TableError(f'unknown --launcher {args.launcher!r}; pass '
+                             f'one of {", ".join(launchers)}')
+        if args.threads is not None and args.threads < 1:
+            raise TableError(f'--threads must be >= 1, got {args.threads}')
+        if out == RESULTS.resolve() and not published:
+            raise TableError(
+                f'{os.path.relpath(RESULTS, ROOT)} holds the report of '
+                f'{os.path.relpath(committed, ROOT)} without --set only; '
+                f'pass another --out')
+        selected = {**spec, 'datasets': args.datasets or spec['datasets'],
+                    'depths': args.depths or spec['depths'],
+                    'seeds': args.seeds or spec['seeds']}
+        todo = cells(selected, rows=args.rows)
+        # The committed report covers the whole table.
+        report = cells(spec) if published else todo
+        try:
+            composer = compose_cells(args.protocol, report + (
+                [] if report is todo else todo), spec, args.set, runs_dir)
+        except Exception as e:  # e.g. a bad --set key or value
+            raise TableError(f"cannot compose the table's runs: "
+                             f"{' '.join(str(e).split())}") from e
+    except TableError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
+
+    found = index(load_runs(runs_dir) if runs_dir.is_dir() else [])
     failed = 0
     if not args.report_only:
+        if args.threads and not args.launcher:
+            import torch
+            torch.set_num_threads(args.threads)
+        previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _terminate)
         try:
             failed = run_missing(args.protocol, todo, runs_dir, args.set,
-                                 args.threads, args.dry_run)
+                                 found, composer, args.threads, args.dry_run,
+                                 args.launcher)
         except KeyboardInterrupt:
             print('interrupted: finished runs are kept; run the same '
                   'command again to go on', file=sys.stderr)
             return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if args.launcher and not args.dry_run:  # the runs are on disk now
+            found = index(load_runs(runs_dir))
     if args.dry_run:
         return 0
-    runs = load_runs(runs_dir) if runs_dir.is_dir() else []
-    paper = read_paper(ROOT / spec['paper'])
-    records = summarise(spec, runs, paper, rows=args.rows)
-    write_report(args.protocol, spec, records, runs, runs_dir, args.out,
-                 argv)
-    print(f"report: {args.out / spec['name']}.md ({len(runs)} runs read)")
+    records = summarise(report, found, read_paper(ROOT / spec['paper']),
+                        spec.get('flag'), read_notes(
+                            ROOT / spec['notes'] if spec.get('notes')
+                            else None))
+    counted = [found[r['key']] for c in report for r in c['runs']
+               if r['key'] in found]
+    path = write_report(args.protocol, spec, records, counted, sets,
+                        runs_dir, out, argv)
+    print(f'report: {path} ({len(counted)} runs counted)')
     return 1 if failed else 0
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    r"""SIGTERM stops the table as Ctrl-C does."""
+    from gnorm.errors import Interrupted
+    raise Interrupted(signum)
 
 
 if __name__ == '__main__':

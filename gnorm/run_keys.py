@@ -1,6 +1,7 @@
 r"""Config keys that do not change what a run computes: where data comes
 from, the device and its threads, resuming, batching runs together,
-progress output. Defined once, read by
+progress output, and the ``table:`` spec of a table's experiment (which runs
+a table has, not what one run computes). Defined once, read by
 
 * :func:`gnorm.train.common.result_config` (a finished run of a config that
   differs only here is the same run: ``resume=true`` skips it);
@@ -12,7 +13,7 @@ progress output. Defined once, read by
 """
 NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
                    'batch_runs', 'batch_file', 'train.progress',
-                   'train.log_every')
+                   'train.log_every', 'table')
 
 
 def drop_keys(config: dict, keys=NOT_RESULT_KEYS) -> dict:

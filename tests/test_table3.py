@@ -1,6 +1,7 @@
 r"""Table 3 of the ContraNorm paper: the authors' protocol point by point
 (experiment=table3_paper), the sound one (table3_fair), the results tool
 and the resumable table driver."""
+import csv
 import importlib.util
 import json
 from pathlib import Path
@@ -40,7 +41,10 @@ def test_paper_recipe():
     assert cfg.norm.negatives == 'non_neighbors' and not cfg.norm.layer_norm
     spec = table3.table_spec('paper')
     assert spec['depths'] == [2, 4, 8, 16, 32] and len(spec['seeds']) == 5
-    assert spec['scales'] == {'contranorm': [0.2, 0.5, 0.8, 1.0]}
+    assert spec['grid'] == {
+        'pairnorm': {'norm.mode': ['PN', 'PN-SI', 'PN-SCS'],
+                     'norm.scale': [0.2, 0.5, 0.8, 1.0]},
+        'contranorm': {'norm.scale': [0.2, 0.5, 0.8, 1.0]}}
     assert set(spec['rows']) == {'none', 'layernorm', 'pairnorm',
                                  'contranorm'}
 
@@ -184,22 +188,86 @@ def test_results_tool_mean_and_std(tmp_path, capsys):
     assert results_main([str(tmp_path / 'nope')]) == 2
 
 
-def test_scale_chosen_by_validation_not_test():
-    spec = {'datasets': ['cora'], 'depths': [16], 'seeds': [0, 1],
-            'rows': {'contranorm': []}, 'scales': {'contranorm': [0.2, 1.0]}}
-    runs = []
-    for scale, val, test in ((0.2, 0.70, 0.50), (1.0, 0.60, 0.65)):
-        for seed in (0, 1):
-            runs.append({'status': 'ok', 'val_acc': val, 'test_acc': test,
-                         'config': {'dataset': {'name': 'cora'},
-                                    'tag': 'contranorm', 'layers': 16,
-                                    'seed': seed, 'norm': {'scale': scale}}})
+def _cell(row, settings, results, seeds=(0, 1)):
+    r"""A composed cell of :obj:`settings` and its finished runs:
+    ``results[k]`` = (val_acc, test_acc) of setting k, for every seed."""
+    cell = dict(dataset='cora', row=row, depth=16, settings=settings,
+                expected=len(seeds), runs=[])
+    found = {}
+    for setting, (val, test) in zip(settings, results):
+        for seed in seeds:
+            key = f'{setting}-{seed}'
+            cell['runs'].append(dict(key=key, seed=seed,
+                                     setting=table3.setting_label(setting)))
+            found[key] = {'status': 'ok', 'val_acc': val, 'test_acc': test}
+    return cell, found
+
+
+def test_setting_chosen_by_validation_not_test():
+    cell, found = _cell('contranorm', table3.settings(
+        {'grid': {'contranorm': {'norm.scale': [0.2, 1.0]}}}, 'contranorm'),
+        [(0.70, 0.50), (0.60, 0.65)])
     paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
-    by = {r['selection']: r for r in table3.summarise(spec, runs, paper)}
-    assert by['val']['scale'] == 0.2 and by['val']['test_mean'] == 50.0
-    assert by['test']['scale'] == 1.0 and by['test']['test_mean'] == 65.0
+    by = {r['selection']: r for r in table3.summarise([cell], found, paper)}
+    assert by['val']['setting'] == 's=0.2' and by['val']['test_mean'] == 50.0
+    assert by['test']['setting'] == 's=1' and by['test']['test_mean'] == 65.0
     assert by['val']['diff'] == pytest.approx(50.0 - 68.75)
     assert by['val']['runs'] == 2 and by['val']['expected'] == 2
+    # A run whose config is not one of the cell's is never counted.
+    found['stranger'] = {'status': 'ok', 'val_acc': 0.99, 'test_acc': 0.0}
+    assert table3.summarise([cell], found, paper)[0]['test_mean'] == 50.0
+
+
+def test_pairnorm_grid_picks_variant_and_scale():
+    spec = {'grid': {'pairnorm': {'norm.mode': ['PN', 'PN-SI'],
+                                  'norm.scale': [0.5, 1.0]}}}
+    settings = table3.settings(spec, 'pairnorm')
+    assert settings[1] == {'norm.mode': 'PN', 'norm.scale': 1.0}
+    assert [table3.setting_label(s) for s in settings] == [
+        'PN, s=0.5', 'PN, s=1', 'PN-SI, s=0.5', 'PN-SI, s=1']
+    cell, found = _cell('pairnorm', settings, [
+        (0.5, 0.9), (0.6, 0.2), (0.8, 0.4), (0.7, 0.5)])
+    by = {r['selection']: r for r in table3.summarise([cell], found, {})}
+    assert by['val']['setting'] == 'PN-SI, s=0.5'
+    assert by['val']['test_mean'] == pytest.approx(40.0)
+    assert by['test']['setting'] == 'PN, s=0.5'
+
+
+def test_flagged_cells_get_their_explanation():
+    cell, found = _cell('contranorm', [{}], [(0.5, 0.52)])
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    flag = {'rows': ['contranorm'], 'paper_stds': 2}
+    notes = table3.read_notes(ROOT / table3.table_spec('paper')['notes'])
+    assert "authors' published GCN code" in notes['cora', 'contranorm', 16]
+    record, = table3.summarise([cell], found, paper, flag, notes)
+    assert record['note'] == notes['cora', 'contranorm', 16]
+    found = {k: {**r, 'test_acc': 0.68} for k, r in found.items()}
+    record, = table3.summarise([cell], found, paper, flag, notes)
+    assert record['note'] is None  # within 2 paper stds
+
+
+def test_composed_runs_are_those_of_the_committed_multirun():
+    r"""The in-process composition gives the configs and run folders that
+    ``python -m gnorm.train -m`` gave the committed runs."""
+    spec = table3.table_spec('paper')
+    runs_dir = ROOT / 'experiments' / 'runs' / 'table3_paper'
+    todo = table3.cells({**spec, 'datasets': ['cora'], 'depths': [2]},
+                        rows=['none', 'contranorm'])
+    composer = table3.compose_cells('paper', todo, spec, [], runs_dir)
+    runs = [r for c in todo for r in c['runs']]
+    assert len(runs) == 5 + 4 * 5
+    for run in runs:
+        stored = json.loads((run['dir'] / 'results.json').read_text())
+        assert table3.run_key(stored['config']) == run['key']
+        assert stored['overrides'] == run['info']['overrides']
+    run = runs[-1]
+    assert (composer.config(run) == compose_train(*run['info']['overrides']))
+    # A run with a result-changing override is another run.
+    cell, = table3.cells({**spec, 'datasets': ['cora'], 'depths': [2]},
+                         rows=['none'])
+    table3.compose_cells('paper', [cell], spec, ['train.epochs=5'], runs_dir)
+    assert not {r['key'] for r in cell['runs']} & {r['key'] for r in runs}
+    assert all('train.epochs=5' in r['dir'].name for r in cell['runs'])
 
 
 def test_table_resumes_without_redoing_finished_runs(tmp_path):
@@ -221,8 +289,126 @@ def test_table_resumes_without_redoing_finished_runs(tmp_path):
     for p in paths:
         if p != lost:
             assert p.stat().st_mtime_ns == stamps[p], f'{p} was redone'
-    report = (out / 'table3_paper.md').read_text()
+    name = ('table3_paper+train.epochs=2+collapse_metrics=false'
+            '+dataset.num_nodes=60')  # the protocol plus --set
+    report = (out / f'{name}.md').read_text()
     assert '## csbm' in report and 'missing' not in report.split('## csbm')[1]
-    assert (out / 'table3_paper.csv').is_file()
-    assert (out / 'table3_paper_depth.png').stat().st_size > 0
-    assert (out / 'table3_paper_erank.png').is_file()
+    assert (out / f'{name}.csv').is_file()
+    assert (out / f'{name}_depth.png').stat().st_size > 0
+    assert (out / f'{name}_erank.png').is_file()
+
+
+TINY = ['--datasets', 'csbm', '--depths', '2', '--seeds', '0', '--set',
+        'train.epochs=2', 'collapse_metrics=false', 'dataset.num_nodes=60',
+        '--threads', '1']
+TINY_NAME = ('table3_paper+train.epochs=2+collapse_metrics=false'
+             '+dataset.num_nodes=60')
+
+
+def test_bad_selection_is_refused_before_anything_runs(tmp_path, capsys):
+    for bad in (['--datasets', 'pubmed'], ['--depths', '0'],
+                ['--seeds', '-1'], ['--rows', 'batchnorm'],
+                ['--set', 'layers=3'], ['--set', 'train.epochs'],
+                ['--launcher', 'kubernetes']):
+        assert table3.main(['paper', *bad, '--runs',
+                            str(tmp_path / 'runs')]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith('error: ') and err.count('\n') == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_set_runs_are_a_table_of_their_own(tmp_path, capsys):
+    committed = ROOT / 'experiments' / 'results' / 'table3_paper.md'
+    stamp = committed.stat().st_mtime_ns
+    runs = tmp_path / 'runs'
+    base = ['paper', *TINY, '--rows', 'none', '--runs', str(runs)]
+    assert table3.main(base) == 0
+    report = tmp_path / 'runs-report' / f'{TINY_NAME}.csv'
+    before = report.read_text()
+    assert table3.main([*base, '--set', 'train.lr=0.05']) == 0
+    assert len(list(runs.rglob('results.json'))) == 2
+    other = tmp_path / 'runs-report' / f'{TINY_NAME}+train.lr=0.05.md'
+    title = other.read_text().splitlines()[0]
+    assert title.startswith('# table3_paper') and 'train.lr=0.05' in title
+    capsys.readouterr()
+    assert table3.main([*base, '--dry-run']) == 0
+    assert '1 runs in 1 cells, 1 done' in capsys.readouterr().out
+    assert table3.main([*base, '--report-only']) == 0
+    assert report.read_text() == before  # the same one run, not the mix
+    assert committed.stat().st_mtime_ns == stamp
+    assert table3.main([*base, '--report-only', '--out',
+                        str(ROOT / 'experiments' / 'results')]) == 2
+
+
+def test_table_trains_its_cells_in_this_process(tmp_path, monkeypatch):
+    import subprocess
+    popen = subprocess.Popen
+
+    def no_training_process(args, *rest, **kwargs):
+        assert 'gnorm.train' not in ' '.join(map(str, args)), args
+        return popen(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, 'Popen', no_training_process)
+    runs = tmp_path / 'runs'
+    assert table3.main(['paper', *TINY, '--rows', 'none', 'layernorm',
+                        '--runs', str(runs)]) == 0
+    paths = sorted(runs.glob('*/results.json'))
+    assert len(paths) == 2  # two cells, one run each
+    for path in paths:
+        assert (path.parent / '.hydra' / 'config.yaml').is_file()
+        assert (path.parent / '.hydra' / 'overrides.yaml').is_file()
+        run = json.loads(path.read_text())
+        assert run['status'] == 'ok'
+        assert run['overrides'][0] == 'experiment=table3_paper'
+        assert path.parent.name == ','.join(sorted(
+            o for o in run['overrides'][1:]
+            if o.split('=')[0] not in table3.NOT_CONFIG_KEYS))
+
+
+def test_tiny_pairnorm_row_chooses_variant_and_scale_by_validation(tmp_path):
+    runs, out = tmp_path / 'runs', tmp_path / 'out'
+    assert table3.main(['paper', *TINY, '--rows', 'pairnorm', '--runs',
+                        str(runs), '--out', str(out)]) == 0
+    done = load_runs(runs)
+    assert sorted({(r['config']['norm']['mode'], r['config']['norm']['scale'])
+                   for r in done}) == sorted(
+        (m, s) for m in ('PN', 'PN-SI', 'PN-SCS') for s in (0.2, 0.5, 0.8, 1.0))
+    with open(out / f'{TINY_NAME}.csv') as f:
+        by = {r['selection']: r for r in csv.DictReader(f)}
+    for selection in ('val', 'test'):
+        best = max(r[f'{selection}_acc'] for r in done)
+        chosen = [r for r in done if table3.setting_label(
+            {'norm.mode': r['config']['norm']['mode'],
+             'norm.scale': r['config']['norm']['scale']})
+            == by[selection]['setting']]
+        assert len(chosen) == 1 and chosen[0][f'{selection}_acc'] == best
+        assert float(by[selection]['test_mean']) == pytest.approx(
+            100 * chosen[0]['test_acc'], abs=1e-4)
+    report = (out / f'{TINY_NAME}.md').read_text()
+    line = next(x for x in report.splitlines()
+                if x.startswith('| pairnorm (chosen by val)'))
+    assert by['val']['setting'] in line
+
+
+def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
+    import gnorm.train
+    real, calls = gnorm.train.train_runs, []
+
+    def stop_at_second_cell(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(gnorm.train, 'train_runs', stop_at_second_cell)
+    runs = tmp_path / 'runs'
+    args = ['paper', *TINY, '--rows', 'none', 'layernorm', '--runs',
+            str(runs)]
+    assert table3.main(args) == 130
+    first = list(runs.glob('*/results.json'))
+    assert len(first) == 1
+    stamp = first[0].stat().st_mtime_ns
+    assert table3.main(args) == 0
+    assert len(list(runs.glob('*/results.json'))) == 2
+    assert first[0].stat().st_mtime_ns == stamp
+    assert len(calls) == 3  # the rerun trained only the missing cell
