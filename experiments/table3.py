@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.results import NOT_CONFIG_KEYS, load_runs, mean_std  # noqa: E402
-from gnorm.run_keys import drop_keys  # noqa: E402
+from gnorm.run_keys import result_config  # noqa: E402
 
 RUNS = ROOT / 'experiments' / 'runs'
 RESULTS = ROOT / 'experiments' / 'results'
@@ -138,8 +138,8 @@ def command(protocol: str, cell: Dict[str, Any], runs_dir: Path,
 
 def run_key(config: Dict[str, Any]) -> str:
     r"""What identifies a run: its resolved config without the keys that do
-    not change results (:data:`gnorm.run_keys.NOT_RESULT_KEYS`)."""
-    return json.dumps(drop_keys(config), sort_keys=True)
+    not change results (:func:`gnorm.run_keys.result_config`)."""
+    return json.dumps(result_config(config), sort_keys=True)
 
 
 class Composer:

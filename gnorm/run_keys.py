@@ -3,8 +3,8 @@ from, the device and its threads, resuming, batching runs together,
 progress output, and the ``table:`` spec of a table's experiment (which runs
 a table has, not what one run computes). Defined once, read by
 
-* :func:`gnorm.train.common.result_config` (a finished run of a config that
-  differs only here is the same run: ``resume=true`` skips it);
+* :func:`result_config` (a finished run of a config that differs only here
+  is the same run: ``resume=true`` skips it, a table counts it);
 * :mod:`gnorm.results` (not a configuration axis of a table);
 * Hydra's run-folder names (``exclude_keys:
   ${gnorm.not_result_keys:...}`` in ``conf/hydra/default.yaml`` and the
@@ -14,6 +14,10 @@ a table has, not what one run computes). Defined once, read by
 NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
                    'batch_runs', 'batch_file', 'train.progress',
                    'train.log_every', 'table')
+# Keys added after runs were made, each with the value that computes what
+# those runs computed: a config holding that value is the same run as one
+# without the key (committed runs stay finished runs of their config).
+ADDED_KEYS = {'train.precision': 'fp32', 'train.compile': False}
 
 
 def drop_keys(config: dict, keys=NOT_RESULT_KEYS) -> dict:
@@ -27,3 +31,19 @@ def drop_keys(config: dict, keys=NOT_RESULT_KEYS) -> dict:
         elif isinstance(config.get(node), dict):
             config[node] = drop_keys(config[node], ['.'.join(path)])
     return config
+
+
+def _get(config: dict, key: str):
+    for part in key.split('.'):
+        if not isinstance(config, dict) or part not in config:
+            return None
+        config = config[part]
+    return config
+
+
+def result_config(config: dict) -> dict:
+    r"""What identifies a run: the nested dict :obj:`config` without
+    :data:`NOT_RESULT_KEYS`, and without the :data:`ADDED_KEYS` that hold
+    the value runs made before them computed with."""
+    same = [k for k, v in ADDED_KEYS.items() if _get(config, k) == v]
+    return drop_keys(drop_keys(config), same)

@@ -117,3 +117,14 @@ def test_option_names_what_was_typed():
     assert option('model', cfg.model) == 'model=graphormer'
     cfg = compose_train('norm._target_=my.Norm')
     assert option('norm', cfg.norm) == 'norm._target_=my.Norm'
+
+
+def test_a_run_made_before_a_key_existed_is_the_same_run():
+    from gnorm.run_keys import ADDED_KEYS, result_config
+    cfg = OmegaConf.to_container(compose_train('layers=4'), resolve=True)
+    old = {**cfg, 'train': {k: v for k, v in cfg['train'].items()
+                            if f'train.{k}' not in ADDED_KEYS}}
+    assert old['train'] != cfg['train']
+    assert result_config(old) == result_config(cfg)
+    cfg['train']['precision'] = 'bf16'  # not the value old runs had
+    assert result_config(old) != result_config(cfg)

@@ -21,7 +21,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError
-from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys
+from gnorm.run_keys import NOT_RESULT_KEYS, result_config
 
 # The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
 # them there), else conf/ at the top of the repository (a checkout or an
@@ -146,12 +146,6 @@ def write_json(path: Path, obj: Dict[str, Any]) -> Dict[str, Any]:
         f.write(_dumps(obj) + '\n')
     os.replace(tmp, path)
     return obj
-
-
-def result_config(config: Dict[str, Any]) -> Dict[str, Any]:
-    r""":obj:`config` without the keys that do not change what a run
-    computes (:data:`gnorm.run_keys.NOT_RESULT_KEYS`)."""
-    return drop_keys(config)
 
 
 def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
