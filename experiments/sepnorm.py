@@ -28,14 +28,13 @@ import os
 import shlex
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.results import load_runs, mean_std, value  # noqa: E402
+from gnorm.results import load_runs, machines, mean_std, value  # noqa: E402
 
 RECIPES = {'cpu': 'sepnorm_molhiv_cpu', 'slim': 'sepnorm_molhiv'}
 
@@ -152,17 +151,6 @@ def summarise(spec: Dict[str, Any], runs: List[Dict[str, Any]],
         r['diff'] = (None if r['test_mean'] is None or base is None
                      else r['test_mean'] - base)
     return records
-
-
-def machines(runs: List[Dict[str, Any]]) -> str:
-    r"""The machines the runs report, with counts."""
-    seen = Counter()
-    for run in runs:
-        m = run.get('machine') or {}
-        name = m.get('gpu') or m.get('cpu') or run.get('device', '?')
-        threads = f", {m['threads']} threads" if 'threads' in m else ''
-        seen[f"{run.get('device', '?')}: {name}{threads}"] += 1
-    return '; '.join(f'{k} ({n} runs)' for k, n in seen.most_common())
 
 
 def _pm(mean: Optional[float], std: Optional[float]) -> str:

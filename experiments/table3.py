@@ -41,14 +41,14 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.results import NOT_CONFIG_KEYS, load_runs, mean_std  # noqa: E402
+from gnorm.results import (  # noqa: E402
+    NOT_CONFIG_KEYS, load_runs, machines, mean_std)
 from gnorm.run_keys import result_config  # noqa: E402
 
 RUNS = ROOT / 'experiments' / 'runs'
@@ -455,17 +455,6 @@ def _cell(r: Dict[str, Any]) -> str:
     if r['diff'] is None:
         return f'{ours}<br>{paper}'
     return f"{ours}<br>{paper}, Δ {r['diff']:+.2f}"
-
-
-def machines(runs: List[Dict[str, Any]]) -> str:
-    r"""The machines the runs report, with counts."""
-    seen = Counter()
-    for run in runs:
-        m = run.get('machine') or {}
-        name = m.get('gpu') or m.get('cpu') or run.get('device', '?')
-        threads = f", {m['threads']} threads" if 'threads' in m else ''
-        seen[f"{run.get('device', '?')}: {name}{threads}"] += 1
-    return '; '.join(f'{k} ({n} runs)' for k, n in seen.most_common())
 
 
 def write_report(protocol: str, spec: Dict[str, Any],

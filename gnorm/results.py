@@ -29,6 +29,7 @@ import csv
 import json
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -212,6 +213,18 @@ def _order(v: Any) -> tuple:
         return (0, float(v), '')
     except (TypeError, ValueError):
         return (1, 0.0, str(v))
+
+
+def machines(runs: List[Dict[str, Any]]) -> str:
+    r"""The machines the runs report, with counts (for a report's
+    header)."""
+    seen = Counter()
+    for run in runs:
+        m = run.get('machine') or {}
+        name = m.get('gpu') or m.get('cpu') or run.get('device', '?')
+        threads = f", {m['threads']} threads" if 'threads' in m else ''
+        seen[f"{run.get('device', '?')}: {name}{threads}"] += 1
+    return '; '.join(f'{k} ({n} runs)' for k, n in seen.most_common())
 
 
 def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
