@@ -22,7 +22,6 @@ best validation epoch, mean ± std over seeds, beside the paper; the recipe,
 epochs run, machine) and ``<experiment>_val.png`` (validation curves).
 """
 import argparse
-import csv
 import datetime
 import os
 import shlex
@@ -34,7 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.results import load_runs, machines, mean_std, value  # noqa: E402
+from gnorm.results import (  # noqa: E402
+    load_runs, machines, mean_std, value, write_records)
 
 RECIPES = {'cpu': 'sepnorm_molhiv_cpu', 'slim': 'sepnorm_molhiv'}
 
@@ -164,14 +164,7 @@ def write_report(experiment: str, cfg, records: List[Dict[str, Any]],
     columns = ['row', 'runs', 'expected', 'test_mean', 'test_std',
                'val_mean', 'val_std', 'epochs', 'best_epochs', 'runtime_s',
                'paper', 'diff']
-    with open(out / f'{experiment}.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, columns, extrasaction='ignore')
-        writer.writeheader()
-        for r in records:
-            writer.writerow({k: (f'{v:.4f}' if isinstance(v, float) else
-                                 ' '.join(map(str, v)) if isinstance(v, list)
-                                 else v) for k, v in r.items()
-                             if k in columns})
+    write_records(out / f'{experiment}.csv', records, columns)
     ok = [run for r in records for run in r['runs_list']]
     spec = cfg.table
     lines = [

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.results import (  # noqa: E402
-    NOT_CONFIG_KEYS, load_runs, machines, mean_std)
+    NOT_CONFIG_KEYS, load_runs, machines, mean_std, write_records)
 from gnorm.run_keys import result_config  # noqa: E402
 
 RUNS = ROOT / 'experiments' / 'runs'
@@ -470,12 +470,7 @@ def write_report(protocol: str, spec: Dict[str, Any],
                'settings_run', 'settings', 'runs', 'expected', 'test_mean',
                'test_std', 'val_mean', 'paper_mean', 'paper_std', 'diff',
                'diff_paper_stds', 'note']
-    with open(out / f'{name}.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, columns, extrasaction='ignore')
-        writer.writeheader()
-        for r in records:
-            writer.writerow({k: (f'{v:.4f}' if isinstance(v, float) else v)
-                             for k, v in r.items() if k in columns})
+    write_records(out / f'{name}.csv', records, columns)
 
     depths = sorted({r['layers'] for r in records})
     missing = sum(r['runs'] == 0 for r in records if r['selection'] != 'test')

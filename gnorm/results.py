@@ -338,6 +338,20 @@ def write_csv(path: Any, rows: Sequence[Dict[str, Any]], by: Sequence[str],
                                for c in columns for s in ('mean', 'std'))])
 
 
+def write_records(path: Any, records: Sequence[Dict[str, Any]],
+                  columns: Sequence[str]) -> None:
+    r"""Writes the :obj:`columns` of a report's :obj:`records` as CSV:
+    floats with 4 decimals, lists space-separated."""
+    with open(path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, columns, extrasaction='ignore')
+        writer.writeheader()
+        for r in records:
+            writer.writerow({k: (f'{v:.4f}' if isinstance(v, float) else
+                                 ' '.join(map(str, v)) if isinstance(v, list)
+                                 else v) for k, v in r.items()
+                             if k in columns})
+
+
 def counts(runs: Sequence[Dict[str, Any]]) -> str:
     r"""How many runs finished and failed (any other status, unreadable
     included), on one line."""
