@@ -14,7 +14,9 @@ from torch_geometric.utils import add_remaining_self_loops, degree
 
 from gnorm.nn import LayerFusion, Stacked
 from gnorm.nn._inputs import check_batch, check_edge_index
-from gnorm.nn.contra_norm import MaskedPairs, _EdgeSum, masked_pairs
+from gnorm.nn._sparse import (IndexEdges, block_diagonal, csr, csr_pattern,
+                              edge_sum, spmm)
+from gnorm.nn.contra_norm import MaskedPairs, masked_pairs
 
 STEPS = ('dropout', 'conv', 'norm', 'act')
 CONVS = ('gcn', 'row')
@@ -48,57 +50,6 @@ def gcn_normalized(edge_index: Tensor, num_nodes: int,
                     dtype=dtype)
 
 
-def row_pointers(rows: Tensor, num_rows: int) -> Tensor:
-    r"""The CSR row pointers :obj:`[num_rows + 1]` of entries in
-    :obj:`rows`, given sorted."""
-    crow = rows.new_zeros(num_rows + 1)
-    crow[1:] = torch.bincount(rows, minlength=num_rows).cumsum(0)
-    return crow
-
-
-def csr(rows: Tensor, cols: Tensor, values: Tensor,
-        size: Tuple[int, int]) -> Tensor:
-    r"""The sparse CSR matrix of :obj:`size` with :obj:`values` at
-    (:obj:`rows`, :obj:`cols`), given sorted by row, then column (no
-    sorting is done)."""
-    return csr_pattern((row_pointers(rows, size[0]), cols), values, size)
-
-
-def csr_pattern(pattern: Tuple[Tensor, Tensor], values: Tensor,
-                size: Tuple[int, int]) -> Tensor:
-    r"""The sparse CSR matrix of :obj:`size` with :obj:`values` in the
-    :obj:`pattern` (row pointers, columns)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='.*[Ss]parse')
-        return torch.sparse_csr_tensor(*pattern, values, size)
-
-
-def block_diagonal(rows: Tensor, cols: Tensor, size: Tuple[int, int],
-                   blocks: int) -> Tuple[Tensor, Tensor]:
-    r"""The pattern (row pointers, columns) of the block-diagonal matrix of
-    :obj:`blocks` copies of the :obj:`size` pattern (:obj:`rows`,
-    :obj:`cols`, sorted by row, then column), sorted the same way."""
-    block = torch.arange(blocks, device=rows.device).repeat_interleave(
-        rows.numel())
-    rows = block * size[0] + rows.repeat(blocks)
-    return (row_pointers(rows, blocks * size[0]),
-            block * size[1] + cols.repeat(blocks))
-
-
-def _mm(matrix: Tensor, dense: Tensor) -> Tensor:
-    if dense.device.type != 'cpu':
-        return matrix @ dense
-    # On the CPU, addmm into an uninitialised output (beta=0: never read)
-    # is the same product as matrix @ dense, 1.1-5x faster (measured for
-    # 7-640 columns: matrix @ dense also zero-fills and copies its output).
-    # The CPU has no bfloat16 sparse product: under autocast it runs in the
-    # matrix's type.
-    dense = dense.to(matrix.dtype)
-    out = dense.new_empty(matrix.size(0), dense.size(1))
-    with torch.autocast('cpu', enabled=False):
-        return torch.addmm(out, matrix, dense, beta=0, out=out)
-
-
 class SparsePair(NamedTuple):
     r"""A sparse CSR matrix and its transpose, for products whose backward
     pass needs the transpose (built once, not at every backward)."""
@@ -111,11 +62,11 @@ class _SparseMM(torch.autograd.Function):
     def forward(ctx, transpose: Tensor, matrix: Tensor,
                 dense: Tensor) -> Tensor:
         ctx.transpose = transpose
-        return _mm(matrix, dense)
+        return spmm(matrix, dense)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return None, None, _mm(ctx.transpose, grad)
+        return None, None, spmm(ctx.transpose, grad)
 
 
 def sparse_mm(pair: SparsePair, dense: Tensor) -> Tensor:
@@ -169,7 +120,7 @@ def propagate(matrix: Union[SparsePair, EdgeList], x: Tensor) -> Tensor:
     features side by side (or, for an :class:`EdgeList`, one gather and
     scatter along the edges)."""
     if isinstance(matrix, EdgeList):
-        return _EdgeSum.apply(matrix.weight, x, matrix.src, matrix.dst)
+        return edge_sum(matrix.weight, x, IndexEdges(matrix.src, matrix.dst))
     if x.dim() == 2:
         return sparse_mm(matrix, x)
     runs, nodes, channels = x.shape

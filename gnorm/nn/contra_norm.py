@@ -14,6 +14,7 @@ from torch_geometric.utils import (
 )
 
 from gnorm.nn._inputs import check_batch, check_edge_index
+from gnorm.nn._sparse import edge_dot, edge_sum, edges
 from gnorm.nn.stacked import layer_norm
 
 NEGATIVES = ('all', 'non_neighbors')
@@ -39,6 +40,7 @@ class MaskedPairs(NamedTuple):
     dst: Tensor
     valid: Tensor
     col_valid: Tensor
+    dst_order: Tensor  # sorts the pairs by dst, then src
 
 
 def masked_pairs(edge_index: Tensor, num_nodes: int,
@@ -58,7 +60,8 @@ def masked_pairs(edge_index: Tensor, num_nodes: int,
                     dim_size=batch_size)[batch])
     valid = size > scatter(ones, dst, 0, dim_size=num_nodes)
     col_valid = size > scatter(ones, src, 0, dim_size=num_nodes)
-    return MaskedPairs(src, dst, valid.unsqueeze(-1), col_valid.unsqueeze(-1))
+    return MaskedPairs(src, dst, valid.unsqueeze(-1), col_valid.unsqueeze(-1),
+                       torch.argsort(dst * num_nodes + src))
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float) -> Tensor:
@@ -133,48 +136,6 @@ def each_run(negatives: Callable[..., Tensor], x: Tensor, xn: Tensor,
                         for x_r, xn_r in zip(x, xn)])
 
 
-class _EdgeDot(torch.autograd.Function):
-    r""":math:`\hat{x}_{s_e}^\top \hat{x}_{d_e}` for every edge, keeping only
-    :obj:`xn` for the backward pass (no :obj:`[edges, d]` tensor)."""
-    @staticmethod
-    def forward(ctx, xn: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-        ctx.save_for_backward(xn, src, dst)
-        return (xn.index_select(-2, src) * xn.index_select(-2, dst)).sum(-1)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        xn, src, dst = ctx.saved_tensors
-        grad = grad.unsqueeze(-1)  # [(runs,) edges, 1]
-        out = torch.zeros_like(xn).index_add_(
-            -2, src, grad * xn.index_select(-2, dst))
-        return out.index_add_(-2, dst, grad * xn.index_select(-2, src)), \
-            None, None
-
-
-class _EdgeSum(torch.autograd.Function):
-    r""":math:`\sum_{e: d_e = i} w_e x_{s_e}` at every node :math:`i`,
-    keeping only :obj:`w` and :obj:`x` for the backward pass (no
-    :obj:`[edges, d]` tensor)."""
-    @staticmethod
-    def forward(ctx, w: Tensor, x: Tensor, src: Tensor,
-                dst: Tensor) -> Tensor:
-        ctx.save_for_backward(w, x, src, dst)
-        return torch.zeros_like(x).index_add_(
-            -2, dst, w.unsqueeze(-1) * x.index_select(-2, src))
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        w, x, src, dst = ctx.saved_tensors
-        grad_dst = grad.index_select(-2, dst)  # [(runs,) edges, d]
-        grad_w = grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_w = (grad_dst * x.index_select(-2, src)).sum(-1)
-        if ctx.needs_input_grad[1]:
-            grad_x = torch.zeros_like(x).index_add_(
-                -2, src, w.unsqueeze(-1) * grad_dst)
-        return grad_w, grad_x, None, None
-
-
 def contrastive_negatives(
     x: Tensor,
     xn: Tensor,
@@ -230,12 +191,13 @@ def contrastive_negatives(
     if edge_index is not None:
         pairs = edge_index if isinstance(edge_index, MaskedPairs) else \
             masked_pairs(edge_index, x.size(-2), batch, batch_size)
-        src, dst, valid, col_valid = pairs  # `dst` does not contrast `src`
+        src, dst, valid, col_valid, dst_order = pairs  # `dst` does not contrast `src`
         n = x.size(-2)
+        ops = edges(src, dst, x, dst_order)
         # Memory O(edges) per layer: no [edges, d] tensor is kept.
-        w = torch.exp((_EdgeDot.apply(xn, src, dst) - 1.0) / temperature)
+        w = torch.exp((edge_dot(xn, ops) - 1.0) / temperature)
         row_w = scatter(w, dst, -1, dim_size=n, reduce='sum').unsqueeze(-1)
-        row_wx = _EdgeSum.apply(w, x, src, dst)
+        row_wx = edge_sum(w, x, ops)
         num = num - a * row_wx
         den = den - a * row_w
         col_den = col_den - scatter(w, src, -1, dim_size=n,
@@ -251,7 +213,7 @@ def contrastive_negatives(
         out = _attend(q, k, mask, v, temperature)
         col = out[..., :d] / out[..., d:]
         if edge_index is not None:
-            col = col - _EdgeSum.apply(w, v, src, dst)
+            col = col - edge_sum(w, v, ops)
         x_neg = x_neg + col
     if valid is not None:
         x_neg = torch.where(valid, x_neg, torch.zeros_like(x_neg))
