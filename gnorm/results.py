@@ -222,7 +222,8 @@ def machines(runs: List[Dict[str, Any]]) -> str:
     for run in runs:
         m = run.get('machine') or {}
         name = m.get('gpu') or m.get('cpu') or run.get('device', '?')
-        threads = f", {m['threads']} threads" if 'threads' in m else ''
+        threads = (f", {m['threads']} thread{'s' if m['threads'] != 1 else ''}"
+                   if 'threads' in m else '')
         seen[f"{run.get('device', '?')}: {name}{threads}"] += 1
     return '; '.join(f'{k} ({n} runs)' for k, n in seen.most_common())
 

@@ -287,5 +287,5 @@ def test_sepnorm_report_is_generated_from_runs(tmp_path):
     assert '| ShareNorm (LayerNorm) | 2/3 | **72.00 ± 2.00** |' in md
     assert ('| 1/3 | **75.00 ± 0.00** | 50.00 ± 0.00 | +3.00 | 75.64 | 2 | '
             '1 | 10 s |') in md
-    assert 'missing' in md and 'cpu: X, 1 threads (3 runs)' in md
+    assert 'missing' in md and 'cpu: X, 1 thread (3 runs)' in md
     assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
