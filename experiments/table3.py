@@ -349,13 +349,15 @@ def read_paper(path: Path) -> Dict[Tuple[str, str, int], Tuple[float,
             (float(r['mean']), float(r['std'])) for r in read_csv(path)}
 
 
-def read_notes(path: Optional[Path]) -> Dict[Tuple[str, str, int], str]:
+def read_notes(path: Optional[Path],
+               ) -> Dict[Tuple[str, str, Optional[int]], str]:
     r"""(dataset, row, layers) -> explanation of a cell far from the
-    paper."""
+    paper; layers :obj:`None` (an empty ``layers`` in the file): every depth
+    of that dataset and row without a line of its own."""
     if path is None or not path.is_file():
         return {}
-    return {(r['dataset'], r['row'], int(r['layers'])): r['note']
-            for r in read_csv(path)}
+    return {(r['dataset'], r['row'], int(r['layers']) if r['layers'] else
+             None): r['note'] for r in read_csv(path)}
 
 
 def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
@@ -405,8 +407,9 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
             note = None
             if (cell['row'] in flag.get('rows', []) and stds is not None
                     and abs(stds) > flag.get('paper_stds', 2)):
-                note = notes.get(where, 'no explanation known yet: the '
-                                 "authors' code was not run at this cell")
+                note = notes.get(where, notes.get(
+                    (*where[:2], None), 'no explanation known yet: the '
+                    "authors' code was not run at this cell"))
             records.append(dict(
                 dataset=cell['dataset'], row=cell['row'],
                 layers=cell['depth'],

@@ -246,6 +246,20 @@ def test_flagged_cells_get_their_explanation():
     assert record['note'] is None  # within 2 paper stds
 
 
+def test_a_note_without_layers_covers_every_depth():
+    cell, found = _cell('contranorm', [{}], [(0.9, 0.95)])
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    flag = {'rows': ['contranorm'], 'paper_stds': 2}
+    notes = table3.read_notes(ROOT / table3.table_spec('fair')['notes'])
+    assert 'not comparable' in notes['cora', 'contranorm', None]
+    record, = table3.summarise([cell], found, paper, flag, notes)
+    assert record['note'] == notes['cora', 'contranorm', None]
+    # A line for the depth itself wins over the line for every depth.
+    notes['cora', 'contranorm', 16] = 'this depth'
+    record, = table3.summarise([cell], found, paper, flag, notes)
+    assert record['note'] == 'this depth'
+
+
 def test_composed_runs_are_those_of_the_committed_multirun():
     r"""The in-process composition gives the configs and run folders that
     ``python -m gnorm.train -m`` gave the committed runs."""
