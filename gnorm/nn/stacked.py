@@ -188,7 +188,7 @@ class Stacked(torch.nn.Module):
 
         Args:
             x (torch.Tensor): Inputs of every run, :obj:`[runs, ...]`.
-            *args, **kwargs: Inputs shared by all runs (e.g.
+            \*args, \*\*kwargs: Inputs shared by all runs (e.g.
                 :obj:`edge_index`), handed to every run's :meth:`forward`.
 
         Returns:
