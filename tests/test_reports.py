@@ -72,3 +72,56 @@ def test_one_epoch_runs_are_dots_per_seed_not_a_curve(tmp_path, monkeypatch):
     assert [round(v, 6) for v in dots.get_ydata()] == [70.0, 66.0, 60.0]
     assert not [line for line in ax.lines if line.get_linestyle() == '-']
     assert 'one epoch per run' in ax.get_title()
+
+
+def _layer_row(layer, impl, n, status='ok', note=None):
+    row = dict(key=f'cpu|float32|{layer}|{impl}|{n}|32', device='cpu',
+               dtype='float32', layer=layer, impl=impl, n=n, d=32,
+               machine='test cpu', status=status)
+    if status == 'ok':
+        row.update(seconds=1e-4 * n, peak_gib=0.01)
+    if note:
+        row['note'] = note
+    return row
+
+
+def test_layer_benchmark_names_what_it_did_not_measure(tmp_path):
+    bench = _script('bench_layers')
+    rows = [_layer_row('contranorm', 'gnorm', 1000),
+            _layer_row('contranorm', 'reference', 1000),
+            _layer_row('contranorm', 'gnorm', 50000, 'skipped', 'est. 900 s'),
+            _layer_row('contranorm', 'reference', 50000, 'oom',
+                       'needs ~56 GiB'),
+            _layer_row('pairnorm', 'gnorm', 50000, 'skipped', 'est. 400 s')]
+    assert bench.not_measured(rows) == [
+        'n=50,000, skipped, estimated time over --max-seconds: contranorm, '
+        'pairnorm',
+        'n=50,000, out of memory (needs ~56 GiB): contranorm ref']
+    rows = {r['key']: r for r in rows}
+    bench.report(rows, tmp_path / 'a.md', tmp_path / 'a.png', 'cpu')
+    bench.report(rows, tmp_path / 'b.md', tmp_path / 'b.png', 'cpu')
+    assert (tmp_path / 'a.md').read_bytes() == (tmp_path / 'b.md').read_bytes()
+    assert (tmp_path / 'a.png').read_bytes() == \
+        (tmp_path / 'b.png').read_bytes()
+
+
+def test_graphormer_benchmark_plot_shows_every_series(tmp_path):
+    import matplotlib.pyplot as plt
+    bench = _script('bench_graphormer')
+    path = tmp_path / 'bench_graphormer_cpu.jsonl'
+    rows = [dict(dataset='zinc', batch_size=b, dtype='float32', norm=norm,
+                 bucket=0, version=version, rev='abc', data_s=0.01,
+                 model_s=1.0, collation_share=0.01, graphs_per_s=20.0,
+                 model_graphs_per_s=20.0, peak_gib=0.5, mean_nodes=23.0,
+                 mean_max_nodes=35, host='test cpu', steps=3)
+            for norm in ('layernorm', 'sepnorm') for version in
+            ('before', 'after') for b in (32, 128)]  # all at the same speed
+    path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    bench.report(path, 'cpu')
+    ax, = plt.gcf().axes
+    looks = {(line.get_color(), line.get_marker(), line.get_linestyle(),
+              str(line.get_markerfacecolor())) for line in ax.lines}
+    assert len(looks) == len(ax.lines) == 4  # no series looks like another
+    xs = {round(float(x), 3) for line in ax.lines for x in line.get_xdata()}
+    assert len(xs) == 4  # the two norms side by side, not on each other
+    plt.close('all')
