@@ -29,6 +29,12 @@ report (``experiments/results/table3_<protocol>.{md,csv}``, two plots) is
 written only from the committed runs folder without ``--set`` and then
 covers the whole table; any other report covers the selected cells and
 goes to ``--out`` (default: ``<runs>-report`` beside the runs folder).
+A report depends on its runs only (no date, no command line): the same
+runs give the same bytes, and a file that would not change is not
+rewritten, so a selection (``--datasets``...) leaves the committed report
+as it was unless its runs changed. Its header counts the complete cells
+(every setting of the grid with every seed); the plots draw only those
+on the curves, partial cells as open markers.
 """
 import argparse
 import copy
