@@ -377,6 +377,7 @@ def report(rows, path_md, path_png, device):
     combos = sorted({(r['dtype'], r['d']) for r in layer_rows})
     fig, axes = plt.subplots(1, len(combos), figsize=(6 * len(combos), 4.5),
                              squeeze=False)
+    handles = {}
     for ax, (dtype, d) in zip(axes[0], combos):
         for i, layer in enumerate(LAYERS):
             color = f'C{i}'
@@ -388,14 +389,48 @@ def report(rows, path_md, path_png, device):
                 if pts:
                     label = layer if impl == 'gnorm' else \
                         f'{layer} ref ({REFERENCE[layer]})'
-                    ax.plot(*zip(*pts), style, color=color, label=label)
+                    line, = ax.plot(*zip(*pts), style, color=color,
+                                    label=label)
+                    handles.setdefault(label, line)
         ax.set(xscale='log', yscale='log', xlabel='nodes n',
                ylabel='forward+backward seconds', title=f'{device}, {dtype}, d={d}')
         ax.grid(True, which='both', alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        missing = not_measured([r for r in layer_rows if r['dtype'] == dtype
+                                and r['d'] == d])
+        if missing:
+            ax.text(0.0, -0.16, 'not measured, so not drawn:\n'
+                    + '\n'.join(missing), transform=ax.transAxes,
+                    fontsize=7, va='top', color='0.25')
+    fig.legend(handles=list(handles.values()), loc='center left',
+               bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
+               title='solid o: gnorm; dashed x: reference\n(median of '
+               'repeats)', title_fontsize=8)
     fig.suptitle(machines[0] if machines else device, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path_png, dpi=120)
+    fig.savefig(path_png, dpi=120, bbox_inches='tight',
+                metadata={'Software': None})
+
+
+# Why a measurement has no time, in words.
+NOT_RUN = {'oom': 'out of memory', 'skipped': 'skipped, estimated time over '
+           '--max-seconds', 'error': 'failed'}
+
+
+def not_measured(rows):
+    r"""One line per (n, reason) of the :obj:`rows` without a time: which
+    layers (``ref``: their reference) and why."""
+    missing = {}
+    for r in sorted(rows, key=lambda r: (r['n'], LAYERS.index(r['layer']),
+                                         r['impl'])):
+        if r['status'] == 'ok':
+            continue
+        reason = NOT_RUN.get(r['status'], r['status'])
+        if r['status'] == 'oom' and r.get('note'):
+            reason += f" ({r['note']})"
+        name = r['layer'] + (' ref' if r['impl'] == 'reference' else '')
+        missing.setdefault((r['n'], reason), []).append(name)
+    return [f'n={n:,}, {reason}: {", ".join(names)}'
+            for (n, reason), names in missing.items()]
 
 
 def check_goals(rows, device):

@@ -29,11 +29,16 @@ report (``experiments/results/table3_<protocol>.{md,csv}``, two plots) is
 written only from the committed runs folder without ``--set`` and then
 covers the whole table; any other report covers the selected cells and
 goes to ``--out`` (default: ``<runs>-report`` beside the runs folder).
+A report depends on its runs only (no date, no command line): the same
+runs give the same bytes, and a file that would not change is not
+rewritten, so a selection (``--datasets``...) leaves the committed report
+as it was unless its runs changed. Its header counts the complete cells
+(every setting of the grid with every seed); the plots draw only those
+on the curves, partial cells as open markers.
 """
 import argparse
 import copy
 import csv
-import datetime
 import itertools
 import json
 import os
@@ -410,6 +415,10 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 note = notes.get(where, notes.get(
                     (*where[:2], None), 'no explanation known yet: the '
                     "authors' code was not run at this cell"))
+            cell_runs = sum(len(g) for g in groups.values())
+            cell_expected = len(cell['settings']) * cell['expected']
+            erank = [r.get('collapse', {}).get('effective_rank')
+                     for r in chosen]
             records.append(dict(
                 dataset=cell['dataset'], row=cell['row'],
                 layers=cell['depth'],
@@ -417,20 +426,28 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 setting=setting if several else None,
                 settings_run=len(groups), settings=len(cell['settings']),
                 runs=len(chosen), expected=cell['expected'],
+                cell_runs=cell_runs, cell_expected=cell_expected,
+                complete=cell_runs == cell_expected,
                 test_mean=test_mean, test_std=test_std, val_mean=val_mean,
                 paper_mean=p_mean, paper_std=p_std, diff=diff,
                 diff_paper_stds=stds, note=note,
-                erank=_mean_curve([r.get('collapse', {}).get(
-                    'effective_rank') for r in chosen]),
+                erank=_curve(erank, _mean), erank_min=_curve(erank, min),
+                erank_max=_curve(erank, max),
             ))
     return records
 
 
-def _mean_curve(curves: List[Optional[List[float]]]) -> Optional[List]:
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _curve(curves: List[Optional[List[float]]], how) -> Optional[List]:
+    r""":obj:`how` (mean, min, max) of :obj:`curves` per layer; :obj:`None`
+    if no curve."""
     curves = [c for c in curves if c]
     if not curves:
         return None
-    return [sum(v) / len(v) for v in zip(*curves)]
+    return [how(v) for v in zip(*curves)]
 
 
 def _label(record: Dict[str, Any]) -> str:
@@ -460,35 +477,163 @@ def _cell(r: Dict[str, Any]) -> str:
     return f"{ours}<br>{paper}, Δ {r['diff']:+.2f}"
 
 
+# Rows whose cells are compared (by the seeds' spread) with ContraNorm's.
+COMPARED = ('pairnorm', 'layernorm')
+
+
+def _save(path: Path, data: bytes) -> None:
+    r"""Writes :obj:`data` to :obj:`path` unless it already holds exactly
+    that (a regenerated report leaves an unchanged file untouched)."""
+    if not (path.is_file() and path.read_bytes() == data):
+        path.write_bytes(data)
+
+
+def _save_figure(fig, path: Path) -> None:
+    r"""Saves :obj:`fig` as PNG without the metadata that changes between
+    matplotlib versions, so the same records give the same bytes."""
+    import io
+    import matplotlib.pyplot as plt
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=110, bbox_inches='tight',
+                metadata={'Software': None})
+    plt.close(fig)
+    _save(path, buffer.getvalue())
+
+
+def _shown(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    r"""One record per cell: the setting chosen by validation."""
+    return [r for r in records if r['selection'] != 'test']
+
+
+def _partial(r: Dict[str, Any]) -> str:
+    r"""``1 of 12 settings`` (or ``3 of 5 runs``) for a partial cell."""
+    if r['settings_run'] < r['settings']:
+        return f"{r['settings_run']} of {r['settings']} settings"
+    return f"{r['cell_runs']} of {r['cell_expected']} runs"
+
+
+def completeness(records: List[Dict[str, Any]]) -> str:
+    r"""How many cells are complete (every setting of the grid with every
+    seed), partial and missing, and how many runs of the grid are done."""
+    cells = _shown(records)
+    complete = sum(r['complete'] for r in cells)
+    missing = sum(r['cell_runs'] == 0 for r in cells)
+    return (f"**{complete} of {len(cells)} cells complete** (every setting "
+            f"of the grid run with every seed), "
+            f"{len(cells) - complete - missing} partial, {missing} missing; "
+            f"{sum(r['cell_runs'] for r in cells)} of "
+            f"{sum(r['cell_expected'] for r in cells)} runs of the grid "
+            f"done ({sum(r['settings_run'] for r in cells)} of "
+            f"{sum(r['settings'] for r in cells)} settings with runs).")
+
+
+def _versus(ours: Dict[str, Any], other: Dict[str, Any]) -> str:
+    r"""Whether :obj:`ours` beats :obj:`other` by more than the seeds'
+    spread (the larger of the two stds), in words with the numbers."""
+    for r in (ours, other):
+        if not r['complete']:
+            return (f"not compared: {r['row']} "
+                    + ('missing' if r['cell_runs'] == 0 else
+                       f'partial ({_partial(r)})'))
+    diff = ours['test_mean'] - other['test_mean']
+    spread = max(ours['test_std'], other['test_std'])
+    numbers = f'Δ {diff:+.2f}, spread {spread:.2f}'
+    if diff > spread:
+        return f'**beats** ({numbers})'
+    if diff < -spread:
+        return f'**loses** ({numbers})'
+    return f'within the spread ({numbers})'
+
+
+def comparison(records: List[Dict[str, Any]],
+               row: str = 'contranorm') -> List[str]:
+    r"""The report's section saying, per dataset and depth, whether
+    :obj:`row` beats each of :data:`COMPARED` by more than the seeds'
+    spread; complete cells only. No lines without those rows."""
+    by = {(r['dataset'], r['row'], r['layers']): r for r in _shown(records)}
+    against = [o for o in COMPARED if any(k[1] == o for k in by)]
+    if not against or not any(k[1] == row for k in by):
+        return []
+    lines = [f'## Does {row} beat {" and ".join(against)}?', '',
+             f'Rule: {row} (setting chosen by validation) beats a row at a '
+             f'(dataset, depth) when its mean test accuracy exceeds that '
+             f"row's by more than the spread, the larger of the two seeds' "
+             f'standard deviations (ddof=0); it loses when it is below by '
+             f'more than the spread, and is otherwise within the spread. '
+             f'Δ = {row} − the other row (test accuracy, %). Only complete '
+             f'cells (every setting with every seed) are compared.', '',
+             '| dataset | layers | ' + ' | '.join(
+                 f'vs {o}' for o in against) + ' |',
+             '|---|---|' + '---|' * len(against)]
+    for (dataset, name, depth), ours in by.items():
+        if name != row:
+            continue
+        texts = [_versus(ours, by[dataset, o, depth])
+                 if (dataset, o, depth) in by else 'no such cell'
+                 for o in against]
+        lines.append(f'| {dataset} | {depth} | ' + ' | '.join(texts) + ' |')
+    return lines
+
+
+def _command(protocol: str, spec: Dict[str, Any], sets: Sequence[str],
+             runs_dir: Path) -> str:
+    r"""The command that rewrites a report of the whole table."""
+    args = [protocol, '--report-only']
+    if sets:
+        args += ['--set', *sets]
+    if runs_dir != (RUNS / spec['name']).resolve():
+        args += ['--runs', os.path.relpath(runs_dir, ROOT)]
+    return 'python experiments/table3.py ' + shlex.join(args)
+
+
+def _coverage(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
+    r"""What the report covers: the whole table, or the cells selected."""
+    def listed(key):
+        return ', '.join(map(str, dict.fromkeys(r[key] for r in records)))
+    whole = ({(r['dataset'], r['row'], r['layers']) for r in records}
+             == {(d, row, depth) for d in spec['datasets']
+                 for row in spec['rows'] for depth in spec['depths']})
+    if whole:
+        return 'It covers the whole table.'
+    return (f"It covers only the selected cells: datasets {listed('dataset')}"
+            f"; rows {listed('row')}; depths {listed('layers')}.")
+
+
 def write_report(protocol: str, spec: Dict[str, Any],
                  records: List[Dict[str, Any]], counted: List[Dict],
-                 sets: Sequence[str], runs_dir: Path, out: Path,
-                 argv: Sequence[str]) -> Path:
-    r"""Writes ``<name>.md``, ``<name>.csv`` and the two plots (``<name>``:
-    the table's name, plus ``+<override>`` for each of :obj:`sets`);
-    returns the path of the ``.md``."""
+                 sets: Sequence[str], runs_dir: Path, out: Path) -> Path:
+    r"""Writes ``<name>.md``, ``<name>.csv`` and the plots (``<name>``: the
+    table's name, plus ``+<override>`` for each of :obj:`sets`); returns
+    the path of the ``.md``. The files depend on the records, runs and
+    table only (no date, no command line of the call): the same runs give
+    the same bytes, and a file that would not change is not rewritten."""
     name = spec['name'] + ''.join(f"+{s.replace('/', '_')}" for s in sets)
     out.mkdir(parents=True, exist_ok=True)
     columns = ['dataset', 'row', 'layers', 'selection', 'setting',
-               'settings_run', 'settings', 'runs', 'expected', 'test_mean',
-               'test_std', 'val_mean', 'paper_mean', 'paper_std', 'diff',
+               'settings_run', 'settings', 'runs', 'expected', 'cell_runs',
+               'cell_expected', 'complete', 'test_mean', 'test_std',
+               'val_mean', 'paper_mean', 'paper_std', 'diff',
                'diff_paper_stds', 'note']
-    write_records(out / f'{name}.csv', records, columns)
+    scratch = out / f'.{name}.csv.new'
+    write_records(scratch, records, columns)
+    _save(out / f'{name}.csv', scratch.read_bytes())
+    scratch.unlink()
 
     depths = sorted({r['layers'] for r in records})
-    missing = sum(r['runs'] == 0 for r in records if r['selection'] != 'test')
     title = f"# {spec['name']}: accuracy vs depth, ContraNorm paper Table 3"
     if sets:
         title += f" — with {' '.join(sets)}"
     lines = [
         title, '',
-        f'Generated by `python experiments/table3.py {shlex.join(argv)}` on '
-        f'{datetime.date.today().isoformat()} from the {len(counted)} '
-        f'finished runs in `{os.path.relpath(runs_dir, ROOT)}` whose config '
-        f'is one of this table\'s (protocol: '
-        f'`conf/experiment/table3_{protocol}.yaml`'
+        f'Generated by `{_command(protocol, spec, sets, runs_dir)}` from the '
+        f'{len(counted)} finished runs in '
+        f'`{os.path.relpath(runs_dir, ROOT)}` whose config is one of this '
+        f"table's (protocol: `conf/experiment/table3_{protocol}.yaml`"
         + (f" plus `{' '.join(sets)}`" if sets else '') + '). '
+        f'{_coverage(spec, records)} '
         f'Machines: {machines(counted) or "none yet"}.',
+        '',
+        completeness(records),
         '',
         'Each cell: our test accuracy (%), mean ± std over seeds '
         '(ddof=0), the paper\'s value and Δ = ours − paper. A row with '
@@ -497,8 +642,7 @@ def write_report(protocol: str, spec: Dict[str, Any],
         'per (dataset, depth) by mean validation accuracy (the honest '
         'choice), "chosen by test, optimistic" by mean test accuracy, which '
         'is what a table built from test means shows. "of k/n" = only k of '
-        f'the n settings have runs yet; "missing" = not run yet ({missing} '
-        'cells).',
+        'the n settings have runs yet; "missing" = not run yet.',
     ]
     flag = spec.get('flag') or {}
     if flag:
@@ -530,12 +674,20 @@ def write_report(protocol: str, spec: Dict[str, Any],
                 texts.append(text)
             lines.append(f'| {_label(next(iter(rs.values())))} | '
                          + ' | '.join(texts) + ' |')
+    versus = comparison(records)
+    if versus:
+        lines += [''] + versus
     if footnotes:
         lines += [''] + footnotes
-    lines += ['', f'![accuracy vs depth]({name}_depth.png)', '',
-              f'![effective rank vs layer]({name}_erank.png)', '']
-    (out / f'{name}.md').write_text('\n'.join(lines))
-    plot(records, out, name)
+    lines += ['', f'![accuracy vs depth]({name}_depth.png)', '']
+    plot_depth(records, out / f'{name}_depth.png',
+               paper_lines=protocol == 'paper')
+    if plot_erank(records, out / f'{name}_erank.png'):
+        lines += [f'![effective rank vs layer]({name}_erank.png)', '']
+    else:
+        lines += ['No run of this report recorded effective ranks '
+                  '(`collapse_metrics`), so there is no plot of them.', '']
+    _save(out / f'{name}.md', '\n'.join(lines).encode())
     return out / f'{name}.md'
 
 
@@ -543,101 +695,158 @@ def _spans(depths: List[int]) -> str:
     return ', '.join(f'L={d}' for d in depths)
 
 
-def plot(records: List[Dict[str, Any]], out: Path, name: str) -> None:
-    r"""Accuracy vs depth per dataset (a line and std band per row, the
-    paper dashed with crosses) and effective rank vs layer of the deepest
-    models; a row without runs (at some depths) is named in the plot."""
+def _panels(n: int, height: float = 3.4):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,
-                                   NullFormatter, NullLocator)
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, height), squeeze=False)
+    return fig, axes[0]
 
-    shown = [r for r in records if r['selection'] != 'test']
-    datasets = list(dict.fromkeys(r['dataset'] for r in shown)) or ['-']
+
+def _notes(ax, notes: List[str]) -> None:
+    r"""Writes :obj:`notes` under the panel :obj:`ax`, off the data."""
+    if notes:
+        ax.text(0.0, -0.3, '\n'.join(notes), transform=ax.transAxes,
+                fontsize=7, va='top', color='0.25')
+
+
+def plot_depth(records: List[Dict[str, Any]], path: Path,
+               paper_lines: bool) -> None:
+    r"""Test accuracy vs depth, a panel per dataset: per row a line with a
+    std band through its complete cells only; a partial cell is an open
+    marker labelled ``k of n settings``; a missing cell is not drawn and
+    is listed under the panel. :obj:`paper_lines`: the paper's values too
+    (dashed, crosses); only where the splits are the paper's."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    shown = _shown(records)
+    datasets = list(dict.fromkeys(r['dataset'] for r in shown
+                                  if r['cell_runs']))
+    empty = [d for d in dict.fromkeys(r['dataset'] for r in shown)
+             if d not in datasets]
     row_names = list(dict.fromkeys(r['row'] for r in shown))
     depths = sorted({r['layers'] for r in shown})
-    fig, axes = plt.subplots(1, len(datasets), figsize=(
-        4 * len(datasets), 3.6), squeeze=False)
-    for ax, dataset in zip(axes[0], datasets):
-        absent = []
+    fig, axes = _panels(max(len(datasets), 1))
+    for ax, dataset in zip(axes, datasets):
+        lacking: Dict[str, List[str]] = {}  # depths without runs -> rows
         for k, row in enumerate(row_names):
             rs = sorted((r for r in shown if r['dataset'] == dataset
                          and r['row'] == row), key=lambda r: r['layers'])
-            have = [r for r in rs if r['runs'] > 0]
             color = f'C{k}'
-            if have:
-                x = [r['layers'] for r in have]
-                m = [r['test_mean'] for r in have]
-                s = [r['test_std'] for r in have]
-                ax.plot(x, m, 'o-', color=color, label=row)
-                ax.fill_between(x, [a - b for a, b in zip(m, s)],
-                                [a + b for a, b in zip(m, s)], color=color,
-                                alpha=0.2)
-            lacking = [r['layers'] for r in rs if r['runs'] == 0]
-            if lacking:
-                absent.append(f'{row}: no runs at {_spans(lacking)}'
-                              if have else f'{row}: no runs')
+            x = [r['layers'] for r in rs]
+            nan = float('nan')
+            m = [r['test_mean'] if r['complete'] else nan for r in rs]
+            s = [r['test_std'] if r['complete'] else nan for r in rs]
+            ax.errorbar(x, m, yerr=s, fmt='o-', color=color, capsize=2,
+                        elinewidth=0.8)
+            ax.fill_between(x, [a - b for a, b in zip(m, s)],
+                            [a + b for a, b in zip(m, s)], color=color,
+                            alpha=0.15, lw=0)
+            for r in rs:
+                if r['cell_runs'] and not r['complete']:
+                    ax.plot(r['layers'], r['test_mean'], 'o', mfc='white',
+                            color=color)
+                    last = r['layers'] == depths[-1]  # label inwards
+                    ax.annotate(_partial(r), (r['layers'], r['test_mean']),
+                                xytext=(-5 if last else 5, 3),
+                                textcoords='offset points', fontsize=6,
+                                color=color, ha='right' if last else 'left')
+            none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0])
+            if none:
+                lacking.setdefault(none, []).append(row)
             paper = [r for r in rs if r['paper_mean'] is not None]
-            if paper:
+            if paper_lines and paper:
                 ax.plot([r['layers'] for r in paper],
                         [r['paper_mean'] for r in paper], 'x--',
-                        color=color, alpha=0.6,
-                        label=None if have else f'{row} (paper only)')
+                        color=color, alpha=0.6)
         ax.set_xscale('log', base=2)
-        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(depths))
+        ax.xaxis.set_major_locator(FixedLocator(depths))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
         ax.xaxis.set_minor_locator(NullLocator())
-        if depths:  # every depth of the table, with or without runs
-            ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
+        ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
         ax.set_title(dataset)
         ax.set_xlabel('layers')
         ax.set_ylabel('test accuracy (%)')
         ax.grid(alpha=0.3)
-        if absent:
-            ax.text(0.02, 0.02, '\n'.join(absent), transform=ax.transAxes,
-                    fontsize=6, va='bottom', color='0.3')
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, title='solid: gnorm, x dashed: paper',
-                      title_fontsize=7, loc='upper right')
+        _notes(ax, [f"{', '.join(rows)}: no runs at {spans}"
+                    for spans, rows in lacking.items()])
+    handles = [Line2D([], [], color=f'C{k}', marker='o', label=row)
+               for k, row in enumerate(row_names)]
+    handles.append(Line2D([], [], color='0.4', marker='o', ls='none',
+                          mfc='white', label='partial cell (not every '
+                          'setting and seed run): not on the line'))
+    if paper_lines:
+        handles.append(Line2D([], [], color='0.4', marker='x', ls='--',
+                              label='paper'))
+    title = ('gnorm: mean ± std over seeds (error bar and band); the '
+             'setting chosen by validation')
+    if not paper_lines:
+        title += ("; the paper's values are not drawn: its splits differ, "
+                  'not comparable')
+    if empty:
+        title += f"\nno runs yet, not drawn: {', '.join(empty)}"
+    fig.legend(handles=handles, loc='upper center', ncol=len(handles),
+               fontsize=8, title=title, title_fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     fig.tight_layout()
-    fig.savefig(out / f'{name}_depth.png', dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path)
 
-    fig, axes = plt.subplots(1, len(datasets), figsize=(
-        4 * len(datasets), 3.6), squeeze=False)
-    for ax, dataset in zip(axes[0], datasets):
-        deepest = max((r['layers'] for r in shown if r['dataset'] == dataset
-                       and r['erank']), default=None)
-        absent = []
+
+def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
+    r"""Effective rank vs layer of each dataset's deepest models with
+    effective ranks (mean over seeds, band: min to max), a panel per
+    dataset that has them; returns whether there was any to plot (no file
+    otherwise)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,
+                                   NullFormatter)
+
+    shown = [r for r in _shown(records) if r['erank']]
+    datasets = list(dict.fromkeys(r['dataset'] for r in shown))
+    if not datasets:
+        return False
+    row_names = list(dict.fromkeys(r['row'] for r in _shown(records)))
+    fig, axes = _panels(len(datasets))
+    for ax, dataset in zip(axes, datasets):
+        deepest = max(r['layers'] for r in shown if r['dataset'] == dataset)
+        absent, partial = [], []
         for k, row in enumerate(row_names):
             r = next((r for r in shown if r['dataset'] == dataset
-                      and r['row'] == row and r['layers'] == deepest
-                      and r['erank']), None)
+                      and r['row'] == row and r['layers'] == deepest), None)
             if r is None:
                 absent.append(row)
                 continue
-            ax.plot(range(1, len(r['erank']) + 1), r['erank'],
-                    color=f'C{k}', label=row)
-        ax.set_title(f'{dataset}, {deepest or "-"} layers')
+            layers = range(1, len(r['erank']) + 1)
+            ax.plot(layers, r['erank'], color=f'C{k}',
+                    ls='-' if r['complete'] else ':')
+            ax.fill_between(layers, r['erank_min'], r['erank_max'],
+                            color=f'C{k}', alpha=0.15, lw=0)
+            if not r['complete']:
+                partial.append(f'{row} ({_partial(r)})')
+        ax.set_title(f'{dataset}, {deepest} layers')
         ax.set_xlabel('layer')
         ax.set_ylabel('effective rank')
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if deepest is not None:
-            ax.set_yscale('log')
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
-            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_yscale('log')
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
-        if absent:
-            ax.text(0.02, 0.98, f'no effective rank at {deepest or "any"} '
-                    f"layers: {', '.join(absent)}", transform=ax.transAxes,
-                    fontsize=6, va='top', color='0.3')
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        _notes(ax, ([f"no effective rank at {deepest} layers: "
+                     f"{', '.join(absent)}"] if absent else [])
+               + ([f"partial cell, dotted: {', '.join(partial)}"]
+                  if partial else []))
+    handles = [Line2D([], [], color=f'C{k}', label=row)
+               for k, row in enumerate(row_names)
+               if any(r['row'] == row for r in shown)]
+    fig.legend(handles=handles, loc='upper center', ncol=len(handles),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0),
+               title='mean over seeds of the setting chosen by validation; '
+               'band: min to max over seeds', title_fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / f'{name}_erank.png', dpi=110)
-    plt.close(fig)
+    _save_figure(fig, path)
+    return True
 
 
 def _datasets() -> List[str]:
@@ -785,7 +994,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     counted = [found[r['key']] for c in report for r in c['runs']
                if r['key'] in found]
     path = write_report(args.protocol, spec, records, counted, sets,
-                        runs_dir, out, argv)
+                        runs_dir, out)
     print(f'report: {path} ({len(counted)} runs counted)')
     return 1 if failed else 0
 

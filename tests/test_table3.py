@@ -1,9 +1,11 @@
 r"""Table 3 of the ContraNorm paper: the authors' protocol point by point
 (experiment=table3_paper), the sound one (table3_fair), the results tool
 and the resumable table driver."""
+import copy
 import csv
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -309,7 +311,9 @@ def test_table_resumes_without_redoing_finished_runs(tmp_path):
     assert '## csbm' in report and 'missing' not in report.split('## csbm')[1]
     assert (out / f'{name}.csv').is_file()
     assert (out / f'{name}_depth.png').stat().st_size > 0
-    assert (out / f'{name}_erank.png').is_file()
+    # collapse_metrics=false: no effective ranks, so no (empty) plot of them
+    assert not (out / f'{name}_erank.png').exists()
+    assert 'No run of this report recorded effective ranks' in report
 
 
 TINY = ['--datasets', 'csbm', '--depths', '2', '--seeds', '0', '--set',
@@ -426,3 +430,112 @@ def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
     assert len(list(runs.glob('*/results.json'))) == 2
     assert first[0].stat().st_mtime_ns == stamp
     assert len(calls) == 3  # the rerun trained only the missing cell
+
+
+def _record(row, depth, mean, std, complete=True):
+    return dict(dataset='cora', row=row, layers=depth, selection='',
+                test_mean=mean, test_std=std, complete=complete,
+                settings_run=4 if complete else 1, settings=4,
+                cell_runs=20 if complete else 5, cell_expected=20)
+
+
+def test_contranorm_beats_a_row_only_by_more_than_the_seeds_spread():
+    records = [_record('contranorm', 2, 80.0, 1.0),
+               _record('pairnorm', 2, 77.0, 2.0),     # +3 > 2: beats
+               _record('layernorm', 2, 78.5, 2.0),    # +1.5 <= 2: within
+               _record('contranorm', 4, 70.0, 0.5),
+               _record('pairnorm', 4, 72.0, 1.0),     # -2 < -1: loses
+               _record('layernorm', 4, 50.0, 1.0, complete=False)]
+    lines = table3.comparison(records)
+    assert 'larger of the two seeds\' standard deviations' in ' '.join(lines)
+    two = next(x for x in lines if x.startswith('| cora | 2 |'))
+    four = next(x for x in lines if x.startswith('| cora | 4 |'))
+    assert two == ('| cora | 2 | **beats** (Δ +3.00, spread 2.00) | within '
+                   'the spread (Δ +1.50, spread 2.00) |')
+    assert four == ('| cora | 4 | **loses** (Δ -2.00, spread 1.00) | not '
+                    'compared: layernorm partial (1 of 4 settings) |')
+    assert table3.comparison([r for r in records
+                              if r['row'] != 'contranorm']) == []
+
+
+def test_partial_cells_are_counted_and_not_points_of_the_curve(
+        tmp_path, monkeypatch):
+    settings = [{'norm.scale': 0.2}, {'norm.scale': 1.0}]
+    full, found = _cell('contranorm', settings, [(0.7, 0.5), (0.6, 0.65)])
+    partial, some = _cell('contranorm', settings[:1], [(0.7, 0.4)],
+                          seeds=(5, 6))
+    partial.update(depth=32, settings=settings)  # 1 of its 2 settings run
+    empty, _ = _cell('contranorm', settings, [])
+    empty.update(depth=64)
+    records = table3.summarise([full, partial, empty], {**found, **some}, {})
+    by = {r['layers']: r for r in records if r['selection'] == 'val'}
+    assert [by[d]['complete'] for d in (16, 32, 64)] == [True, False, False]
+    assert (by[32]['settings_run'], by[32]['settings']) == (1, 2)
+    assert (by[32]['cell_runs'], by[32]['cell_expected']) == (2, 4)
+    assert table3.completeness(records).startswith(
+        '**1 of 3 cells complete** (every setting of the grid run with '
+        'every seed), 1 partial, 1 missing; 6 of 12 runs of the grid done '
+        '(3 of 6 settings with runs)')
+    figures = []
+    monkeypatch.setattr(table3, '_save_figure',
+                        lambda fig, path: figures.append(fig))
+    table3.plot_depth(records, tmp_path / 'depth.png', paper_lines=False)
+    ax, = figures[0].axes
+    curve = next(line for line in ax.lines if line.get_linestyle() == '-')
+    y = list(curve.get_ydata())
+    assert y[0] == pytest.approx(50.0) and y[1] != y[1] and y[2] != y[2]
+    open_markers = [line for line in ax.lines
+                    if line.get_markerfacecolor() == 'white']
+    assert [list(m.get_xdata()) for m in open_markers] == [[32]]
+    assert [t.get_text() for t in ax.texts] == [
+        '1 of 2 settings', 'contranorm: no runs at L=64']
+    assert not [line for line in ax.lines if line.get_marker() == 'x']
+
+
+def _tiny_spec(protocol):
+    r"""A whole table small enough to train in seconds: csbm, depths 2
+    and 4, one seed, none and ContraNorm (two scales)."""
+    tiny = ['train.epochs=2', 'collapse_metrics=false',
+            'dataset.num_nodes=60']
+    spec = copy.deepcopy(table3.table_spec(protocol))
+    spec.update(datasets=['csbm'], depths=[2, 4], seeds=[0],
+                rows={row: [*spec['rows'][row], *tiny]
+                      for row in ('none', 'contranorm')},
+                grid={'contranorm': {'norm.scale': [0.5, 1.0]}})
+    return spec
+
+
+def test_committed_report_is_the_same_bytes_from_the_same_runs(
+        tmp_path, monkeypatch):
+    spec = _tiny_spec('paper')
+    monkeypatch.setattr(table3, 'table_spec', lambda protocol: spec)
+    monkeypatch.setattr(table3, 'RUNS', tmp_path / 'runs')
+    monkeypatch.setattr(table3, 'RESULTS', tmp_path / 'results')
+    results = tmp_path / 'results'
+    assert table3.main(['paper', '--depths', '2', '--threads', '1']) == 0
+    report = (results / 'table3_paper.md').read_text()
+    assert '**2 of 4 cells complete**' in report  # depth 4 not run yet
+    assert table3.main(['paper', '--threads', '1']) == 0
+
+    def files():
+        return {p.name: (p.read_bytes(), p.stat().st_mtime_ns)
+                for p in sorted(results.iterdir())}
+
+    first = files()
+    assert set(first) == {'table3_paper.md', 'table3_paper.csv',
+                          'table3_paper_depth.png'}
+    report = first['table3_paper.md'][0].decode()
+    assert '**4 of 4 cells complete**' in report
+    assert 'Generated by `python experiments/table3.py paper --report-only`' \
+        in report
+    assert not re.search(r'\d{4}-\d\d-\d\d', report)  # no date
+    with open(results / 'table3_paper.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert {(r['settings_run'], r['settings'], r['complete'])
+            for r in rows if r['row'] == 'contranorm'} == {('2', '2', 'True')}
+    assert table3.main(['paper', '--report-only']) == 0
+    assert files() == first  # the same bytes, not even rewritten
+    # A selection neither narrows nor rewrites the committed report.
+    assert table3.main(['paper', '--report-only', '--datasets', 'csbm',
+                        '--depths', '2', '--rows', 'none']) == 0
+    assert files() == first
