@@ -24,10 +24,6 @@ NEGATIVES = ('all', 'non_neighbors')
 # the n x n matrix); zero columns add nothing to the scores.
 _HEAD_MULTIPLE = 8
 
-# Logit given to padded keys of a dense batch (before the 1/temperature
-# scaling); exp() of it is exactly zero in every floating-point type in use.
-_PAD_LOGIT = -1e4
-
 
 class MaskedPairs(NamedTuple):
     r"""The pairs that non-neighbour negatives leave out, for one graph
@@ -64,15 +60,20 @@ def masked_pairs(edge_index: Tensor, num_nodes: int,
                        torch.argsort(dst * num_nodes + src))
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float) -> Tensor:
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float,
+          keys: OptTensor = None) -> Tensor:
     r""":func:`~torch.nn.functional.scaled_dot_product_attention` of one
     head, :obj:`[B, N, c]` each, with queries, keys and values zero-padded to
     a head dimension of a multiple of :obj:`_HEAD_MULTIPLE` (the same scores
-    and outputs, and the fused kernels of every precision take it)."""
+    and outputs, and the fused kernels of every precision take it); only
+    the keys where the boolean :obj:`keys` :obj:`[B, N]` is true, if
+    given, take part (the others get weight zero at every temperature)."""
     c = v.size(-1)
     pad = [F.pad(t, (0, -t.size(-1) % _HEAD_MULTIPLE)).unsqueeze(1)
            for t in (q, k, v)]  # [B, 1, N, padded c]
-    out = F.scaled_dot_product_attention(*pad, scale=1.0 / temperature)
+    mask = None if keys is None else keys[:, None, None, :]  # [B, 1, 1, N]
+    out = F.scaled_dot_product_attention(*pad, attn_mask=mask,
+                                         scale=1.0 / temperature)
     return out.squeeze(1)[..., :c]  # [B, N, c]
 
 
@@ -80,15 +81,16 @@ def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
                 ) -> Tuple[Tensor, Tensor, OptTensor]:
     r"""Queries and keys of the similarity attention of every graph.
 
-    Both carry one extra coordinate. Queries end in :obj:`1`, real keys in
-    :obj:`0` (so a real logit is :math:`\hat{x}_i^\top \hat{x}_j`), padded
-    keys in a huge negative number (their weight is exactly zero, so graphs of
-    a dense batch never see each other), and one *anchor* key
+    Both carry one extra coordinate. Queries end in :obj:`1`, keys in
+    :obj:`0` (so a real logit is :math:`\hat{x}_i^\top \hat{x}_j`), and
+    one *anchor* key
     :math:`(0, \ldots, 0, 1)` is appended to every graph. With softmax scale
     :math:`1/\tau` the anchor's logit is :math:`m = 1/\tau`, the largest
     logit a real pair can have, and its attention weight
     :math:`a_i = e^{m} / (e^{m} + \sum_j e^{S_{ij}})` reveals the row's
     normaliser, which scaled dot-product attention does not return.
+    Padded keys are masked out in :func:`_attend` (after the scaling), so
+    graphs of a dense batch never see each other at any :math:`\tau`.
     """
     if batch is None:  # [1 or runs, nodes, d]
         xn_d, mask = xn.reshape(-1, *xn.shape[-2:]), None
@@ -97,8 +99,6 @@ def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
     B, N, d = xn_d.shape
     q = torch.cat([xn_d, xn_d.new_ones(B, N, 1)], dim=-1)  # [B, N, d + 1]
     tail = xn_d.new_zeros(B, N, 1)
-    if mask is not None:
-        tail = tail.masked_fill(~mask.unsqueeze(-1), _PAD_LOGIT)
     anchor = xn_d.new_zeros(B, 1, d + 1)
     anchor[..., -1] = 1.0
     k = torch.cat([torch.cat([xn_d, tail], dim=-1), anchor], dim=1)  # [B, N + 1, d + 1]
@@ -123,7 +123,8 @@ def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
     anchor = v_d.new_zeros(B, 1, d + 1)
     anchor[..., -1] = 1.0
     v_d = torch.cat([v_d, anchor], dim=1)  # [B, N + 1, d + 1]
-    out = _sdpa(q, k, v_d, temperature)  # [B, N, d + 1]
+    keys = None if mask is None else F.pad(mask, (0, 1), value=True)
+    out = _sdpa(q, k, v_d, temperature, keys)  # [B, N, d + 1]
     return out.view(*v.shape[:-1], d + 1) if mask is None else out[mask]
 
 
