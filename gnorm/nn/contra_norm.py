@@ -234,7 +234,8 @@ class ContraNorm(torch.nn.Module):
     where :math:`\hat{\mathbf{X}}` holds the L2-normalised rows of
     :math:`\mathbf{X}` and each graph of a mini-batch is normalised on its
     own. The paper's :math:`s / \tau` factor is the :math:`s` here, as in the
-    authors' code. The options reproduce the authors' variants:
+    authors' code. The options follow the authors' variants (one
+    difference, under :obj:`learnable_scale`):
     :obj:`identity=False` drops the :math:`+ s \mathbf{X}` term,
     :obj:`negatives="non_neighbors"` (their graph code) gives zero weight to
     each node itself and to the nodes it receives an edge from,
@@ -274,7 +275,16 @@ class ContraNorm(torch.nn.Module):
         symmetric (bool, optional): Add the column-softmax term (Eq. 6
             without the stop-gradient). (default: :obj:`False`)
         learnable_scale (bool, optional): Learn one scale per channel,
-            initialised at :obj:`scale`. (default: :obj:`False`)
+            initialised at :obj:`scale`. With :obj:`identity=True` the
+            update stays :math:`(1 + s)\mathbf{X} - s
+            \mathbf{X}_{\text{neg}}`; the authors' ViT code computes
+            :math:`s \mathbf{X} - s \mathbf{X}_{\text{neg}}` in this case
+            (:obj:`ViT_imagenet/models.py`). gnorm keeps one formula so that
+            a learnable scale starts as the fixed-scale layer of the same
+            :obj:`scale` (and :obj:`scale=0` as the identity), and only
+            learning moves it away; theirs starts at
+            :math:`s(\mathbf{X} - \mathbf{X}_{\text{neg}})`.
+            (default: :obj:`False`)
         positive_scale (bool, optional): Keep the learnable scale positive
             by learning its logarithm. (default: :obj:`False`)
         pre_norm (bool, optional): Use :math:`\hat{\mathbf{X}}` as values

@@ -363,3 +363,17 @@ def test_contra_norm_padding_never_leaks(temperature, negatives):
     small = batch == 0
     alone = norm(x[small], edge_index=edge_index[:, small[edge_index[0]]])
     assert torch.allclose(out[small], alone, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize('scale', [0.0, 0.7])
+def test_contra_norm_learnable_scale_starts_as_fixed_scale(scale):
+    # The documented difference from the authors' ViT code (which computes
+    # s x - s x_neg with a learnable scale): gnorm's learnable scale keeps
+    # (1 + s) x - s x_neg, so it starts as the fixed-scale layer.
+    x, batch, edge_index = random_batch()
+    fixed = ContraNorm(6, scale=scale, layer_norm=False).double()
+    learnable = ContraNorm(6, scale=scale, learnable_scale=True,
+                           layer_norm=False).double()
+    assert torch.allclose(learnable(x, batch), fixed(x, batch), atol=1e-12)
+    assert 'learnable' in ContraNorm.__doc__ and "authors' ViT" in \
+        ContraNorm.__doc__
