@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch_geometric.nn.models import GCN
 from torch_geometric.utils import erdos_renyi_graph
 
-from gnorm.nn import ContraNorm
+from gnorm.nn import ContraNorm, validate_inputs
 from conftest import saved_bytes
 
 
@@ -271,7 +271,8 @@ def test_contra_norm_bad_inputs():
         norm(x, torch.zeros(4, dtype=torch.long), edge_index=edge_index)
     with pytest.raises(ValueError, match='edge_index'):
         norm(x, edge_index=torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match='different graphs'):
+    with pytest.raises(ValueError, match='different graphs'), \
+            validate_inputs():  # a value: checked under validate_inputs
         norm(x, torch.tensor([0, 0, 1, 1, 1]),
              edge_index=torch.tensor([[1], [2]]))
 
