@@ -477,8 +477,8 @@ class DeepGCN(torch.nn.Module):
                None if batch is None else (batch.data_ptr(), batch._version,
                                            batch.numel()), batch_size)
         if self._graph_key != key or not self.cached:
-            check_edge_index(self, edge_index, num_nodes)
-            check_batch(self, batch, num_nodes, batch_size)
+            check_edge_index(self, edge_index, num_nodes, values=True)
+            check_batch(self, batch, num_nodes, batch_size, values=True)
             norm = row_normalized if self.conv == 'row' else gcn_normalized
             edges, weight = norm(edge_index, num_nodes, x.dtype)
             matrix = (propagation_matrix(edges, weight, num_nodes) if csr

@@ -8,6 +8,7 @@ from gnorm.nn.sep_norm import SepNorm
 from gnorm.nn.iso_bn import IsoBN
 from gnorm.nn.layer_fusion import LayerFusion
 from gnorm.nn.stacked import Stacked
+from gnorm.nn._inputs import validate_inputs
 
 __all__ = [
     'ContraNorm',
@@ -17,4 +18,5 @@ __all__ = [
     'IsoBN',
     'LayerFusion',
     'Stacked',
+    'validate_inputs',
 ]

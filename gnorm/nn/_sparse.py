@@ -53,19 +53,29 @@ def block_diagonal(rows: Tensor, cols: Tensor, size: Tuple[int, int],
             block * size[1] + cols.repeat(blocks))
 
 
+def sum_dtype(weight: torch.dtype, dense: torch.dtype) -> torch.dtype:
+    r"""The floating-point type in which gnorm's sparse products and edge
+    sums run for weights and dense inputs of these types, on every device
+    and under autocast alike: the wider of the two, at least float32 (a sum
+    over many neighbours loses too much in bfloat16, and the CPU has no
+    bfloat16 sparse product). Their outputs have this type."""
+    return torch.promote_types(torch.promote_types(weight, dense),
+                               torch.float32)
+
+
 def spmm(matrix: Tensor, dense: Tensor) -> Tensor:
     r""":obj:`matrix @ dense` for a sparse CSR :obj:`matrix` and a dense
-    2-D :obj:`dense`."""
-    if dense.device.type != 'cpu':
-        return matrix @ dense
-    # On the CPU, addmm into an uninitialised output (beta=0: never read)
-    # is the same product as matrix @ dense, 1.1-5x faster (measured for
-    # 7-640 columns: matrix @ dense also zero-fills and copies its output).
-    # The CPU has no bfloat16 sparse product: under autocast it runs in the
-    # matrix's type.
-    dense = dense.to(matrix.dtype)
-    out = dense.new_empty(matrix.size(0), dense.size(1))
-    with torch.autocast('cpu', enabled=False):
+    2-D :obj:`dense`, both cast to :func:`sum_dtype` first (autocast off)."""
+    dtype = sum_dtype(matrix.dtype, dense.dtype)
+    matrix, dense = matrix.to(dtype), dense.to(dtype)
+    with torch.autocast(dense.device.type, enabled=False):
+        if dense.device.type != 'cpu':
+            return matrix @ dense
+        # On the CPU, addmm into an uninitialised output (beta=0: never
+        # read) is the same product as matrix @ dense, 1.1-5x faster
+        # (measured for 7-640 columns: matrix @ dense also zero-fills and
+        # copies its output).
+        out = dense.new_empty(matrix.size(0), dense.size(1))
         return torch.addmm(out, matrix, dense, beta=0, out=out)
 
 
@@ -149,16 +159,19 @@ def edges(src: Tensor, dst: Tensor, like: Tensor,
     return IndexEdges(src, dst)
 
 
+# The inputs are saved in their own type (e.g. bfloat16) and cast to
+# sum_dtype where used; autograd casts each gradient back to its input's type.
 class _EdgeDot(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, ops: IndexEdges) -> Tensor:
         ctx.save_for_backward(x)
         ctx.ops = ops
+        x = x.to(sum_dtype(x.dtype, x.dtype))
         return ops.dot(x, x)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, = ctx.saved_tensors
+        x = ctx.saved_tensors[0].to(grad.dtype)
         return ctx.ops.to_src(grad, x) + ctx.ops.to_dst(grad, x), None
 
 
@@ -167,11 +180,12 @@ class _EdgeSum(torch.autograd.Function):
     def forward(ctx, w: Tensor, x: Tensor, ops: IndexEdges) -> Tensor:
         ctx.save_for_backward(w, x)
         ctx.ops = ops
-        return ops.to_dst(w, x)
+        dtype = sum_dtype(w.dtype, x.dtype)
+        return ops.to_dst(w.to(dtype), x.to(dtype))
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        w, x = ctx.saved_tensors
+        w, x = (t.to(grad.dtype) for t in ctx.saved_tensors)
         grad_w = grad_x = None
         if ctx.needs_input_grad[0]:
             grad_w = ctx.ops.dot(x, grad).sum_to_size(w.shape)
@@ -182,14 +196,14 @@ class _EdgeSum(torch.autograd.Function):
 
 def edge_dot(x: Tensor, ops: IndexEdges) -> Tensor:
     r""":math:`x_{s_e}^\top x_{d_e}` for every edge of :obj:`ops`,
-    :obj:`[(runs,) edges]`; the backward pass keeps only :obj:`x` (no
+    :obj:`[(runs,) edges]`, in :func:`sum_dtype`; the backward pass keeps only :obj:`x` (no
     :obj:`[edges, d]` tensor)."""
     return _EdgeDot.apply(x, ops)
 
 
 def edge_sum(w: Tensor, x: Tensor, ops: IndexEdges) -> Tensor:
     r""":math:`\sum_{e: d_e = i} w_e x_{s_e}` at every node :math:`i` for
-    the edges of :obj:`ops` and weights :obj:`w` :obj:`[(runs,) edges]`;
-    the backward pass keeps only :obj:`w` and :obj:`x` (no :obj:`[edges,
+    the edges of :obj:`ops` and weights :obj:`w` :obj:`[(runs,) edges]`,
+    in :func:`sum_dtype`; the backward pass keeps only :obj:`w` and :obj:`x` (no :obj:`[edges,
     d]` tensor)."""
     return _EdgeSum.apply(w, x, ops)

@@ -6,12 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import LayerNorm, Parameter
 from torch_geometric.typing import OptTensor
-from torch_geometric.utils import (
-    coalesce,
-    remove_self_loops,
-    scatter,
-    to_dense_batch,
-)
+from torch_geometric.utils import scatter
 
 from gnorm.nn._inputs import check_batch, check_edge_index
 from gnorm.nn._sparse import edge_dot, edge_sum, edges
@@ -24,88 +19,130 @@ NEGATIVES = ('all', 'non_neighbors')
 # the n x n matrix); zero columns add nothing to the scores.
 _HEAD_MULTIPLE = 8
 
-# Logit given to padded keys of a dense batch (before the 1/temperature
-# scaling); exp() of it is exactly zero in every floating-point type in use.
-_PAD_LOGIT = -1e4
-
 
 class MaskedPairs(NamedTuple):
     r"""The pairs that non-neighbour negatives leave out, for one graph
     (or one mini-batch): node :obj:`dst[e]` does not contrast with
-    :obj:`src[e]` (every edge and every self-loop, once each, sorted), and
+    :obj:`src[e]` (every edge and every self-loop, sorted), and
     whether a node keeps any negative as a row (:obj:`valid`) and as a
-    column (:obj:`col_valid`), :obj:`[num_nodes, 1]`. Built once per graph
-    by :func:`masked_pairs` and reused by every layer and every epoch."""
+    column (:obj:`col_valid`), :obj:`[num_nodes, 1]`. Each pair is there
+    once, or, when :obj:`keep` is given, as often as :obj:`edge_index`
+    lists it, :obj:`keep` (:obj:`[pairs]`, boolean) marking one copy of
+    each. Built once per graph by :func:`masked_pairs` and reused by every
+    layer and every epoch."""
     src: Tensor
     dst: Tensor
     valid: Tensor
     col_valid: Tensor
     dst_order: Tensor  # sorts the pairs by dst, then src
+    keep: OptTensor = None
 
 
 def masked_pairs(edge_index: Tensor, num_nodes: int,
                  batch: OptTensor = None,
-                 batch_size: Optional[int] = None) -> MaskedPairs:
+                 batch_size: Optional[int] = None,
+                 compact: bool = True) -> MaskedPairs:
     r"""The :class:`MaskedPairs` of :obj:`edge_index` (not checked: check
-    it first, e.g. with :func:`gnorm.nn._inputs.check_edge_index`)."""
-    ei, _ = remove_self_loops(edge_index)
+    it first, e.g. with :func:`gnorm.nn._inputs.check_edge_index`), its
+    repeated pairs dropped (:obj:`compact`: a host read, once per graph) or
+    marked by :obj:`keep` (shapes that depend on the sizes only, for a
+    forward pass without host reads)."""
     loop = torch.arange(num_nodes, device=edge_index.device)
-    ei = coalesce(torch.cat([ei, torch.stack([loop, loop])], dim=1),
-                  num_nodes=num_nodes)
-    src, dst = ei[0], ei[1]
+    key = torch.cat([edge_index[0].long() * num_nodes + edge_index[1],
+                     loop * (num_nodes + 1)]).sort().values  # src, then dst
+    keep = torch.ones_like(key, dtype=torch.bool)
+    keep[1:] = key[1:] != key[:-1]  # the first copy of each pair
+    if compact:
+        key, keep = key[keep], None
+    src, dst = key.div(num_nodes, rounding_mode='floor'), key % num_nodes
     # A row (column) whose whole graph is masked out has no negatives.
-    ones = torch.ones_like(dst)
+    ones = torch.ones_like(dst) if keep is None else keep.long()
     size = (dst.new_full((num_nodes, ), num_nodes) if batch is None else
-            scatter(torch.ones_like(batch), batch, 0,
-                    dim_size=batch_size)[batch])
+            torch.searchsorted(batch, batch, right=True) -
+            torch.searchsorted(batch, batch))  # sorted batch: graph sizes
     valid = size > scatter(ones, dst, 0, dim_size=num_nodes)
     col_valid = size > scatter(ones, src, 0, dim_size=num_nodes)
     return MaskedPairs(src, dst, valid.unsqueeze(-1), col_valid.unsqueeze(-1),
-                       torch.argsort(dst * num_nodes + src))
+                       torch.argsort(dst * num_nodes + src), keep)
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float) -> Tensor:
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float,
+          keys: OptTensor = None) -> Tensor:
     r""":func:`~torch.nn.functional.scaled_dot_product_attention` of one
     head, :obj:`[B, N, c]` each, with queries, keys and values zero-padded to
     a head dimension of a multiple of :obj:`_HEAD_MULTIPLE` (the same scores
-    and outputs, and the fused kernels of every precision take it)."""
+    and outputs, and the fused kernels of every precision take it); only
+    the keys where the boolean :obj:`keys` :obj:`[B, N]` is true, if
+    given, take part (the others get weight zero at every temperature)."""
     c = v.size(-1)
     pad = [F.pad(t, (0, -t.size(-1) % _HEAD_MULTIPLE)).unsqueeze(1)
            for t in (q, k, v)]  # [B, 1, N, padded c]
-    out = F.scaled_dot_product_attention(*pad, scale=1.0 / temperature)
+    mask = None if keys is None else keys[:, None, None, :].expand(
+        -1, 1, q.size(-2), -1)  # [B, 1, N, N]: a view, no memory
+    out = F.scaled_dot_product_attention(*pad, attn_mask=mask,
+                                         scale=1.0 / temperature)
     return out.squeeze(1)[..., :c]  # [B, N, c]
 
 
+def _dense_index(batch: Tensor, batch_size: Optional[int],
+                 ) -> Tuple[Tensor, Tensor]:
+    r"""The place of every node in a dense batch :obj:`[B, M]` (:obj:`M`
+    the largest graph), as flat indices :obj:`[num_nodes]` into
+    :obj:`B * M`, and the mask of real nodes :obj:`[B, M]`, for a sorted
+    :obj:`batch`: index ops only (no boolean indexing), so that
+    :func:`torch.compile` takes it; :obj:`M` (and :obj:`B` without
+    :obj:`batch_size`) are the only values read."""
+    nodes = torch.arange(batch.numel(), device=batch.device)
+    pos = nodes - torch.searchsorted(batch, batch)  # place in its graph
+    if batch.numel() == 0:
+        B, M = batch_size or 0, 0
+    else:
+        B = batch_size if batch_size is not None else int(batch[-1]) + 1
+        M = int(pos.max()) + 1
+        torch._check(M >= 1)  # for torch.compile: M is a dynamic size
+    index = batch * M + pos
+    mask = torch.zeros(B * M, dtype=torch.bool, device=batch.device)
+    return index, mask.index_fill_(0, index, True).view(B, M)
+
+
+def _to_dense(x: Tensor, index: Tensor, mask: Tensor) -> Tensor:
+    r""":obj:`x` :obj:`[num_nodes, c]` in the dense batch :obj:`[B, M, c]`
+    of :func:`_dense_index`, zero-padded."""
+    out = x.new_zeros(mask.numel(), x.size(-1)).index_copy(0, index, x)
+    return out.view(*mask.shape, x.size(-1))
+
+
 def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
-                ) -> Tuple[Tensor, Tensor, OptTensor]:
+                ) -> Tuple[Tensor, Tensor, Optional[Tuple[Tensor, Tensor]]]:
     r"""Queries and keys of the similarity attention of every graph.
 
-    Both carry one extra coordinate. Queries end in :obj:`1`, real keys in
-    :obj:`0` (so a real logit is :math:`\hat{x}_i^\top \hat{x}_j`), padded
-    keys in a huge negative number (their weight is exactly zero, so graphs of
-    a dense batch never see each other), and one *anchor* key
+    Both carry one extra coordinate. Queries end in :obj:`1`, keys in
+    :obj:`0` (so a real logit is :math:`\hat{x}_i^\top \hat{x}_j`), and
+    one *anchor* key
     :math:`(0, \ldots, 0, 1)` is appended to every graph. With softmax scale
     :math:`1/\tau` the anchor's logit is :math:`m = 1/\tau`, the largest
     logit a real pair can have, and its attention weight
     :math:`a_i = e^{m} / (e^{m} + \sum_j e^{S_{ij}})` reveals the row's
     normaliser, which scaled dot-product attention does not return.
+    Padded keys are masked out in :func:`_attend` (after the scaling), so
+    graphs of a dense batch never see each other at any :math:`\tau`.
     """
     if batch is None:  # [1 or runs, nodes, d]
-        xn_d, mask = xn.reshape(-1, *xn.shape[-2:]), None
+        xn_d, layout = xn.reshape(-1, *xn.shape[-2:]), None
     else:
-        xn_d, mask = to_dense_batch(xn, batch, batch_size=batch_size)
+        layout = _dense_index(batch, batch_size)
+        xn_d = _to_dense(xn, *layout)  # [B, M, d]
     B, N, d = xn_d.shape
     q = torch.cat([xn_d, xn_d.new_ones(B, N, 1)], dim=-1)  # [B, N, d + 1]
     tail = xn_d.new_zeros(B, N, 1)
-    if mask is not None:
-        tail = tail.masked_fill(~mask.unsqueeze(-1), _PAD_LOGIT)
     anchor = xn_d.new_zeros(B, 1, d + 1)
     anchor[..., -1] = 1.0
     k = torch.cat([torch.cat([xn_d, tail], dim=-1), anchor], dim=1)  # [B, N + 1, d + 1]
-    return q, k, mask
+    return q, k, layout
 
 
-def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
+def _attend(q: Tensor, k: Tensor,
+            layout: Optional[Tuple[Tensor, Tensor]], v: Tensor,
             temperature: float) -> Tensor:
     r"""Returns, for every node :math:`i` (``[(runs,) num_nodes, d + 1]``),
     :math:`\big(\sum_j e^{S_{ij}} v_j,\; e^{m}\big) / (e^{m} + \sum_j e^{S_{ij}})`
@@ -113,18 +150,20 @@ def _attend(q: Tensor, k: Tensor, mask: OptTensor, v: Tensor,
     memory through :func:`torch.nn.functional.scaled_dot_product_attention`.
     """
     B, N, _ = q.shape
-    if mask is None:
+    if layout is None:
         v_d = v.reshape(-1, *v.shape[-2:])  # [1 or runs, nodes, d]
     else:
-        v_d = v.new_zeros(B, N, v.size(-1))
-        v_d[mask] = v
+        v_d = _to_dense(v, *layout)  # [B, M, d]
     d = v_d.size(-1)
     v_d = torch.cat([v_d, v_d.new_zeros(B, N, 1)], dim=-1)  # [B, N, d + 1]
     anchor = v_d.new_zeros(B, 1, d + 1)
     anchor[..., -1] = 1.0
     v_d = torch.cat([v_d, anchor], dim=1)  # [B, N + 1, d + 1]
-    out = _sdpa(q, k, v_d, temperature)  # [B, N, d + 1]
-    return out.view(*v.shape[:-1], d + 1) if mask is None else out[mask]
+    keys = None if layout is None else F.pad(layout[1], (0, 1), value=True)
+    out = _sdpa(q, k, v_d, temperature, keys)  # [B, N, d + 1]
+    if layout is None:
+        return out.view(*v.shape[:-1], d + 1)
+    return out.reshape(-1, d + 1).index_select(0, layout[0])  # [nodes, d + 1]
 
 
 def each_run(negatives: Callable[..., Tensor], x: Tensor, xn: Tensor,
@@ -178,8 +217,8 @@ def contrastive_negatives(
         return _sdpa(q, q, v, temperature).view_as(x)  # [1 or runs, n, d]
 
     d = x.size(-1)
-    q, k, mask = _dense_keys(xn, batch, batch_size)
-    out = _attend(q, k, mask, x, temperature)
+    q, k, layout = _dense_keys(xn, batch, batch_size)
+    out = _attend(q, k, layout, x, temperature)
     # Scaled by e^{-m} with m = 1 / temperature:
     #   row_sum[i] = sum_j exp(S_ij - m) x_j = out[i, :d] / a[i],
     #   z[i]       = sum_j exp(S_ij - m)     = 1 / a[i] - 1.
@@ -190,12 +229,16 @@ def contrastive_negatives(
 
     if edge_index is not None:
         pairs = edge_index if isinstance(edge_index, MaskedPairs) else \
-            masked_pairs(edge_index, x.size(-2), batch, batch_size)
-        src, dst, valid, col_valid, dst_order = pairs  # `dst` does not contrast `src`
+            masked_pairs(edge_index, x.size(-2), batch, batch_size,
+                         compact=False)
+        src, dst = pairs.src, pairs.dst  # `dst` does not contrast `src`
+        valid, col_valid = pairs.valid, pairs.col_valid
         n = x.size(-2)
-        ops = edges(src, dst, x, dst_order)
+        ops = edges(src, dst, x, pairs.dst_order)
         # Memory O(edges) per layer: no [edges, d] tensor is kept.
         w = torch.exp((edge_dot(xn, ops) - 1.0) / temperature)
+        if pairs.keep is not None:  # repeated pairs count once
+            w = w * pairs.keep
         row_w = scatter(w, dst, -1, dim_size=n, reduce='sum').unsqueeze(-1)
         row_wx = edge_sum(w, x, ops)
         num = num - a * row_wx
@@ -210,7 +253,7 @@ def contrastive_negatives(
         v = x / col_den
         if edge_index is not None:
             v = torch.where(col_valid, v, torch.zeros_like(v))
-        out = _attend(q, k, mask, v, temperature)
+        out = _attend(q, k, layout, v, temperature)
         col = out[..., :d] / out[..., d:]
         if edge_index is not None:
             col = col - edge_sum(w, v, ops)
@@ -233,7 +276,8 @@ class ContraNorm(torch.nn.Module):
     where :math:`\hat{\mathbf{X}}` holds the L2-normalised rows of
     :math:`\mathbf{X}` and each graph of a mini-batch is normalised on its
     own. The paper's :math:`s / \tau` factor is the :math:`s` here, as in the
-    authors' code. The options reproduce the authors' variants:
+    authors' code. The options follow the authors' variants (one
+    difference, under :obj:`learnable_scale`):
     :obj:`identity=False` drops the :math:`+ s \mathbf{X}` term,
     :obj:`negatives="non_neighbors"` (their graph code) gives zero weight to
     each node itself and to the nodes it receives an edge from,
@@ -250,6 +294,15 @@ class ContraNorm(torch.nn.Module):
     no :math:`|\mathcal{E}| \times d` tensor either. The subtraction
     loses relative precision when the masked pairs hold almost all of a
     row's weight (very small :math:`\tau`).
+
+    The forward pass reads no value back from the device to check its
+    inputs (only their shapes and types; values under
+    :class:`~gnorm.nn.validate_inputs`), so the layer compiles with
+    :func:`torch.compile(fullgraph=True) <torch.compile>`, also with
+    :obj:`batch` and :obj:`edge_index`. A mini-batch (:obj:`batch`) is
+    normalised in a dense, padded layout whose size, the largest graph's
+    node count, is the one value read (and the number of graphs, without
+    :obj:`batch_size`).
 
     The input may carry a leading run dimension, :obj:`[runs, num_nodes,
     in_channels]`: each run is normalised on its own, and the attention of
@@ -273,7 +326,16 @@ class ContraNorm(torch.nn.Module):
         symmetric (bool, optional): Add the column-softmax term (Eq. 6
             without the stop-gradient). (default: :obj:`False`)
         learnable_scale (bool, optional): Learn one scale per channel,
-            initialised at :obj:`scale`. (default: :obj:`False`)
+            initialised at :obj:`scale`. With :obj:`identity=True` the
+            update stays :math:`(1 + s)\mathbf{X} - s
+            \mathbf{X}_{\text{neg}}`; the authors' ViT code computes
+            :math:`s \mathbf{X} - s \mathbf{X}_{\text{neg}}` in this case
+            (:obj:`ViT_imagenet/models.py`). gnorm keeps one formula so that
+            a learnable scale starts as the fixed-scale layer of the same
+            :obj:`scale` (and :obj:`scale=0` as the identity), and only
+            learning moves it away; theirs starts at
+            :math:`s(\mathbf{X} - \mathbf{X}_{\text{neg}})`.
+            (default: :obj:`False`)
         positive_scale (bool, optional): Keep the learnable scale positive
             by learning its logarithm. (default: :obj:`False`)
         pre_norm (bool, optional): Use :math:`\hat{\mathbf{X}}` as values
@@ -346,7 +408,9 @@ class ContraNorm(torch.nn.Module):
             x (torch.Tensor): Node features of shape
                 :obj:`[(runs,) num_nodes, in_channels]`.
             batch (torch.Tensor, optional): Graph assignment vector of shape
-                :obj:`[num_nodes]`, sorted. (default: :obj:`None`)
+                :obj:`[num_nodes]`, sorted (as in PyG's batches; checked
+                under :class:`~gnorm.nn.validate_inputs`).
+                (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
                 (default: :obj:`None`)
             edge_index (torch.Tensor, optional): Edges :obj:`[2, num_edges]`,
@@ -422,7 +486,8 @@ def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
                  batch_size: Optional[int] = None,
                  edge_index: OptTensor = None):
     r"""Raises a :class:`ValueError` naming :obj:`module` for inputs of the
-    wrong shape, type or range."""
+    wrong shape or type, and of the wrong values under
+    :class:`~gnorm.nn.validate_inputs` (:obj:`batch` must be sorted)."""
     channels = getattr(module, 'in_channels', None)
     if x.dim() not in (2, 3) or (channels is not None
                                  and x.size(-1) != channels):
@@ -431,12 +496,6 @@ def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
             f"[runs, num_nodes, {channels}]), got {list(x.shape)}; pass "
             f"node features with {channels} columns "
             f"(in_channels={channels})")
-    check_batch(module, batch, x.size(-2), batch_size)
-    if isinstance(edge_index, MaskedPairs):  # checked when it was built
-        return
-    check_edge_index(module, edge_index, x.size(-2))
-    if edge_index is not None:
-        if edge_index.numel() and batch is not None and bool(
-                (batch[edge_index[0]] != batch[edge_index[1]]).any()):
-            raise ValueError(f"{module}: edge_index links nodes of different "
-                             f"graphs; pass the edges of the batched graphs")
+    check_batch(module, batch, x.size(-2), batch_size, sorted=True)
+    if not isinstance(edge_index, MaskedPairs):  # else checked when built
+        check_edge_index(module, edge_index, x.size(-2), batch)

@@ -5,10 +5,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import LayerNorm
 from torch_geometric.typing import OptTensor
-from torch_geometric.utils import to_dense_batch
 
-from gnorm.nn.contra_norm import (_check_args, _check_input, contrasts,
-                                  each_run)
+from gnorm.nn.contra_norm import (_check_args, _check_input, _dense_index,
+                                  _to_dense, contrasts, each_run)
 from gnorm.nn.stacked import layer_norm
 
 
@@ -25,10 +24,11 @@ def channel_negatives(x: Tensor, xn: Tensor, temperature: float = 1.0,
     if batch is None:
         sim = xn.transpose(-1, -2) @ xn / temperature  # [(runs,) d, d]
         return x @ sim.softmax(dim=-1)
-    xn_d, mask = to_dense_batch(xn, batch, batch_size=batch_size)
-    x_d, _ = to_dense_batch(x, batch, batch_size=batch_size)
+    index, mask = _dense_index(batch, batch_size)
+    xn_d, x_d = _to_dense(xn, index, mask), _to_dense(x, index, mask)
     sim = xn_d.transpose(1, 2) @ xn_d / temperature  # [B, d, d]
-    return (x_d @ sim.softmax(dim=-1))[mask]  # [num_nodes, d]
+    out = x_d @ sim.softmax(dim=-1)  # [B, M, d]
+    return out.reshape(-1, out.size(-1)).index_select(0, index)  # [nodes, d]
 
 
 class DualContraNorm(torch.nn.Module):
@@ -94,7 +94,9 @@ class DualContraNorm(torch.nn.Module):
             x (torch.Tensor): Node features
                 :obj:`[(runs,) num_nodes, in_channels]`.
             batch (torch.Tensor, optional): Graph assignment vector of shape
-                :obj:`[num_nodes]`, sorted. (default: :obj:`None`)
+                :obj:`[num_nodes]`, sorted (as in PyG's batches; checked
+                under :class:`~gnorm.nn.validate_inputs`).
+                (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
                 (default: :obj:`None`)
         """

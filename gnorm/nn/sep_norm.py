@@ -129,7 +129,7 @@ class SepNorm(torch.nn.Module):
                              "batch for flat input, mask only for dense input")
         if batch is None:
             return self._dense_forward(x.unsqueeze(0), None).squeeze(0)
-        check_batch(self, batch, x.size(0), batch_size)
+        check_batch(self, batch, x.size(0), batch_size, sorted=True)
         if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
             raise ValueError("SepNorm needs a sorted batch vector (each "
                              "graph's tokens contiguous, graph token first); "

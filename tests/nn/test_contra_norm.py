@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch_geometric.nn.models import GCN
 from torch_geometric.utils import erdos_renyi_graph
 
-from gnorm.nn import ContraNorm
+from gnorm.nn import ContraNorm, validate_inputs
 from conftest import saved_bytes
 
 
@@ -271,7 +271,8 @@ def test_contra_norm_bad_inputs():
         norm(x, torch.zeros(4, dtype=torch.long), edge_index=edge_index)
     with pytest.raises(ValueError, match='edge_index'):
         norm(x, edge_index=torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match='different graphs'):
+    with pytest.raises(ValueError, match='different graphs'), \
+            validate_inputs():  # a value: checked under validate_inputs
         norm(x, torch.tensor([0, 0, 1, 1, 1]),
              edge_index=torch.tensor([[1], [2]]))
 
@@ -344,3 +345,36 @@ def test_contra_norm_attention_heads_are_multiples_of_8(
         assert all(len(s) == 4 and s[-1] % 8 == 0 and s[-1] >= channels
                    for s in shape)
     assert torch.allclose(out, expected)
+
+
+# Non-neighbour negatives at tau = 1e-2 are NaN for this 3-node graph even
+# alone (the masked pairs hold all of a row's weight to 1e-16: see the
+# precision note of ContraNorm's docstring), so they are checked from 1 on.
+@pytest.mark.parametrize('negatives,temperature', [
+    *[('all', t) for t in (1e-2, 1.0, 1e3, 1e4)],
+    *[('non_neighbors', t) for t in (1.0, 1e3, 1e4)]])
+def test_contra_norm_padding_never_leaks(temperature, negatives):
+    # A graph of 3 nodes padded to 200 in a dense batch: its output is the
+    # one it has alone, at every temperature (the padded keys once leaked
+    # at large temperatures: 3.4e-3 at 1e3, 1.1 at 1e4).
+    x, batch, edge_index = random_batch(sizes=(3, 200), p=0.05, seed=4)
+    norm = ContraNorm(6, temperature=temperature, negatives=negatives,
+                      symmetric=True).double()
+    out = norm(x, batch, 2, edge_index=edge_index)
+    small = batch == 0
+    alone = norm(x[small], edge_index=edge_index[:, small[edge_index[0]]])
+    assert torch.allclose(out[small], alone, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize('scale', [0.0, 0.7])
+def test_contra_norm_learnable_scale_starts_as_fixed_scale(scale):
+    # The documented difference from the authors' ViT code (which computes
+    # s x - s x_neg with a learnable scale): gnorm's learnable scale keeps
+    # (1 + s) x - s x_neg, so it starts as the fixed-scale layer.
+    x, batch, edge_index = random_batch()
+    fixed = ContraNorm(6, scale=scale, layer_norm=False).double()
+    learnable = ContraNorm(6, scale=scale, learnable_scale=True,
+                           layer_norm=False).double()
+    assert torch.allclose(learnable(x, batch), fixed(x, batch), atol=1e-12)
+    assert 'learnable' in ContraNorm.__doc__ and "authors' ViT" in \
+        ContraNorm.__doc__

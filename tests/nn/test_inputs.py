@@ -8,6 +8,7 @@ from gnorm.nn import (
     LayerFusion,
     PairNorm,
     SepNorm,
+    validate_inputs,
 )
 
 LAYERS = [
@@ -40,7 +41,7 @@ def _call(layer, x, batch=None, batch_size=None, edge_index=None):
 ])
 def test_bad_batch(make, batch, batch_size, match):
     layer = make()
-    with pytest.raises(ValueError, match=match) as info:
+    with pytest.raises(ValueError, match=match) as info, validate_inputs():
         _call(layer, torch.randn(6, 4), batch, batch_size)
     assert str(info.value).startswith(str(layer).split('(')[0])
     assert '\n' not in str(info.value)
@@ -56,7 +57,7 @@ def test_bad_batch(make, batch, batch_size, match):
 ])
 def test_bad_edge_index(negatives, edge_index, match):
     layer = ContraNorm(4, negatives=negatives)
-    with pytest.raises(ValueError, match=match) as info:
+    with pytest.raises(ValueError, match=match) as info, validate_inputs():
         layer(torch.randn(6, 4), edge_index=edge_index)
     assert str(info.value).startswith(str(layer))
 
@@ -69,3 +70,42 @@ def test_good_inputs_pass(make):
     out = _call(make(), x, batch, 2, edge_index=edge_index
                 if isinstance(make(), ContraNorm) else None)
     assert out.shape == x.shape
+
+
+@pytest.mark.parametrize('make', LAYERS[:3] + [LAYERS[4]])
+def test_unsorted_batch_is_a_value_error(make):
+    # ContraNorm, DualContraNorm and SepNorm batch graphs densely: they
+    # need the nodes of a graph together (torch's "shape mismatch"
+    # otherwise).
+    layer = make()
+    batch = torch.tensor([0, 1, 0, 1, 1, 0])
+    with pytest.raises(ValueError, match='batch must be sorted') as info, \
+            validate_inputs():
+        _call(layer, torch.randn(6, 4), batch, 2,
+              edge_index=torch.tensor([[0, 1], [2, 3]])
+              if isinstance(layer, ContraNorm) else None)
+    assert str(info.value).startswith(type(layer).__name__)
+
+
+def test_values_are_checked_only_under_validate_inputs():
+    # Shapes and types always (nothing read from the device); values only
+    # inside validate_inputs, or for the whole process after enable().
+    layer = ContraNorm(4)
+    x, bad = torch.randn(6, 4), torch.tensor([0, 0, 0, 1, 1, 7])
+    with pytest.raises(ValueError, match=r'batch must have shape \[6\]'):
+        layer(x, bad[:4], 8)
+    layer(x, bad, 8)  # not read: graph 7 of 8 is as good as graph 1
+    assert not validate_inputs.is_enabled()
+    with validate_inputs():
+        assert validate_inputs.is_enabled()
+        with validate_inputs(False):
+            layer(x, bad, 8)
+        with pytest.raises(ValueError, match='graph ids'):
+            layer(x, bad, 2)
+    validate_inputs.enable()
+    try:
+        with pytest.raises(ValueError, match='graph ids'):
+            layer(x, bad, 2)
+    finally:
+        validate_inputs.disable()
+    assert not validate_inputs.is_enabled()

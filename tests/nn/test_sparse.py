@@ -48,3 +48,41 @@ def test_edges_pick_csr_only_where_it_runs():
     assert type(edges(pairs.src, pairs.dst, x)) is IndexEdges  # no order
     assert type(edges(pairs.src, pairs.dst, x.bfloat16(),
                       pairs.dst_order)) is IndexEdges  # no bf16 CSR product
+
+
+def test_sum_dtype_is_the_wider_type_and_at_least_float32():
+    # The one rule for every device (a pure function of two types).
+    from gnorm.nn._sparse import sum_dtype
+    f16, bf16, f32, f64 = (torch.float16, torch.bfloat16, torch.float32,
+                           torch.float64)
+    for weight, dense, expected in [
+            (f32, bf16, f32), (bf16, f32, f32), (bf16, bf16, f32),
+            (f16, f16, f32), (f32, f32, f32), (f64, f32, f64),
+            (f32, f64, f64), (f64, bf16, f64)]:
+        assert sum_dtype(weight, dense) is expected
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_bfloat16_edge_sums_are_the_sparse_product(autocast):
+    # float32 weights, bfloat16 features (what bf16 autocast hands the
+    # propagation): the edge list (torch.compile's path; it once failed in
+    # index_add_), the CPU kernel and the other devices' kernel
+    # (matrix @ dense on the cast operands) give one float32 result, and
+    # bfloat16 gradients.
+    from gnorm.nn._sparse import csr, spmm, sum_dtype
+    pairs, n = _graph(), 30
+    gen = torch.Generator().manual_seed(1)
+    w = torch.rand(pairs.src.numel(), generator=gen)
+    x = torch.randn(n, 5, generator=gen).bfloat16().requires_grad_()
+    order = pairs.dst_order
+    matrix = csr(pairs.dst[order], pairs.src[order], w[order], (n, n))
+    with torch.autocast('cpu', torch.bfloat16, enabled=autocast):
+        by_edges = edge_sum(w, x, IndexEdges(pairs.src, pairs.dst))
+        by_csr = edge_sum(w, x, CSREdges(pairs.src, pairs.dst, order, n))
+        by_spmm = spmm(matrix, x.detach())  # (used inside autograd)
+    other_kernel = matrix @ x.detach().to(sum_dtype(w.dtype, x.dtype))
+    for out in (by_edges, by_csr, by_spmm):
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, other_kernel)
+    by_edges.sum().backward()
+    assert x.grad.dtype == torch.bfloat16
