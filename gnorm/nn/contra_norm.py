@@ -250,7 +250,7 @@ def contrastive_negatives(
 
     x_neg = num / den
     if symmetric:
-        v = x / col_den
+        v = (x / col_den).to(x.dtype)  # the edge sums' type back to x's
         if edge_index is not None:
             v = torch.where(col_valid, v, torch.zeros_like(v))
         out = _attend(q, k, layout, v, temperature)
@@ -260,7 +260,7 @@ def contrastive_negatives(
         x_neg = x_neg + col
     if valid is not None:
         x_neg = torch.where(valid, x_neg, torch.zeros_like(x_neg))
-    return x_neg
+    return x_neg.to(x.dtype)  # the edge sums run in sum_dtype (float32 at least)
 
 
 class ContraNorm(torch.nn.Module):
