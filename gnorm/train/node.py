@@ -238,7 +238,8 @@ def evaluate(model: torch.nn.Module, data, hidden: bool = False,
     :obj:`data` are :obj:`[runs, nodes]`); with :obj:`hidden`, also the
     output of every layer."""
     model.eval()
-    out = model(data.x, data.edge_index, return_hidden=hidden)
+    graph = model.prepare(data.x, data.edge_index)
+    out = model(data.x, graph, return_hidden=hidden)
     out, layers = out if hidden else (out, None)
     values = _metrics(out, data, mask_index(data.val_mask)).T.tolist()
     result = dict(zip(METRICS, values))
