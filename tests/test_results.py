@@ -351,3 +351,16 @@ def test_a_file_is_not_a_folder(tmp_path, capsys):
     code, out, err = _cli(capsys, readme)
     assert code == 2 and out == ''
     assert err == f'error: {readme} is not a folder\n'
+
+
+def test_logging_keys_are_no_columns(tmp_path, capsys):
+    for seed, steps in enumerate([10, 50]):
+        run = _graph('molhiv', 'rocauc', seed, 0.7)
+        run['overrides'] += [f'train.log_steps={steps}',
+                             f'train.tensorboard={bool(seed)}']
+        run['config']['train'] = {'log_steps': steps,
+                                  'tensorboard': bool(seed)}
+        _write(tmp_path, f's{seed}', run)
+    code, out, err = _cli(capsys, tmp_path)
+    header, rows = _table(out)
+    assert header[:3] == ['dataset', 'model', 'runs'] and len(rows) == 1

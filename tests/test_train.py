@@ -126,6 +126,8 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
     (['norm=contranorm', 'norm.temperature=0'], 'temperature must be > 0'),
     (['threads=0'], 'threads must be an integer >= 1 or null'),
     (['train.log_every=-1'], 'train.log_every must be an integer >= 0'),
+    (['split_index=3'], 'split_index=3 picks a Geom-GCN split, and '
+                        'split=random is drawn from the seed'),
 ])
 def test_bad_config(tmp_path, overrides, match):
     # Refused before training starts: no run folder, nothing written.
@@ -168,6 +170,9 @@ def _cli(*args, cwd, env=None):
     (['layer=3'], 2, "error: unknown key 'layer' in layer=3; closest keys: "
                      "layers"),
     (['layers=-1'], 2, 'error: layers must be an integer >= 1, got -1'),
+    (['dataset=cora', 'split_index=12'], 2,
+     'error: split_index=12 picks a Geom-GCN split, and split=public has '
+     'one split only; leave split_index at 0 or pass split=geom_gcn'),
     (['dataset=cora', 'model=graphormer'], 2,
      'error: dataset=cora is a node-level task and takes model=gcn, got '
      'model=graphormer'),
@@ -257,6 +262,9 @@ def test_run_folders_tell_runs_apart():
         ('norm=pairnorm', 'data.mirror=/m', 'data.root=/r', 'device=cpu',
          'threads=1', 'resume=true', 'train.progress=false'):
             'cora/pairnorm/L2,seed=0',
+        ('dataset=molhiv', 'model=graphormer', 'train.log_steps=10',
+         'train.tensorboard=true', 'train.log_every=5'):
+            'molhiv/none/L2,model=graphormer,seed=0',
         ('experiment=csbm_demo', 'model.fusion=gate'):
             'csbm/contranorm/L16,experiment=csbm_demo,model.fusion=gate,'
             'seed=0',
