@@ -195,6 +195,26 @@ def test_cli_errors(tmp_path, args, code, match):
     assert not (tmp_path / 'outputs').exists()  # no run folder
 
 
+def test_resume_note_of_a_single_node_run(tmp_path):
+    from gnorm.train.command import resume_note
+    cfg = compose_train(*TINY, 'resume=true')
+    note = resume_note(cfg, tmp_path)
+    assert note.startswith('note: resume=true: node runs do not resume')
+    assert '\n' not in note and str(tmp_path) in note
+    (tmp_path / 'results.json').write_text('{}')  # train_runs decides
+    assert resume_note(cfg, tmp_path) is None
+    assert resume_note(compose_train(*TINY), tmp_path / 'new') is None
+
+
+@pytest.mark.slow
+def test_cli_says_a_node_run_does_not_resume(tmp_path):
+    proc = _cli(*TINY, 'train.epochs=1', 'resume=true', cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = [l for l in proc.stderr.splitlines() if l.startswith('note:')]
+    assert len(notes) == 1 and notes[0].startswith(
+        'note: resume=true: node runs do not resume')
+
+
 @pytest.mark.parametrize('sig,code', [(signal.SIGINT, 130),
                                       (signal.SIGTERM, 143)])
 def test_cli_signal_stops_cleanly(tmp_path, sig, code):
