@@ -12,7 +12,13 @@ A key names a field of the run: a top-level field of ``results.json``
 ``dataset``, ``model``) or a dotted config path (``layers``,
 ``norm.scale``, ``dataset.name``). Without ``--by``, runs are grouped by
 every key their command lines set except ``--over`` (default: ``seed``).
-A key or metric that no run has is refused, naming the closest ones.
+Runs whose configs differ elsewhere (apart from ``--over`` and the keys
+that cannot change a result, :func:`gnorm.run_keys.result_config`) never
+share a row: the keys that tell their rows apart become columns (the
+``experiment`` if it does), with a note on stderr when ``--by`` named the
+columns. A key or metric that no run has is refused, naming the closest
+ones. Each ``results.json`` counts once, however many of the folders hold
+it.
 
 The table shows each key by a short label (:func:`label`: ``cora``,
 ``contranorm``, ``DeepGCN``), rows sorted by the keys (numbers as
@@ -34,7 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from gnorm.errors import ConfigError, GnormError
-from gnorm.run_keys import NOT_RESULT_KEYS
+from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys, result_config
 
 # Keys of a run's command line that never define a configuration.
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
@@ -72,16 +78,20 @@ def _read(path: Path) -> Dict[str, Any]:
 
 def load_runs(*folders: Any, warn: bool = True) -> List[Dict[str, Any]]:
     r"""Every ``results.json`` below :obj:`folders` (sorted by path), each
-    with its path under ``_path``. One that cannot be read as a run
+    with its path under ``_path``, once (a folder and a folder or file
+    inside it give its runs once). One that cannot be read as a run
     (truncated, not a JSON object) is a run with ``status: unreadable``
     and the reason as ``error``, with a warning unless :obj:`warn` is
     false."""
-    runs = []
+    runs, seen = [], set()
     for folder in folders:
         folder = Path(folder)
         paths = [folder] if folder.is_file() else sorted(
             folder.rglob('results.json'))
         for path in paths:
+            if path.resolve() in seen:  # overlapping folders: count once
+                continue
+            seen.add(path.resolve())
             run = _read(path)
             if warn and run['status'] == 'unreadable':
                 print(f"warning: {path}: {run['error']}", file=sys.stderr)
@@ -239,10 +249,74 @@ def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
                            / len(values))
 
 
+def identity(run: Dict[str, Any], over: Sequence[str] = ('seed', ),
+             ) -> Dict[str, Any]:
+    r"""What :obj:`run` computes, apart from the keys :obj:`over`: its
+    config without the keys that cannot change a result
+    (:func:`gnorm.run_keys.result_config`, the rule a table uses to find a
+    cell's runs), as dotted keys and their values (JSON)."""
+    config = run.get('config')
+    config = drop_keys(result_config(config if isinstance(config, dict)
+                                     else {}), over)
+    flat: Dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f'{prefix}{k}.')
+        else:
+            flat[prefix[:-1]] = json.dumps(node, sort_keys=True)
+    walk(config, '')
+    return flat
+
+
+def _groups(runs: Iterable[Dict[str, Any]], by: Sequence[str],
+            ) -> Dict[tuple, List[Dict[str, Any]]]:
+    r"""The readable runs of :obj:`runs` by their :func:`label` of
+    :obj:`by`."""
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for run in runs:
+        if run.get('status') != 'unreadable':
+            key = tuple(json.dumps(label(run, k), sort_keys=True)
+                        for k in by)
+            groups.setdefault(key, []).append(run)
+    return groups
+
+
+def differing_keys(runs: Sequence[Dict[str, Any]], by: Sequence[str],
+                   over: Sequence[str] = ('seed', )) -> List[str]:
+    r"""The config keys (dotted, sorted) in which runs of one row of
+    :obj:`by` differ, apart from :obj:`over` and the keys that cannot
+    change a result: the rows they split."""
+    keys = set()
+    for group in _groups(runs, by).values():
+        flats = [identity(run, over) for run in group]
+        for key in set().union(*flats):
+            if len({flat.get(key, '<missing>') for flat in flats}) > 1:
+                keys.add(key)
+    return sorted(keys)
+
+
+def split_keys(runs: Sequence[Dict[str, Any]], by: Sequence[str],
+               over: Sequence[str] = ('seed', )) -> List[str]:
+    r"""The keys to add to :obj:`by` so that no row mixes runs of
+    different configs (:func:`differing_keys`): ``experiment`` if the
+    runs' experiments tell them apart, else the keys that differ."""
+    keys = differing_keys(runs, by, over)
+    if keys and 'experiment' not in by and not differing_keys(
+            runs, [*by, 'experiment'], over):
+        return ['experiment']
+    return keys
+
+
 def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
-              metrics: Sequence[str] = METRICS) -> List[Dict[str, Any]]:
-    r"""One row per configuration (distinct :func:`label` of :obj:`by`),
-    sorted by them (numbers by value): the labels, ``runs`` (finished),
+              metrics: Sequence[str] = METRICS,
+              over: Sequence[str] = ('seed', )) -> List[Dict[str, Any]]:
+    r"""One row per configuration (distinct :func:`label` of :obj:`by` and
+    distinct :func:`identity` apart from :obj:`over`: runs of different
+    configs never share a row; :func:`split_keys` names the keys that tell
+    such rows apart), sorted by the labels (numbers by value): the labels,
+    ``runs`` (finished),
     ``failed`` (any other status), and ``<column>_mean`` / ``<column>_std``
     over the finished runs for each of :obj:`metrics` that they report
     (``test_metric`` under :func:`column`: ``test_rocauc_mean``...), in
@@ -254,6 +328,7 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
             continue
         labels = {k: label(run, k) for k in by}
         key = tuple(json.dumps(v, sort_keys=True) for v in labels.values())
+        key += (json.dumps(identity(run, over), sort_keys=True), )
         group = groups.setdefault(key, {**labels, 'runs': 0, 'failed': 0,
                                         '_values': {}, 'paths': []})
         if run.get('status') != 'ok':
@@ -387,6 +462,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if missing:
         print(f'error: no such folder: {missing[0]}', file=sys.stderr)
         return 2
+    files = [f for f in args.folders if Path(f).is_file()
+             and Path(f).name != 'results.json']
+    if files:
+        print(f'error: {files[0]} is not a folder', file=sys.stderr)
+        return 2
     runs = load_runs(*args.folders, warn=False)
     if not runs:
         print(f'error: no results.json below {" ".join(args.folders)}',
@@ -408,7 +488,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f'error: {e}', file=sys.stderr)
         return e.exit_code
     by = args.by or default_keys(runs, args.over)
-    rows = aggregate(runs, by, args.metrics)
+    extra = split_keys(runs, by, args.over)
+    if extra and args.by:
+        differ = differing_keys(runs, by, args.over)
+        print(f"note: rows of --by {' '.join(by)} split: their runs differ "
+              f"in {', '.join(differ)} (shown as "
+              f"{'column' if len(extra) == 1 else 'columns'} "
+              f"{', '.join(extra)}; pass --over KEY to average over a key)",
+              file=sys.stderr)
+    by = [*by, *extra]
+    rows = aggregate(runs, by, args.metrics, args.over)
     columns = metric_columns(rows, args.metrics)
     print(to_markdown(rows, by, columns))
     bad = any(r.get('status') != 'ok' for r in runs)

@@ -1,6 +1,7 @@
 r"""Config keys that do not change what a run computes: where data comes
 from, the device and its threads, resuming, batching runs together,
-progress output, and the ``table:`` spec of a table's experiment (which runs
+progress output and logs (``train.log_steps``, ``train.tensorboard`` of
+graph runs), and the ``table:`` spec of a table's experiment (which runs
 a table has, not what one run computes). Defined once, read by
 
 * :func:`result_config` (a finished run of a config that differs only here
@@ -13,7 +14,8 @@ a table has, not what one run computes). Defined once, read by
 """
 NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
                    'batch_runs', 'batch_file', 'train.progress',
-                   'train.log_every', 'table')
+                   'train.log_every', 'train.log_steps', 'train.tensorboard',
+                   'table')
 # Keys added after runs were made, each with the value that computes what
 # those runs computed: a config holding that value is the same run as one
 # without the key (committed runs stay finished runs of their config).

@@ -128,3 +128,20 @@ def test_a_run_made_before_a_key_existed_is_the_same_run():
     assert result_config(old) == result_config(cfg)
     cfg['train']['precision'] = 'bf16'  # not the value old runs had
     assert result_config(old) != result_config(cfg)
+
+
+def test_deep_gcn_defaults_are_the_command_lines():
+    r"""Every key of conf/model/gcn.yaml has DeepGCN's default (dropout
+    included), but ``cached``: the training loop asks for it, the library
+    caches only when asked (as PyG's GCNConv)."""
+    import inspect
+    from gnorm.models import DeepGCN
+    cfg = compose_train()
+    params = inspect.signature(DeepGCN).parameters
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    differ = {k: (v, params[k].default) for k, v in model.items()
+              if k not in ('_target_', 'num_layers') and
+              v != (list(params[k].default) if k == 'order'
+                    else params[k].default)}
+    assert differ == {'cached': (True, False)}
+    assert model['dropout'] == DeepGCN(4, 2, num_layers=2).dropout == 0.2

@@ -101,6 +101,14 @@ def test_check_split(name, split, match):
     check_split(name, 'random')
 
 
+@pytest.mark.parametrize('split', ['public', 'random'])
+def test_only_geom_gcn_takes_a_split_index(split):
+    # Else split_index=12 would be ignored yet name its own run folder.
+    with pytest.raises(ConfigError, match=f'split_index=12 .* split={split}'):
+        check_split('cora', split, 12)
+    check_split('chameleon', 'geom_gcn', 9)
+
+
 def test_load_dataset_errors(tmp_path):
     with pytest.raises(ConfigError, match="unknown dataset 'pubmed'"):
         load_dataset('pubmed', tmp_path, split='random')

@@ -157,9 +157,10 @@ def test_table_labels_sorting_and_percent(multirun, capsys):
 
 
 def test_model_label_is_the_class(multirun, capsys):
-    code, out, _ = _cli(capsys, multirun, '--by', 'model', 'dataset',
-                        '--metrics', 'test_acc')
-    assert code == 0
+    code, out, err = _cli(capsys, multirun, '--by', 'model', 'dataset',
+                          '--over', 'seed', 'layers', 'model.num_layers',
+                          '--metrics', 'test_acc')
+    assert code == 0 and err == ''
     header, rows = _table(out)
     assert header == ['model', 'dataset', 'runs', 'failed', 'test acc (%)']
     assert [r[:4] for r in rows] == [['DeepGCN', 'cora', '10', '1']]
@@ -279,3 +280,87 @@ def test_table_of_real_runs(tmp_path, capsys):
     assert [r[:4] for r in rows] == [['csbm', 'DeepGCN', 'Identity', '2'],
                                      ['csbm', 'DeepGCN', 'Identity', '16']]
     assert rows[0][-1] == f'{100 * accs[2]:.2f} ± 0.00'
+
+
+# --- Runs of different configs never share a row; each run counts once ---
+
+def _protocol(experiment, dropout, select):
+    r"""Runs of one command line (cora, 2 layers, no norm) under another
+    protocol: as an experiment file sets it, not on the command line."""
+    def run(seed, acc):
+        run = _node(2, seed, acc, norm='none')
+        run['overrides'].insert(0, f'experiment={experiment}')
+        run['choices']['experiment'] = experiment
+        run['config']['model']['dropout'] = dropout
+        run['config']['select'] = select
+        run['config']['device'] = f'cuda:{seed}'  # changes no result
+        return run
+    return run
+
+
+def test_runs_of_other_protocols_never_share_a_row(tmp_path, capsys):
+    paper, fair = tmp_path / 'paper', tmp_path / 'fair'
+    for seed in range(2):
+        _write(paper, f's{seed}', _protocol('paper', 0.6, 'last')(
+            seed, 0.80 + seed / 100))
+        _write(fair, f's{seed}', _protocol('fair', 0.2, 'best_val')(
+            seed, 0.86))
+    code, out, err = _cli(capsys, paper, fair)
+    assert code == 0 and err == ''
+    header, rows = _table(out)
+    assert header[:5] == ['dataset', 'norm', 'layers', 'experiment', 'runs']
+    assert [r[3:6] for r in rows] == [['fair', '2', '0'],
+                                      ['paper', '2', '0']]
+    assert rows[1][6] == '80.50 ± 0.50'
+    # Rows --by asks to merge split, with one line naming the keys.
+    code, out, err = _cli(capsys, paper, fair, '--by', 'dataset', 'layers')
+    assert code == 0 and len(rows) == 2
+    assert err.count('\n') == 1 and err.startswith(
+        'note: rows of --by dataset layers split: their runs differ in '
+        'model.dropout, select (shown as column experiment;')
+    # Without an experiment that tells them apart: the keys themselves.
+    for run in load_runs(tmp_path):
+        text = Path(run['_path']).read_text().replace('"experiment"', '"x"')
+        Path(run['_path']).write_text(text)
+    code, out, err = _cli(capsys, paper, fair, '--by', 'dataset', 'layers')
+    header, rows = _table(out)
+    assert header[:4] == ['dataset', 'layers', 'model.dropout', 'select']
+    assert [r[2:5] for r in rows] == [['0.2', 'best_val', '2'],
+                                      ['0.6', 'last', '2']]
+    assert 'shown as columns model.dropout, select' in err
+    # Averaged over a key on request.
+    code, out, err = _cli(capsys, paper, fair, '--by', 'dataset', '--over',
+                          'seed', 'model.dropout', 'select')
+    assert err == '' and [r[1] for r in _table(out)[1]] == ['4']
+
+
+def test_overlapping_folders_count_each_run_once(multirun, capsys):
+    inside = multirun / 'layers=2,seed=0'
+    assert len(load_runs(multirun, inside, inside / 'results.json',
+                         warn=False)) == 13
+    code, out, _ = _cli(capsys, multirun, inside, f'{multirun}/../'
+                        f'{multirun.name}')
+    assert code == 0
+    assert out.splitlines()[-1].startswith('13 results.json: 10 ok')
+    assert _table(out)[1][0][3] == '2'  # layers=2: seeds 0 and 1
+
+
+def test_a_file_is_not_a_folder(tmp_path, capsys):
+    readme = tmp_path / 'README.md'
+    readme.write_text('# not runs')
+    code, out, err = _cli(capsys, readme)
+    assert code == 2 and out == ''
+    assert err == f'error: {readme} is not a folder\n'
+
+
+def test_logging_keys_are_no_columns(tmp_path, capsys):
+    for seed, steps in enumerate([10, 50]):
+        run = _graph('molhiv', 'rocauc', seed, 0.7)
+        run['overrides'] += [f'train.log_steps={steps}',
+                             f'train.tensorboard={bool(seed)}']
+        run['config']['train'] = {'log_steps': steps,
+                                  'tensorboard': bool(seed)}
+        _write(tmp_path, f's{seed}', run)
+    code, out, err = _cli(capsys, tmp_path)
+    header, rows = _table(out)
+    assert header[:3] == ['dataset', 'model', 'runs'] and len(rows) == 1

@@ -126,6 +126,8 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
     (['norm=contranorm', 'norm.temperature=0'], 'temperature must be > 0'),
     (['threads=0'], 'threads must be an integer >= 1 or null'),
     (['train.log_every=-1'], 'train.log_every must be an integer >= 0'),
+    (['split_index=3'], 'split_index=3 picks a Geom-GCN split, and '
+                        'split=random is drawn from the seed'),
 ])
 def test_bad_config(tmp_path, overrides, match):
     # Refused before training starts: no run folder, nothing written.
@@ -168,6 +170,9 @@ def _cli(*args, cwd, env=None):
     (['layer=3'], 2, "error: unknown key 'layer' in layer=3; closest keys: "
                      "layers"),
     (['layers=-1'], 2, 'error: layers must be an integer >= 1, got -1'),
+    (['dataset=cora', 'split_index=12'], 2,
+     'error: split_index=12 picks a Geom-GCN split, and split=public has '
+     'one split only; leave split_index at 0 or pass split=geom_gcn'),
     (['dataset=cora', 'model=graphormer'], 2,
      'error: dataset=cora is a node-level task and takes model=gcn, got '
      'model=graphormer'),
@@ -188,6 +193,26 @@ def test_cli_errors(tmp_path, args, code, match):
     assert lines[0].startswith(match)
     assert 'Traceback' not in proc.stdout + proc.stderr
     assert not (tmp_path / 'outputs').exists()  # no run folder
+
+
+def test_resume_note_of_a_single_node_run(tmp_path):
+    from gnorm.train.command import resume_note
+    cfg = compose_train(*TINY, 'resume=true')
+    note = resume_note(cfg, tmp_path)
+    assert note.startswith('note: resume=true: node runs do not resume')
+    assert '\n' not in note and str(tmp_path) in note
+    (tmp_path / 'results.json').write_text('{}')  # train_runs decides
+    assert resume_note(cfg, tmp_path) is None
+    assert resume_note(compose_train(*TINY), tmp_path / 'new') is None
+
+
+@pytest.mark.slow
+def test_cli_says_a_node_run_does_not_resume(tmp_path):
+    proc = _cli(*TINY, 'train.epochs=1', 'resume=true', cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = [l for l in proc.stderr.splitlines() if l.startswith('note:')]
+    assert len(notes) == 1 and notes[0].startswith(
+        'note: resume=true: node runs do not resume')
 
 
 @pytest.mark.parametrize('sig,code', [(signal.SIGINT, 130),
@@ -257,6 +282,9 @@ def test_run_folders_tell_runs_apart():
         ('norm=pairnorm', 'data.mirror=/m', 'data.root=/r', 'device=cpu',
          'threads=1', 'resume=true', 'train.progress=false'):
             'cora/pairnorm/L2,seed=0',
+        ('dataset=molhiv', 'model=graphormer', 'train.log_steps=10',
+         'train.tensorboard=true', 'train.log_every=5'):
+            'molhiv/none/L2,model=graphormer,seed=0',
         ('experiment=csbm_demo', 'model.fusion=gate'):
             'csbm/contranorm/L16,experiment=csbm_demo,model.fusion=gate,'
             'seed=0',

@@ -248,8 +248,8 @@ def normalize_rows(x: Tensor) -> Tensor:
 
 def check_split(name: str, split: str, split_index: int = 0) -> None:
     r"""Raises :class:`ConfigError` if dataset :obj:`name` has no
-    :obj:`split` (or no Geom-GCN split :obj:`split_index`), before anything
-    is loaded."""
+    :obj:`split` (or no Geom-GCN split :obj:`split_index`; another split
+    takes no index), before anything is loaded."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split={split!r}; pass one of "
                           f"{', '.join(SPLITS)}")
@@ -262,6 +262,12 @@ def check_split(name: str, split: str, split_index: int = 0) -> None:
     if split == 'geom_gcn' and not 0 <= split_index < 10:
         raise ConfigError(f"split_index={split_index} is out of range; pass "
                           f"0..9")
+    if split != 'geom_gcn' and split_index != 0:
+        kind = 'has one split only' if split == 'public' else \
+            'is drawn from the seed'
+        raise ConfigError(f"split_index={split_index} picks a Geom-GCN "
+                          f"split, and split={split} {kind}; leave "
+                          f"split_index at 0 or pass split=geom_gcn")
 
 
 def split_masks(data: Data, split: str, split_index: int = 0, seed: int = 0,

@@ -280,7 +280,9 @@ class DeepGCN(torch.nn.Module):
         hidden_channels (int, optional): Width of the hidden layers.
             (default: :obj:`32`)
         dropout (float, optional): Dropout probability before each
-            convolution. (default: :obj:`0.6`)
+            convolution; the command line's default too (``0.6``, Kipf and
+            Welling's and the ContraNorm paper's, leaves deep stacks far
+            behind, see ``conf/model/gcn.yaml``). (default: :obj:`0.2`)
         norm (callable, optional): Makes one norm layer; called with the
             width as :obj:`in_channels` (or :obj:`normalized_shape`,
             :obj:`num_features`) when it takes one. The layer's forward gets
@@ -304,9 +306,13 @@ class DeepGCN(torch.nn.Module):
         fusion (str, optional): :obj:`"concat"`, :obj:`"max"` or
             :obj:`"gate"` layer fusion of the hidden outputs; needs
             :obj:`num_layers >= 2`. (default: :obj:`None`)
-        cached (bool, optional): Cache the normalised sparse adjacency
-            while :obj:`edge_index` does not change (transductive, one
-            graph). (default: :obj:`True`)
+        cached (bool, optional): As in :class:`GCNConv`: the first call
+            prepares the graph (propagation matrix, pairs of the norms) and
+            every later call reuses it, whatever :obj:`edge_index` it gets
+            (transductive learning on one graph only). A sparse input's
+            entries are found at every call. A training loop can instead
+            hold the :class:`Graph` of :meth:`prepare` and pass it to
+            :meth:`forward`. (default: :obj:`False`)
         shared_layer_norm (bool, optional): Apply one
             :class:`torch.nn.LayerNorm` module, shared by all hidden layers
             (one :math:`\gamma`, :math:`\beta`), right after the norm of
@@ -324,14 +330,14 @@ class DeepGCN(torch.nn.Module):
         out_channels: int,
         num_layers: int,
         hidden_channels: int = 32,
-        dropout: float = 0.6,
+        dropout: float = 0.2,
         norm: Union[None, Callable[..., torch.nn.Module],
                     Sequence[Callable[..., torch.nn.Module]]] = None,
         conv: str = 'gcn',
         order: Sequence[str] = ('dropout', 'conv', 'norm', 'act'),
         residual: bool = False,
         fusion: Optional[str] = None,
-        cached: bool = True,
+        cached: bool = False,
         shared_layer_norm: bool = False,
         init: str = 'glorot',
         runs: Optional[int] = None,
@@ -403,8 +409,7 @@ class DeepGCN(torch.nn.Module):
         self._takes_pairs = [
             getattr(getattr(n, 'module', n), 'takes_pairs', False)
             for n in self.norms]
-        self._input_key, self._input_sparse = None, None
-        self._graph_key, self._graph = None, None
+        self._cached_graph: Optional[Graph] = None
         self.shared_norm = None
         if shared_layer_norm and 'norm' in order:
             self.shared_norm = self._per_run([
@@ -435,61 +440,68 @@ class DeepGCN(torch.nn.Module):
             conv.reset_parameters(self.init, generators)
 
     def _input_entries(self, x: Tensor) -> Optional[Tuple[Any, ...]]:
-        r"""For an input that is at most 10 % non-zero, constant across
-        calls and without gradient (found once): the values of its non-zero
-        entries, their order by column, its sparse matrix and the pattern
-        of the block-diagonal matrix that holds one copy of it per run
-        (rows, then columns, of the matrix and of its transpose); else
-        :obj:`None`."""
+        r"""For an input that is at most 10 % non-zero and without
+        gradient: the values of its non-zero entries, their order by
+        column, its sparse matrix and the pattern of the block-diagonal
+        matrix that holds one copy of it per run (rows, then columns, of
+        the matrix and of its transpose); else :obj:`None`."""
         if x.requires_grad or x.dim() != 2:
             return None
-        key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.device)
-        if self._input_key != key:
-            row, col = x.nonzero(as_tuple=True)  # sorted by row, column
-            self._input_key, self._input_sparse = key, None
-            if row.numel() <= 0.1 * x.numel():
-                value = x[row, col]
-                order = torch.argsort(col * x.size(0) + row)  # by column
-                size, runs = tuple(x.shape), self.runs or 1
-                matrix = SparsePair(
-                    csr(row, col, value, size),
-                    csr(col[order], row[order], value[order], size[::-1]))
-                blocks = (block_diagonal(row, col, size, runs),
-                          block_diagonal(col[order], row[order], size[::-1],
-                                         runs))
-                self._input_sparse = (value, order, matrix, blocks)
-        return self._input_sparse
+        row, col = x.nonzero(as_tuple=True)  # sorted by row, column
+        if row.numel() > 0.1 * x.numel():
+            return None
+        value = x[row, col]
+        order = torch.argsort(col * x.size(0) + row)  # by column
+        size, runs = tuple(x.shape), self.runs or 1
+        matrix = SparsePair(
+            csr(row, col, value, size),
+            csr(col[order], row[order], value[order], size[::-1]))
+        blocks = (block_diagonal(row, col, size, runs),
+                  block_diagonal(col[order], row[order], size[::-1], runs))
+        return value, order, matrix, blocks
 
     def prepare(self, x: Tensor, edge_index: Tensor, batch: OptTensor = None,
                 batch_size: Optional[int] = None, csr: bool = True,
                 ) -> Graph:
-        r"""The :class:`Graph` of :obj:`edge_index` (and :obj:`batch`) for
-        inputs like :obj:`x`, its inputs checked once: cached with
-        :obj:`cached` while they do not change, so that a training loop
-        derives it once, not in every layer and epoch (as
-        :class:`torch_geometric.nn.GCNConv` with :obj:`cached=True`). With
-        :obj:`csr=False`, the propagation is an :class:`EdgeList` and a
-        sparse input is used dense (no sparse tensor: for
+        r"""The :class:`Graph` of :obj:`edge_index` (and :obj:`batch`) and
+        of the input :obj:`x`, its inputs checked: a training loop on one
+        graph prepares it once and passes it to :meth:`forward` in place of
+        :obj:`edge_index`, so that it is derived once, not in every layer
+        and epoch. It holds the sparse entries of :obj:`x`: pass it with
+        this :obj:`x` only (prepare again for another input or graph).
+        With :obj:`csr=False`, the propagation is an :class:`EdgeList` and
+        a sparse input is used dense (no sparse tensor: for
         :func:`torch.compile`)."""
         num_nodes = x.size(-2)
-        key = (edge_index.data_ptr(), edge_index._version,
-               tuple(edge_index.shape), num_nodes, x.dtype, x.device, csr,
-               None if batch is None else (batch.data_ptr(), batch._version,
-                                           batch.numel()), batch_size)
-        if self._graph_key != key or not self.cached:
-            check_edge_index(self, edge_index, num_nodes, values=True)
-            check_batch(self, batch, num_nodes, batch_size, values=True)
-            norm = row_normalized if self.conv == 'row' else gcn_normalized
-            edges, weight = norm(edge_index, num_nodes, x.dtype)
-            matrix = (propagation_matrix(edges, weight, num_nodes) if csr
-                      else EdgeList(edges[0], edges[1], weight))
-            pairs = None
-            if any(self._takes_pairs):
-                pairs = masked_pairs(edge_index, num_nodes, batch, batch_size)
-            self._graph_key = key
-            self._graph = Graph(matrix, pairs, None)
+        check_edge_index(self, edge_index, num_nodes, values=True)
+        check_batch(self, batch, num_nodes, batch_size, values=True)
+        norm = row_normalized if self.conv == 'row' else gcn_normalized
+        edges, weight = norm(edge_index, num_nodes, x.dtype)
+        matrix = (propagation_matrix(edges, weight, num_nodes) if csr
+                  else EdgeList(edges[0], edges[1], weight))
+        pairs = None
+        if any(self._takes_pairs):
+            pairs = masked_pairs(edge_index, num_nodes, batch, batch_size)
         entries = self._input_entries(x) if csr else None
-        return self._graph._replace(entries=entries)
+        return Graph(matrix, pairs, entries)
+
+    def _graph_of(self, x: Tensor, edge_index: Tensor, batch: OptTensor,
+                  batch_size: Optional[int]) -> Graph:
+        r"""The :class:`Graph` of a call: prepared now, or with
+        :obj:`cached` the one of the first call (the input's entries found
+        anew)."""
+        if not self.cached:
+            return self.prepare(x, edge_index, batch, batch_size)
+        if self._cached_graph is None:
+            graph = self.prepare(x, edge_index, batch, batch_size)
+            self._cached_graph = graph._replace(entries=None)
+            return graph
+        nodes = self._cached_graph.propagation.matrix.size(0)
+        if nodes != x.size(-2):
+            raise ValueError(f"{self}: its cached graph has {nodes} nodes, "
+                             f"the input {x.size(-2)}; pass cached=False "
+                             f"to run it on more than one graph")
+        return self._cached_graph._replace(entries=self._input_entries(x))
 
     def _input_conv(self, x: Tensor, graph: Graph, generators) -> Tensor:
         r"""Dropout then the first convolution, for a sparse input: random
@@ -562,7 +574,8 @@ class DeepGCN(torch.nn.Module):
             x (torch.Tensor): Node features :obj:`[num_nodes, in_channels]`
                 (shared by all runs).
             edge_index (torch.Tensor): Edges :obj:`[2, num_edges]`, or
-                their :class:`Graph` from :meth:`prepare` (used as it is).
+                their :class:`Graph` from :meth:`prepare` for this
+                :obj:`x` (used as it is).
             batch (torch.Tensor, optional): Graph of each node, handed to the
                 norms. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
@@ -584,8 +597,15 @@ class DeepGCN(torch.nn.Module):
                              f"pass one per run")
         if isinstance(edge_index, Graph):
             graph, edge_index = edge_index, None
+            if (graph.entries is not None
+                    and graph.entries[2].matrix.shape != x.shape):
+                raise ValueError(f"{self}: its graph was prepared for an "
+                                 f"input of shape "
+                                 f"{list(graph.entries[2].matrix.shape)}, "
+                                 f"got {list(x.shape)}; prepare() it for "
+                                 f"this input")
         else:
-            graph = self.prepare(x, edge_index, batch, batch_size)
+            graph = self._graph_of(x, edge_index, batch, batch_size)
         inputs = dict(batch=batch, batch_size=batch_size,
                       edge_index=edge_index)
         hidden = []

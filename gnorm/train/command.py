@@ -40,6 +40,20 @@ def job_label() -> str:
     return f"job {hc.job.num} ({' '.join(hc.overrides.task)}): "
 
 
+def resume_note(cfg: DictConfig, folder: Path) -> Optional[str]:
+    r"""The line that says what ``resume=true`` does for a single node run
+    whose folder holds no results (the default folder is new for every
+    run): nothing, since node runs keep no checkpoint; else :obj:`None`."""
+    if not cfg.get('resume', False) or \
+            cfg.dataset.get('task', 'node') != 'node' or \
+            (folder / 'results.json').exists():
+        return None
+    return (f"note: resume=true: node runs do not resume (they keep no "
+            f"checkpoint; a finished one is skipped), and {folder} holds "
+            f"no results.json (without hydra.run.dir each run gets a new "
+            f"folder): this run trains from the start")
+
+
 @hydra.main(version_base='1.3', config_path=str(CONF_DIR), config_name='train')
 def main(cfg: DictConfig) -> Optional[float]:
     r"""The command line: runs :func:`train` (or the runs of a batch file
@@ -54,6 +68,9 @@ def main(cfg: DictConfig) -> Optional[float]:
         if runs is not None:  # a job of gnorm's sweeper: many runs
             results = train_batch(runs)[0]
         else:
+            note = resume_note(cfg, Path(folders[0]))
+            if note is not None and not job_label():  # a single run
+                print(note, file=sys.stderr, flush=True)
             results = train(cfg)
         return results.get('val_metric', results.get('val_acc'))
     except GnormError as e:

@@ -18,7 +18,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from gnorm.data.nodes import SPLITS, load_dataset
+from gnorm.data.nodes import check_split, load_dataset
 from gnorm.errors import ConfigError
 from gnorm.metrics import (
     dirichlet_energy,
@@ -51,12 +51,10 @@ def check_config(cfg: DictConfig) -> None:
     if not is_int(cfg.layers) or cfg.layers < 1:
         raise ConfigError(f"layers must be an integer >= 1, got "
                           f"{cfg.layers!r}; pass e.g. layers=2")
-    if cfg.split not in SPLITS:
-        raise ConfigError(f"unknown split={cfg.split!r}; pass one of "
-                          f"{', '.join(SPLITS)}")
     if not is_int(cfg.split_index):
         raise ConfigError(f"split_index must be an integer, got "
                           f"{cfg.split_index!r}")
+    check_split(cfg.dataset.name, cfg.split, cfg.split_index)
     if cfg.model._target_ != 'gnorm.models.DeepGCN':
         raise ConfigError(f"dataset={cfg.dataset.name} is a node-level task "
                           f"and takes model=gcn, got "
@@ -238,7 +236,8 @@ def evaluate(model: torch.nn.Module, data, hidden: bool = False,
     :obj:`data` are :obj:`[runs, nodes]`); with :obj:`hidden`, also the
     output of every layer."""
     model.eval()
-    out = model(data.x, data.edge_index, return_hidden=hidden)
+    graph = model.prepare(data.x, data.edge_index)
+    out = model(data.x, graph, return_hidden=hidden)
     out, layers = out if hidden else (out, None)
     values = _metrics(out, data, mask_index(data.val_mask)).T.tolist()
     result = dict(zip(METRICS, values))
