@@ -21,6 +21,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError
+from gnorm.folders import check_folder
 from gnorm.run_keys import NOT_RESULT_KEYS, result_config
 
 # The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
@@ -75,6 +76,12 @@ def check_config(cfg: DictConfig) -> None:
     if runs != 'auto' and (not is_int(runs) or runs < 1):
         raise ConfigError(f"batch_runs must be auto or an integer >= 1, got "
                           f"{runs!r}; pass e.g. batch_runs=auto")
+    width = cfg.model.get('hidden_channels')
+    if not is_int(width) or width < 1:
+        raise ConfigError(f"model.hidden_channels must be an integer >= 1, "
+                          f"got {width!r}; pass e.g. model.hidden_channels=32")
+    # The data folder may be read-only when it holds the data already.
+    check_folder(cfg.data.root, f'data.root={cfg.data.root}', write=False)
     scale = cfg.norm.get('scale', None)
     if scale is not None and (not isinstance(scale, (int, float))
                               or scale < 0):
