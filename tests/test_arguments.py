@@ -80,3 +80,28 @@ def test_help_covers_graph_training():
                 'train.warmup_steps', 'train.precision'):
         assert key in graph
 
+
+
+def test_an_output_folder_under_a_file_is_one_line(tmp_path, monkeypatch):
+    from gnorm.train.arguments import check_output_folder, output_folder
+    afile = tmp_path / 'afile'
+    afile.touch()
+    for key, argv in (('hydra.run.dir', []), ('hydra.sweep.dir', ['-m'])):
+        with pytest.raises(ConfigError, match=f'^{key}={afile}/x: .* lies '
+                                              f'under the file {afile}; '):
+            check_output_folder([*argv, f'{key}={afile}/x', 'layers=2'])
+        check_output_folder([*argv, f'{key}={tmp_path}/x/${{now:%H}}'])
+    # The default folder (outputs/... in the working folder).
+    monkeypatch.chdir(tmp_path)
+    assert output_folder([])[1].startswith('outputs/${dataset.name}/')
+    assert output_folder(['-m', 'experiment=table3_fair'])[1].startswith(
+        'experiments/runs/table3_fair')
+    check_output_folder([])
+    (tmp_path / 'outputs').touch()
+    with pytest.raises(ConfigError, match=r'^hydra.run.dir \(default '
+                                          r'outputs/.*\): .* is a file'):
+        check_output_folder(['dataset=cora'])
+    # A read-only working folder (os.access: chmod does not stop root).
+    monkeypatch.setattr('os.access', lambda path, mode: False)
+    with pytest.raises(ConfigError, match=f'cannot write in {tmp_path} '):
+        check_output_folder(['-m', 'seed=0,1'])

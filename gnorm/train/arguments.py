@@ -1,7 +1,7 @@
 r"""What ``python -m gnorm.train`` checks and explains before Hydra
 composes the config (whose own reports span many lines): unknown options
 of a config group and unknown keys, each as one line naming the valid
-ones, and ``--help`` (the main keys, one line each, from the comments of
+ones, an output folder that cannot be written, and ``--help`` (the main keys, one line each, from the comments of
 ``conf/train.yaml``)."""
 import difflib
 import re
@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 from omegaconf import OmegaConf
 
 from gnorm.errors import ConfigError
+from gnorm.folders import check_folder
 from gnorm.train.run import CONF_DIR
 
 # Command-line flags after which the config folder may not be ours.
@@ -204,6 +205,58 @@ def _other_options_hint(key: str, keys: Set[str],
         hints.append(f"only {where} have it" if near == key else
                      f"closest key: {near} (with {where})")
     return '; '.join(hints)
+
+
+def _raw(path: Path, key: str) -> Any:
+    r"""The value of dotted :obj:`key` in the config file :obj:`path`, not
+    resolved (:obj:`None` if it has none)."""
+    node: Any = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    for part in key.split('.'):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def output_folder(argv: List[str], conf_dir: Path = CONF_DIR,
+                  ) -> Tuple[str, str, bool]:
+    r"""The key of the folder Hydra makes first for :obj:`argv`
+    (``hydra.sweep.dir`` with ``-m``, else ``hydra.run.dir``), its value
+    (typed, else the experiment's, else ``conf/hydra/default.yaml``'s,
+    not resolved) and whether it was typed."""
+    multirun = any(a in ('-m', '--multirun') for a in argv)
+    key = 'hydra.sweep.dir' if multirun else 'hydra.run.dir'
+    value, experiment = None, None
+    for override in _overrides(argv):
+        name = override.key_or_group.lstrip('+/')
+        if name == key and not override.is_sweep_override():
+            value = str(override.value())
+        elif name == 'experiment' and not override.is_sweep_override():
+            experiment = override.value()
+    if value is not None:
+        return key, value, True
+    path = conf_dir / 'experiment' / f'{experiment}.yaml'
+    if experiment is not None and path.is_file():
+        value = _raw(path, key)
+    if value is None:
+        value = _raw(conf_dir / 'hydra' / 'default.yaml',
+                     key.split('.', 1)[1])
+    return key, str(value), False
+
+
+def check_output_folder(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
+    r"""Raises :class:`ConfigError` if the output folder of :obj:`argv`
+    (:func:`output_folder`; its part before the first interpolation
+    ``${...}``) lies under a file or in a read-only folder, before Hydra
+    makes it and a traceback ends the command."""
+    key, value, typed = output_folder(argv, conf_dir)
+    static = value.split('${', 1)[0]
+    if '${' in value:  # the folders that exist before the run's own
+        static = static.rsplit('/', 1)[0] if '/' in static else ''
+    if not typed and _other_configs(argv):
+        return
+    check_folder(static or '.', f'{key}={value}' if typed else
+                 f'{key} (default {value})')
 
 
 _LINE = re.compile(r'^(?P<indent> *)(?P<item>- )?(?P<key>[\w.]+):[ ]*'

@@ -17,7 +17,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError, GnormError, Interrupted
-from gnorm.train.arguments import check_choices, check_keys, help_text
+from gnorm.train.arguments import (
+    check_choices,
+    check_keys,
+    check_output_folder,
+    help_text,
+)
 from gnorm.train.common import CONF_DIR, main_process
 from gnorm.train.run import train, train_runs
 from gnorm.train.sweep import load_batch
@@ -141,8 +146,9 @@ def register_sweeper() -> None:
 
 def cli() -> None:
     r"""Entry point of ``python -m gnorm.train`` and ``gnorm-train``:
-    ``--help`` lists the main keys; an unknown group option or key is one
-    line (exit status 2) before Hydra starts; SIGINT and SIGTERM stop the
+    ``--help`` lists the main keys; an unknown group option or key, or an
+    output folder that cannot be written, is one line (exit status 2)
+    before Hydra starts; SIGINT and SIGTERM stop the
     run cleanly (exit status 130, 143); a failed job exits with its
     error's status after the other jobs of a multirun ran."""
     argv = sys.argv[1:]
@@ -152,6 +158,7 @@ def cli() -> None:
     try:
         check_choices(argv)
         check_keys(argv)
+        check_output_folder(argv)
     except ConfigError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(e.exit_code)
