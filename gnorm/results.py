@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from gnorm.errors import ConfigError, GnormError
+from gnorm.folders import check_file
 from gnorm.run_keys import NOT_RESULT_KEYS
 
 # Keys of a run's command line that never define a configuration.
@@ -400,6 +401,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f'no failed runs: all {len(runs)} results.json have status ok')
         return 0
     try:
+        if args.csv:
+            check_file(args.csv, f'--csv {args.csv}')
         check_keys(runs, args.by or [], '--by')
         check_keys(runs, args.over, '--over')
         if args.metrics != list(METRICS):
