@@ -105,3 +105,53 @@ def test_an_output_folder_under_a_file_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr('os.access', lambda path, mode: False)
     with pytest.raises(ConfigError, match=f'cannot write in {tmp_path} '):
         check_output_folder(['-m', 'seed=0,1'])
+
+
+@pytest.fixture
+def multirun_job():
+    r"""Job 0 of a multirun over ``norm.scale=0.5,-1``, as Hydra sets it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+    from hydra import compose, initialize_config_dir
+    from gnorm.train import CONF_DIR
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        cfg = compose('train', overrides=['norm=contranorm',
+                                          'norm.scale=0.5'],
+                      return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.mode = 'MULTIRUN'
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    yield
+    HydraConfig.instance().cfg = None
+
+
+def test_a_batch_error_names_the_bad_run_not_the_first(multirun_job):
+    from gnorm.train.command import error_line
+    bad = ConfigError('multirun/1-cora-contranorm-L2,norm.scale=-1,seed=0: '
+                      'norm.scale must be a number >= 0, got -1')
+    assert error_line(bad) == f'error: job 0 (norm=contranorm ' \
+                              f'norm.scale=0.5): {bad}'  # a job of one run
+    runs = [{'dir': 'multirun/0-...,norm.scale=0.5'},
+            {'dir': 'multirun/1-...,norm.scale=-1'}]
+    assert error_line(bad, runs) == f'error: {bad}'
+
+
+def test_launchers_not_installed_name_the_extra(monkeypatch):
+    from gnorm.train import arguments
+    from gnorm.train.arguments import check_launchers, launchers
+    assert {'basic', 'joblib', 'processes', 'slurm'} <= set(launchers())
+    check_launchers(['-m', 'hydra/launcher=processes'])
+    with pytest.raises(ConfigError, match="unknown hydra/launcher 'k8s'; "
+                                          "pass hydra/launcher= one of "):
+        check_launchers(['-m', 'hydra/launcher=k8s'])
+    # As without the [launchers] extra.
+    monkeypatch.setattr(arguments, '_installed', lambda module: False)
+    assert launchers() == ['basic']
+    for name in ('joblib', 'processes'):
+        with pytest.raises(ConfigError, match=(
+                f'^hydra/launcher={name} needs hydra-joblib-launcher, which '
+                r'is not installed: pip install "gnorm\[launchers\]"')):
+            check_launchers(['-m', f'hydra/launcher={name}', 'seed=0,1'])
+    with pytest.raises(ConfigError, match='needs hydra-submitit-launcher'):
+        check_launchers(['-m', 'hydra/launcher=slurm'])

@@ -4,6 +4,7 @@ of a config group and unknown keys, each as one line naming the valid
 ones, an output folder that cannot be written, and ``--help`` (the main keys, one line each, from the comments of
 ``conf/train.yaml``)."""
 import difflib
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Set, Tuple
@@ -18,6 +19,15 @@ from gnorm.train.run import CONF_DIR
 OTHER_CONFIGS = ('--config-dir', '-cd', '--config-path', '-cp')
 # Keys that gnorm's sweeper sets, never suggested for a typo.
 SET_BY_GNORM = ('batch_file', )
+# Hydra's launchers: the plugin module each needs (None: built in).
+LAUNCHER_PLUGINS = {
+    'basic': None,
+    'joblib': 'hydra_plugins.hydra_joblib_launcher',
+    'submitit_local': 'hydra_plugins.hydra_submitit_launcher',
+    'submitit_slurm': 'hydra_plugins.hydra_submitit_launcher',
+}
+LAUNCHERS_EXTRA = ('pip install "gnorm[launchers]" (in a checkout: pip '
+                   'install -e ".[launchers]")')
 
 
 def _overrides(argv: List[str]) -> Iterator[Any]:
@@ -257,6 +267,66 @@ def check_output_folder(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
         return
     check_folder(static or '.', f'{key}={value}' if typed else
                  f'{key} (default {value})')
+
+
+def _installed(module: str) -> bool:
+    r"""Whether the module :obj:`module` can be imported."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is missing
+        return False
+
+
+def _launcher_plugin(name: str, conf_dir: Path) -> Any:
+    r"""The plugin module that launcher :obj:`name` needs (:obj:`None`:
+    built in): Hydra's own, or that of the launcher a gnorm option of
+    ``conf/hydra/launcher/`` extends; ``False`` for an unknown name."""
+    if name in LAUNCHER_PLUGINS:
+        return LAUNCHER_PLUGINS[name]
+    path = conf_dir / 'hydra' / 'launcher' / f'{name}.yaml'
+    if not path.is_file():
+        return False
+    base = next((item for item in OmegaConf.load(path).get('defaults', [])
+                 if isinstance(item, str) and item in LAUNCHER_PLUGINS),
+                'basic')
+    return LAUNCHER_PLUGINS[base]
+
+
+def launchers(conf_dir: Path = CONF_DIR) -> List[str]:
+    r"""The launchers one can pick (``hydra/launcher=NAME``): Hydra's and
+    gnorm's (``conf/hydra/launcher/``) whose plugin is installed."""
+    names = {*LAUNCHER_PLUGINS,
+             *(p.stem for p in (conf_dir / 'hydra' / 'launcher')
+               .glob('*.yaml'))}
+    return sorted(name for name in names
+                  if (plugin := _launcher_plugin(name, conf_dir)) is None
+                  or (plugin and _installed(plugin)))
+
+
+def check_launcher(name: str, conf_dir: Path = CONF_DIR) -> None:
+    r"""Raises :class:`ConfigError` if launcher :obj:`name` is unknown, or
+    its plugin is not installed (naming the ``[launchers]`` extra)."""
+    plugin = _launcher_plugin(name, conf_dir)
+    if plugin is False:
+        raise ConfigError(f"unknown hydra/launcher {name!r}; pass "
+                          f"hydra/launcher= one of "
+                          f"{', '.join(launchers(conf_dir))}")
+    if plugin is not None and not _installed(plugin):
+        package = plugin.rsplit('.', 1)[1].replace('_', '-')
+        raise ConfigError(f"hydra/launcher={name} needs {package}, which "
+                          f"is not installed: {LAUNCHERS_EXTRA}")
+
+
+def check_launchers(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
+    r""":func:`check_launcher` for every ``hydra/launcher=`` override of
+    :obj:`argv`."""
+    if _other_configs(argv):
+        return
+    for override in _overrides(argv):
+        if override.key_or_group.lstrip('+/') == 'hydra/launcher' and \
+                not override.is_delete():
+            for name in _values(override):
+                check_launcher(name, conf_dir)
 
 
 _LINE = re.compile(r'^(?P<indent> *)(?P<item>- )?(?P<key>[\w.]+):[ ]*'

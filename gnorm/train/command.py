@@ -20,6 +20,7 @@ from gnorm.errors import ConfigError, GnormError, Interrupted
 from gnorm.train.arguments import (
     check_choices,
     check_keys,
+    check_launchers,
     check_output_folder,
     help_text,
 )
@@ -45,6 +46,15 @@ def job_label() -> str:
     return f"job {hc.job.num} ({' '.join(hc.overrides.task)}): "
 
 
+def error_line(error: GnormError,
+               runs: Optional[List[Dict[str, Any]]] = None) -> str:
+    r"""The ``error: ...`` line of a failed job: labelled with the job
+    (:func:`job_label`), except for a job of gnorm's sweeper that trains
+    the batch :obj:`runs`, whose label would name its first run only: its
+    errors name the run they are about (its folder) themselves."""
+    return f"error: {'' if runs else job_label()}{error}"
+
+
 @hydra.main(version_base='1.3', config_path=str(CONF_DIR), config_name='train')
 def main(cfg: DictConfig) -> Optional[float]:
     r"""The command line: runs :func:`train` (or the runs of a batch file
@@ -62,7 +72,7 @@ def main(cfg: DictConfig) -> Optional[float]:
             results = train(cfg)
         return results.get('val_metric', results.get('val_acc'))
     except GnormError as e:
-        print(f'error: {job_label()}{e}', file=sys.stderr, flush=True)
+        print(error_line(e, runs), file=sys.stderr, flush=True)
         for folder in folders:
             remove_refused(Path(folder))
         # Later jobs of a multirun still run; the exit status reports it.
@@ -146,8 +156,9 @@ def register_sweeper() -> None:
 
 def cli() -> None:
     r"""Entry point of ``python -m gnorm.train`` and ``gnorm-train``:
-    ``--help`` lists the main keys; an unknown group option or key, or an
-    output folder that cannot be written, is one line (exit status 2)
+    ``--help`` lists the main keys; an unknown group option or key, a
+    launcher that is not installed, or an output folder that cannot be
+    written, is one line (exit status 2)
     before Hydra starts; SIGINT and SIGTERM stop the
     run cleanly (exit status 130, 143); a failed job exits with its
     error's status after the other jobs of a multirun ran."""
@@ -158,6 +169,7 @@ def cli() -> None:
     try:
         check_choices(argv)
         check_keys(argv)
+        check_launchers(argv)
         check_output_folder(argv)
     except ConfigError as e:
         print(f'error: {e}', file=sys.stderr)
