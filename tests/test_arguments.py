@@ -155,3 +155,31 @@ def test_launchers_not_installed_name_the_extra(monkeypatch):
             check_launchers(['-m', f'hydra/launcher={name}', 'seed=0,1'])
     with pytest.raises(ConfigError, match='needs hydra-submitit-launcher'):
         check_launchers(['-m', 'hydra/launcher=slurm'])
+
+
+@pytest.mark.parametrize('argv0,code', [('-m', 130),
+                                        ('/venv/bin/gnorm-train', 130),
+                                        ('my_script.py', -2)])
+def test_ctrl_c_while_the_command_imports_is_one_line(argv0, code):
+    import subprocess
+    import sys
+    # Ctrl-C as torch is imported, as `python -m gnorm.train` (sys.argv[0]
+    # is -m while its package imports) or gnorm-train would get it; a
+    # program importing gnorm.train gets the KeyboardInterrupt.
+    program = f'''
+import sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == 'torch':
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv[0] = {argv0!r}
+import gnorm.train
+'''
+    proc = subprocess.run([sys.executable, '-c', program],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code
+    if code == 130:
+        assert proc.stderr == 'interrupted while starting: nothing ran\n'
+    else:
+        assert 'KeyboardInterrupt' in proc.stderr
