@@ -89,6 +89,57 @@ def test_same_seed_same_metrics(tmp_path):
     assert other['curve']['loss'] != first['curve']['loss']
 
 
+def _repeatable(results):
+    r"""What two runs of one config must share bit for bit."""
+    return {k: v for k, v in results.items()
+            if k not in ('runtime_s', 'path')} | {
+        'curve': {k: v for k, v in results['curve'].items()
+                  if k != 'time_s'}}
+
+
+@pytest.mark.parametrize('overrides', [
+    [*TINY, 'norm=contranorm', 'threads=1'],
+    # Batched runs (seeds as one model) and the Graphormer's attention.
+    pytest.param(['dataset=zinc_fixture', 'dataset.limit=40',
+                  'model=graphormer', 'norm=sepnorm', 'layers=1',
+                  'model.hidden_channels=16', 'model.num_heads=2',
+                  'model.ffn_channels=16', 'model.max_dist=3',
+                  'train.epochs=2', 'train.batch_size=20',
+                  'train.progress=false', 'device=cpu'],
+                 marks=needs_mirror),
+])
+def test_deterministic_runs_are_bitwise_equal(tmp_path, overrides):
+    from gnorm.train.run import seed_everything
+    try:
+        first, second = (train(compose_train(*overrides,
+                                             'train.deterministic=true'),
+                               output_dir=tmp_path / name)
+                         for name in ('a', 'b'))
+        # No op may fall back to a nondeterministic kernel with a warning.
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
+    finally:
+        seed_everything(0, deterministic=False)
+    assert _repeatable(first) == _repeatable(second)
+
+
+def test_deterministic_kernels_pick_math_attention_on_cuda():
+    # Only flags: runs without a GPU.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from gnorm.train.run import deterministic_kernels
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        with deterministic_kernels(torch.device('cuda')):
+            assert torch.backends.cuda.math_sdp_enabled()
+            assert not torch.backends.cuda.flash_sdp_enabled()
+            assert not torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled()
+        with deterministic_kernels(torch.device('cpu')):  # CPU: as it was
+            assert torch.backends.cuda.flash_sdp_enabled()
+        with deterministic_kernels(torch.device('cuda'), enabled=False):
+            assert torch.backends.cuda.flash_sdp_enabled()
+
+
 def test_nan_loss_fails_the_run(tmp_path):
     with pytest.raises(TrainingError, match='loss became nan at epoch'):
         train(compose_train(*TINY, 'train.lr=1e30'), output_dir=tmp_path)
@@ -126,6 +177,8 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
     (['norm=contranorm', 'norm.temperature=0'], 'temperature must be > 0'),
     (['threads=0'], 'threads must be an integer >= 1 or null'),
     (['train.log_every=-1'], 'train.log_every must be an integer >= 0'),
+    (['train.deterministic=yes'], 'train.deterministic must be true or '
+                                  "false, got 'yes'"),
 ])
 def test_bad_config(tmp_path, overrides, match):
     # Refused before training starts: no run folder, nothing written.

@@ -72,6 +72,9 @@ def check_config(cfg: DictConfig) -> None:
         if not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"train.{key} must be a number >= 0, got "
                               f"{value!r}")
+    if not isinstance(cfg.train.deterministic, bool):
+        raise ConfigError(f"train.deterministic must be true or false, got "
+                          f"{cfg.train.deterministic!r}")
     runs = cfg.get('batch_runs', 'auto')
     if runs != 'auto' and (not is_int(runs) or runs < 1):
         raise ConfigError(f"batch_runs must be auto or an integer >= 1, got "
