@@ -364,3 +364,15 @@ def test_real_datasets_through_the_mirror(tmp_path, data_root, dataset,
     assert 0.0 <= results['test_acc'] <= 1.0
     raw = data_root / PYG_DATASETS[dataset][2]
     assert sorted(p.name for p in raw.iterdir()) == sorted(raw_files(dataset))
+
+
+def test_summary_line_gives_accuracies_in_percent():
+    from gnorm.train import node
+    results = {'selected_epoch': 7, 'train_acc': 0.9857, 'val_acc': 0.158,
+               'test_acc': 0.8160, 'runtime_s': 1.25, 'device': 'cpu',
+               'path': 'out/results.json', 'choices': {'norm': 'none'},
+               'collapse': {'effective_rank': [6.44, 7.18]}}
+    assert node.summary(results, compose_train('layers=2')) == (
+        'cora L=2 none seed=0 | epoch 7 (best_val) | acc train 98.57% val '
+        '15.80% test 81.60% | erank last 7.18 hidden 6.44 | 1.2s cpu | '
+        'out/results.json')

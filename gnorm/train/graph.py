@@ -45,7 +45,7 @@ from gnorm.data.molecules import (GRAPH_DATASETS, graph_sizes, import_ogb,
                                    load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
-from gnorm.train.progress import Progress
+from gnorm.train.progress import Progress, shown
 from gnorm.train.common import (is_int, json_safe, one_line, option,
                                  result_config)
 
@@ -310,8 +310,8 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
         f"{cfg.dataset.name} graphormer L={cfg.model.num_layers} {norm} "
         f"seed={cfg.seed}",
         f"epoch {results['selected_epoch']} ({cfg.select})",
-        f"{metric} val {results['val_metric']:.4f} test "
-        f"{results['test_metric']:.4f}",
+        f"{metric} val {shown(metric, results['val_metric'])} test "
+        f"{shown(metric, results['test_metric'])}",
         f"{results['runtime_s']:.1f}s {results['device']}",
         str(results['path'])])
 
