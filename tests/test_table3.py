@@ -356,7 +356,8 @@ def test_bad_places_and_typos_are_one_line(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['afile']
     # A key of ContraNorm's is fine for its row.
     assert table3.main(['paper', '--datasets', 'csbm', '--depths', '2',
-                        '--rows', 'contranorm', '--set', 'norm.temperature=2', '--runs',
+                        '--rows', 'contranorm', '--set',
+                        'norm.temperature=2', '--runs',
                         str(missing), '--dry-run']) == 0
 
 

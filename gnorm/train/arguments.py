@@ -1,8 +1,9 @@
 r"""What ``python -m gnorm.train`` checks and explains before Hydra
 composes the config (whose own reports span many lines): unknown options
 of a config group and unknown keys, each as one line naming the valid
-ones, an output folder that cannot be written, and ``--help`` (the main keys, one line each, from the comments of
-``conf/train.yaml``)."""
+ones, launchers that are not installed, an output folder that cannot be
+written, and ``--help`` (the main keys, one line each, from the comments
+of ``conf/train.yaml``)."""
 import difflib
 import importlib.util
 import re
