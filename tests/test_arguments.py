@@ -128,13 +128,17 @@ def multirun_job():
 
 def test_a_batch_error_names_the_bad_run_not_the_first(multirun_job):
     from gnorm.train.command import error_line
-    bad = ConfigError('multirun/1-cora-contranorm-L2,norm.scale=-1,seed=0: '
+    bad = ConfigError('/sweep/1-cora-contranorm-L2,norm.scale=-1,seed=0: '
                       'norm.scale must be a number >= 0, got -1')
     assert error_line(bad) == f'error: job 0 (norm=contranorm ' \
                               f'norm.scale=0.5): {bad}'  # a job of one run
-    runs = [{'dir': 'multirun/0-...,norm.scale=0.5'},
-            {'dir': 'multirun/1-...,norm.scale=-1'}]
-    assert error_line(bad, runs) == f'error: {bad}'
+    runs = [{'dir': f'/sweep/{k}-cora-contranorm-L2,norm.scale={s},seed=0',
+             'hydra': {'job': {'num': k}},
+             'info': {'overrides': ['norm=contranorm', f'norm.scale={s}']}}
+            for k, s in enumerate(('0.5', '-1'))]
+    assert error_line(bad, runs) == (
+        'error: job 1 (norm=contranorm norm.scale=-1): norm.scale must be a '
+        'number >= 0, got -1')
 
 
 def test_launchers_not_installed_name_the_extra(monkeypatch):

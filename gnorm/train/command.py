@@ -48,11 +48,19 @@ def job_label() -> str:
 
 def error_line(error: GnormError,
                runs: Optional[List[Dict[str, Any]]] = None) -> str:
-    r"""The ``error: ...`` line of a failed job: labelled with the job
-    (:func:`job_label`), except for a job of gnorm's sweeper that trains
-    the batch :obj:`runs`, whose label would name its first run only: its
-    errors name the run they are about (its folder) themselves."""
-    return f"error: {'' if runs else job_label()}{error}"
+    r"""The ``error: ...`` line of a failed job, labelled with the job
+    (:func:`job_label`). For a job of gnorm's sweeper that trains the
+    batch :obj:`runs`, whose label would name its first run: the run the
+    error is about (its folder starts the message), labelled as that run's
+    job of an unbatched sweep would be."""
+    text = str(error)
+    for run in runs or []:
+        folder = f"{Path(run['dir']).absolute()}: "
+        if text.startswith(folder):
+            return (f"error: job {run['hydra']['job']['num']} "
+                    f"({' '.join(run['info']['overrides'])}): "
+                    f"{text[len(folder):]}")
+    return f'error: {job_label()}{text}'
 
 
 @hydra.main(version_base='1.3', config_path=str(CONF_DIR), config_name='train')
