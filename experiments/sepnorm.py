@@ -281,20 +281,35 @@ def _plot_seeds(ax, records: List[Dict[str, Any]], title: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('recipe', choices=list(RECIPES))
+    parser = argparse.ArgumentParser(
+        prog='python experiments/sepnorm.py',
+        description=' '.join(__doc__.split('\n\n')[0].split()))
+    parser.add_argument('recipe', choices=list(RECIPES),
+                        help='cpu: experiment=sepnorm_molhiv_cpu (a small '
+                        'Graphormer on the CPU); slim: '
+                        'experiment=sepnorm_molhiv (Graphormer-slim as '
+                        'published, GPU)')
     parser.add_argument('sets', nargs='*', metavar='key=value',
-                        help='overrides for every run')
-    parser.add_argument('--rows', nargs='+')
-    parser.add_argument('--seeds', nargs='+', type=int)
+                        help='overrides for every run, e.g. '
+                        'train.epochs=20')
+    parser.add_argument('--rows', nargs='+', metavar='ROW',
+                        help='only these rows (default: every row of the '
+                        'recipe: sharenorm and the four sepnorm_<graph '
+                        'token>_<nodes> combinations)')
+    parser.add_argument('--seeds', nargs='+', type=int, metavar='SEED',
+                        help="only these seeds (default: the recipe's)")
     parser.add_argument('--runs', help='runs folder (default: '
                         'experiments/runs/<experiment>)')
     parser.add_argument('--out', default=str(ROOT / 'experiments' /
-                                             'results'))
+                                             'results'),
+                        help='report folder (default: experiments/results)')
     parser.add_argument('--threads', type=int,
                         help='OMP_NUM_THREADS of every run')
-    parser.add_argument('--report-only', action='store_true')
-    parser.add_argument('--dry-run', action='store_true')
+    parser.add_argument('--report-only', action='store_true',
+                        help='run nothing, write the report of the runs in '
+                        '--runs')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='print what would run, run nothing')
     args = parser.parse_args(argv)
     experiment = RECIPES[args.recipe]
     cfg = compose_experiment(experiment, args.sets)

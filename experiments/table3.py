@@ -891,18 +891,67 @@ def check_arguments(args: argparse.Namespace, spec: Dict[str, Any]) -> None:
             raise TableError(f'--set {item}: the table sets {key} itself; '
                              f'use --datasets, --depths, --seeds, --rows or '
                              f'the table: section of the experiment')
+    check_set_keys(args, spec)
+
+
+def check_set_keys(args: argparse.Namespace, spec: Dict[str, Any]) -> None:
+    r"""Raises :class:`TableError` for a ``--set`` key that no run of the
+    selected cells has or an unknown group option, naming the closest keys
+    (:func:`gnorm.train.arguments.check_keys`, as ``python -m gnorm.train``
+    does)."""
+    from gnorm.errors import ConfigError
+    from gnorm.train.arguments import check_choices, check_keys, groups
+    from gnorm.train import CONF_DIR
+    if not args.set:
+        return
+    known = set(groups(CONF_DIR))
+    picks: Dict[str, List[str]] = {
+        'dataset': list(args.datasets or spec['datasets'])}
+    for row in args.rows or list(spec['rows']):
+        for item in spec['rows'][row]:
+            key, value = item.split('=', 1)
+            if key in known and value not in picks.setdefault(key, []):
+                picks[key].append(value)
+    argv = [f'experiment={spec["name"]}',
+            *(f'{key}={",".join(values)}' for key, values in picks.items()),
+            *args.set]
+    try:
+        check_choices(argv)
+        check_keys(argv)
+    except ConfigError as e:
+        raise TableError(f'--set: {e}') from None
+
+
+def _launchers() -> List[str]:
+    r"""The launchers of ``--launcher`` that are installed."""
+    from gnorm.train.arguments import launchers
+    return launchers()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from gnorm.errors import ConfigError
+    from gnorm.folders import check_folder
+    from gnorm.train.arguments import check_launcher
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog='python experiments/table3.py',
         description=__doc__.split('\n\n')[0])
-    parser.add_argument('protocol', choices=['paper', 'fair'])
-    parser.add_argument('--datasets', nargs='+')
-    parser.add_argument('--rows', nargs='+')
-    parser.add_argument('--depths', nargs='+', type=int)
-    parser.add_argument('--seeds', nargs='+', type=int)
+    parser.add_argument('protocol', choices=['paper', 'fair'],
+                        help='paper: the authors\' protocol '
+                        '(experiment=table3_paper); fair: the sound one '
+                        '(experiment=table3_fair)')
+    parser.add_argument('--datasets', nargs='+', metavar='NAME',
+                        help='only these datasets (default: the table\'s, '
+                        'e.g. cora citeseer chameleon squirrel)')
+    parser.add_argument('--rows', nargs='+', metavar='ROW',
+                        help='only these rows (default: every row of the '
+                        'table, e.g. none layernorm pairnorm contranorm)')
+    parser.add_argument('--depths', nargs='+', type=int, metavar='L',
+                        help='only these depths, in graph convolutions '
+                        '(default: the table\'s, 2 4 8 16 32)')
+    parser.add_argument('--seeds', nargs='+', type=int, metavar='SEED',
+                        help='only these seeds (default: the table\'s, '
+                        '0 1 2 3 4)')
     parser.add_argument('--set', nargs='+', default=[], action='extend',
                         metavar='KEY=VALUE',
                         help='overrides for every run, e.g. train.epochs=50 '
@@ -916,15 +965,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--threads', type=int, help='CPU threads of the '
                         'runs')
     parser.add_argument('--launcher', help='hand each cell to python -m '
-                        'gnorm.train -m hydra/launcher=LAUNCHER (e.g. '
-                        'processes, slurm) instead of training in this '
-                        'process')
-    parser.add_argument('--report-only', action='store_true')
+                        'gnorm.train -m hydra/launcher=LAUNCHER instead of '
+                        'training in this process; installed: '
+                        f'{", ".join(_launchers())}')
+    parser.add_argument('--report-only', action='store_true',
+                        help='run nothing, write the report of the runs '
+                        'in --runs')
     parser.add_argument('--dry-run', action='store_true',
                         help='print what would run, run nothing')
     args = parser.parse_args(argv)
 
-    from gnorm.train import CONF_DIR
     spec = table_spec(args.protocol)
     committed = (RUNS / spec['name']).resolve()
     runs_dir = (args.runs or committed).resolve()
@@ -935,15 +985,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         runs_dir.name + '-report'))).resolve()
     try:
         check_arguments(args, spec)
-        launchers = sorted({*(p.stem for p in (CONF_DIR / 'hydra' /
-                                               'launcher').glob('*.yaml')),
-                            'basic', 'joblib', 'submitit_local',
-                            'submitit_slurm'})
-        if args.launcher is not None and args.launcher not in launchers:
-            raise TableError(f'unknown --launcher {args.launcher!r}; pass '
-                             f'one of {", ".join(launchers)}')
+        if args.launcher is not None:
+            check_launcher(args.launcher)
         if args.threads is not None and args.threads < 1:
             raise TableError(f'--threads must be >= 1, got {args.threads}')
+        if args.report_only and not runs_dir.is_dir():
+            raise TableError(f'--report-only: no runs folder {runs_dir}; '
+                             f'pass --runs <the folder of the runs>')
+        check_folder(runs_dir, f'--runs {runs_dir}',
+                     write=not args.report_only)
+        if not args.dry_run:
+            check_folder(out, f'--out {out}')
         if out == RESULTS.resolve() and not published:
             raise TableError(
                 f'{os.path.relpath(RESULTS, ROOT)} holds the report of '
@@ -958,10 +1010,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             composer = compose_cells(args.protocol, report + (
                 [] if report is todo else todo), spec, args.set, runs_dir)
-        except Exception as e:  # e.g. a bad --set key or value
+        except Exception as e:  # e.g. a bad --set value
             raise TableError(f"cannot compose the table's runs: "
                              f"{' '.join(str(e).split())}") from e
-    except TableError as e:
+    except (TableError, ConfigError) as e:
         print(f'error: {e}', file=sys.stderr)
         return 2
 

@@ -1,7 +1,15 @@
 r"""Errors that the command line reports as one line (``error: ...``) and a
 non-zero exit status, without a traceback. Their message names the problem
 and the fix."""
+import contextlib
 import signal
+import sys
+from pathlib import Path
+from typing import Iterator
+
+# sys.argv[0] while `python -m gnorm.train` imports its package, and the
+# console script's name.
+_COMMANDS = ('-m', 'gnorm-train')
 
 
 class GnormError(Exception):
@@ -30,3 +38,20 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+@contextlib.contextmanager
+def interrupt_exits() -> Iterator[None]:
+    r"""Ctrl-C inside the block (the imports of ``gnorm.train``) while a
+    command starts (``python -m gnorm.train``, ``gnorm-train``) prints one
+    line and exits with status 130, instead of a traceback through the
+    imports of torch and Hydra; in a program that imports gnorm, Ctrl-C
+    raises :class:`KeyboardInterrupt` as usual."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not sys.argv or Path(sys.argv[0]).name not in _COMMANDS:
+            raise
+        print('interrupted while starting: nothing ran', file=sys.stderr,
+              flush=True)
+        sys.exit(128 + signal.SIGINT)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from gnorm.errors import ConfigError, GnormError
+from gnorm.folders import check_file
 from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys, result_config
 
 # Keys of a run's command line that never define a configuration.
@@ -480,6 +481,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f'no failed runs: all {len(runs)} results.json have status ok')
         return 0
     try:
+        if args.csv:
+            check_file(args.csv, f'--csv {args.csv}')
         check_keys(runs, args.by or [], '--by')
         check_keys(runs, args.over, '--over')
         if args.metrics != list(METRICS):

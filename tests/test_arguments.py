@@ -80,3 +80,110 @@ def test_help_covers_graph_training():
                 'train.warmup_steps', 'train.precision'):
         assert key in graph
 
+
+
+def test_an_output_folder_under_a_file_is_one_line(tmp_path, monkeypatch):
+    from gnorm.train.arguments import check_output_folder, output_folder
+    afile = tmp_path / 'afile'
+    afile.touch()
+    for key, argv in (('hydra.run.dir', []), ('hydra.sweep.dir', ['-m'])):
+        with pytest.raises(ConfigError, match=f'^{key}={afile}/x: .* lies '
+                                              f'under the file {afile}; '):
+            check_output_folder([*argv, f'{key}={afile}/x', 'layers=2'])
+        check_output_folder([*argv, f'{key}={tmp_path}/x/${{now:%H}}'])
+    # The default folder (outputs/... in the working folder).
+    monkeypatch.chdir(tmp_path)
+    assert output_folder([])[1].startswith('outputs/${dataset.name}/')
+    assert output_folder(['-m', 'experiment=table3_fair'])[1].startswith(
+        'experiments/runs/table3_fair')
+    check_output_folder([])
+    (tmp_path / 'outputs').touch()
+    with pytest.raises(ConfigError, match=r'^hydra.run.dir \(default '
+                                          r'outputs/.*\): .* is a file'):
+        check_output_folder(['dataset=cora'])
+    # A read-only working folder (os.access: chmod does not stop root).
+    monkeypatch.setattr('os.access', lambda path, mode: False)
+    with pytest.raises(ConfigError, match=f'cannot write in {tmp_path} '):
+        check_output_folder(['-m', 'seed=0,1'])
+
+
+@pytest.fixture
+def multirun_job():
+    r"""Job 0 of a multirun over ``norm.scale=0.5,-1``, as Hydra sets it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+    from hydra import compose, initialize_config_dir
+    from gnorm.train import CONF_DIR
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        cfg = compose('train', overrides=['norm=contranorm',
+                                          'norm.scale=0.5'],
+                      return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.mode = 'MULTIRUN'
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    yield
+    HydraConfig.instance().cfg = None
+
+
+def test_a_batch_error_names_the_bad_run_not_the_first(multirun_job):
+    from gnorm.train.command import error_line
+    bad = ConfigError('/sweep/1-cora-contranorm-L2,norm.scale=-1,seed=0: '
+                      'norm.scale must be a number >= 0, got -1')
+    assert error_line(bad) == f'error: job 0 (norm=contranorm ' \
+                              f'norm.scale=0.5): {bad}'  # a job of one run
+    runs = [{'dir': f'/sweep/{k}-cora-contranorm-L2,norm.scale={s},seed=0',
+             'hydra': {'job': {'num': k}},
+             'info': {'overrides': ['norm=contranorm', f'norm.scale={s}']}}
+            for k, s in enumerate(('0.5', '-1'))]
+    assert error_line(bad, runs) == (
+        'error: job 1 (norm=contranorm norm.scale=-1): norm.scale must be a '
+        'number >= 0, got -1')
+
+
+def test_launchers_not_installed_name_the_extra(monkeypatch):
+    from gnorm.train import arguments
+    from gnorm.train.arguments import check_launchers, launchers
+    assert {'basic', 'joblib', 'processes', 'slurm'} <= set(launchers())
+    check_launchers(['-m', 'hydra/launcher=processes'])
+    with pytest.raises(ConfigError, match="unknown hydra/launcher 'k8s'; "
+                                          "pass hydra/launcher= one of "):
+        check_launchers(['-m', 'hydra/launcher=k8s'])
+    # As without the [launchers] extra.
+    monkeypatch.setattr(arguments, '_installed', lambda module: False)
+    assert launchers() == ['basic']
+    for name in ('joblib', 'processes'):
+        with pytest.raises(ConfigError, match=(
+                f'^hydra/launcher={name} needs hydra-joblib-launcher, which '
+                r'is not installed: pip install "gnorm\[launchers\]"')):
+            check_launchers(['-m', f'hydra/launcher={name}', 'seed=0,1'])
+    with pytest.raises(ConfigError, match='needs hydra-submitit-launcher'):
+        check_launchers(['-m', 'hydra/launcher=slurm'])
+
+
+@pytest.mark.parametrize('argv0,code', [('-m', 130),
+                                        ('/venv/bin/gnorm-train', 130),
+                                        ('my_script.py', -2)])
+def test_ctrl_c_while_the_command_imports_is_one_line(argv0, code):
+    import subprocess
+    import sys
+    # Ctrl-C as torch is imported, as `python -m gnorm.train` (sys.argv[0]
+    # is -m while its package imports) or gnorm-train would get it; a
+    # program importing gnorm.train gets the KeyboardInterrupt.
+    program = f'''
+import sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == 'torch':
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv[0] = {argv0!r}
+import gnorm.train
+'''
+    proc = subprocess.run([sys.executable, '-c', program],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code
+    if code == 130:
+        assert proc.stderr == 'interrupted while starting: nothing ran\n'
+    else:
+        assert 'KeyboardInterrupt' in proc.stderr

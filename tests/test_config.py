@@ -145,3 +145,56 @@ def test_deep_gcn_defaults_are_the_command_lines():
                     else params[k].default)}
     assert differ == {'cached': (True, False)}
     assert model['dropout'] == DeepGCN(4, 2, num_layers=2).dropout == 0.2
+
+
+@pytest.mark.parametrize('overrides,match', [
+    (['model.hidden_channels=0'], 'model.hidden_channels must be an integer '
+                                  '>= 1, got 0'),
+    (['model.hidden_channels=-3'], 'got -3'),
+    (['model=graphormer', 'dataset=zinc_fixture',
+      'model.hidden_channels=0'], 'model.hidden_channels must be'),
+    (['dataset=zinc_fixture', 'model=graphormer', 'dataset.limit=0'],
+     r'dataset.limit must be an integer >= 1 or null, got 0;'),
+    (['dataset=zinc_fixture', 'model=graphormer', 'dataset.limit=-5'],
+     'got -5'),
+    (['dataset=zinc_fixture', 'model=graphormer', 'dataset.limit=abc'],
+     "got 'abc'"),
+    # Refused by the model's constructor, before the data is processed.
+    (['dataset=molhiv', 'model=graphormer', 'norm=sepnorm',
+      'norm.virtual_norm=foo'], 'cannot build the model: .*foo'),
+])
+def test_bad_values_are_refused_before_training(overrides, match):
+    from gnorm.errors import ConfigError
+    with pytest.raises(ConfigError, match=match) as info:
+        check_config(compose_train(*overrides))
+    assert '\n' not in str(info.value)
+
+
+def test_data_root_under_a_file(tmp_path):
+    from gnorm.errors import ConfigError
+    (tmp_path / 'afile').touch()
+    root = tmp_path / 'afile' / 'data'
+    with pytest.raises(ConfigError, match=f'data.root={root}: .* lies under '
+                                          f'the file {tmp_path / "afile"}'):
+        check_config(compose_train(f'data.root={root}'))
+    check_config(compose_train(f'data.root={tmp_path / "new" / "data"}'))
+
+
+def test_folder_checks(tmp_path, monkeypatch):
+    from gnorm.errors import ConfigError
+    from gnorm.folders import check_file, check_folder
+    (tmp_path / 'afile').touch()
+    check_folder(tmp_path / 'a' / 'b', 'x')
+    check_file(tmp_path / 'a' / 'b.csv', 'x')
+    with pytest.raises(ConfigError, match=r'^--out y: .*/afile is a file; '):
+        check_folder(tmp_path / 'afile', '--out y')
+    with pytest.raises(ConfigError, match='is a folder; pass a file name'):
+        check_file(tmp_path, 'x')
+    with pytest.raises(ConfigError, match='lies under the file'):
+        check_file(tmp_path / 'afile' / 'b.csv', 'x')
+    # A read-only folder (chmod does not stop root: os.access says so).
+    monkeypatch.setattr('os.access', lambda path, mode: False)
+    with pytest.raises(ConfigError, match=f'cannot write in {tmp_path} '
+                                          r'\(read-only\)'):
+        check_folder(tmp_path / 'new', 'x')
+    check_folder(tmp_path, 'x', write=False)  # existing data may be read-only

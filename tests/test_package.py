@@ -124,8 +124,8 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'node', 'graph',
                 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it.
-PACKAGE_LAYERS = ('__init__', 'errors', 'run_keys', 'nn', 'metrics', 'data',
-                  'models', 'train', 'results')
+PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
+                  'metrics', 'data', 'models', 'train', 'results')
 
 
 def _imports(path):

@@ -181,6 +181,16 @@ def test_csv_in_the_table_units(multirun, tmp_path, capsys):
     assert float(rows[0]['val loss mean']) == pytest.approx(1.5)
 
 
+def test_csv_that_cannot_be_written_is_one_line(multirun, tmp_path,
+                                                 capsys):
+    (tmp_path / 'afile').touch()
+    path = tmp_path / 'afile' / 't.csv'
+    code, out, err = _cli(capsys, multirun, '--csv', path)
+    assert code == 2 and out == ''  # refused before the table
+    assert err == (f'error: --csv {path}: {path} lies under the file '
+                   f'{tmp_path / "afile"}; pass another path\n')
+
+
 @pytest.mark.parametrize('option,typo,near', [
     ('--by', 'datset.name', 'dataset.name'),
     ('--by', 'layer', 'layers'),

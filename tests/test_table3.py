@@ -335,6 +335,79 @@ def test_bad_selection_is_refused_before_anything_runs(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
+def test_bad_places_and_typos_are_one_line(tmp_path, capsys):
+    (tmp_path / 'afile').touch()
+    missing = tmp_path / 'missing'
+    cases = [
+        (['fair', '--report-only', '--runs', str(missing)],
+         f'error: --report-only: no runs folder {missing}; pass --runs '),
+        (['paper', '--runs', str(tmp_path / 'runs'), '--out',
+          str(tmp_path / 'afile' / 'out')],
+         f'error: --out {tmp_path}/afile/out: {tmp_path}/afile/out lies '
+         f'under the file {tmp_path}/afile; pass a folder'),
+        (['paper', '--runs', str(tmp_path / 'afile' / 'runs')],
+         f'error: --runs {tmp_path}/afile/runs: '),
+        (['paper', '--set', 'train.epoch=3', '--runs', str(missing)],
+         "error: --set: unknown key 'train.epoch' in train.epoch=3; "
+         "closest keys: train.epochs"),
+        (['paper', '--rows', 'none', '--set', 'norm.scal=0.5', '--runs',
+          str(missing)], "error: --set: unknown key 'norm.scal'"),
+    ]
+    for args, start in cases:
+        assert table3.main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(start) and err.count('\n') == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['afile']
+    # A key of ContraNorm's is fine for its row.
+    assert table3.main(['paper', '--datasets', 'csbm', '--depths', '2',
+                        '--rows', 'contranorm', '--set',
+                        'norm.temperature=2', '--runs',
+                        str(missing), '--dry-run']) == 0
+
+
+def test_help_of_every_option_and_installed_launchers(monkeypatch, capsys):
+    from gnorm.train import arguments
+    for script, name in ((table3, 'python experiments/table3.py'),
+                         (_sepnorm(), 'python experiments/sepnorm.py')):
+        with pytest.raises(SystemExit):
+            script.main(['--help'])
+        text = capsys.readouterr().out
+        assert text.startswith(f'usage: {name}')
+        description = text.split('\n\n')[1]
+        assert description.rstrip().endswith('.'), description
+        options = [line for line in text.splitlines()
+                   if line.startswith('  -') or line.startswith('  {')]
+        for line in options:  # a help text on the line or the next one
+            following = text.split(line, 1)[1].split('\n', 2)[1]
+            assert len(line.split('  ')) > 2 or \
+                following.startswith(' ' * 10), f'{name}: {line}'
+    assert 'installed: basic, joblib, processes, slurm' in \
+        ' '.join(_help(table3).split())
+    monkeypatch.setattr(arguments, '_installed', lambda module: False)
+    assert 'installed: basic\n' in _help(table3).replace(' ' * 24, '')
+    assert table3.main(['paper', '--launcher', 'processes']) == 2
+    assert 'hydra/launcher=processes needs hydra-joblib-launcher, which is ' \
+        'not installed: pip install "gnorm[launchers]"' in \
+        capsys.readouterr().err
+
+
+def _sepnorm():
+    spec = importlib.util.spec_from_file_location(
+        'sepnorm', ROOT / 'experiments' / 'sepnorm.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _help(script) -> str:
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        script.main(['--help'])
+    return out.getvalue()
+
+
 def test_set_runs_are_a_table_of_their_own(tmp_path, capsys):
     committed = ROOT / 'experiments' / 'results' / 'table3_paper.md'
     stamp = committed.stat().st_mtime_ns

@@ -89,6 +89,57 @@ def test_same_seed_same_metrics(tmp_path):
     assert other['curve']['loss'] != first['curve']['loss']
 
 
+def _repeatable(results):
+    r"""What two runs of one config must share bit for bit."""
+    return {k: v for k, v in results.items()
+            if k not in ('runtime_s', 'path')} | {
+        'curve': {k: v for k, v in results['curve'].items()
+                  if k != 'time_s'}}
+
+
+@pytest.mark.parametrize('overrides', [
+    [*TINY, 'norm=contranorm', 'threads=1'],
+    # Batched runs (seeds as one model) and the Graphormer's attention.
+    pytest.param(['dataset=zinc_fixture', 'dataset.limit=40',
+                  'model=graphormer', 'norm=sepnorm', 'layers=1',
+                  'model.hidden_channels=16', 'model.num_heads=2',
+                  'model.ffn_channels=16', 'model.max_dist=3',
+                  'train.epochs=2', 'train.batch_size=20',
+                  'train.progress=false', 'device=cpu'],
+                 marks=needs_mirror),
+])
+def test_deterministic_runs_are_bitwise_equal(tmp_path, overrides):
+    from gnorm.train.run import seed_everything
+    try:
+        first, second = (train(compose_train(*overrides,
+                                             'train.deterministic=true'),
+                               output_dir=tmp_path / name)
+                         for name in ('a', 'b'))
+        # No op may fall back to a nondeterministic kernel with a warning.
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
+    finally:
+        seed_everything(0, deterministic=False)
+    assert _repeatable(first) == _repeatable(second)
+
+
+def test_deterministic_kernels_pick_math_attention_on_cuda():
+    # Only flags: runs without a GPU.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from gnorm.train.run import deterministic_kernels
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        with deterministic_kernels(torch.device('cuda')):
+            assert torch.backends.cuda.math_sdp_enabled()
+            assert not torch.backends.cuda.flash_sdp_enabled()
+            assert not torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled()
+        with deterministic_kernels(torch.device('cpu')):  # CPU: as it was
+            assert torch.backends.cuda.flash_sdp_enabled()
+        with deterministic_kernels(torch.device('cuda'), enabled=False):
+            assert torch.backends.cuda.flash_sdp_enabled()
+
+
 def test_nan_loss_fails_the_run(tmp_path):
     with pytest.raises(TrainingError, match='loss became nan at epoch'):
         train(compose_train(*TINY, 'train.lr=1e30'), output_dir=tmp_path)
@@ -128,6 +179,8 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
     (['train.log_every=-1'], 'train.log_every must be an integer >= 0'),
     (['split_index=3'], 'split_index=3 picks a Geom-GCN split, and '
                         'split=random is drawn from the seed'),
+    (['train.deterministic=yes'], 'train.deterministic must be true or '
+                                  "false, got 'yes'"),
 ])
 def test_bad_config(tmp_path, overrides, match):
     # Refused before training starts: no run folder, nothing written.
@@ -339,3 +392,15 @@ def test_real_datasets_through_the_mirror(tmp_path, data_root, dataset,
     assert 0.0 <= results['test_acc'] <= 1.0
     raw = data_root / PYG_DATASETS[dataset][2]
     assert sorted(p.name for p in raw.iterdir()) == sorted(raw_files(dataset))
+
+
+def test_summary_line_gives_accuracies_in_percent():
+    from gnorm.train import node
+    results = {'selected_epoch': 7, 'train_acc': 0.9857, 'val_acc': 0.158,
+               'test_acc': 0.8160, 'runtime_s': 1.25, 'device': 'cpu',
+               'path': 'out/results.json', 'choices': {'norm': 'none'},
+               'collapse': {'effective_rank': [6.44, 7.18]}}
+    assert node.summary(results, compose_train('layers=2')) == (
+        'cora L=2 none seed=0 | epoch 7 (best_val) | acc train 98.57% val '
+        '15.80% test 81.60% | erank last 7.18 hidden 6.44 | 1.2s cpu | '
+        'out/results.json')

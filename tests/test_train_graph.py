@@ -289,3 +289,15 @@ def test_sepnorm_report_is_generated_from_runs(tmp_path):
             '1 | 10 s |') in md
     assert 'missing' in md and 'cpu: X, 1 thread (3 runs)' in md
     assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
+
+
+@pytest.mark.parametrize('metric,shown', [
+    ('rocauc', 'rocauc val 78.00% test 75.50%'),  # a fraction, in %
+    ('mae', 'mae val 0.7800 test 0.7550'),          # as it is
+])
+def test_summary_line_units(metric, shown):
+    results = {'selected_epoch': 3, 'metric': metric, 'val_metric': 0.78,
+               'test_metric': 0.755, 'runtime_s': 2.0, 'device': 'cpu',
+               'path': 'out/results.json', 'choices': {'norm': 'sepnorm'}}
+    line = graph.summary(results, compose_train(*TINY))
+    assert line.split(' | ')[2] == shown

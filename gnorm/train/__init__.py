@@ -23,11 +23,15 @@ Modules, each importing only those above it in this list:
 * :mod:`gnorm.train.arguments`: unknown options and keys, ``--help``;
 * :mod:`gnorm.train.command`: the command line.
 """
-from gnorm.train.common import CONF_DIR, check_config, write_json
-from gnorm.train.node import build_model, load_data
-from gnorm.train.run import resolve_device, seed_everything, train, train_runs
-from gnorm.train.arguments import check_choices, check_keys, help_text
-from gnorm.train.command import cli, main
+from gnorm.errors import interrupt_exits
+
+with interrupt_exits():  # Ctrl-C while the command imports torch: one line
+    from gnorm.train.common import CONF_DIR, check_config, write_json
+    from gnorm.train.node import build_model, load_data
+    from gnorm.train.run import (resolve_device, seed_everything, train,
+                                 train_runs)
+    from gnorm.train.arguments import check_choices, check_keys, help_text
+    from gnorm.train.command import cli, main
 
 __all__ = [
     'CONF_DIR',

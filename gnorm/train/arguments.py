@@ -1,9 +1,11 @@
 r"""What ``python -m gnorm.train`` checks and explains before Hydra
 composes the config (whose own reports span many lines): unknown options
 of a config group and unknown keys, each as one line naming the valid
-ones, and ``--help`` (the main keys, one line each, from the comments of
-``conf/train.yaml``)."""
+ones, launchers that are not installed, an output folder that cannot be
+written, and ``--help`` (the main keys, one line each, from the comments
+of ``conf/train.yaml``)."""
 import difflib
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Set, Tuple
@@ -11,12 +13,22 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 from omegaconf import OmegaConf
 
 from gnorm.errors import ConfigError
+from gnorm.folders import check_folder
 from gnorm.train.run import CONF_DIR
 
 # Command-line flags after which the config folder may not be ours.
 OTHER_CONFIGS = ('--config-dir', '-cd', '--config-path', '-cp')
 # Keys that gnorm's sweeper sets, never suggested for a typo.
 SET_BY_GNORM = ('batch_file', )
+# Hydra's launchers: the plugin module each needs (None: built in).
+LAUNCHER_PLUGINS = {
+    'basic': None,
+    'joblib': 'hydra_plugins.hydra_joblib_launcher',
+    'submitit_local': 'hydra_plugins.hydra_submitit_launcher',
+    'submitit_slurm': 'hydra_plugins.hydra_submitit_launcher',
+}
+LAUNCHERS_EXTRA = ('pip install "gnorm[launchers]" (in a checkout: pip '
+                   'install -e ".[launchers]")')
 
 
 def _overrides(argv: List[str]) -> Iterator[Any]:
@@ -204,6 +216,118 @@ def _other_options_hint(key: str, keys: Set[str],
         hints.append(f"only {where} have it" if near == key else
                      f"closest key: {near} (with {where})")
     return '; '.join(hints)
+
+
+def _raw(path: Path, key: str) -> Any:
+    r"""The value of dotted :obj:`key` in the config file :obj:`path`, not
+    resolved (:obj:`None` if it has none)."""
+    node: Any = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    for part in key.split('.'):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def output_folder(argv: List[str], conf_dir: Path = CONF_DIR,
+                  ) -> Tuple[str, str, bool]:
+    r"""The key of the folder Hydra makes first for :obj:`argv`
+    (``hydra.sweep.dir`` with ``-m``, else ``hydra.run.dir``), its value
+    (typed, else the experiment's, else ``conf/hydra/default.yaml``'s,
+    not resolved) and whether it was typed."""
+    multirun = any(a in ('-m', '--multirun') for a in argv)
+    key = 'hydra.sweep.dir' if multirun else 'hydra.run.dir'
+    value, experiment = None, None
+    for override in _overrides(argv):
+        name = override.key_or_group.lstrip('+/')
+        if name == key and not override.is_sweep_override():
+            value = str(override.value())
+        elif name == 'experiment' and not override.is_sweep_override():
+            experiment = override.value()
+    if value is not None:
+        return key, value, True
+    path = conf_dir / 'experiment' / f'{experiment}.yaml'
+    if experiment is not None and path.is_file():
+        value = _raw(path, key)
+    if value is None:
+        value = _raw(conf_dir / 'hydra' / 'default.yaml',
+                     key.split('.', 1)[1])
+    return key, str(value), False
+
+
+def check_output_folder(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
+    r"""Raises :class:`ConfigError` if the output folder of :obj:`argv`
+    (:func:`output_folder`; its part before the first interpolation
+    ``${...}``) lies under a file or in a read-only folder, before Hydra
+    makes it and a traceback ends the command."""
+    key, value, typed = output_folder(argv, conf_dir)
+    static = value.split('${', 1)[0]
+    if '${' in value:  # the folders that exist before the run's own
+        static = static.rsplit('/', 1)[0] if '/' in static else ''
+    if not typed and _other_configs(argv):
+        return
+    check_folder(static or '.', f'{key}={value}' if typed else
+                 f'{key} (default {value})')
+
+
+def _installed(module: str) -> bool:
+    r"""Whether the module :obj:`module` can be imported."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is missing
+        return False
+
+
+def _launcher_plugin(name: str, conf_dir: Path) -> Any:
+    r"""The plugin module that launcher :obj:`name` needs (:obj:`None`:
+    built in): Hydra's own, or that of the launcher a gnorm option of
+    ``conf/hydra/launcher/`` extends; ``False`` for an unknown name."""
+    if name in LAUNCHER_PLUGINS:
+        return LAUNCHER_PLUGINS[name]
+    path = conf_dir / 'hydra' / 'launcher' / f'{name}.yaml'
+    if not path.is_file():
+        return False
+    base = next((item for item in OmegaConf.load(path).get('defaults', [])
+                 if isinstance(item, str) and item in LAUNCHER_PLUGINS),
+                'basic')
+    return LAUNCHER_PLUGINS[base]
+
+
+def launchers(conf_dir: Path = CONF_DIR) -> List[str]:
+    r"""The launchers one can pick (``hydra/launcher=NAME``): Hydra's and
+    gnorm's (``conf/hydra/launcher/``) whose plugin is installed."""
+    names = {*LAUNCHER_PLUGINS,
+             *(p.stem for p in (conf_dir / 'hydra' / 'launcher')
+               .glob('*.yaml'))}
+    return sorted(name for name in names
+                  if (plugin := _launcher_plugin(name, conf_dir)) is None
+                  or (plugin and _installed(plugin)))
+
+
+def check_launcher(name: str, conf_dir: Path = CONF_DIR) -> None:
+    r"""Raises :class:`ConfigError` if launcher :obj:`name` is unknown, or
+    its plugin is not installed (naming the ``[launchers]`` extra)."""
+    plugin = _launcher_plugin(name, conf_dir)
+    if plugin is False:
+        raise ConfigError(f"unknown hydra/launcher {name!r}; pass "
+                          f"hydra/launcher= one of "
+                          f"{', '.join(launchers(conf_dir))}")
+    if plugin is not None and not _installed(plugin):
+        package = plugin.rsplit('.', 1)[1].replace('_', '-')
+        raise ConfigError(f"hydra/launcher={name} needs {package}, which "
+                          f"is not installed: {LAUNCHERS_EXTRA}")
+
+
+def check_launchers(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
+    r""":func:`check_launcher` for every ``hydra/launcher=`` override of
+    :obj:`argv`."""
+    if _other_configs(argv):
+        return
+    for override in _overrides(argv):
+        if override.key_or_group.lstrip('+/') == 'hydra/launcher' and \
+                not override.is_delete():
+            for name in _values(override):
+                check_launcher(name, conf_dir)
 
 
 _LINE = re.compile(r'^(?P<indent> *)(?P<item>- )?(?P<key>[\w.]+):[ ]*'

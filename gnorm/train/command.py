@@ -17,7 +17,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError, GnormError, Interrupted
-from gnorm.train.arguments import check_choices, check_keys, help_text
+from gnorm.train.arguments import (
+    check_choices,
+    check_keys,
+    check_launchers,
+    check_output_folder,
+    help_text,
+)
 from gnorm.train.common import CONF_DIR, main_process
 from gnorm.train.run import train, train_runs
 from gnorm.train.sweep import load_batch
@@ -54,6 +60,23 @@ def resume_note(cfg: DictConfig, folder: Path) -> Optional[str]:
             f"folder): this run trains from the start")
 
 
+def error_line(error: GnormError,
+               runs: Optional[List[Dict[str, Any]]] = None) -> str:
+    r"""The ``error: ...`` line of a failed job, labelled with the job
+    (:func:`job_label`). For a job of gnorm's sweeper that trains the
+    batch :obj:`runs`, whose label would name its first run: the run the
+    error is about (its folder starts the message), labelled as that run's
+    job of an unbatched sweep would be."""
+    text = str(error)
+    for run in runs or []:
+        folder = f"{Path(run['dir']).absolute()}: "
+        if text.startswith(folder):
+            return (f"error: job {run['hydra']['job']['num']} "
+                    f"({' '.join(run['info']['overrides'])}): "
+                    f"{text[len(folder):]}")
+    return f'error: {job_label()}{text}'
+
+
 @hydra.main(version_base='1.3', config_path=str(CONF_DIR), config_name='train')
 def main(cfg: DictConfig) -> Optional[float]:
     r"""The command line: runs :func:`train` (or the runs of a batch file
@@ -74,7 +97,7 @@ def main(cfg: DictConfig) -> Optional[float]:
             results = train(cfg)
         return results.get('val_metric', results.get('val_acc'))
     except GnormError as e:
-        print(f'error: {job_label()}{e}', file=sys.stderr, flush=True)
+        print(error_line(e, runs), file=sys.stderr, flush=True)
         for folder in folders:
             remove_refused(Path(folder))
         # Later jobs of a multirun still run; the exit status reports it.
@@ -158,8 +181,10 @@ def register_sweeper() -> None:
 
 def cli() -> None:
     r"""Entry point of ``python -m gnorm.train`` and ``gnorm-train``:
-    ``--help`` lists the main keys; an unknown group option or key is one
-    line (exit status 2) before Hydra starts; SIGINT and SIGTERM stop the
+    ``--help`` lists the main keys; an unknown group option or key, a
+    launcher that is not installed, or an output folder that cannot be
+    written, is one line (exit status 2)
+    before Hydra starts; SIGINT and SIGTERM stop the
     run cleanly (exit status 130, 143); a failed job exits with its
     error's status after the other jobs of a multirun ran."""
     argv = sys.argv[1:]
@@ -169,6 +194,8 @@ def cli() -> None:
     try:
         check_choices(argv)
         check_keys(argv)
+        check_launchers(argv)
+        check_output_folder(argv)
     except ConfigError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(e.exit_code)

@@ -21,6 +21,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError
+from gnorm.folders import check_folder
 from gnorm.run_keys import NOT_RESULT_KEYS, result_config
 
 # The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
@@ -71,10 +72,19 @@ def check_config(cfg: DictConfig) -> None:
         if not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"train.{key} must be a number >= 0, got "
                               f"{value!r}")
+    if not isinstance(cfg.train.deterministic, bool):
+        raise ConfigError(f"train.deterministic must be true or false, got "
+                          f"{cfg.train.deterministic!r}")
     runs = cfg.get('batch_runs', 'auto')
     if runs != 'auto' and (not is_int(runs) or runs < 1):
         raise ConfigError(f"batch_runs must be auto or an integer >= 1, got "
                           f"{runs!r}; pass e.g. batch_runs=auto")
+    width = cfg.model.get('hidden_channels')
+    if not is_int(width) or width < 1:
+        raise ConfigError(f"model.hidden_channels must be an integer >= 1, "
+                          f"got {width!r}; pass e.g. model.hidden_channels=32")
+    # The data folder may be read-only when it holds the data already.
+    check_folder(cfg.data.root, f'data.root={cfg.data.root}', write=False)
     scale = cfg.norm.get('scale', None)
     if scale is not None and (not isinstance(scale, (int, float))
                               or scale < 0):

@@ -45,7 +45,7 @@ from gnorm.data.molecules import (GRAPH_DATASETS, graph_sizes, import_ogb,
                                    load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
-from gnorm.train.progress import Progress
+from gnorm.train.progress import Progress, shown
 from gnorm.train.common import (is_int, json_safe, one_line, option,
                                  result_config)
 
@@ -90,6 +90,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"model.max_dist must be an integer >= 1, got "
                           f"{cfg.model.max_dist!r}; pass e.g. "
                           f"model.max_dist=5")
+    limit = cfg.dataset.get('limit')
+    if limit is not None and (not is_int(limit) or limit < 1):
+        raise ConfigError(f"dataset.limit must be an integer >= 1 or null, "
+                          f"got {limit!r}; pass e.g. dataset.limit=64")
     if GRAPH_DATASETS[name][0] == 'ogb':
         import_ogb('ogb.graphproppred')  # names the [graph] extra if missing
     if cfg.split != cfg.dataset.default_split:
@@ -114,6 +118,7 @@ def check_config(cfg: DictConfig) -> None:
     if t.precision not in PRECISIONS:
         raise ConfigError(f"unknown train.precision={t.precision!r}; pass "
                           f"bf16 or fp32")
+    build_model(cfg)  # bad model or norm options, before the data loads
 
 
 def build_model(cfg: DictConfig) -> torch.nn.Module:
@@ -305,8 +310,8 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
         f"{cfg.dataset.name} graphormer L={cfg.model.num_layers} {norm} "
         f"seed={cfg.seed}",
         f"epoch {results['selected_epoch']} ({cfg.select})",
-        f"{metric} val {results['val_metric']:.4f} test "
-        f"{results['test_metric']:.4f}",
+        f"{metric} val {shown(metric, results['val_metric'])} test "
+        f"{shown(metric, results['test_metric'])}",
         f"{results['runtime_s']:.1f}s {results['device']}",
         str(results['path'])])
 

@@ -438,7 +438,7 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
         'norm', str(cfg.norm._target_).rsplit('.', 1)[-1])
     parts = [f"{cfg.dataset.name} L={cfg.layers} {norm} seed={cfg.seed}",
              f"epoch {results['selected_epoch']} ({cfg.select})",
-             'acc ' + ' '.join(f"{split} {100 * results[f'{split}_acc']:.2f}"
+             'acc ' + ' '.join(f"{split} {100 * results[f'{split}_acc']:.2f}%"
                                for split in ('train', 'val', 'test'))]
     if 'collapse' in results:
         erank = results['collapse']['effective_rank']

@@ -7,7 +7,9 @@ goes, so that ``nohup``, a cluster log and Hydra's ``train.log`` show it::
             ...
             progress.update(epoch, loss=loss, val_acc=val_acc)
 
-logs ``epoch 10/200 | loss 0.6931 | val_acc 0.7980 | 3.2s``.
+logs ``epoch 10/200 | loss 0.6931 | val_acc 79.80% | 3.2s``: accuracies
+and ROC-AUC (metrics named ``*acc``, ``*rocauc``, given as fractions) in
+%, other metrics (loss, MAE) as they are.
 """
 import contextlib
 import logging
@@ -19,6 +21,18 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 log = logging.getLogger(__name__)
+
+# Metrics (the end of their name) given as fractions and shown in %.
+PERCENT = ('acc', 'rocauc')
+
+
+def shown(name: str, value: float) -> str:
+    r""":obj:`value` of metric :obj:`name` as a person reads it:
+    ``79.80%`` for an accuracy or ROC-AUC (:data:`PERCENT`, a fraction),
+    else four decimals (``0.6931``)."""
+    if name.endswith(PERCENT):
+        return f'{100 * value:.2f}%'
+    return f'{value:.4f}'
 
 
 class Progress:
@@ -51,11 +65,11 @@ class Progress:
         :obj:`metrics` (e.g. :obj:`loss`, :obj:`val_acc`)."""
         if self.bar is not None:
             self.bar.update(epoch - self.bar.n)
-            self.bar.set_postfix({k: f'{v:.4f}' for k, v in metrics.items()},
+            self.bar.set_postfix({k: shown(k, v) for k, v in metrics.items()},
                                  refresh=False)
         if epoch == self.total or (self.every > 0 and epoch % self.every == 0):
             parts = [f'{self.desc} epoch {epoch}/{self.total}']
-            parts += [f'{k} {v:.4f}' for k, v in metrics.items()]
+            parts += [f'{k} {shown(k, v)}' for k, v in metrics.items()]
             parts.append(f'{time.perf_counter() - self.start:.1f}s')
             log.info(' | '.join(parts))
 

@@ -14,6 +14,7 @@ shows it with :class:`gnorm.train.progress.Progress`; when a run stops
 early (an error, Ctrl-C, SIGTERM), :func:`train_runs` writes what it holds
 to ``results.json`` with ``status: failed`` or ``interrupted``.
 """
+import contextlib
 import logging
 import os
 import platform
@@ -22,7 +23,7 @@ import signal
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -45,17 +46,56 @@ from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
 
 log = logging.getLogger(__name__)
 
+# cuBLAS workspace of deterministic runs (CUDA's documented setting).
+CUBLAS_WORKSPACE = ':4096:8'
+
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:
     r"""Seeds python, numpy and torch (CPU and every CUDA device); with
-    :obj:`deterministic`, also asks torch for deterministic kernels."""
+    :obj:`deterministic`, also makes torch use deterministic kernels and
+    raise a :class:`RuntimeError` naming any op that has none
+    (:func:`torch.use_deterministic_algorithms`, not ``warn_only``), and
+    sets ``CUBLAS_WORKSPACE_CONFIG`` (it only acts if set before the
+    process's first cuBLAS call: :func:`train_runs` sets it first thing).
+    See :func:`deterministic_kernels` for what it guarantees."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)
     if deterministic:
-        os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+        os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(deterministic)
+
+
+@contextlib.contextmanager
+def deterministic_kernels(device: torch.device,
+                          enabled: bool = True) -> Iterator[None]:
+    r"""The kernels of ``train.deterministic=true`` for the block, on
+    :obj:`device`, after :func:`seed_everything` with
+    :obj:`deterministic`: on CUDA, scaled dot-product attention (the
+    Graphormer's, ContraNorm's) uses its math backend only, since the
+    fused flash and memory-efficient backward kernels accumulate in an
+    order that changes from run to run, and cuDNN does not benchmark
+    algorithms; on the CPU nothing changes (its kernels already give the
+    same bits on the same machine and thread count).
+
+    What ``train.deterministic=true`` then guarantees: two runs of one
+    config on the same machine, device, thread count and versions give
+    bitwise-equal results (``tests/test_train.py`` checks it on the CPU);
+    on CUDA, an op without a deterministic kernel stops the run with an
+    error naming it instead of silently differing. Runs on other devices,
+    GPUs, thread counts or versions may still differ in the last bits."""
+    if not enabled or device.type != 'cuda':
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    benchmark = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
 
 
 def resolve_device(name: str) -> torch.device:
@@ -187,8 +227,10 @@ def _train_batch(task, cfgs: List[DictConfig], paths: List[Path],
     try:
         results = [base_results(c, device, p, i, len(cfgs))
                    for c, p, i in zip(cfgs, paths, infos)]
-        seed_everything(cfgs[0].seed, cfgs[0].train.deterministic)
-        results = task.run(cfgs, device, results, paths)
+        deterministic = cfgs[0].train.deterministic
+        seed_everything(cfgs[0].seed, deterministic)
+        with deterministic_kernels(device, deterministic):
+            results = task.run(cfgs, device, results, paths)
     except KeyboardInterrupt as e:
         name = signal.Signals(getattr(e, 'signum', signal.SIGINT)).name
         for c, p, r, i in zip(cfgs, paths, results, infos):
@@ -279,6 +321,9 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
         except GnormError as e:
             failures.append(_of_run(e, paths[i].parent, len(cfgs)))
     queue: List[List[int]] = []
+    if any(cfgs[i].train.deterministic for i in todo):
+        # Before the first cuBLAS call of the process.
+        os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', CUBLAS_WORKSPACE)
     if todo:
         try:
             task = task_module(cfgs[todo[0]])
