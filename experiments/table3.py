@@ -565,6 +565,7 @@ def comparison(records: List[Dict[str, Any]],
              '| dataset | layers | ' + ' | '.join(
                  f'vs {o}' for o in against) + ' |',
              '|---|---|' + '---|' * len(against)]
+    verdicts: Dict[str, Dict[str, List[str]]] = {o: {} for o in against}
     for (dataset, name, depth), ours in by.items():
         if name != row:
             continue
@@ -572,7 +573,30 @@ def comparison(records: List[Dict[str, Any]],
                  if (dataset, o, depth) in by else 'no such cell'
                  for o in against]
         lines.append(f'| {dataset} | {depth} | ' + ' | '.join(texts) + ' |')
-    return lines
+        for o, text in zip(against, texts):
+            verdict = text.split(' (')[0].strip('*')
+            verdicts[o].setdefault(verdict, []).append(f'{dataset} L={depth}')
+    return lines + ['', in_words(row, verdicts)]
+
+
+VERDICTS = ('beats', 'loses', 'within the spread')
+
+
+def in_words(row: str, verdicts: Dict[str, Dict[str, List[str]]]) -> str:
+    r"""The comparison's table in one paragraph (the README quotes it):
+    per other row, the cells where :obj:`row` beats it, loses, or is within
+    the spread, and how many cells are not compared yet."""
+    parts = []
+    for other, found in verdicts.items():
+        said = [f"{verdict} at {', '.join(found[verdict])}"
+                for verdict in VERDICTS if found.get(verdict)]
+        left = sum(len(v) for k, v in found.items() if k not in VERDICTS)
+        parts.append(f"against {other}, {row} "
+                     + ('; '.join(said) if said else 'has no complete cell')
+                     + (f" ({left} cells not compared: incomplete)"
+                        if left else ''))
+    return 'In words: ' + '. '.join(
+        p[0].upper() + p[1:] if i else p for i, p in enumerate(parts)) + '.'
 
 
 def _command(protocol: str, spec: Dict[str, Any], sets: Sequence[str],

@@ -1,0 +1,48 @@
+r"""The main command's report and the README's numbers come from the
+committed runs."""
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    'main_command', ROOT / 'experiments' / 'main_command.py')
+main_command = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(main_command)
+
+
+def test_committed_report_is_generated_from_the_committed_runs():
+    assert main_command.report(main_command.RUNS) == \
+        main_command.OUT.read_text()
+
+
+def test_readme_quotes_the_first_folder_of_the_report():
+    r"""The README's main-command numbers are those of the report's first
+    table (the main command with today's code), ContraNorm and none."""
+    readme = (ROOT / 'README.md').read_text()
+    quoted = re.search(r'<!-- main-command-numbers -->(.*?)<!-- /main-command'
+                       r'-numbers -->', readme, re.S).group(1)
+    first = main_command.OUT.read_text().split('\n## ')[1]
+    for norm in ('contranorm', 'none'):
+        row = next(line for line in first.splitlines()
+                   if f'| {norm} |' in line)
+        test_acc = re.findall(r'(\d+\.\d\d ± \d+\.\d\d)', row)[0]
+        assert test_acc in ' '.join(quoted.split()), (norm, test_acc)
+
+
+def test_bad_runs_folder_is_one_line(tmp_path, capsys):
+    assert main_command.main(['--runs', str(tmp_path / 'missing')]) == 2
+    assert capsys.readouterr().err.startswith('error: no such folder')
+
+
+def test_readme_says_where_contranorm_beats_the_other_rows():
+    r"""The README's Table 3 sentence is the committed report's generated
+    "In words" paragraph (complete cells only, the seeds' spread rule)."""
+    readme = (ROOT / 'README.md').read_text()
+    quoted = re.search(r'<!-- table3-in-words -->(.*?)<!-- /table3-in-words'
+                       r' -->', readme, re.S).group(1)
+    report = (ROOT / 'experiments' / 'results' / 'table3_paper.md'
+              ).read_text()
+    words = next(line for line in report.splitlines()
+                 if line.startswith('In words: '))
+    assert ' '.join(quoted.split()) == words
