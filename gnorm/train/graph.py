@@ -29,8 +29,9 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -334,140 +335,288 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
     :obj:`results` completed with the val/test metric of the selected epoch
     and the per-epoch curve. Raises :class:`TrainingError` if the loss
     stops being finite (:func:`gnorm.train.train` records the failure)."""
-    t = cfg.train
     rank, world, device = _distributed(device)
     checkpoint = path.parent / CHECKPOINT
-    state = None
-    if cfg.get('resume', False) and checkpoint.is_file():
-        state = torch.load(checkpoint, map_location=device,
-                           weights_only=False)
-        asked = result_config(OmegaConf.to_container(cfg, resolve=True))
-        if result_config(state['config']) != asked:
-            raise ConfigError(f"{checkpoint} belongs to another config; pass "
-                              f"resume=false or another output folder")
-    name = cfg.dataset.name
-    metric, higher_better = GRAPH_DATASETS[name][2:]
+    state = load_checkpoint(cfg, checkpoint, device)
+    splits = load_splits(cfg)
+    model = build_model(cfg).to(device)
+    describe(results, cfg, splits, model, world)
+    loaders = build_loaders(splits, cfg.train, cfg.seed, rank, world, device)
+    training = build_training(cfg, model, device, rank, world,
+                              len(loaders.train))
+    results.update(curve={k: [] for k in CURVE}, best_epoch=0, best=None)
+    best_state, start = None, 1
+    if state is not None:
+        best_state, start = restore(state, training, results)
+        log.info('resumed from %s at epoch %d', checkpoint, state['epoch'])
+    best_state = fit(cfg, training, loaders, results, best_state, start,
+                     checkpoint)
+    select(cfg, training, loaders, results, best_state)
+    if world > 1:
+        dist.destroy_process_group()
+    return results
+
+
+def load_checkpoint(cfg: DictConfig, checkpoint: Path,
+                    device: torch.device) -> Optional[Dict[str, Any]]:
+    r"""The state saved in :obj:`checkpoint` when :obj:`cfg` asks to resume
+    and the file exists (:obj:`None` otherwise); refuses the checkpoint of
+    another config."""
+    if not cfg.get('resume', False) or not checkpoint.is_file():
+        return None
+    state = torch.load(checkpoint, map_location=device, weights_only=False)
+    asked = result_config(OmegaConf.to_container(cfg, resolve=True))
+    if result_config(state['config']) != asked:
+        raise ConfigError(f"{checkpoint} belongs to another config; pass "
+                          f"resume=false or another output folder")
+    return state
+
+
+def load_splits(cfg: DictConfig) -> Dict[str, Any]:
+    r"""The ``train``, ``valid`` and ``test`` graphs of :obj:`cfg.dataset`."""
     options = {k: v for k, v in OmegaConf.to_container(
         cfg.dataset, resolve=True).items() if k not in _DATASET_META}
-    splits = load_graph_dataset(name, cfg.data.root, cfg.data.mirror,
-                                **options)
-    model = build_model(cfg).to(device)
+    return load_graph_dataset(cfg.dataset.name, cfg.data.root,
+                              cfg.data.mirror, **options)
+
+
+def describe(results: Dict[str, Any], cfg: DictConfig,
+             splits: Dict[str, Any], model: torch.nn.Module,
+             world: int) -> None:
+    r"""Logs the data and the model and records them in :obj:`results`."""
+    name = cfg.dataset.name
     if cfg.norm._target_.endswith('Identity'):
         log.warning('norm=none: the Graphormer runs without normalisation')
     log.info('%s: %s graphs; model %s on %s', name,
-             '/'.join(str(len(s)) for s in splits.values()), model, device)
+             '/'.join(str(len(s)) for s in splits.values()), model,
+             next(model.parameters()).device)
     results.update({
         'dataset': {'name': name, 'split': cfg.split, 'split_sizes': [
             len(splits[k]) for k in ('train', 'valid', 'test')]},
-        'model': str(model), 'metric': metric, 'world_size': world,
+        'model': str(model), 'metric': GRAPH_DATASETS[name][2],
+        'world_size': world,
         'num_parameters': sum(p.numel() for p in model.parameters()),
     })
 
+
+@dataclass
+class Loaders:
+    r"""The loaders of a run: :obj:`train` draws its batches from
+    :obj:`sampler` (reseeded every epoch by :meth:`set_epoch`)."""
+    train: DataLoader
+    sampler: Any
+    valid: DataLoader
+    test: DataLoader
+
+
+def _eval_batching(graphs, batch_size: int, buckets: bool) -> Dict[str, Any]:
+    r"""Evaluation batches: the graphs in their order, or with
+    :obj:`buckets` sorted by size (a graph's prediction does not depend on
+    its batch-mates)."""
+    if not buckets:
+        return dict(batch_size=batch_size, shuffle=False)
+    order = graph_sizes(graphs).sort(stable=True).indices
+    return dict(batch_sampler=[b.tolist() for b in order.split(batch_size)])
+
+
+def build_loaders(splits: Dict[str, Any], t: DictConfig, seed: int,
+                  rank: int, world: int, device: torch.device) -> Loaders:
+    r"""The loaders of :obj:`splits` for process :obj:`rank` of
+    :obj:`world`: training batches of ``train.batch_size`` graphs, of
+    similar size with ``train.bucket_chunk`` (:class:`SizeBuckets`), else
+    uniformly shuffled (:class:`DistributedSampler`)."""
     if t.bucket_chunk:
         sampler = SizeBuckets(graph_sizes(splits['train']), t.batch_size,
-                              t.bucket_chunk, cfg.seed, rank, world)
+                              t.bucket_chunk, seed, rank, world)
         batching = dict(batch_sampler=sampler)
     else:
         sampler = DistributedSampler(splits['train'], num_replicas=world,
-                                     rank=rank, shuffle=True, seed=cfg.seed)
+                                     rank=rank, shuffle=True, seed=seed)
         batching = dict(batch_size=t.batch_size, sampler=sampler)
     # Workers collate ahead of the model (kept across epochs); on CUDA the
     # batches come in pinned memory and copy asynchronously.
-    pin = device.type == 'cuda'
-    loader_args = dict(num_workers=t.num_workers, pin_memory=pin,
-                       persistent_workers=t.num_workers > 0)
-    train_loader = DataLoader(splits['train'], **batching, **loader_args)
-    # Evaluation: the graphs in their order, or with bucket_chunk sorted by
-    # size (a graph's prediction does not depend on its batch-mates).
-    def eval_batches(graphs) -> Dict[str, Any]:
-        if not t.bucket_chunk:
-            return dict(batch_size=t.batch_size, shuffle=False)
-        order = graph_sizes(graphs).sort(stable=True).indices
-        return dict(batch_sampler=[b.tolist() for b in
-                                   order.split(t.batch_size)])
-    loaders = {k: DataLoader(splits[k], **eval_batches(splits[k]),
-                             **loader_args) for k in ('valid', 'test')}
-    trained = model
-    if world > 1:
-        if device.type == 'cuda':
-            trained = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        trained = torch.nn.parallel.DistributedDataParallel(
-            trained, device_ids=[device] if device.type == 'cuda' else None)
+    args = dict(num_workers=t.num_workers, pin_memory=device.type == 'cuda',
+                persistent_workers=t.num_workers > 0)
+    evals = {k: DataLoader(splits[k], **_eval_batching(
+        splits[k], t.batch_size, bool(t.bucket_chunk)), **args)
+        for k in ('valid', 'test')}
+    return Loaders(DataLoader(splits['train'], **batching, **args), sampler,
+                   **evals)
+
+
+@dataclass
+class Training:
+    r"""What an update needs: the :obj:`model` (its weights are saved and
+    evaluated), the module :obj:`trained` (the model, or its
+    :class:`~torch.nn.parallel.DistributedDataParallel` wrapper), the
+    optimizer and learning-rate schedule, the device, whether updates run
+    under bf16 :obj:`autocast`, the :obj:`metric` (which picks the loss)
+    the gradient clipping norm (:obj:`0`: none), and this process's
+    :obj:`rank` of the :obj:`world` data-parallel processes."""
+    model: torch.nn.Module
+    trained: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    device: torch.device
+    autocast: bool
+    metric: str
+    grad_clip: float
+    rank: int = 0
+    world: int = 1
+
+    def step(self, batch) -> torch.Tensor:
+        r"""One update on :obj:`batch` (on the device); returns its loss."""
+        with torch.autocast(self.device.type, torch.bfloat16,
+                            enabled=self.autocast):
+            loss = _loss(forward(self.trained, batch), batch.y, self.metric)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                           self.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.detach()
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]['lr']
+
+
+def data_parallel(model: torch.nn.Module, device: torch.device,
+                  world: int) -> torch.nn.Module:
+    r""":obj:`model` wrapped for data-parallel training over :obj:`world`
+    processes (itself when :obj:`world` is 1)."""
+    if world == 1:
+        return model
+    if device.type == 'cuda':
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device] if device.type == 'cuda' else None)
+
+
+def build_training(cfg: DictConfig, model: torch.nn.Module,
+                   device: torch.device, rank: int, world: int,
+                   steps: int) -> Training:
+    r"""AdamW on :obj:`model` with the schedule of :func:`lr_factor` over
+    ``train.epochs`` epochs of :obj:`steps` updates."""
+    t = cfg.train
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr,
                                   weight_decay=t.weight_decay)
-    total = t.epochs * len(train_loader)
+    total = t.epochs * steps
+    end = t.end_lr / t.lr if t.lr else 0.0
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, t.warmup_steps, total,
-                                          t.end_lr / t.lr if t.lr else 0.0,
+        optimizer, lambda step: lr_factor(step, t.warmup_steps, total, end,
                                           t.decay_power))
-    autocast = device.type == 'cuda' and t.precision == 'bf16'
+    return Training(model, data_parallel(model, device, world), optimizer,
+                    scheduler, device,
+                    device.type == 'cuda' and t.precision == 'bf16',
+                    GRAPH_DATASETS[cfg.dataset.name][2], t.grad_clip, rank,
+                    world)
 
-    curve = {k: [] for k in CURVE}
-    results.update(curve=curve, best_epoch=0, best=None)
-    best_state, start = None, 1
-    if state is not None:
-        model.load_state_dict(state['model'])
-        optimizer.load_state_dict(state['optimizer'])
-        scheduler.load_state_dict(state['scheduler'])
-        best_state, start = state['best_state'], state['epoch'] + 1
-        curve.update(state['curve'])
-        results.update(best_epoch=state['best_epoch'], best=state['best'],
-                       resumed_from_epoch=state['epoch'])
-        _set_rng_state(state['rng'])
-        log.info('resumed from %s at epoch %d', checkpoint, state['epoch'])
 
+def restore(state: Dict[str, Any], training: Training,
+            results: Dict[str, Any]) -> Tuple[Any, int]:
+    r"""Loads the checkpoint :obj:`state` into :obj:`training` and
+    :obj:`results` (curve, best epoch) and restores the random streams;
+    returns the best weights so far and the epoch to start from."""
+    training.model.load_state_dict(state['model'])
+    training.optimizer.load_state_dict(state['optimizer'])
+    training.scheduler.load_state_dict(state['scheduler'])
+    results['curve'].update(state['curve'])
+    results.update(best_epoch=state['best_epoch'], best=state['best'],
+                   resumed_from_epoch=state['epoch'])
+    _set_rng_state(state['rng'])
+    return state['best_state'], state['epoch'] + 1
+
+
+def save_checkpoint(checkpoint: Path, cfg: DictConfig, training: Training,
+                    results: Dict[str, Any], best_state: Any,
+                    epoch: int) -> None:
+    r"""Writes what :func:`restore` needs to continue after :obj:`epoch`."""
+    _save(checkpoint, {
+        'epoch': epoch, 'config': OmegaConf.to_container(cfg, resolve=True),
+        'model': training.model.state_dict(),
+        'optimizer': training.optimizer.state_dict(),
+        'scheduler': training.scheduler.state_dict(),
+        'best_state': best_state, 'best_epoch': results['best_epoch'],
+        'best': results['best'], 'curve': results['curve'],
+        'rng': _rng_state()})
+
+
+def train_epoch(training: Training, batches, epoch: int,
+                t: DictConfig) -> float:
+    r"""One epoch of updates on :obj:`batches`; returns the mean training
+    loss per graph. Logs a line every ``train.log_steps`` updates (rank 0).
+    Raises :class:`TrainingError` if the loss is not finite."""
+    training.trained.train()
+    begin = time.perf_counter()
+    steps = len(batches)
+    total_loss, count = 0.0, 0
+    for step, batch in enumerate(batches, start=1):
+        batch = batch.to(training.device,
+                         non_blocking=training.device.type == 'cuda')
+        loss = training.step(batch)
+        total_loss += loss.item() * batch.num_graphs
+        count += batch.num_graphs
+        if training.rank == 0 and t.log_steps and step % t.log_steps == 0:
+            seconds = time.perf_counter() - begin
+            log.info('train epoch %d/%d step %d/%d | loss %.4f | lr %.3g | '
+                     '%.0f graphs/s', epoch, t.epochs, step, steps,
+                     total_loss / count, training.lr(),
+                     count * training.world / seconds)
+    value = total_loss / count
+    if not math.isfinite(value):
+        raise TrainingError(f"the training loss became {value} at epoch "
+                            f"{epoch}; lower train.lr or change the norm")
+    return value
+
+
+def evaluate_splits(training: Training,
+                    loaders: Loaders) -> Dict[str, float]:
+    r"""The validation metric and loss and the test metric (keys of
+    :obj:`CURVE`)."""
+    args = (training.metric, training.device, training.autocast)
+    val_metric, val_loss = evaluate(training.model, loaders.valid, *args)
+    test_metric, _ = evaluate(training.model, loaders.test, *args)
+    return {'val_metric': val_metric, 'val_loss': val_loss,
+            'test_metric': test_metric}
+
+
+def _improves(row: Dict[str, float], best: Optional[Dict[str, float]],
+              higher_better: bool) -> bool:
     sign = 1.0 if higher_better else -1.0
-    epoch_log = EpochLog(path.parent, curve, metric, t.tensorboard) \
-        if rank == 0 else None
-    steps = len(train_loader)
+    return best is None or sign * row['val_metric'] > \
+        sign * best['val_metric']
+
+
+def fit(cfg: DictConfig, training: Training, loaders: Loaders,
+        results: Dict[str, Any], best_state: Any, start: int,
+        checkpoint: Path) -> Any:
+    r"""Epochs :obj:`start` to ``train.epochs``: trains, evaluates every
+    ``train.eval_every`` epochs (keeping the best-validation weights, which
+    it returns, and epoch in :obj:`results`), records each epoch's row in
+    the curve, ``metrics.csv`` and the progress, and writes the
+    checkpoint."""
+    t, curve = cfg.train, results['curve']
+    higher_better = GRAPH_DATASETS[cfg.dataset.name][3]
+    rank = training.rank
+    epoch_log = EpochLog(checkpoint.parent, curve, training.metric,
+                         t.tensorboard) if rank == 0 else None
     with Progress(t.epochs, every=t.log_every,
                   bar=t.progress and rank == 0) as progress:
         if start > 1:
             progress.update(start - 1)
         for epoch in range(start, t.epochs + 1):
             begin = time.perf_counter()
-            trained.train()
-            sampler.set_epoch(epoch)
-            total_loss, count = 0.0, 0
-            for step, batch in enumerate(train_loader, start=1):
-                batch = batch.to(device, non_blocking=pin)
-                with torch.autocast(device.type, torch.bfloat16,
-                                    enabled=autocast):
-                    loss = _loss(forward(trained, batch), batch.y, metric)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if t.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                   t.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                total_loss += loss.item() * batch.num_graphs
-                count += batch.num_graphs
-                if rank == 0 and t.log_steps and step % t.log_steps == 0:
-                    seconds = time.perf_counter() - begin
-                    log.info('train epoch %d/%d step %d/%d | loss %.4f | lr '
-                             '%.3g | %.0f graphs/s', epoch, t.epochs, step,
-                             steps, total_loss / count,
-                             optimizer.param_groups[0]['lr'],
-                             count * world / seconds)
-            value = total_loss / count
-            if not math.isfinite(value):
-                raise TrainingError(f"the training loss became {value} at "
-                                    f"epoch {epoch}; lower train.lr or "
-                                    f"change the norm")
-
-            row = {'epoch': epoch, 'loss': value, 'val_metric': math.nan,
-                   'val_loss': math.nan, 'test_metric': math.nan,
-                   'lr': optimizer.param_groups[0]['lr']}
+            loaders.sampler.set_epoch(epoch)
+            row = {'epoch': epoch, 'loss': train_epoch(
+                training, loaders.train, epoch, t),
+                'val_metric': math.nan, 'val_loss': math.nan,
+                'test_metric': math.nan, 'lr': training.lr()}
             if epoch % t.eval_every == 0 or epoch == t.epochs:
-                row['val_metric'], row['val_loss'] = evaluate(
-                    model, loaders['valid'], metric, device, autocast)
-                row['test_metric'], _ = evaluate(model, loaders['test'],
-                                                 metric, device, autocast)
-                best = results['best']
-                if best is None or sign * row['val_metric'] > \
-                        sign * best['val_metric']:
-                    best_state = copy.deepcopy(model.state_dict())
+                row.update(evaluate_splits(training, loaders))
+                if _improves(row, results['best'], higher_better):
+                    best_state = copy.deepcopy(training.model.state_dict())
                     results.update(best_epoch=epoch, best={
                         k: row[k] for k in ('val_metric', 'val_loss',
                                             'test_metric')})
@@ -478,33 +627,28 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
                 epoch_log.add(row)
             if rank == 0 and (epoch % t.checkpoint_every == 0
                               or epoch == t.epochs):
-                _save(checkpoint, {
-                    'epoch': epoch, 'config': OmegaConf.to_container(
-                        cfg, resolve=True),
-                    'model': model.state_dict(),
-                    'optimizer': optimizer.state_dict(),
-                    'scheduler': scheduler.state_dict(),
-                    'best_state': best_state, 'best_epoch':
-                    results['best_epoch'], 'best': results['best'],
-                    'curve': curve, 'rng': _rng_state()})
-            progress.update(epoch, loss=value, **{
-                f'val_{metric}': row['val_metric'],
-                f'test_{metric}': row['test_metric']})
+                save_checkpoint(checkpoint, cfg, training, results,
+                                best_state, epoch)
+            progress.update(epoch, loss=row['loss'], **{
+                f'val_{training.metric}': row['val_metric'],
+                f'test_{training.metric}': row['test_metric']})
     if epoch_log is not None:
         epoch_log.close()
+    return best_state
 
+
+def select(cfg: DictConfig, training: Training, loaders: Loaders,
+           results: Dict[str, Any], best_state: Any) -> None:
+    r"""Evaluates the weights ``select`` asks for (the best-validation
+    ones, or the last) and records their metrics in :obj:`results`."""
     if cfg.select == 'best_val':
-        model.load_state_dict(best_state)
+        training.model.load_state_dict(best_state)
         selected = results['best_epoch']
     else:
-        selected = t.epochs
-    val_metric, val_loss = evaluate(model, loaders['valid'], metric, device,
-                                    autocast)
-    test_metric, test_loss = evaluate(model, loaders['test'], metric, device,
-                                      autocast)
+        selected = cfg.train.epochs
+    args = (training.metric, training.device, training.autocast)
+    val_metric, val_loss = evaluate(training.model, loaders.valid, *args)
+    test_metric, test_loss = evaluate(training.model, loaders.test, *args)
     results.update(status='ok', select=cfg.select, selected_epoch=selected,
                    val_metric=val_metric, val_loss=val_loss,
                    test_metric=test_metric, test_loss=test_loss)
-    if world > 1:
-        dist.destroy_process_group()
-    return results
