@@ -1,6 +1,7 @@
 import csv
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from torch_geometric.loader import DataLoader
 
 import gnorm.train.graph as graph
 from gnorm.data.molecules import zinc_fixture
-from gnorm.errors import ConfigError, GnormError
+from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
 from gnorm.train import check_choices, check_config, train
 from conftest import MIRROR, compose_train, needs_mirror
@@ -289,3 +290,55 @@ def test_sepnorm_report_is_generated_from_runs(tmp_path):
             '1 | 10 s |') in md
     assert 'missing' in md and 'cpu: X, 1 thread (3 runs)' in md
     assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
+
+
+def _count_host_reads(monkeypatch, folder):
+    r"""Counts the reads of tensor values by the host (``.item()``,
+    ``.tolist()``, ``float()``, ``int()``, ``bool()``) made by the code of
+    :obj:`folder`; returns the counter (a list)."""
+    reads = []
+    for name in ('item', 'tolist', '__float__', '__int__', '__bool__'):
+        method = getattr(torch.Tensor, name)
+
+        def read(self, *args, _method=method, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(folder):
+                reads.append(1)
+            return _method(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, read)
+    return reads
+
+
+@needs_mirror
+@pytest.mark.parametrize('log_steps, expected', [(0, 1), (4, 4), (5, 4)])
+def test_an_epoch_reads_the_loss_once_per_log_interval(monkeypatch,
+                                                       log_steps, expected):
+    cfg = compose_train(*TINY, f'train.log_steps={log_steps}')
+    batches = list(DataLoader(zinc_fixture(MIRROR, 'val', limit=64),
+                              batch_size=4))  # 16 updates
+    training = graph.build_training(cfg, graph.build_model(cfg),
+                                    torch.device('cpu'), 0, 1, len(batches))
+    reads = _count_host_reads(monkeypatch, str(Path(graph.__file__).parent))
+    loss = graph.train_epoch(training, batches, 1, cfg.train)
+    monkeypatch.undo()
+    assert len(reads) == expected  # the log steps and the end, not 16
+    assert math.isfinite(loss)
+
+
+@needs_mirror
+def test_a_nan_loss_is_seen_at_the_end_of_its_log_interval(monkeypatch):
+    cfg = compose_train(*TINY, 'train.log_steps=4')
+    batches = list(DataLoader(zinc_fixture(MIRROR, 'val', limit=64),
+                              batch_size=4))
+    training = graph.build_training(cfg, graph.build_model(cfg),
+                                    torch.device('cpu'), 0, 1, len(batches))
+    calls = []
+    loss = graph._loss
+
+    def nan_at_update_6(*args):
+        calls.append(1)
+        return loss(*args) * (math.nan if len(calls) == 6 else 1.0)
+    monkeypatch.setattr(graph, '_loss', nan_at_update_6)
+    with pytest.raises(TrainingError, match=r'loss became nan at epoch 1 '
+                       r'\(seen at update 8/16\)'):
+        graph.train_epoch(training, batches, 1, cfg.train)
+    assert len(calls) == 8

@@ -10,7 +10,11 @@ the curve the uninterrupted run would have given. Each epoch appends a row
 (loss, learning rate, metrics, time) to ``metrics.csv`` in the run folder,
 and, with ``train.tensorboard=true``, to TensorBoard event files in its
 ``tensorboard/`` folder. A log line every ``train.log_steps`` updates shows
-that a long epoch moves, wherever the output goes.
+that a long epoch moves, wherever the output goes. The training losses add
+up on the device: the host reads them (one synchronisation) only for those
+lines and at the end of each epoch, and checks them there: a NaN or
+infinite loss stops the run (:class:`~gnorm.errors.TrainingError`) at the
+end of the log interval in which it occurred, not at its update.
 
 Multi-GPU data parallel runs under ``torchrun`` (one process per GPU,
 :class:`~torch.nn.parallel.DistributedDataParallel`, ``train.batch_size``
@@ -145,8 +149,12 @@ def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
     out, y = out.float(), y.view(out.shape).float()
     if metric == 'mae':
         return F.l1_loss(out, y)
-    labelled = y == y  # OGB marks missing labels with NaN
-    return F.binary_cross_entropy_with_logits(out[labelled], y[labelled])
+    # OGB marks missing labels with NaN: the mean over the labelled ones,
+    # by weights rather than by indexing (no read of the mask by the host).
+    labelled = y == y
+    losses = F.binary_cross_entropy_with_logits(
+        out, torch.where(labelled, y, 0.0), reduction='none')
+    return torch.where(labelled, losses, 0.0).sum() / labelled.sum()
 
 
 class SizeBuckets(torch.utils.data.Sampler):
@@ -543,32 +551,63 @@ def save_checkpoint(checkpoint: Path, cfg: DictConfig, training: Training,
         'rng': _rng_state()})
 
 
+def _loss_sum(training: Training, total: torch.Tensor,
+              count: int) -> Tuple[float, int]:
+    r"""The loss sum :obj:`total` (on the device) and graph count
+    :obj:`count` of this process, summed over every process: one read by
+    the host. A non-finite loss on any process makes the sum non-finite on
+    every process."""
+    if training.world == 1:
+        return total.item(), count
+    both = torch.stack([total, total.new_tensor(count)])
+    dist.all_reduce(both)
+    total, count = both.tolist()
+    return total, int(count)
+
+
 def train_epoch(training: Training, batches, epoch: int,
                 t: DictConfig) -> float:
     r"""One epoch of updates on :obj:`batches`; returns the mean training
-    loss per graph. Logs a line every ``train.log_steps`` updates (rank 0).
-    Raises :class:`TrainingError` if the loss is not finite."""
+    loss per graph (over every process). The losses add up on the device:
+    the host reads their sum (and checks that it is finite) only every
+    ``train.log_steps`` updates, when rank 0 logs a line, and at the end of
+    the epoch. Raises :class:`TrainingError` on every process at the first
+    such read where the loss is not finite."""
     training.trained.train()
     begin = time.perf_counter()
     steps = len(batches)
-    total_loss, count = 0.0, 0
+    total = torch.zeros((), dtype=torch.float64, device=training.device)
+    count = 0
     for step, batch in enumerate(batches, start=1):
         batch = batch.to(training.device,
                          non_blocking=training.device.type == 'cuda')
-        loss = training.step(batch)
-        total_loss += loss.item() * batch.num_graphs
+        total += training.step(batch).double() * batch.num_graphs
         count += batch.num_graphs
-        if training.rank == 0 and t.log_steps and step % t.log_steps == 0:
-            seconds = time.perf_counter() - begin
-            log.info('train epoch %d/%d step %d/%d | loss %.4f | lr %.3g | '
-                     '%.0f graphs/s', epoch, t.epochs, step, steps,
-                     total_loss / count, training.lr(),
-                     count * training.world / seconds)
-    value = total_loss / count
-    if not math.isfinite(value):
-        raise TrainingError(f"the training loss became {value} at epoch "
-                            f"{epoch}; lower train.lr or change the norm")
-    return value
+        if t.log_steps and step % t.log_steps == 0 and step < steps:
+            _read_loss(training, total, count, (epoch, step, steps), t,
+                       begin)
+    return _read_loss(training, total, count, (epoch, steps, steps), t,
+                      begin)
+
+
+def _read_loss(training: Training, total: torch.Tensor, count: int,
+               where: Tuple[int, int, int], t: DictConfig,
+               begin: float) -> float:
+    r"""The mean loss per graph of the epoch so far (:obj:`where`: epoch,
+    update, updates in the epoch), read by the host; checked on every
+    process, logged by rank 0 every ``train.log_steps`` updates."""
+    epoch, step, steps = where
+    loss, graphs = _loss_sum(training, total, count)
+    mean = loss / graphs
+    if not math.isfinite(mean):
+        raise TrainingError(f"the training loss became {mean} at epoch "
+                            f"{epoch} (seen at update {step}/{steps}); "
+                            f"lower train.lr or change the norm")
+    if training.rank == 0 and t.log_steps and step % t.log_steps == 0:
+        log.info('train epoch %d/%d step %d/%d | loss %.4f | lr %.3g | %.0f '
+                 'graphs/s', epoch, t.epochs, step, steps, mean,
+                 training.lr(), graphs / (time.perf_counter() - begin))
+    return mean
 
 
 def evaluate_splits(training: Training,
