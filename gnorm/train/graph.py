@@ -2,8 +2,10 @@ r"""Graph-level training: mini-batches of molecules through a Graphormer
 (the task of ``dataset=molhiv|zinc``).
 
 AdamW with linear warmup then linear (or polynomial) decay, gradient
-clipping, bf16 autocast on CUDA, evaluation every ``train.eval_every``
-epochs, the test metric at the best-validation epoch. Every
+clipping, bf16 autocast with ``train.precision=bf16`` (on every device, so
+that a CPU run tests the arithmetic of a GPU run), evaluation every
+``train.eval_every`` epochs, the test metric at the best-validation epoch.
+Every
 ``train.checkpoint_every`` epochs ``checkpoint.pt`` is written into the run
 folder; with ``resume=true`` an interrupted run continues from it and gives
 the curve the uninterrupted run would have given. Each epoch appends a row
@@ -516,8 +518,7 @@ def build_training(cfg: DictConfig, model: torch.nn.Module,
         optimizer, lambda step: lr_factor(step, t.warmup_steps, total, end,
                                           t.decay_power))
     return Training(model, data_parallel(model, device, world), optimizer,
-                    scheduler, device,
-                    device.type == 'cuda' and t.precision == 'bf16',
+                    scheduler, device, t.precision == 'bf16',
                     GRAPH_DATASETS[cfg.dataset.name][2], t.grad_clip, rank,
                     world)
 
