@@ -1,10 +1,13 @@
 import csv
+import datetime
 import json
 import logging
 import math
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -369,3 +372,88 @@ def test_bf16_trains_under_autocast_on_the_cpu(tmp_path, monkeypatch):
         assert bf16['curve'][key] != fp32['curve'][key]
         assert bf16['curve'][key] == pytest.approx(fp32['curve'][key],
                                                     rel=0.05)
+
+
+@pytest.mark.parametrize('world, per_rank', [(1, 63), (2, 32), (3, 21),
+                                             (4, 16), (80, 1)])
+def test_size_buckets_give_every_rank_as_many_batches(world, per_rank):
+    sizes = torch.randint(2, 60, (1003, ), generator=torch.Generator()
+                          .manual_seed(0))  # 63 batches of <= 16 graphs
+    ranks = []
+    for rank in range(world):
+        sampler = graph.SizeBuckets(sizes, 16, 8, seed=1, rank=rank,
+                                    world=world)
+        sampler.set_epoch(2)
+        ranks.append(list(sampler))
+        assert len(ranks[-1]) == len(sampler) == per_rank
+    batches = [tuple(b) for mine in ranks for b in mine]
+    assert {i for b in batches for i in b} == set(range(1003))
+    # The padding repeats whole batches, as few as needed.
+    assert len(batches) - len(set(batches)) == world * per_rank - 63
+
+
+def _ddp_rank(rank, world, port, folder, overrides):
+    r"""Process :obj:`rank` of :obj:`world` (gloo, CPU): a run of
+    :obj:`overrides`, then the same run with a NaN loss at this rank's
+    third update when :obj:`rank` is 1; writes each outcome to
+    ``<folder>/{clean,nan}_<rank>.txt``."""
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                      RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    # A collective that waits 30 s fails (the test) instead of hanging.
+    torch.distributed.init_process_group(
+        'gloo', rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=30))
+    loss = graph._loss
+    for run in ('clean', 'nan'):
+        calls = []
+
+        def nan_on_rank_1(*args):
+            calls.append(1)
+            bad = run == 'nan' and rank == 1 and len(calls) == 3
+            return loss(*args) * (math.nan if bad else 1.0)
+        graph._loss = nan_on_rank_1
+        try:
+            train(compose_train(*overrides), output_dir=Path(folder) / run)
+            outcome = 'ok'
+        except Exception as e:
+            outcome = f'{type(e).__name__}: {e}'
+        (Path(folder) / f'{run}_{rank}.txt').write_text(outcome)
+    torch.distributed.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@needs_mirror
+@pytest.mark.parametrize('world', [2, 4])
+def test_ddp_ranks_with_unequal_buckets_finish_or_fail_together(tmp_path,
+                                                                 world):
+    # 250 graphs, batches of 20 in chunks of 2: 13 batches, which no
+    # world divides ([7, 6] or [4, 3, 3, 3] before padding).
+    overrides = [*TINY, 'train.bucket_chunk=2', 'train.batch_size=20',
+                 'train.epochs=2', 'train.log_steps=2']
+    context = torch.multiprocessing.spawn(
+        _ddp_rank, args=(world, _free_port(), str(tmp_path), overrides),
+        nprocs=world, join=False)
+    end = time.monotonic() + 150
+    while not context.join(timeout=1):
+        if time.monotonic() > end:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f'{world} DDP processes still running after 150 s')
+    clean = [(tmp_path / f'clean_{r}.txt').read_text() for r in range(world)]
+    assert clean == ['ok'] * world
+    saved = json.loads((tmp_path / 'clean' / 'results.json').read_text())
+    assert saved['world_size'] == world and saved['curve']['epoch'] == [1, 2]
+    nan = [(tmp_path / f'nan_{r}.txt').read_text() for r in range(world)]
+    # Rank 1's loss is NaN at update 3: every rank stops at the read of
+    # update 4 with the same error.
+    assert nan == [nan[0]] * world
+    assert nan[0].startswith('TrainingError: the training loss became nan '
+                             'at epoch 1 (seen at update 4/')

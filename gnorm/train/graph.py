@@ -25,9 +25,16 @@ graphs per process)::
     torchrun --standalone --nproc_per_node=4 -m gnorm.train \
         experiment=zinc_graphormer_slim hydra.run.dir=outputs/zinc_slim_ddp
 
+Every process takes the same number of batches per epoch (the samplers
+repeat a few graphs, or with ``train.bucket_chunk`` a few batches, to fill
+the last round), so that they step together. The training loss is summed
+over the processes when the host reads it, and every process checks that
+sum: a NaN on one process stops all of them with the same error.
+
 :func:`run` is called by :func:`gnorm.train.train` with the shared fields
 of ``results.json`` already filled in.
 """
+import contextlib
 import copy
 import csv
 import inspect
@@ -166,7 +173,12 @@ class SizeBuckets(torch.utils.data.Sampler):
     :obj:`chunk` batches, each chunk sorted by node count and cut into
     batches of :obj:`batch_size`, and the batches shuffled. Every graph is
     seen once per epoch; process :obj:`rank` of :obj:`world` takes every
-    :obj:`world`-th batch. A batch sampler for
+    :obj:`world`-th batch. Every process gets the same number of batches
+    (data-parallel training steps together): when :obj:`world` does not
+    divide the number of batches, the first batches of the epoch's order
+    are repeated to fill the last round, as
+    :class:`~torch.utils.data.distributed.DistributedSampler` pads with
+    :obj:`drop_last=False`. A batch sampler for
     :class:`~torch_geometric.loader.DataLoader`."""
     def __init__(self, sizes: torch.Tensor, batch_size: int, chunk: int,
                  seed: int = 0, rank: int = 0, world: int = 1):
@@ -179,12 +191,13 @@ class SizeBuckets(torch.utils.data.Sampler):
     def __iter__(self):
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
         order = torch.randperm(len(self.sizes), generator=gen)
-        span = self.batch_size * self.chunk
         batches = []
-        for part in order.split(span):
+        for part in order.split(self.batch_size * self.chunk):
             part = part[torch.sort(self.sizes[part], stable=True).indices]
             batches += part.split(self.batch_size)
         pick = torch.randperm(len(batches), generator=gen)
+        padded = len(self) * self.world  # the first batches again
+        pick = pick.repeat(math.ceil(padded / max(1, len(pick))))[:padded]
         for k in pick[self.rank::self.world].tolist():
             yield batches[k].tolist()
 
@@ -192,7 +205,7 @@ class SizeBuckets(torch.utils.data.Sampler):
         n, span = len(self.sizes), self.batch_size * self.chunk
         batches = n // span * self.chunk + math.ceil(n % span /
                                                      self.batch_size)
-        return len(range(self.rank, batches, self.world))
+        return math.ceil(batches / self.world)
 
 
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
@@ -224,18 +237,27 @@ def evaluate(model: torch.nn.Module, loader, metric: str,
     return float(score['rocauc']), loss
 
 
-def _distributed(device: torch.device) -> Tuple[int, int, torch.device]:
+@contextlib.contextmanager
+def _process_group(device: torch.device):
     r"""Rank, world size and device of this process: under ``torchrun``
-    (``WORLD_SIZE`` > 1) joins the process group, one GPU per process."""
+    (``WORLD_SIZE`` > 1) joins the process group for the duration (one
+    the caller made stays), one GPU per process."""
     world = int(os.environ.get('WORLD_SIZE', 1))
     if world == 1:
-        return 0, 1, device
-    if not dist.is_initialized():
+        yield 0, 1, device
+        return
+    joined = not dist.is_initialized()
+    if joined:
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
-    if device.type == 'cuda':
-        device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
-        torch.cuda.set_device(device)
-    return dist.get_rank(), world, device
+    try:
+        if device.type == 'cuda':
+            device = torch.device('cuda',
+                                  int(os.environ.get('LOCAL_RANK', 0)))
+            torch.cuda.set_device(device)
+        yield dist.get_rank(), world, device
+    finally:
+        if joined:
+            dist.destroy_process_group()
 
 
 def _save(path: Path, state: Dict[str, Any]) -> None:
@@ -345,26 +367,27 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
     :obj:`results` completed with the val/test metric of the selected epoch
     and the per-epoch curve. Raises :class:`TrainingError` if the loss
     stops being finite (:func:`gnorm.train.train` records the failure)."""
-    rank, world, device = _distributed(device)
-    checkpoint = path.parent / CHECKPOINT
-    state = load_checkpoint(cfg, checkpoint, device)
-    splits = load_splits(cfg)
-    model = build_model(cfg).to(device)
-    describe(results, cfg, splits, model, world)
-    loaders = build_loaders(splits, cfg.train, cfg.seed, rank, world, device)
-    training = build_training(cfg, model, device, rank, world,
-                              len(loaders.train))
-    results.update(curve={k: [] for k in CURVE}, best_epoch=0, best=None)
-    best_state, start = None, 1
-    if state is not None:
-        best_state, start = restore(state, training, results)
-        log.info('resumed from %s at epoch %d', checkpoint, state['epoch'])
-    best_state = fit(cfg, training, loaders, results, best_state, start,
-                     checkpoint)
-    select(cfg, training, loaders, results, best_state)
-    if world > 1:
-        dist.destroy_process_group()
-    return results
+    with _process_group(device) as (rank, world, device):
+        checkpoint = path.parent / CHECKPOINT
+        state = load_checkpoint(cfg, checkpoint, device)
+        splits = load_splits(cfg)
+        model = build_model(cfg).to(device)
+        describe(results, cfg, splits, model, world)
+        loaders = build_loaders(splits, cfg.train, cfg.seed, rank, world,
+                                device)
+        training = build_training(cfg, model, device, rank, world,
+                                  len(loaders.train))
+        results.update(curve={k: [] for k in CURVE}, best_epoch=0,
+                       best=None)
+        best_state, start = None, 1
+        if state is not None:
+            best_state, start = restore(state, training, results)
+            log.info('resumed from %s at epoch %d', checkpoint,
+                     state['epoch'])
+        best_state = fit(cfg, training, loaders, results, best_state, start,
+                         checkpoint)
+        select(cfg, training, loaders, results, best_state)
+        return results
 
 
 def load_checkpoint(cfg: DictConfig, checkpoint: Path,
