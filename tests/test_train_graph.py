@@ -148,6 +148,8 @@ def test_lr_warmup_then_decay():
      'pass split=scaffold'),
     (['dataset=molhiv', 'model=graphormer', 'train.precision=fp16'],
      'train.precision'),
+    (['dataset=zinc', 'model=graphormer', 'train.compile=true'],
+     r'train.compile is for node tasks: .* data-dependent shapes'),
 ])
 def test_bad_config_gives_one_line(overrides, match):
     with pytest.raises(ConfigError, match=match) as info:

@@ -128,6 +128,12 @@ def check_config(cfg: DictConfig) -> None:
     if t.precision not in PRECISIONS:
         raise ConfigError(f"unknown train.precision={t.precision!r}; pass "
                           f"bf16 or fp32")
+    if t.get('compile', False) is not False:
+        raise ConfigError(f"train.compile is for node tasks: the "
+                          f"Graphormer's attention bias has data-dependent "
+                          f"shapes that torch.compile(fullgraph=True) cannot "
+                          f"trace; remove train.compile={t.compile} for "
+                          f"dataset={name}")
 
 
 def build_model(cfg: DictConfig) -> torch.nn.Module:
