@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch_geometric.loader import DataLoader
 
+import gnorm.train.epoch_log as epoch_log
 import gnorm.train.graph as graph
 from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError, TrainingError
@@ -64,10 +65,10 @@ def test_train_graph_writes_results(tmp_path):
 
 def _csv_curve(folder):
     r"""metrics.csv of a run folder as a curve (without times)."""
-    with open(folder / graph.METRICS_CSV) as f:
+    with open(folder / epoch_log.METRICS_CSV) as f:
         rows = list(csv.DictReader(f))
     return {k: [int(r[k]) if k == 'epoch' else float(r[k]) for r in rows]
-            for k in graph.CURVE if k != 'time_s'}
+            for k in epoch_log.CURVE if k != 'time_s'}
 
 
 @needs_mirror
@@ -200,45 +201,6 @@ def test_long_epochs_log_steps_and_the_test_metric(tmp_path, caplog):
     epoch = [m for m in lines if m.startswith('train epoch 1/1 |')]
     assert len(epoch) == 1 and 'val_mae' in epoch[0] \
         and 'test_mae' in epoch[0]
-
-
-def test_tensorboard_without_the_package_names_the_fix(tmp_path,
-                                                        monkeypatch):
-    monkeypatch.setitem(sys.modules, 'torch.utils.tensorboard', None)
-    curve = {k: [] for k in graph.CURVE}
-    with pytest.raises(ConfigError, match='pip install tensorboard'):
-        graph.EpochLog(tmp_path, curve, 'mae', tensorboard=True)
-    log = graph.EpochLog(tmp_path, curve, 'mae')  # CSV only: always works
-    log.add({k: 1.0 for k in graph.CURVE})
-    assert (tmp_path / graph.METRICS_CSV).read_text().splitlines()[1] == \
-        ','.join(['1.0'] * len(graph.CURVE))
-
-
-@pytest.mark.parametrize('world', [1, 3])
-def test_size_buckets_cover_every_graph_with_similar_sizes(world):
-    sizes = torch.randint(2, 60, (1003, ), generator=torch.Generator()
-                          .manual_seed(0))
-    batches = []
-    for rank in range(world):
-        sampler = graph.SizeBuckets(sizes, 16, 8, seed=1, rank=rank,
-                                    world=world)
-        sampler.set_epoch(2)
-        mine = list(sampler)
-        assert len(mine) == len(sampler)
-        batches += mine
-    assert sorted(i for b in batches for i in b) == list(range(1003))
-    spread = torch.tensor([float(sizes[b].max() - sizes[b].min())
-                           for b in batches])
-    uniform = torch.tensor([float(sizes[b].max() - sizes[b].min())
-                            for b in torch.randperm(1003).split(16)])
-    assert spread.mean() < 0.25 * uniform.mean()
-    # The same epoch gives the same batches, another epoch others.
-    sampler = graph.SizeBuckets(sizes, 16, 8, seed=1)
-    sampler.set_epoch(2)
-    first = list(sampler)
-    assert list(sampler) == first
-    sampler.set_epoch(3)
-    assert list(sampler) != first
 
 
 @needs_mirror
@@ -374,24 +336,6 @@ def test_bf16_trains_under_autocast_on_the_cpu(tmp_path, monkeypatch):
         assert bf16['curve'][key] != fp32['curve'][key]
         assert bf16['curve'][key] == pytest.approx(fp32['curve'][key],
                                                     rel=0.05)
-
-
-@pytest.mark.parametrize('world, per_rank', [(1, 63), (2, 32), (3, 21),
-                                             (4, 16), (80, 1)])
-def test_size_buckets_give_every_rank_as_many_batches(world, per_rank):
-    sizes = torch.randint(2, 60, (1003, ), generator=torch.Generator()
-                          .manual_seed(0))  # 63 batches of <= 16 graphs
-    ranks = []
-    for rank in range(world):
-        sampler = graph.SizeBuckets(sizes, 16, 8, seed=1, rank=rank,
-                                    world=world)
-        sampler.set_epoch(2)
-        ranks.append(list(sampler))
-        assert len(ranks[-1]) == len(sampler) == per_rank
-    batches = [tuple(b) for mine in ranks for b in mine]
-    assert {i for b in batches for i in b} == set(range(1003))
-    # The padding repeats whole batches, as few as needed.
-    assert len(batches) - len(set(batches)) == world * per_rank - 63
 
 
 def _ddp_rank(rank, world, port, folder, overrides):

@@ -36,7 +36,6 @@ of ``results.json`` already filled in.
 """
 import contextlib
 import copy
-import csv
 import inspect
 import logging
 import math
@@ -52,26 +51,20 @@ import torch.nn.functional as F
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data.distributed import DistributedSampler
-from torch_geometric.loader import DataLoader
 
-from gnorm.data.molecules import (GRAPH_DATASETS, graph_sizes, import_ogb,
+from gnorm.data.molecules import (GRAPH_DATASETS, import_ogb,
                                    load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
+from gnorm.train.common import is_int, one_line, option, result_config
+from gnorm.train.epoch_log import CURVE, EpochLog
+from gnorm.train.graph_batches import Loaders, build_loaders
 from gnorm.train.progress import Progress
-from gnorm.train.common import (is_int, json_safe, one_line, option,
-                                 result_config)
 
 log = logging.getLogger(__name__)
 
 PRECISIONS = ('bf16', 'fp32')
 CHECKPOINT = 'checkpoint.pt'
-METRICS_CSV = 'metrics.csv'
-TENSORBOARD = 'tensorboard'
-# The per-epoch columns of results.json's curve and of metrics.csv.
-CURVE = ('epoch', 'loss', 'lr', 'val_metric', 'val_loss', 'test_metric',
-         'time_s')
 _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 
@@ -172,48 +165,6 @@ def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
     return torch.where(labelled, losses, 0.0).sum() / labelled.sum()
 
 
-class SizeBuckets(torch.utils.data.Sampler):
-    r"""Mini-batches of graphs of similar size, so that the dense
-    :obj:`[B, 1 + N, 1 + N]` attention pads less: every epoch the graphs
-    are shuffled (from :obj:`seed` and the epoch), cut into chunks of
-    :obj:`chunk` batches, each chunk sorted by node count and cut into
-    batches of :obj:`batch_size`, and the batches shuffled. Every graph is
-    seen once per epoch; process :obj:`rank` of :obj:`world` takes every
-    :obj:`world`-th batch. Every process gets the same number of batches
-    (data-parallel training steps together): when :obj:`world` does not
-    divide the number of batches, the first batches of the epoch's order
-    are repeated to fill the last round, as
-    :class:`~torch.utils.data.distributed.DistributedSampler` pads with
-    :obj:`drop_last=False`. A batch sampler for
-    :class:`~torch_geometric.loader.DataLoader`."""
-    def __init__(self, sizes: torch.Tensor, batch_size: int, chunk: int,
-                 seed: int = 0, rank: int = 0, world: int = 1):
-        self.sizes, self.batch_size, self.chunk = sizes, batch_size, chunk
-        self.seed, self.rank, self.world, self.epoch = seed, rank, world, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(len(self.sizes), generator=gen)
-        batches = []
-        for part in order.split(self.batch_size * self.chunk):
-            part = part[torch.sort(self.sizes[part], stable=True).indices]
-            batches += part.split(self.batch_size)
-        pick = torch.randperm(len(batches), generator=gen)
-        padded = len(self) * self.world  # the first batches again
-        pick = pick.repeat(math.ceil(padded / max(1, len(pick))))[:padded]
-        for k in pick[self.rank::self.world].tolist():
-            yield batches[k].tolist()
-
-    def __len__(self) -> int:
-        n, span = len(self.sizes), self.batch_size * self.chunk
-        batches = n // span * self.chunk + math.ceil(n % span /
-                                                     self.batch_size)
-        return math.ceil(batches / self.world)
-
-
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
     r"""Predictions of :obj:`model` for a PyG mini-batch."""
     return model(batch.x, batch.edge_index, batch.edge_attr, batch.spd,
@@ -283,56 +234,6 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state['cpu'])
     if state['cuda'] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state['cuda'])
-
-
-class EpochLog:
-    r"""The per-epoch record of a run for a person watching it: one row per
-    epoch (the columns of :obj:`CURVE`) appended to ``metrics.csv`` in the
-    run folder (always; it costs nothing), and with :obj:`tensorboard` the
-    same scalars in TensorBoard event files in ``tensorboard/``
-    (:class:`torch.utils.tensorboard.SummaryWriter`, needs the
-    ``tensorboard`` package). Opening it rewrites the CSV from
-    :obj:`curve` (the epochs a resumed run restored) and drops later
-    TensorBoard events, so neither holds epochs the checkpoint lacks."""
-    def __init__(self, folder: Path, curve: Dict[str, list], metric: str,
-                 tensorboard: bool = False):
-        self.path = folder / METRICS_CSV
-        self.metric = metric
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(self.path, 'w', newline='') as f:
-            writer = csv.writer(f)
-            writer.writerow(CURVE)
-            writer.writerows(zip(*(json_safe(curve[k]) for k in CURVE)))
-        self.writer = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("train.tensorboard=true needs the "
-                                  "tensorboard package: pip install "
-                                  "tensorboard (metrics.csv is written "
-                                  "without it)") from None
-            self.writer = SummaryWriter(str(folder / TENSORBOARD),
-                                        purge_step=len(curve['epoch']) + 1)
-
-    def add(self, row: Dict[str, float]) -> None:
-        r"""Records the epoch :obj:`row` (keys :obj:`CURVE`)."""
-        with open(self.path, 'a', newline='') as f:
-            csv.writer(f).writerow(json_safe([row[k] for k in CURVE]))
-        if self.writer is None:
-            return
-        tags = {'loss': 'train/loss', 'lr': 'train/lr',
-                'time_s': 'train/epoch_time_s', 'val_loss': 'val/loss',
-                'val_metric': f'val/{self.metric}',
-                'test_metric': f'test/{self.metric}'}
-        for key, tag in tags.items():
-            if math.isfinite(row[key]):
-                self.writer.add_scalar(tag, row[key], row['epoch'])
-        self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
@@ -436,51 +337,6 @@ def describe(results: Dict[str, Any], cfg: DictConfig,
         'world_size': world,
         'num_parameters': sum(p.numel() for p in model.parameters()),
     })
-
-
-@dataclass
-class Loaders:
-    r"""The loaders of a run: :obj:`train` draws its batches from
-    :obj:`sampler` (reseeded every epoch by :meth:`set_epoch`)."""
-    train: DataLoader
-    sampler: Any
-    valid: DataLoader
-    test: DataLoader
-
-
-def _eval_batching(graphs, batch_size: int, buckets: bool) -> Dict[str, Any]:
-    r"""Evaluation batches: the graphs in their order, or with
-    :obj:`buckets` sorted by size (a graph's prediction does not depend on
-    its batch-mates)."""
-    if not buckets:
-        return dict(batch_size=batch_size, shuffle=False)
-    order = graph_sizes(graphs).sort(stable=True).indices
-    return dict(batch_sampler=[b.tolist() for b in order.split(batch_size)])
-
-
-def build_loaders(splits: Dict[str, Any], t: DictConfig, seed: int,
-                  rank: int, world: int, device: torch.device) -> Loaders:
-    r"""The loaders of :obj:`splits` for process :obj:`rank` of
-    :obj:`world`: training batches of ``train.batch_size`` graphs, of
-    similar size with ``train.bucket_chunk`` (:class:`SizeBuckets`), else
-    uniformly shuffled (:class:`DistributedSampler`)."""
-    if t.bucket_chunk:
-        sampler = SizeBuckets(graph_sizes(splits['train']), t.batch_size,
-                              t.bucket_chunk, seed, rank, world)
-        batching = dict(batch_sampler=sampler)
-    else:
-        sampler = DistributedSampler(splits['train'], num_replicas=world,
-                                     rank=rank, shuffle=True, seed=seed)
-        batching = dict(batch_size=t.batch_size, sampler=sampler)
-    # Workers collate ahead of the model (kept across epochs); on CUDA the
-    # batches come in pinned memory and copy asynchronously.
-    args = dict(num_workers=t.num_workers, pin_memory=device.type == 'cuda',
-                persistent_workers=t.num_workers > 0)
-    evals = {k: DataLoader(splits[k], **_eval_batching(
-        splits[k], t.batch_size, bool(t.bucket_chunk)), **args)
-        for k in ('valid', 'test')}
-    return Loaders(DataLoader(splits['train'], **batching, **args), sampler,
-                   **evals)
 
 
 @dataclass
