@@ -345,7 +345,7 @@ class Training:
     evaluated), the module :obj:`trained` (the model, or its
     :class:`~torch.nn.parallel.DistributedDataParallel` wrapper), the
     optimizer and learning-rate schedule, the device, whether updates run
-    under bf16 :obj:`autocast`, the :obj:`metric` (which picks the loss)
+    under bf16 :obj:`autocast`, the :obj:`metric` (which picks the loss),
     the gradient clipping norm (:obj:`0`: none), and this process's
     :obj:`rank` of the :obj:`world` data-parallel processes."""
     model: torch.nn.Module
@@ -374,6 +374,7 @@ class Training:
         return loss.detach()
 
     def lr(self) -> float:
+        r"""The learning rate of the next update."""
         return self.optimizer.param_groups[0]['lr']
 
 
