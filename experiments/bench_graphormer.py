@@ -109,7 +109,8 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
     r"""One measurement, in this process: a row per model version."""
     from torch_geometric.loader import DataLoader
     from gnorm.data.molecules import graph_sizes
-    from gnorm.train.graph import SizeBuckets, _loss, forward
+    from gnorm.train.graph import _loss, forward
+    from gnorm.train.graph_batches import SizeBuckets
     device = torch.device(args.device)
     metric = 'mae' if name == 'zinc' else 'rocauc'
     graphs = _graphs(name, args.mirror, args.root)

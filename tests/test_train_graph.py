@@ -1,18 +1,23 @@
 import csv
+import datetime
 import json
 import logging
+import math
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from torch_geometric.loader import DataLoader
 
+import gnorm.train.epoch_log as epoch_log
 import gnorm.train.graph as graph
 from gnorm.data.molecules import zinc_fixture
-from gnorm.errors import ConfigError, GnormError
+from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
 from gnorm.train import check_choices, check_config, train
 from conftest import MIRROR, compose_train, needs_mirror
@@ -26,7 +31,7 @@ TINY = ['dataset=zinc_fixture', 'dataset.limit=250', 'model=graphormer',
         'layers=1', 'model.hidden_channels=16', 'model.num_heads=2',
         'model.ffn_channels=16', 'model.max_dist=3', 'train.epochs=3',
         'train.batch_size=50', 'train.warmup_steps=4', 'train.lr=1e-3',
-        'train.progress=false', 'device=cpu']
+        'train.progress=false', 'device=cpu', 'train.precision=fp32']
 
 
 def _without_time(curve):
@@ -60,10 +65,10 @@ def test_train_graph_writes_results(tmp_path):
 
 def _csv_curve(folder):
     r"""metrics.csv of a run folder as a curve (without times)."""
-    with open(folder / graph.METRICS_CSV) as f:
+    with open(folder / epoch_log.METRICS_CSV) as f:
         rows = list(csv.DictReader(f))
     return {k: [int(r[k]) if k == 'epoch' else float(r[k]) for r in rows]
-            for k in graph.CURVE if k != 'time_s'}
+            for k in epoch_log.CURVE if k != 'time_s'}
 
 
 @needs_mirror
@@ -144,6 +149,8 @@ def test_lr_warmup_then_decay():
      'pass split=scaffold'),
     (['dataset=molhiv', 'model=graphormer', 'train.precision=fp16'],
      'train.precision'),
+    (['dataset=zinc', 'model=graphormer', 'train.compile=true'],
+     r'train.compile is for node tasks: .* data-dependent shapes'),
 ])
 def test_bad_config_gives_one_line(overrides, match):
     with pytest.raises(ConfigError, match=match) as info:
@@ -194,45 +201,6 @@ def test_long_epochs_log_steps_and_the_test_metric(tmp_path, caplog):
     epoch = [m for m in lines if m.startswith('train epoch 1/1 |')]
     assert len(epoch) == 1 and 'val_mae' in epoch[0] \
         and 'test_mae' in epoch[0]
-
-
-def test_tensorboard_without_the_package_names_the_fix(tmp_path,
-                                                        monkeypatch):
-    monkeypatch.setitem(sys.modules, 'torch.utils.tensorboard', None)
-    curve = {k: [] for k in graph.CURVE}
-    with pytest.raises(ConfigError, match='pip install tensorboard'):
-        graph.EpochLog(tmp_path, curve, 'mae', tensorboard=True)
-    log = graph.EpochLog(tmp_path, curve, 'mae')  # CSV only: always works
-    log.add({k: 1.0 for k in graph.CURVE})
-    assert (tmp_path / graph.METRICS_CSV).read_text().splitlines()[1] == \
-        ','.join(['1.0'] * len(graph.CURVE))
-
-
-@pytest.mark.parametrize('world', [1, 3])
-def test_size_buckets_cover_every_graph_with_similar_sizes(world):
-    sizes = torch.randint(2, 60, (1003, ), generator=torch.Generator()
-                          .manual_seed(0))
-    batches = []
-    for rank in range(world):
-        sampler = graph.SizeBuckets(sizes, 16, 8, seed=1, rank=rank,
-                                    world=world)
-        sampler.set_epoch(2)
-        mine = list(sampler)
-        assert len(mine) == len(sampler)
-        batches += mine
-    assert sorted(i for b in batches for i in b) == list(range(1003))
-    spread = torch.tensor([float(sizes[b].max() - sizes[b].min())
-                           for b in batches])
-    uniform = torch.tensor([float(sizes[b].max() - sizes[b].min())
-                            for b in torch.randperm(1003).split(16)])
-    assert spread.mean() < 0.25 * uniform.mean()
-    # The same epoch gives the same batches, another epoch others.
-    sampler = graph.SizeBuckets(sizes, 16, 8, seed=1)
-    sampler.set_epoch(2)
-    first = list(sampler)
-    assert list(sampler) == first
-    sampler.set_epoch(3)
-    assert list(sampler) != first
 
 
 @needs_mirror
@@ -301,3 +269,149 @@ def test_summary_line_units(metric, shown):
                'path': 'out/results.json', 'choices': {'norm': 'sepnorm'}}
     line = graph.summary(results, compose_train(*TINY))
     assert line.split(' | ')[2] == shown
+
+
+def _count_host_reads(monkeypatch, folder):
+    r"""Counts the reads of tensor values by the host (``.item()``,
+    ``.tolist()``, ``float()``, ``int()``, ``bool()``) made by the code of
+    :obj:`folder`; returns the counter (a list)."""
+    reads = []
+    for name in ('item', 'tolist', '__float__', '__int__', '__bool__'):
+        method = getattr(torch.Tensor, name)
+
+        def read(self, *args, _method=method, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(folder):
+                reads.append(1)
+            return _method(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, read)
+    return reads
+
+
+@needs_mirror
+@pytest.mark.parametrize('log_steps, expected', [(0, 1), (4, 4), (5, 4)])
+def test_an_epoch_reads_the_loss_once_per_log_interval(monkeypatch,
+                                                       log_steps, expected):
+    cfg = compose_train(*TINY, f'train.log_steps={log_steps}')
+    batches = list(DataLoader(zinc_fixture(MIRROR, 'val', limit=64),
+                              batch_size=4))  # 16 updates
+    training = graph.build_training(cfg, graph.build_model(cfg),
+                                    torch.device('cpu'), 0, 1, len(batches))
+    reads = _count_host_reads(monkeypatch, str(Path(graph.__file__).parent))
+    loss = graph.train_epoch(training, batches, 1, cfg.train)
+    monkeypatch.undo()
+    assert len(reads) == expected  # the log steps and the end, not 16
+    assert math.isfinite(loss)
+
+
+@needs_mirror
+def test_a_nan_loss_is_seen_at_the_end_of_its_log_interval(monkeypatch):
+    cfg = compose_train(*TINY, 'train.log_steps=4')
+    batches = list(DataLoader(zinc_fixture(MIRROR, 'val', limit=64),
+                              batch_size=4))
+    training = graph.build_training(cfg, graph.build_model(cfg),
+                                    torch.device('cpu'), 0, 1, len(batches))
+    calls = []
+    loss = graph._loss
+
+    def nan_at_update_6(*args):
+        calls.append(1)
+        return loss(*args) * (math.nan if len(calls) == 6 else 1.0)
+    monkeypatch.setattr(graph, '_loss', nan_at_update_6)
+    with pytest.raises(TrainingError, match=r'loss became nan at epoch 1 '
+                       r'\(seen at update 8/16\)'):
+        graph.train_epoch(training, batches, 1, cfg.train)
+    assert len(calls) == 8
+
+
+@needs_mirror
+@pytest.mark.xfail(raises=TrainingError, strict=True, reason=(
+    'gnorm/models/graphormer.py:338: under autocast the multi-hop einsum '
+    'gives bf16 hops that index_add_ refuses to add into the fp32 SPD bias '
+    '(fixed on the model side, not here)'))
+def test_bf16_trains_under_autocast_on_the_cpu(tmp_path, monkeypatch):
+    autocast = []
+    forward = graph.forward
+
+    def spy(model, batch):
+        autocast.append((torch.is_autocast_enabled('cpu'),
+                         torch.get_autocast_dtype('cpu')))
+        return forward(model, batch)
+    monkeypatch.setattr(graph, 'forward', spy)
+    bf16 = train(compose_train(*TINY, 'train.precision=bf16',
+                               'train.epochs=2'), output_dir=tmp_path / 'bf16')
+    assert bf16['status'] == 'ok' and bf16['curve']['epoch'] == [1, 2]
+    assert autocast and set(autocast) == {(True, torch.bfloat16)}
+    # Training and evaluation run bf16 products: close to fp32, not equal.
+    fp32 = train(compose_train(*TINY, 'train.epochs=2'),
+                 output_dir=tmp_path / 'fp32')
+    for key in ('loss', 'val_metric'):
+        assert bf16['curve'][key] != fp32['curve'][key]
+        assert bf16['curve'][key] == pytest.approx(fp32['curve'][key],
+                                                    rel=0.05)
+
+
+def _ddp_rank(rank, world, port, folder, overrides):
+    r"""Process :obj:`rank` of :obj:`world` (gloo, CPU): a run of
+    :obj:`overrides`, then the same run with a NaN loss at this rank's
+    third update when :obj:`rank` is 1; writes each outcome to
+    ``<folder>/{clean,nan}_<rank>.txt``."""
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                      RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    # A collective that waits 30 s fails (the test) instead of hanging.
+    torch.distributed.init_process_group(
+        'gloo', rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=30))
+    loss = graph._loss
+    for run in ('clean', 'nan'):
+        calls = []
+
+        def nan_on_rank_1(*args):
+            calls.append(1)
+            bad = run == 'nan' and rank == 1 and len(calls) == 3
+            return loss(*args) * (math.nan if bad else 1.0)
+        graph._loss = nan_on_rank_1
+        try:
+            train(compose_train(*overrides), output_dir=Path(folder) / run)
+            outcome = 'ok'
+        except Exception as e:
+            outcome = f'{type(e).__name__}: {e}'
+        (Path(folder) / f'{run}_{rank}.txt').write_text(outcome)
+    torch.distributed.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@needs_mirror
+@pytest.mark.parametrize('world', [2, 4])
+def test_ddp_ranks_with_unequal_buckets_finish_or_fail_together(tmp_path,
+                                                                 world):
+    # 250 graphs, batches of 20 in chunks of 2: 13 batches, which no
+    # world divides ([7, 6] or [4, 3, 3, 3] before padding).
+    overrides = [*TINY, 'train.bucket_chunk=2', 'train.batch_size=20',
+                 'train.epochs=2', 'train.log_steps=2']
+    context = torch.multiprocessing.spawn(
+        _ddp_rank, args=(world, _free_port(), str(tmp_path), overrides),
+        nprocs=world, join=False)
+    end = time.monotonic() + 150
+    while not context.join(timeout=1):
+        if time.monotonic() > end:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f'{world} DDP processes still running after 150 s')
+    clean = [(tmp_path / f'clean_{r}.txt').read_text() for r in range(world)]
+    assert clean == ['ok'] * world
+    saved = json.loads((tmp_path / 'clean' / 'results.json').read_text())
+    assert saved['world_size'] == world and saved['curve']['epoch'] == [1, 2]
+    nan = [(tmp_path / f'nan_{r}.txt').read_text() for r in range(world)]
+    # Rank 1's loss is NaN at update 3: every rank stops at the read of
+    # update 4 with the same error.
+    assert nan == [nan[0]] * world
+    assert nan[0].startswith('TrainingError: the training loss became nan '
+                             'at epoch 1 (seen at update 4/')

@@ -15,6 +15,10 @@ Modules, each importing only those above it in this list:
 * :mod:`gnorm.train.progress`: progress bar and log lines of a loop;
 * :mod:`gnorm.train.node`: node classification, full batch; many runs as
   one model;
+* :mod:`gnorm.train.epoch_log`: per-epoch ``metrics.csv`` (and
+  TensorBoard) of a graph-level run;
+* :mod:`gnorm.train.graph_batches`: mini-batches of graphs (size buckets,
+  equal shares for data-parallel processes);
 * :mod:`gnorm.train.graph`: graph-level prediction (Graphormer);
 * :mod:`gnorm.train.run`: training runs for every task (seeding, device,
   resuming, batches, recording failed and interrupted runs);

@@ -2,15 +2,21 @@ r"""Graph-level training: mini-batches of molecules through a Graphormer
 (the task of ``dataset=molhiv|zinc``).
 
 AdamW with linear warmup then linear (or polynomial) decay, gradient
-clipping, bf16 autocast on CUDA, evaluation every ``train.eval_every``
-epochs, the test metric at the best-validation epoch. Every
+clipping, bf16 autocast with ``train.precision=bf16`` (on every device, so
+that a CPU run tests the arithmetic of a GPU run), evaluation every
+``train.eval_every`` epochs, the test metric at the best-validation epoch.
+Every
 ``train.checkpoint_every`` epochs ``checkpoint.pt`` is written into the run
 folder; with ``resume=true`` an interrupted run continues from it and gives
 the curve the uninterrupted run would have given. Each epoch appends a row
 (loss, learning rate, metrics, time) to ``metrics.csv`` in the run folder,
 and, with ``train.tensorboard=true``, to TensorBoard event files in its
 ``tensorboard/`` folder. A log line every ``train.log_steps`` updates shows
-that a long epoch moves, wherever the output goes.
+that a long epoch moves, wherever the output goes. The training losses add
+up on the device: the host reads them (one synchronisation) only for those
+lines and at the end of each epoch, and checks them there: a NaN or
+infinite loss stops the run (:class:`~gnorm.errors.TrainingError`) at the
+end of the log interval in which it occurred, not at its update.
 
 Multi-GPU data parallel runs under ``torchrun`` (one process per GPU,
 :class:`~torch.nn.parallel.DistributedDataParallel`, ``train.batch_size``
@@ -19,18 +25,25 @@ graphs per process)::
     torchrun --standalone --nproc_per_node=4 -m gnorm.train \
         experiment=zinc_graphormer_slim hydra.run.dir=outputs/zinc_slim_ddp
 
+Every process takes the same number of batches per epoch (the samplers
+repeat a few graphs, or with ``train.bucket_chunk`` a few batches, to fill
+the last round), so that they step together. The training loss is summed
+over the processes when the host reads it, and every process checks that
+sum: a NaN on one process stops all of them with the same error.
+
 :func:`run` is called by :func:`gnorm.train.train` with the shared fields
 of ``results.json`` already filled in.
 """
+import contextlib
 import copy
-import csv
 import inspect
 import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -38,26 +51,20 @@ import torch.nn.functional as F
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data.distributed import DistributedSampler
-from torch_geometric.loader import DataLoader
 
-from gnorm.data.molecules import (GRAPH_DATASETS, graph_sizes, import_ogb,
+from gnorm.data.molecules import (GRAPH_DATASETS, import_ogb,
                                    load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
+from gnorm.train.common import is_int, one_line, option, result_config
+from gnorm.train.epoch_log import CURVE, EpochLog
+from gnorm.train.graph_batches import Loaders, build_loaders
 from gnorm.train.progress import Progress, shown
-from gnorm.train.common import (is_int, json_safe, one_line, option,
-                                 result_config)
 
 log = logging.getLogger(__name__)
 
 PRECISIONS = ('bf16', 'fp32')
 CHECKPOINT = 'checkpoint.pt'
-METRICS_CSV = 'metrics.csv'
-TENSORBOARD = 'tensorboard'
-# The per-epoch columns of results.json's curve and of metrics.csv.
-CURVE = ('epoch', 'loss', 'lr', 'val_metric', 'val_loss', 'test_metric',
-         'time_s')
 _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 
@@ -118,6 +125,12 @@ def check_config(cfg: DictConfig) -> None:
     if t.precision not in PRECISIONS:
         raise ConfigError(f"unknown train.precision={t.precision!r}; pass "
                           f"bf16 or fp32")
+    if t.get('compile', False) is not False:
+        raise ConfigError(f"train.compile is for node tasks: the "
+                          f"Graphormer's attention bias has data-dependent "
+                          f"shapes that torch.compile(fullgraph=True) cannot "
+                          f"trace; remove train.compile={t.compile} for "
+                          f"dataset={name}")
     build_model(cfg)  # bad model or norm options, before the data loads
 
 
@@ -149,44 +162,12 @@ def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
     out, y = out.float(), y.view(out.shape).float()
     if metric == 'mae':
         return F.l1_loss(out, y)
-    labelled = y == y  # OGB marks missing labels with NaN
-    return F.binary_cross_entropy_with_logits(out[labelled], y[labelled])
-
-
-class SizeBuckets(torch.utils.data.Sampler):
-    r"""Mini-batches of graphs of similar size, so that the dense
-    :obj:`[B, 1 + N, 1 + N]` attention pads less: every epoch the graphs
-    are shuffled (from :obj:`seed` and the epoch), cut into chunks of
-    :obj:`chunk` batches, each chunk sorted by node count and cut into
-    batches of :obj:`batch_size`, and the batches shuffled. Every graph is
-    seen once per epoch; process :obj:`rank` of :obj:`world` takes every
-    :obj:`world`-th batch. A batch sampler for
-    :class:`~torch_geometric.loader.DataLoader`."""
-    def __init__(self, sizes: torch.Tensor, batch_size: int, chunk: int,
-                 seed: int = 0, rank: int = 0, world: int = 1):
-        self.sizes, self.batch_size, self.chunk = sizes, batch_size, chunk
-        self.seed, self.rank, self.world, self.epoch = seed, rank, world, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(len(self.sizes), generator=gen)
-        span = self.batch_size * self.chunk
-        batches = []
-        for part in order.split(span):
-            part = part[torch.sort(self.sizes[part], stable=True).indices]
-            batches += part.split(self.batch_size)
-        pick = torch.randperm(len(batches), generator=gen)
-        for k in pick[self.rank::self.world].tolist():
-            yield batches[k].tolist()
-
-    def __len__(self) -> int:
-        n, span = len(self.sizes), self.batch_size * self.chunk
-        batches = n // span * self.chunk + math.ceil(n % span /
-                                                     self.batch_size)
-        return len(range(self.rank, batches, self.world))
+    # OGB marks missing labels with NaN: the mean over the labelled ones,
+    # by weights rather than by indexing (no read of the mask by the host).
+    labelled = y == y
+    losses = F.binary_cross_entropy_with_logits(
+        out, torch.where(labelled, y, 0.0), reduction='none')
+    return torch.where(labelled, losses, 0.0).sum() / labelled.sum()
 
 
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
@@ -218,18 +199,27 @@ def evaluate(model: torch.nn.Module, loader, metric: str,
     return float(score['rocauc']), loss
 
 
-def _distributed(device: torch.device) -> Tuple[int, int, torch.device]:
+@contextlib.contextmanager
+def _process_group(device: torch.device):
     r"""Rank, world size and device of this process: under ``torchrun``
-    (``WORLD_SIZE`` > 1) joins the process group, one GPU per process."""
+    (``WORLD_SIZE`` > 1) joins the process group for the duration (one
+    the caller made stays), one GPU per process."""
     world = int(os.environ.get('WORLD_SIZE', 1))
     if world == 1:
-        return 0, 1, device
-    if not dist.is_initialized():
+        yield 0, 1, device
+        return
+    joined = not dist.is_initialized()
+    if joined:
         dist.init_process_group('nccl' if device.type == 'cuda' else 'gloo')
-    if device.type == 'cuda':
-        device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)))
-        torch.cuda.set_device(device)
-    return dist.get_rank(), world, device
+    try:
+        if device.type == 'cuda':
+            device = torch.device('cuda',
+                                  int(os.environ.get('LOCAL_RANK', 0)))
+            torch.cuda.set_device(device)
+        yield dist.get_rank(), world, device
+    finally:
+        if joined:
+            dist.destroy_process_group()
 
 
 def _save(path: Path, state: Dict[str, Any]) -> None:
@@ -249,56 +239,6 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state['cpu'])
     if state['cuda'] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state['cuda'])
-
-
-class EpochLog:
-    r"""The per-epoch record of a run for a person watching it: one row per
-    epoch (the columns of :obj:`CURVE`) appended to ``metrics.csv`` in the
-    run folder (always; it costs nothing), and with :obj:`tensorboard` the
-    same scalars in TensorBoard event files in ``tensorboard/``
-    (:class:`torch.utils.tensorboard.SummaryWriter`, needs the
-    ``tensorboard`` package). Opening it rewrites the CSV from
-    :obj:`curve` (the epochs a resumed run restored) and drops later
-    TensorBoard events, so neither holds epochs the checkpoint lacks."""
-    def __init__(self, folder: Path, curve: Dict[str, list], metric: str,
-                 tensorboard: bool = False):
-        self.path = folder / METRICS_CSV
-        self.metric = metric
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(self.path, 'w', newline='') as f:
-            writer = csv.writer(f)
-            writer.writerow(CURVE)
-            writer.writerows(zip(*(json_safe(curve[k]) for k in CURVE)))
-        self.writer = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError("train.tensorboard=true needs the "
-                                  "tensorboard package: pip install "
-                                  "tensorboard (metrics.csv is written "
-                                  "without it)") from None
-            self.writer = SummaryWriter(str(folder / TENSORBOARD),
-                                        purge_step=len(curve['epoch']) + 1)
-
-    def add(self, row: Dict[str, float]) -> None:
-        r"""Records the epoch :obj:`row` (keys :obj:`CURVE`)."""
-        with open(self.path, 'a', newline='') as f:
-            csv.writer(f).writerow(json_safe([row[k] for k in CURVE]))
-        if self.writer is None:
-            return
-        tags = {'loss': 'train/loss', 'lr': 'train/lr',
-                'time_s': 'train/epoch_time_s', 'val_loss': 'val/loss',
-                'val_metric': f'val/{self.metric}',
-                'test_metric': f'test/{self.metric}'}
-        for key, tag in tags.items():
-            if math.isfinite(row[key]):
-                self.writer.add_scalar(tag, row[key], row['epoch'])
-        self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
@@ -339,140 +279,275 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
     :obj:`results` completed with the val/test metric of the selected epoch
     and the per-epoch curve. Raises :class:`TrainingError` if the loss
     stops being finite (:func:`gnorm.train.train` records the failure)."""
-    t = cfg.train
-    rank, world, device = _distributed(device)
-    checkpoint = path.parent / CHECKPOINT
-    state = None
-    if cfg.get('resume', False) and checkpoint.is_file():
-        state = torch.load(checkpoint, map_location=device,
-                           weights_only=False)
-        asked = result_config(OmegaConf.to_container(cfg, resolve=True))
-        if result_config(state['config']) != asked:
-            raise ConfigError(f"{checkpoint} belongs to another config; pass "
-                              f"resume=false or another output folder")
-    name = cfg.dataset.name
-    metric, higher_better = GRAPH_DATASETS[name][2:]
+    with _process_group(device) as (rank, world, device):
+        checkpoint = path.parent / CHECKPOINT
+        state = load_checkpoint(cfg, checkpoint, device)
+        splits = load_splits(cfg)
+        model = build_model(cfg).to(device)
+        describe(results, cfg, splits, model, world)
+        loaders = build_loaders(splits, cfg.train, cfg.seed, rank, world,
+                                device)
+        training = build_training(cfg, model, device, rank, world,
+                                  len(loaders.train))
+        results.update(curve={k: [] for k in CURVE}, best_epoch=0,
+                       best=None)
+        best_state, start = None, 1
+        if state is not None:
+            best_state, start = restore(state, training, results)
+            log.info('resumed from %s at epoch %d', checkpoint,
+                     state['epoch'])
+        best_state = fit(cfg, training, loaders, results, best_state, start,
+                         checkpoint)
+        select(cfg, training, loaders, results, best_state)
+        return results
+
+
+def load_checkpoint(cfg: DictConfig, checkpoint: Path,
+                    device: torch.device) -> Optional[Dict[str, Any]]:
+    r"""The state saved in :obj:`checkpoint` when :obj:`cfg` asks to resume
+    and the file exists (:obj:`None` otherwise); refuses the checkpoint of
+    another config."""
+    if not cfg.get('resume', False) or not checkpoint.is_file():
+        return None
+    state = torch.load(checkpoint, map_location=device, weights_only=False)
+    asked = result_config(OmegaConf.to_container(cfg, resolve=True))
+    if result_config(state['config']) != asked:
+        raise ConfigError(f"{checkpoint} belongs to another config; pass "
+                          f"resume=false or another output folder")
+    return state
+
+
+def load_splits(cfg: DictConfig) -> Dict[str, Any]:
+    r"""The ``train``, ``valid`` and ``test`` graphs of :obj:`cfg.dataset`."""
     options = {k: v for k, v in OmegaConf.to_container(
         cfg.dataset, resolve=True).items() if k not in _DATASET_META}
-    splits = load_graph_dataset(name, cfg.data.root, cfg.data.mirror,
-                                **options)
-    model = build_model(cfg).to(device)
+    return load_graph_dataset(cfg.dataset.name, cfg.data.root,
+                              cfg.data.mirror, **options)
+
+
+def describe(results: Dict[str, Any], cfg: DictConfig,
+             splits: Dict[str, Any], model: torch.nn.Module,
+             world: int) -> None:
+    r"""Logs the data and the model and records them in :obj:`results`."""
+    name = cfg.dataset.name
     if cfg.norm._target_.endswith('Identity'):
         log.warning('norm=none: the Graphormer runs without normalisation')
     log.info('%s: %s graphs; model %s on %s', name,
-             '/'.join(str(len(s)) for s in splits.values()), model, device)
+             '/'.join(str(len(s)) for s in splits.values()), model,
+             next(model.parameters()).device)
     results.update({
         'dataset': {'name': name, 'split': cfg.split, 'split_sizes': [
             len(splits[k]) for k in ('train', 'valid', 'test')]},
-        'model': str(model), 'metric': metric, 'world_size': world,
+        'model': str(model), 'metric': GRAPH_DATASETS[name][2],
+        'world_size': world,
         'num_parameters': sum(p.numel() for p in model.parameters()),
     })
 
-    if t.bucket_chunk:
-        sampler = SizeBuckets(graph_sizes(splits['train']), t.batch_size,
-                              t.bucket_chunk, cfg.seed, rank, world)
-        batching = dict(batch_sampler=sampler)
-    else:
-        sampler = DistributedSampler(splits['train'], num_replicas=world,
-                                     rank=rank, shuffle=True, seed=cfg.seed)
-        batching = dict(batch_size=t.batch_size, sampler=sampler)
-    # Workers collate ahead of the model (kept across epochs); on CUDA the
-    # batches come in pinned memory and copy asynchronously.
-    pin = device.type == 'cuda'
-    loader_args = dict(num_workers=t.num_workers, pin_memory=pin,
-                       persistent_workers=t.num_workers > 0)
-    train_loader = DataLoader(splits['train'], **batching, **loader_args)
-    # Evaluation: the graphs in their order, or with bucket_chunk sorted by
-    # size (a graph's prediction does not depend on its batch-mates).
-    def eval_batches(graphs) -> Dict[str, Any]:
-        if not t.bucket_chunk:
-            return dict(batch_size=t.batch_size, shuffle=False)
-        order = graph_sizes(graphs).sort(stable=True).indices
-        return dict(batch_sampler=[b.tolist() for b in
-                                   order.split(t.batch_size)])
-    loaders = {k: DataLoader(splits[k], **eval_batches(splits[k]),
-                             **loader_args) for k in ('valid', 'test')}
-    trained = model
-    if world > 1:
-        if device.type == 'cuda':
-            trained = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        trained = torch.nn.parallel.DistributedDataParallel(
-            trained, device_ids=[device] if device.type == 'cuda' else None)
+
+@dataclass
+class Training:
+    r"""What an update needs: the :obj:`model` (its weights are saved and
+    evaluated), the module :obj:`trained` (the model, or its
+    :class:`~torch.nn.parallel.DistributedDataParallel` wrapper), the
+    optimizer and learning-rate schedule, the device, whether updates run
+    under bf16 :obj:`autocast`, the :obj:`metric` (which picks the loss),
+    the gradient clipping norm (:obj:`0`: none), and this process's
+    :obj:`rank` of the :obj:`world` data-parallel processes."""
+    model: torch.nn.Module
+    trained: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    device: torch.device
+    autocast: bool
+    metric: str
+    grad_clip: float
+    rank: int = 0
+    world: int = 1
+
+    def step(self, batch) -> torch.Tensor:
+        r"""One update on :obj:`batch` (on the device); returns its loss."""
+        with torch.autocast(self.device.type, torch.bfloat16,
+                            enabled=self.autocast):
+            loss = _loss(forward(self.trained, batch), batch.y, self.metric)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                           self.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.detach()
+
+    def lr(self) -> float:
+        r"""The learning rate of the next update."""
+        return self.optimizer.param_groups[0]['lr']
+
+
+def data_parallel(model: torch.nn.Module, device: torch.device,
+                  world: int) -> torch.nn.Module:
+    r""":obj:`model` wrapped for data-parallel training over :obj:`world`
+    processes (itself when :obj:`world` is 1)."""
+    if world == 1:
+        return model
+    if device.type == 'cuda':
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device] if device.type == 'cuda' else None)
+
+
+def build_training(cfg: DictConfig, model: torch.nn.Module,
+                   device: torch.device, rank: int, world: int,
+                   steps: int) -> Training:
+    r"""AdamW on :obj:`model` with the schedule of :func:`lr_factor` over
+    ``train.epochs`` epochs of :obj:`steps` updates."""
+    t = cfg.train
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr,
                                   weight_decay=t.weight_decay)
-    total = t.epochs * len(train_loader)
+    total = t.epochs * steps
+    end = t.end_lr / t.lr if t.lr else 0.0
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, t.warmup_steps, total,
-                                          t.end_lr / t.lr if t.lr else 0.0,
+        optimizer, lambda step: lr_factor(step, t.warmup_steps, total, end,
                                           t.decay_power))
-    autocast = device.type == 'cuda' and t.precision == 'bf16'
+    return Training(model, data_parallel(model, device, world), optimizer,
+                    scheduler, device, t.precision == 'bf16',
+                    GRAPH_DATASETS[cfg.dataset.name][2], t.grad_clip, rank,
+                    world)
 
-    curve = {k: [] for k in CURVE}
-    results.update(curve=curve, best_epoch=0, best=None)
-    best_state, start = None, 1
-    if state is not None:
-        model.load_state_dict(state['model'])
-        optimizer.load_state_dict(state['optimizer'])
-        scheduler.load_state_dict(state['scheduler'])
-        best_state, start = state['best_state'], state['epoch'] + 1
-        curve.update(state['curve'])
-        results.update(best_epoch=state['best_epoch'], best=state['best'],
-                       resumed_from_epoch=state['epoch'])
-        _set_rng_state(state['rng'])
-        log.info('resumed from %s at epoch %d', checkpoint, state['epoch'])
 
+def restore(state: Dict[str, Any], training: Training,
+            results: Dict[str, Any]) -> Tuple[Any, int]:
+    r"""Loads the checkpoint :obj:`state` into :obj:`training` and
+    :obj:`results` (curve, best epoch) and restores the random streams;
+    returns the best weights so far and the epoch to start from."""
+    training.model.load_state_dict(state['model'])
+    training.optimizer.load_state_dict(state['optimizer'])
+    training.scheduler.load_state_dict(state['scheduler'])
+    results['curve'].update(state['curve'])
+    results.update(best_epoch=state['best_epoch'], best=state['best'],
+                   resumed_from_epoch=state['epoch'])
+    _set_rng_state(state['rng'])
+    return state['best_state'], state['epoch'] + 1
+
+
+def save_checkpoint(checkpoint: Path, cfg: DictConfig, training: Training,
+                    results: Dict[str, Any], best_state: Any,
+                    epoch: int) -> None:
+    r"""Writes what :func:`restore` needs to continue after :obj:`epoch`."""
+    _save(checkpoint, {
+        'epoch': epoch, 'config': OmegaConf.to_container(cfg, resolve=True),
+        'model': training.model.state_dict(),
+        'optimizer': training.optimizer.state_dict(),
+        'scheduler': training.scheduler.state_dict(),
+        'best_state': best_state, 'best_epoch': results['best_epoch'],
+        'best': results['best'], 'curve': results['curve'],
+        'rng': _rng_state()})
+
+
+def _loss_sum(training: Training, total: torch.Tensor,
+              count: int) -> Tuple[float, int]:
+    r"""The loss sum :obj:`total` (on the device) and graph count
+    :obj:`count` of this process, summed over every process: one read by
+    the host. A non-finite loss on any process makes the sum non-finite on
+    every process."""
+    if training.world == 1:
+        return total.item(), count
+    both = torch.stack([total, total.new_tensor(count)])
+    dist.all_reduce(both)
+    total, count = both.tolist()
+    return total, int(count)
+
+
+def train_epoch(training: Training, batches, epoch: int,
+                t: DictConfig) -> float:
+    r"""One epoch of updates on :obj:`batches`; returns the mean training
+    loss per graph (over every process). The losses add up on the device:
+    the host reads their sum (and checks that it is finite) only every
+    ``train.log_steps`` updates, when rank 0 logs a line, and at the end of
+    the epoch. Raises :class:`TrainingError` on every process at the first
+    such read where the loss is not finite."""
+    training.trained.train()
+    begin = time.perf_counter()
+    steps = len(batches)
+    total = torch.zeros((), dtype=torch.float64, device=training.device)
+    count = 0
+    for step, batch in enumerate(batches, start=1):
+        batch = batch.to(training.device,
+                         non_blocking=training.device.type == 'cuda')
+        total += training.step(batch).double() * batch.num_graphs
+        count += batch.num_graphs
+        if t.log_steps and step % t.log_steps == 0 and step < steps:
+            _read_loss(training, total, count, (epoch, step, steps), t,
+                       begin)
+    return _read_loss(training, total, count, (epoch, steps, steps), t,
+                      begin)
+
+
+def _read_loss(training: Training, total: torch.Tensor, count: int,
+               where: Tuple[int, int, int], t: DictConfig,
+               begin: float) -> float:
+    r"""The mean loss per graph of the epoch so far (:obj:`where`: epoch,
+    update, updates in the epoch), read by the host; checked on every
+    process, logged by rank 0 every ``train.log_steps`` updates."""
+    epoch, step, steps = where
+    loss, graphs = _loss_sum(training, total, count)
+    mean = loss / graphs
+    if not math.isfinite(mean):
+        raise TrainingError(f"the training loss became {mean} at epoch "
+                            f"{epoch} (seen at update {step}/{steps}); "
+                            f"lower train.lr or change the norm")
+    if training.rank == 0 and t.log_steps and step % t.log_steps == 0:
+        log.info('train epoch %d/%d step %d/%d | loss %.4f | lr %.3g | %.0f '
+                 'graphs/s', epoch, t.epochs, step, steps, mean,
+                 training.lr(), graphs / (time.perf_counter() - begin))
+    return mean
+
+
+def evaluate_splits(training: Training,
+                    loaders: Loaders) -> Dict[str, float]:
+    r"""The validation metric and loss and the test metric (keys of
+    :obj:`CURVE`)."""
+    args = (training.metric, training.device, training.autocast)
+    val_metric, val_loss = evaluate(training.model, loaders.valid, *args)
+    test_metric, _ = evaluate(training.model, loaders.test, *args)
+    return {'val_metric': val_metric, 'val_loss': val_loss,
+            'test_metric': test_metric}
+
+
+def _improves(row: Dict[str, float], best: Optional[Dict[str, float]],
+              higher_better: bool) -> bool:
     sign = 1.0 if higher_better else -1.0
-    epoch_log = EpochLog(path.parent, curve, metric, t.tensorboard) \
-        if rank == 0 else None
-    steps = len(train_loader)
+    return best is None or sign * row['val_metric'] > \
+        sign * best['val_metric']
+
+
+def fit(cfg: DictConfig, training: Training, loaders: Loaders,
+        results: Dict[str, Any], best_state: Any, start: int,
+        checkpoint: Path) -> Any:
+    r"""Epochs :obj:`start` to ``train.epochs``: trains, evaluates every
+    ``train.eval_every`` epochs (keeping the best-validation weights, which
+    it returns, and epoch in :obj:`results`), records each epoch's row in
+    the curve, ``metrics.csv`` and the progress, and writes the
+    checkpoint."""
+    t, curve = cfg.train, results['curve']
+    higher_better = GRAPH_DATASETS[cfg.dataset.name][3]
+    rank = training.rank
+    epoch_log = EpochLog(checkpoint.parent, curve, training.metric,
+                         t.tensorboard) if rank == 0 else None
     with Progress(t.epochs, every=t.log_every,
                   bar=t.progress and rank == 0) as progress:
         if start > 1:
             progress.update(start - 1)
         for epoch in range(start, t.epochs + 1):
             begin = time.perf_counter()
-            trained.train()
-            sampler.set_epoch(epoch)
-            total_loss, count = 0.0, 0
-            for step, batch in enumerate(train_loader, start=1):
-                batch = batch.to(device, non_blocking=pin)
-                with torch.autocast(device.type, torch.bfloat16,
-                                    enabled=autocast):
-                    loss = _loss(forward(trained, batch), batch.y, metric)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if t.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                   t.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                total_loss += loss.item() * batch.num_graphs
-                count += batch.num_graphs
-                if rank == 0 and t.log_steps and step % t.log_steps == 0:
-                    seconds = time.perf_counter() - begin
-                    log.info('train epoch %d/%d step %d/%d | loss %.4f | lr '
-                             '%.3g | %.0f graphs/s', epoch, t.epochs, step,
-                             steps, total_loss / count,
-                             optimizer.param_groups[0]['lr'],
-                             count * world / seconds)
-            value = total_loss / count
-            if not math.isfinite(value):
-                raise TrainingError(f"the training loss became {value} at "
-                                    f"epoch {epoch}; lower train.lr or "
-                                    f"change the norm")
-
-            row = {'epoch': epoch, 'loss': value, 'val_metric': math.nan,
-                   'val_loss': math.nan, 'test_metric': math.nan,
-                   'lr': optimizer.param_groups[0]['lr']}
+            loaders.sampler.set_epoch(epoch)
+            row = {'epoch': epoch, 'loss': train_epoch(
+                training, loaders.train, epoch, t),
+                'val_metric': math.nan, 'val_loss': math.nan,
+                'test_metric': math.nan, 'lr': training.lr()}
             if epoch % t.eval_every == 0 or epoch == t.epochs:
-                row['val_metric'], row['val_loss'] = evaluate(
-                    model, loaders['valid'], metric, device, autocast)
-                row['test_metric'], _ = evaluate(model, loaders['test'],
-                                                 metric, device, autocast)
-                best = results['best']
-                if best is None or sign * row['val_metric'] > \
-                        sign * best['val_metric']:
-                    best_state = copy.deepcopy(model.state_dict())
+                row.update(evaluate_splits(training, loaders))
+                if _improves(row, results['best'], higher_better):
+                    best_state = copy.deepcopy(training.model.state_dict())
                     results.update(best_epoch=epoch, best={
                         k: row[k] for k in ('val_metric', 'val_loss',
                                             'test_metric')})
@@ -483,33 +558,28 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
                 epoch_log.add(row)
             if rank == 0 and (epoch % t.checkpoint_every == 0
                               or epoch == t.epochs):
-                _save(checkpoint, {
-                    'epoch': epoch, 'config': OmegaConf.to_container(
-                        cfg, resolve=True),
-                    'model': model.state_dict(),
-                    'optimizer': optimizer.state_dict(),
-                    'scheduler': scheduler.state_dict(),
-                    'best_state': best_state, 'best_epoch':
-                    results['best_epoch'], 'best': results['best'],
-                    'curve': curve, 'rng': _rng_state()})
-            progress.update(epoch, loss=value, **{
-                f'val_{metric}': row['val_metric'],
-                f'test_{metric}': row['test_metric']})
+                save_checkpoint(checkpoint, cfg, training, results,
+                                best_state, epoch)
+            progress.update(epoch, loss=row['loss'], **{
+                f'val_{training.metric}': row['val_metric'],
+                f'test_{training.metric}': row['test_metric']})
     if epoch_log is not None:
         epoch_log.close()
+    return best_state
 
+
+def select(cfg: DictConfig, training: Training, loaders: Loaders,
+           results: Dict[str, Any], best_state: Any) -> None:
+    r"""Evaluates the weights ``select`` asks for (the best-validation
+    ones, or the last) and records their metrics in :obj:`results`."""
     if cfg.select == 'best_val':
-        model.load_state_dict(best_state)
+        training.model.load_state_dict(best_state)
         selected = results['best_epoch']
     else:
-        selected = t.epochs
-    val_metric, val_loss = evaluate(model, loaders['valid'], metric, device,
-                                    autocast)
-    test_metric, test_loss = evaluate(model, loaders['test'], metric, device,
-                                      autocast)
+        selected = cfg.train.epochs
+    args = (training.metric, training.device, training.autocast)
+    val_metric, val_loss = evaluate(training.model, loaders.valid, *args)
+    test_metric, test_loss = evaluate(training.model, loaders.test, *args)
     results.update(status='ok', select=cfg.select, selected_epoch=selected,
                    val_metric=val_metric, val_loss=val_loss,
                    test_metric=test_metric, test_loss=test_loss)
-    if world > 1:
-        dist.destroy_process_group()
-    return results

@@ -1,0 +1,66 @@
+r"""The per-epoch record of a graph-level run (:mod:`gnorm.train.graph`):
+``metrics.csv`` in the run folder and, optionally, TensorBoard events.
+"""
+import csv
+import math
+from pathlib import Path
+from typing import Dict
+
+from gnorm.errors import ConfigError
+from gnorm.train.common import json_safe
+
+METRICS_CSV = 'metrics.csv'
+TENSORBOARD = 'tensorboard'
+# The per-epoch columns of results.json's curve and of metrics.csv.
+CURVE = ('epoch', 'loss', 'lr', 'val_metric', 'val_loss', 'test_metric',
+         'time_s')
+
+
+class EpochLog:
+    r"""The per-epoch record of a run for a person watching it: one row per
+    epoch (the columns of :obj:`CURVE`) appended to ``metrics.csv`` in the
+    run folder (always; it costs nothing), and with :obj:`tensorboard` the
+    same scalars in TensorBoard event files in ``tensorboard/``
+    (:class:`torch.utils.tensorboard.SummaryWriter`, needs the
+    ``tensorboard`` package). Opening it rewrites the CSV from
+    :obj:`curve` (the epochs a resumed run restored) and drops later
+    TensorBoard events, so neither holds epochs the checkpoint lacks."""
+    def __init__(self, folder: Path, curve: Dict[str, list], metric: str,
+                 tensorboard: bool = False):
+        self.path = folder / METRICS_CSV
+        self.metric = metric
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(self.path, 'w', newline='') as f:
+            writer = csv.writer(f)
+            writer.writerow(CURVE)
+            writer.writerows(zip(*(json_safe(curve[k]) for k in CURVE)))
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("train.tensorboard=true needs the "
+                                  "tensorboard package: pip install "
+                                  "tensorboard (metrics.csv is written "
+                                  "without it)") from None
+            self.writer = SummaryWriter(str(folder / TENSORBOARD),
+                                        purge_step=len(curve['epoch']) + 1)
+
+    def add(self, row: Dict[str, float]) -> None:
+        r"""Records the epoch :obj:`row` (keys :obj:`CURVE`)."""
+        with open(self.path, 'a', newline='') as f:
+            csv.writer(f).writerow(json_safe([row[k] for k in CURVE]))
+        if self.writer is None:
+            return
+        tags = {'loss': 'train/loss', 'lr': 'train/lr',
+                'time_s': 'train/epoch_time_s', 'val_loss': 'val/loss',
+                'val_metric': f'val/{self.metric}',
+                'test_metric': f'test/{self.metric}'}
+        for key, tag in tags.items():
+            if math.isfinite(row[key]):
+                self.writer.add_scalar(tag, row[key], row['epoch'])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

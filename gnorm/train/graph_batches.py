@@ -1,0 +1,102 @@
+r"""Mini-batches of graphs for :mod:`gnorm.train.graph`: the training
+batches (uniformly shuffled, or of similar size with
+:class:`SizeBuckets`), split between the processes of a data-parallel run,
+and the evaluation batches.
+"""
+import math
+from dataclasses import dataclass
+from typing import Any, Dict
+
+import torch
+from omegaconf import DictConfig
+from torch.utils.data.distributed import DistributedSampler
+from torch_geometric.loader import DataLoader
+
+from gnorm.data.molecules import graph_sizes
+
+
+class SizeBuckets(torch.utils.data.Sampler):
+    r"""Mini-batches of graphs of similar size, so that the dense
+    :obj:`[B, 1 + N, 1 + N]` attention pads less: every epoch the graphs
+    are shuffled (from :obj:`seed` and the epoch), cut into chunks of
+    :obj:`chunk` batches, each chunk sorted by node count and cut into
+    batches of :obj:`batch_size`, and the batches shuffled. Every graph is
+    seen once per epoch; process :obj:`rank` of :obj:`world` takes every
+    :obj:`world`-th batch. Every process gets the same number of batches
+    (data-parallel training steps together): when :obj:`world` does not
+    divide the number of batches, the first batches of the epoch's order
+    are repeated to fill the last round, as
+    :class:`~torch.utils.data.distributed.DistributedSampler` pads with
+    :obj:`drop_last=False`. A batch sampler for
+    :class:`~torch_geometric.loader.DataLoader`."""
+    def __init__(self, sizes: torch.Tensor, batch_size: int, chunk: int,
+                 seed: int = 0, rank: int = 0, world: int = 1):
+        self.sizes, self.batch_size, self.chunk = sizes, batch_size, chunk
+        self.seed, self.rank, self.world, self.epoch = seed, rank, world, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.sizes), generator=gen)
+        batches = []
+        for part in order.split(self.batch_size * self.chunk):
+            part = part[torch.sort(self.sizes[part], stable=True).indices]
+            batches += part.split(self.batch_size)
+        pick = torch.randperm(len(batches), generator=gen)
+        padded = len(self) * self.world  # the first batches again
+        pick = pick.repeat(math.ceil(padded / max(1, len(pick))))[:padded]
+        for k in pick[self.rank::self.world].tolist():
+            yield batches[k].tolist()
+
+    def __len__(self) -> int:
+        n, span = len(self.sizes), self.batch_size * self.chunk
+        batches = n // span * self.chunk + math.ceil(n % span /
+                                                     self.batch_size)
+        return math.ceil(batches / self.world)
+
+
+@dataclass
+class Loaders:
+    r"""The loaders of a run: :obj:`train` draws its batches from
+    :obj:`sampler` (reseeded every epoch by :meth:`set_epoch`)."""
+    train: DataLoader
+    sampler: Any
+    valid: DataLoader
+    test: DataLoader
+
+
+def _eval_batching(graphs, batch_size: int, buckets: bool) -> Dict[str, Any]:
+    r"""Evaluation batches: the graphs in their order, or with
+    :obj:`buckets` sorted by size (a graph's prediction does not depend on
+    its batch-mates)."""
+    if not buckets:
+        return dict(batch_size=batch_size, shuffle=False)
+    order = graph_sizes(graphs).sort(stable=True).indices
+    return dict(batch_sampler=[b.tolist() for b in order.split(batch_size)])
+
+
+def build_loaders(splits: Dict[str, Any], t: DictConfig, seed: int,
+                  rank: int, world: int, device: torch.device) -> Loaders:
+    r"""The loaders of :obj:`splits` for process :obj:`rank` of
+    :obj:`world`: training batches of ``train.batch_size`` graphs, of
+    similar size with ``train.bucket_chunk`` (:class:`SizeBuckets`), else
+    uniformly shuffled (:class:`DistributedSampler`)."""
+    if t.bucket_chunk:
+        sampler = SizeBuckets(graph_sizes(splits['train']), t.batch_size,
+                              t.bucket_chunk, seed, rank, world)
+        batching = dict(batch_sampler=sampler)
+    else:
+        sampler = DistributedSampler(splits['train'], num_replicas=world,
+                                     rank=rank, shuffle=True, seed=seed)
+        batching = dict(batch_size=t.batch_size, sampler=sampler)
+    # Workers collate ahead of the model (kept across epochs); on CUDA the
+    # batches come in pinned memory and copy asynchronously.
+    args = dict(num_workers=t.num_workers, pin_memory=device.type == 'cuda',
+                persistent_workers=t.num_workers > 0)
+    evals = {k: DataLoader(splits[k], **_eval_batching(
+        splits[k], t.batch_size, bool(t.bucket_chunk)), **args)
+        for k in ('valid', 'test')}
+    return Loaders(DataLoader(splits['train'], **batching, **args), sampler,
+                   **evals)
