@@ -335,8 +335,8 @@ class Graphormer(torch.nn.Module):
         edge = self.bond_encoder(edge_attr)  # [E, heads]
         hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
         hops = hops.reshape(-1, self.num_heads)  # [K * E, heads]
-        multi_hop = torch.zeros_like(bias).index_add_(
-            0, pair, hops[entry])  # [P, heads]
+        multi_hop = torch.zeros_like(bias).index_add_(  # summed in the
+            0, pair, hops[entry].to(bias.dtype))  # bias's type; [P, heads]
         length = dist.clamp(min=1, max=self.max_dist).unsqueeze(-1)  # [P, 1]
         bias = bias + multi_hop / length  # [P, heads]
         dense = bias.new_zeros(B, N, N, self.num_heads)

@@ -92,11 +92,18 @@ def build_loaders(splits: Dict[str, Any], t: DictConfig, seed: int,
                                      rank=rank, shuffle=True, seed=seed)
         batching = dict(batch_size=t.batch_size, sampler=sampler)
     # Workers collate ahead of the model (kept across epochs); on CUDA the
-    # batches come in pinned memory and copy asynchronously.
+    # batches come in pinned memory and copy asynchronously. Each loader
+    # draws its workers' seeds from a generator of its own: a loader takes
+    # one such draw per iterator (every epoch without workers, once with
+    # persistent ones), which from torch's global generator would shift the
+    # model's dropout masks with num_workers.
     args = dict(num_workers=t.num_workers, pin_memory=device.type == 'cuda',
                 persistent_workers=t.num_workers > 0)
-    evals = {k: DataLoader(splits[k], **_eval_batching(
-        splits[k], t.batch_size, bool(t.bucket_chunk)), **args)
+
+    def loader(graphs, **kwargs):
+        return DataLoader(graphs, **kwargs, **args,
+                          generator=torch.Generator().manual_seed(seed))
+    evals = {k: loader(splits[k], **_eval_batching(
+        splits[k], t.batch_size, bool(t.bucket_chunk)))
         for k in ('valid', 'test')}
-    return Loaders(DataLoader(splits['train'], **batching, **args), sampler,
-                   **evals)
+    return Loaders(loader(splits['train'], **batching), sampler, **evals)
