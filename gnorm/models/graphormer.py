@@ -294,53 +294,40 @@ class Graphormer(torch.nn.Module):
         :class:`~gnorm.data.molecules.ShortestPaths`, :obj:`counts` the
         nodes per graph, :obj:`mask` :obj:`[B, N]` the valid nodes."""
         B, N = mask.shape
-        # The pairs (i, j) of every graph, flat and row-major as stored.
-        P = spd.numel()
-        pairs = counts * counts  # [B]
-        pair_ptr = pairs.cumsum(0) - pairs  # [B]
-        graph = torch.repeat_interleave(torch.arange(B, device=spd.device),
-                                        pairs, output_size=P)  # [P]
-        n = counts[graph]  # [P]
-        pos = torch.arange(P, device=spd.device) - pair_ptr[graph]  # i n + j
-        i, j = pos // n, pos % n  # [P], [P]
-        dist, first = spd.long(), path_edge.long()  # [P], [P]
+        K, E, H = self.max_dist, edge_index.size(1), self.num_heads
+        dist = spd.long()  # [P], the pairs of every graph, row-major
         spd_row = torch.where(dist < 0, self.max_spd + 1,
                               dist.clamp(max=self.max_spd))  # [P]
         bias = self.spd_encoder(spd_row)  # [P, heads]
 
-        # Multi-hop edge encoding: walk the first-edge pointers from i to j
-        # (the pair (u, j) of the graph sits at pair_ptr + u n + j), integers
-        # only; hop k of the pair is edge gid[k] where valid[k].
-        node_ptr = counts.cumsum(0) - counts  # [B]
+        # Multi-hop edge encoding: pair p owns the max(d_p, 0) entries of
+        # path_edge after those of the pairs before it (hop order), so entry
+        # a is hop a - start_p of its pair. Its row in the [K * E + 1, heads]
+        # table below is hop * E + (graph's first edge + local id), or the
+        # zero row K * E for hops >= K.
+        length = dist.clamp(min=0)  # [P]
+        start = length.cumsum(0) - length  # [P]
+        pairs = counts * counts  # [B]
         edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)
-        edge_ptr = (edge_counts.cumsum(0) - edge_counts)[graph]  # [P]
-        num_edges = edge_index.size(1)
-        # The next node of each edge, local to its graph, and one extra entry
-        # (node 0) that pairs without a hop k point to.
-        nxt = edge_index[1] - node_ptr[batch[edge_index[1]]]  # [E]
-        nxt = torch.cat([nxt, nxt.new_zeros(1)])  # [E + 1]
-        target = pair_ptr[graph] + j  # [P]
-        gids, valid, cur = [], [], first
-        for k in range(self.max_dist):
-            has = cur >= 0  # [P]
-            gid = torch.where(has, cur + edge_ptr, num_edges)  # [P]
-            gids.append(gid)
-            valid.append(has)
-            cur = torch.where(has, first[target + nxt[gid] * n], -1)
-        # Only the (hop, pair) entries on a path are gathered and summed: no
-        # shared "no edge" row that every shorter pair would read (and whose
-        # gradient every one of them would add to).
-        hop, pair = torch.stack(valid).nonzero(as_tuple=True)  # [V], [V]
-        entry = hop * num_edges + torch.stack(gids)[hop, pair]  # [V]
+        edge_ptr = edge_counts.cumsum(0) - edge_counts  # [B]
+        base = torch.repeat_interleave(edge_ptr, pairs, output_size=dist.numel()
+                                       ) - start * E  # [P]
+        entry = torch.arange(path_edge.numel(), device=spd.device) * E + \
+            path_edge.long() + torch.repeat_interleave(
+                base, length, output_size=path_edge.numel())  # [L]
+        entry = entry.clamp(max=K * E)
         edge = self.bond_encoder(edge_attr)  # [E, heads]
         hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
-        hops = hops.reshape(-1, self.num_heads)  # [K * E, heads]
-        multi_hop = torch.zeros_like(bias).index_add_(
-            0, pair, hops[entry])  # [P, heads]
-        length = dist.clamp(min=1, max=self.max_dist).unsqueeze(-1)  # [P, 1]
-        bias = bias + multi_hop / length  # [P, heads]
-        dense = bias.new_zeros(B, N, N, self.num_heads)
-        bias = dense.index_put((graph, i, j), bias)  # [B, N, N, heads]
+        hops = torch.cat([hops.reshape(K * E, H),
+                          hops.new_zeros(1, H)])  # [K * E + 1, heads]
+        multi_hop = F.embedding_bag(entry, hops, start,
+                                    mode='sum')  # [P, heads]
+        scale = 1.0 / length.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
+        bias = bias + multi_hop * scale.to(bias.dtype)  # [P, heads]
+        # The pairs fill the valid [i, j] of every graph in row-major order.
+        valid = (mask.unsqueeze(2) & mask.unsqueeze(1)).unsqueeze(-1)
+        bias = bias.new_zeros(B, N, N, H).masked_scatter(
+            valid, bias)  # [B, N, N, heads]
         bias = bias.permute(0, 3, 1, 2)  # [B, heads, N, N]
 
         # The graph token's row and column (index 0) get the virtual distance.
