@@ -264,3 +264,28 @@ def test_missing_ogb_names_the_graph_extra(monkeypatch):
     assert '\n' not in str(info.value)
     with pytest.raises(DataError, match='gnorm\\[graph\\]'):
         load_molhiv('unused', None)
+
+
+def test_processed_files_of_another_layout_are_not_read(tmp_path):
+    # A processed file of the old layout (ogb's own name) is left alone: the
+    # one read is named after ShortestPaths.LAYOUT.
+    if not MIRROR or not Path(MIRROR).is_dir():
+        pytest.skip('needs the offline dataset mirror (GNORM_DATA_MIRROR)')
+    mirror = _molhiv_slice(MIRROR, tmp_path / 'mirror', per_split=5)
+    processed = tmp_path / 'ogb' / 'ogbg_molhiv' / 'processed'
+    processed.mkdir(parents=True)
+    torch.save('stale', processed / 'geometric_data_processed.pt')
+    dataset, _ = load_molhiv(tmp_path / 'ogb', mirror)
+    assert Path(dataset.processed_paths[0]).name == (
+        f'geometric_data_processed_{ShortestPaths.LAYOUT}.pt')
+    g = dataset[0]
+    assert g.path_edge.numel() == int(g.spd.clamp(min=0).sum())
+    assert torch.load(processed / 'geometric_data_processed.pt') == 'stale'
+
+
+def test_zinc_processed_folder_names_the_layout(tmp_path):
+    from gnorm.data.molecules import _PathsZINC
+    zinc = _PathsZINC.__new__(_PathsZINC)  # no raw files needed
+    zinc.root, zinc.subset = str(tmp_path), True
+    assert zinc.processed_dir == str(tmp_path / 'subset' /
+                                     f'processed_{ShortestPaths.LAYOUT}')
