@@ -171,9 +171,12 @@ def test_sepnorm_sends_graph_token_to_virtual_norm():
     model.layers[0].register_forward_pre_hook(
         lambda m, args: captured.update(x=args[0].detach()))
     _run(model, graphs)
-    x = captured['x']  # [3, 1 + 6, 16]: the input of layer 0
-    assert torch.equal(seen['virtual'], x[:, 0])  # the graph tokens only
-    nodes = torch.cat([x[g, 1:1 + graphs[g].num_nodes] for g in range(3)])
+    # The input of layer 0: the packed tokens [3 + 13, 16], graph after
+    # graph, graph token first.
+    x = captured['x'].split([1 + g.num_nodes for g in graphs])
+    virtual = torch.stack([part[0] for part in x])
+    assert torch.equal(seen['virtual'], virtual)  # the graph tokens only
+    nodes = torch.cat([part[1:] for part in x])
     assert torch.equal(seen['token'], nodes)  # valid node tokens, no padding
     assert isinstance(norm.norm_virtual, torch.nn.BatchNorm1d)
 

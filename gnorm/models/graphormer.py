@@ -62,32 +62,70 @@ def _norm_kind(norm: torch.nn.Module) -> Union[str, Tuple[str, ...]]:
     return inputs if 'batch' in inputs else 'dense'
 
 
+def _dense(x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
+    r"""The packed tokens :obj:`x` :obj:`[M, d]` of a batch as dense
+    :obj:`[B, T, d]` tokens, zeros at padded positions."""
+    B, T = ctx['mask'].shape
+    out = x.new_zeros(B * T, x.size(-1)).index_copy(0, ctx['pos'], x)
+    return out.view(B, T, -1)  # [B, T, d]
+
+
+def _pack(x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
+    r"""The valid tokens of the dense :obj:`x` :obj:`[B, T, d]`, packed
+    :obj:`[M, d]` (graph after graph, graph token first)."""
+    return x.reshape(-1, x.size(-1)).index_select(0, ctx['pos'])
+
+
 def _run_norm(norm: torch.nn.Module, kind: Union[str, Tuple[str, ...]],
               x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
-    r"""Applies :obj:`norm` to the dense tokens :obj:`x` [B, T, d] of a
-    batch; padded tokens never enter a statistic."""
+    r"""Applies :obj:`norm` to the packed tokens :obj:`x` :obj:`[M, d]` of a
+    batch (no padded token exists, so none enters a statistic)."""
     if kind == 'mask':
-        return norm(x, mask=ctx['mask'])
+        return _pack(norm(_dense(x, ctx), mask=ctx['mask']), ctx)
     if kind == 'dense':
-        return norm(x)
-    flat = norm(x[ctx['mask']], **{k: ctx[k] for k in kind})  # [tokens, d]
-    return x.new_zeros(x.shape).masked_scatter(ctx['mask'].unsqueeze(-1),
-                                               flat)  # [B, T, d]
+        return norm(x)  # each token on its own
+    return norm(x, **{k: ctx[k] for k in kind})
+
+
+def _keep_scale(x: Tensor, p: float) -> Tensor:
+    r"""A dropout multiplier shaped like :obj:`x`: :math:`1 / (1 - p)` with
+    probability :math:`1 - p`, else :obj:`0`; from 16 random bits per entry
+    (:math:`p` rounded to a multiple of :math:`2^{-16}`), a quarter of the
+    random numbers of :func:`torch.bernoulli`."""
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
+    bits = bits.random_(-2**63, 2**63 - 1).view(torch.int16)[:n]  # [n]
+    keep = bits.view(x.shape) >= round(p * 65536) - 32768
+    return keep * (1.0 / (1.0 - p))
+
+
+def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    r""":func:`torch.nn.functional.dropout`; on the CPU with the cheaper
+    random masks of :func:`_keep_scale`."""
+    if not training or p == 0.0:
+        return x
+    if x.is_cuda:
+        return F.dropout(x, p, True)
+    return x * _keep_scale(x, p).to(x.dtype)
 
 
 class GraphormerLayer(torch.nn.Module):
     r"""One pre-LN encoder layer: :math:`\mathbf{H} \leftarrow \mathbf{H} +
     \mathrm{Attn}(\mathrm{Norm}_1(\mathbf{H}), \mathbf{B})`, then
     :math:`\mathbf{H} \leftarrow \mathbf{H} +
-    \mathrm{FFN}(\mathrm{Norm}_2(\mathbf{H}))`.
+    \mathrm{FFN}(\mathrm{Norm}_2(\mathbf{H}))`, on the packed valid tokens
+    :obj:`[M, C]` of a batch: the linear layers and norms never see a
+    padded token, only the attention scores are dense per graph.
 
-    On CUDA each head's channels are zero-padded to a multiple of
-    :obj:`head_multiple` before :func:`scaled_dot_product_attention` (the
+    On CUDA the attention is :func:`scaled_dot_product_attention`, each
+    head's channels zero-padded to a multiple of :obj:`head_multiple` (the
     fused memory-efficient GPU kernel needs a multiple of 8); the zeros add
     nothing to the scores and the softmax scale stays
-    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. The CPU
-    kernel gains nothing from it (only longer products), so there the
-    heads stay as they are.
+    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. On the CPU
+    it is written out (scores, softmax, dropout, weighted sum), which skips
+    the fallback kernel's checks for fully masked rows (every row here sees
+    the graph token); its dropout uses the cheaper masks of
+    :func:`_keep_scale`.
     """
     def __init__(self, channels: int, heads: int, ffn_channels: int,
                  dropout: float, attention_dropout: float,
@@ -107,32 +145,50 @@ class GraphormerLayer(torch.nn.Module):
         self.ffn1 = torch.nn.Linear(channels, ffn_channels)
         self.ffn2 = torch.nn.Linear(ffn_channels, channels)
 
-    def attention(self, x: Tensor, bias: Tensor,
-                  pad: Optional[bool] = None) -> Tensor:
-        r"""Multi-head attention of the tokens :obj:`x` :obj:`[B, T, C]`
-        with the additive :obj:`bias` :obj:`[B, heads, T, T]`; :obj:`pad`
-        (default: on CUDA) zero-pads the heads to :obj:`padded_dim`."""
-        B, T, C = x.shape
+    def attention(self, x: Tensor, bias: Tensor, pad: Optional[bool] = None,
+                  ctx: Optional[Dict[str, Tensor]] = None) -> Tensor:
+        r"""Multi-head attention of the tokens :obj:`x`, dense :obj:`[B, T,
+        C]` or, with :obj:`ctx`, packed :obj:`[M, C]` (the output has the
+        layout of :obj:`x`), with the additive :obj:`bias` :obj:`[B, heads,
+        T, T]`; :obj:`pad` (default: on CUDA) zero-pads the heads of the
+        CUDA kernel to :obj:`padded_dim`."""
+        qkv = self.qkv(x)
+        if ctx is not None:
+            qkv = _dense(qkv, ctx)  # [B, T, 3 * C]
+        B, T, C = qkv.size(0), qkv.size(1), qkv.size(2) // 3
         H, D = self.heads, self.head_dim
-        qkv = self.qkv(x).view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
+        p = self.attention_dropout if self.training else 0.0
+        qkv = qkv.view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, T, head_dim]
-        if (x.is_cuda if pad is None else pad) and self.padded_dim != D:
-            zeros = (0, self.padded_dim - D)
-            q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias.to(q.dtype), scale=1.0 / math.sqrt(D),
-            dropout_p=self.attention_dropout if self.training else 0.0,
-        )  # [B, heads, T, padded_dim or head_dim]
-        out = out[..., :D].transpose(1, 2).reshape(B, T, C)  # [B, T, C]
+        if x.is_cuda or pad:
+            if (x.is_cuda if pad is None else pad) and self.padded_dim != D:
+                zeros = (0, self.padded_dim - D)
+                q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias.to(q.dtype),
+                scale=1.0 / math.sqrt(D), dropout_p=p,
+            )[..., :D]  # [B, heads, T, head_dim]
+        else:
+            scores = torch.baddbmm(
+                bias.to(q.dtype).reshape(B * H, T, T), q.reshape(B * H, T, D),
+                k.reshape(B * H, T, D).transpose(1, 2),
+                alpha=1.0 / math.sqrt(D))  # [B * heads, T, T]
+            weights = _dropout(scores.softmax(-1), p, True)
+            out = torch.bmm(weights, v.reshape(B * H, T, D)).view(B, H, T, D)
+        out = out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
+        if ctx is not None:
+            out = _pack(out, ctx)  # [M, C]
         return self.out(out)
 
     def forward(self, x: Tensor, bias: Tensor,
                 ctx: Dict[str, Tensor]) -> Tensor:
-        h = self.attention(_run_norm(self.norm1, self.kinds[0], x, ctx), bias)
-        x = x + F.dropout(h, self.dropout, self.training)
+        r"""Updates the packed tokens :obj:`x` :obj:`[M, C]`."""
+        h = self.attention(_run_norm(self.norm1, self.kinds[0], x, ctx), bias,
+                           ctx=ctx)
+        x = x + _dropout(h, self.dropout, self.training)
         h = _run_norm(self.norm2, self.kinds[1], x, ctx)
-        h = F.dropout(F.gelu(self.ffn1(h)), self.dropout, self.training)
-        return x + F.dropout(self.ffn2(h), self.dropout, self.training)
+        h = _dropout(F.gelu(self.ffn1(h)), self.dropout, self.training)
+        return x + _dropout(self.ffn2(h), self.dropout, self.training)
 
 
 class Graphormer(torch.nn.Module):
@@ -375,24 +431,51 @@ class Graphormer(torch.nn.Module):
         deg = torch.bincount(edge_index[1], minlength=x.size(0))  # [num_nodes]
         h = self.atom_encoder(x) + self.degree_encoder(
             deg.clamp(max=self.max_degree))  # [num_nodes, d]
-        h, mask = to_dense_batch(h, batch, batch_size=B)  # [B, N, d], [B, N]
+        ctx = self._token_layout(batch, counts, edge_index)
+        mask = ctx['mask']  # [B, 1 + N]
         bias = self.attention_bias(spd, path_edge, edge_index, edge_attr,
-                                   batch, counts, mask)
-        token = self.graph_token.view(1, 1, -1).expand(B, 1, -1)
-        h = torch.cat([token, h], dim=1)  # [B, 1 + N, d]
-        h = F.dropout(h, self.input_dropout, self.training)
-
-        mask = torch.cat([mask.new_ones(B, 1), mask], dim=1)  # [B, 1 + N]
-        # Flat tokens (graph token first): their graph and the edges between
-        # them, for norms that take batch / edge_index.
-        token_batch = mask.nonzero()[:, 0]  # [num_nodes + B]
-        ctx = {'mask': mask, 'batch': token_batch, 'batch_size': B,
-               'edge_index': edge_index + batch[edge_index] + 1}
+                                   batch, counts, mask[:, 1:])
+        # The packed tokens, graph after graph, graph token first: row g of
+        # [graph tokens; nodes] for graph token g, row B + v for node v.
+        tokens = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
+        h = tokens.index_select(0, ctx['order'])  # [M, d]
+        h = _dropout(h, self.input_dropout, self.training)
         for layer in self.layers:
             h = layer(h, bias, ctx)
         h = _run_norm(self.final_norm, self.final_kind, h, ctx)
-        out = self.head(h[:, 0])  # [B, out_channels]
-        return (out, h, mask) if return_tokens else out
+        out = self.head(h.index_select(0, ctx['graph_token']))  # [B, out]
+        return (out, _dense(h, ctx), mask) if return_tokens else out
+
+    @staticmethod
+    def _token_layout(batch: Tensor, counts: Tensor,
+                      edge_index: Tensor) -> Dict[str, Tensor]:
+        r"""Where the :obj:`M = num_nodes + B` packed tokens of a batch
+        (graph after graph, graph token first) come from and go: ``order``
+        (row of [graph tokens; nodes] of each), ``pos`` (flat index in the
+        dense :obj:`[B, T]` tokens, :obj:`T = 1 + N`), ``graph_token`` (the
+        packed index of each graph token), ``mask`` :obj:`[B, T]`, and what
+        norms that take them read: ``batch``, ``batch_size``, and
+        ``edge_index`` between packed tokens."""
+        B, num_nodes = counts.numel(), batch.numel()
+        T = 1 + (int(counts.max()) if num_nodes else 0)
+        node_ptr = counts.cumsum(0) - counts  # [B]
+        graphs = torch.arange(B, device=batch.device)
+        graph_token = node_ptr + graphs  # [B]
+        node_token = torch.arange(num_nodes, device=batch.device) + batch + 1
+        order = torch.empty(num_nodes + B, dtype=torch.long,
+                            device=batch.device)
+        order[graph_token] = graphs
+        order[node_token] = torch.arange(B, B + num_nodes,
+                                         device=batch.device)
+        pos = torch.empty_like(order)
+        pos[graph_token] = graphs * T
+        pos[node_token] = batch * T + node_token - graph_token[batch]
+        mask = torch.arange(T, device=batch.device) < (counts + 1).view(-1, 1)
+        return {'order': order, 'pos': pos, 'graph_token': graph_token,
+                'mask': mask, 'batch_size': B,
+                'batch': torch.repeat_interleave(graphs, counts + 1,
+                                                 output_size=num_nodes + B),
+                'edge_index': edge_index + batch[edge_index] + 1}
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}({self.out_channels}, '
