@@ -101,7 +101,7 @@ def test_padded_heads_equal_unpadded_math():
     weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(10) + bias,
                             dim=-1)  # [3, heads, 6, 6]
     expected = layer.out((weights @ v).transpose(1, 2).reshape(3, 6, 80))
-    for pad in (True, False):  # padded (CUDA's default) or not (CPU's)
+    for pad in (True, False):  # padded (the default) or not
         assert torch.allclose(layer.attention(x, bias, pad=pad), expected,
                               atol=1e-5)
 
@@ -240,3 +240,17 @@ def test_single_node_graphs_give_no_nan():
     assert bool(out.isfinite().all())
     assert all(bool(p.grad.isfinite().all()) for p in model.parameters()
                if p.grad is not None)
+
+
+@pytest.mark.parametrize('p', [0.1, 0.5])
+def test_cpu_dropout_rate_scale_and_seed(p):
+    from gnorm.models.graphormer import _dropout
+    x = torch.ones(200_000, dtype=torch.float64)
+    torch.manual_seed(0)
+    out = _dropout(x, p, True)
+    kept = out != 0
+    assert abs(float(kept.double().mean()) - (1 - p)) < 0.005
+    assert torch.equal(out[kept], torch.full_like(out[kept], 1 / (1 - p)))
+    torch.manual_seed(0)
+    assert torch.equal(_dropout(x, p, True), out)  # the seed fixes the mask
+    assert _dropout(x, p, False) is x  # evaluation: identity

@@ -96,7 +96,7 @@ def _keep_scale(x: Tensor, p: float) -> Tensor:
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
     bits = bits.random_(-2**63, 2**63 - 1).view(torch.int16)[:n]  # [n]
     keep = bits.view(x.shape) >= round(p * 65536) - 32768
-    return keep * (1.0 / (1.0 - p))
+    return torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
 
 
 def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -106,7 +106,7 @@ def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return x
     if x.is_cuda:
         return F.dropout(x, p, True)
-    return x * _keep_scale(x, p).to(x.dtype)
+    return x * _keep_scale(x, p)
 
 
 class GraphormerLayer(torch.nn.Module):
@@ -117,15 +117,15 @@ class GraphormerLayer(torch.nn.Module):
     :obj:`[M, C]` of a batch: the linear layers and norms never see a
     padded token, only the attention scores are dense per graph.
 
-    On CUDA the attention is :func:`scaled_dot_product_attention`, each
-    head's channels zero-padded to a multiple of :obj:`head_multiple` (the
-    fused memory-efficient GPU kernel needs a multiple of 8); the zeros add
+    Each head's channels are zero-padded to a multiple of
+    :obj:`head_multiple` (the fused memory-efficient GPU kernel needs a
+    multiple of 8; on the CPU the products get faster too); the zeros add
     nothing to the scores and the softmax scale stays
-    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. On the CPU
-    it is written out (scores, softmax, dropout, weighted sum), which skips
-    the fallback kernel's checks for fully masked rows (every row here sees
-    the graph token); its dropout uses the cheaper masks of
-    :func:`_keep_scale`.
+    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. On CUDA the
+    attention is :func:`scaled_dot_product_attention`; on the CPU it is
+    written out (scores, softmax, dropout, weighted sum), which skips the
+    fallback kernel's checks for fully masked rows (every row here sees the
+    graph token); its dropout uses the cheaper masks of :func:`_keep_scale`.
     """
     def __init__(self, channels: int, heads: int, ffn_channels: int,
                  dropout: float, attention_dropout: float,
@@ -150,8 +150,8 @@ class GraphormerLayer(torch.nn.Module):
         r"""Multi-head attention of the tokens :obj:`x`, dense :obj:`[B, T,
         C]` or, with :obj:`ctx`, packed :obj:`[M, C]` (the output has the
         layout of :obj:`x`), with the additive :obj:`bias` :obj:`[B, heads,
-        T, T]`; :obj:`pad` (default: on CUDA) zero-pads the heads of the
-        CUDA kernel to :obj:`padded_dim`."""
+        T, T]`; :obj:`pad` (default: :obj:`True`) zero-pads the heads to
+        :obj:`padded_dim`."""
         qkv = self.qkv(x)
         if ctx is not None:
             qkv = _dense(qkv, ctx)  # [B, T, 3 * C]
@@ -160,21 +160,23 @@ class GraphormerLayer(torch.nn.Module):
         p = self.attention_dropout if self.training else 0.0
         qkv = qkv.view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, T, head_dim]
-        if x.is_cuda or pad:
-            if (x.is_cuda if pad is None else pad) and self.padded_dim != D:
-                zeros = (0, self.padded_dim - D)
-                q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
+        if (True if pad is None else pad) and self.padded_dim != D:
+            zeros = (0, self.padded_dim - D)
+            q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
+        P = q.size(-1)  # padded_dim or head_dim
+        if x.is_cuda:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias.to(q.dtype),
                 scale=1.0 / math.sqrt(D), dropout_p=p,
-            )[..., :D]  # [B, heads, T, head_dim]
+            )  # [B, heads, T, P]
         else:
             scores = torch.baddbmm(
-                bias.to(q.dtype).reshape(B * H, T, T), q.reshape(B * H, T, D),
-                k.reshape(B * H, T, D).transpose(1, 2),
+                bias.to(q.dtype).reshape(B * H, T, T), q.reshape(B * H, T, P),
+                k.reshape(B * H, T, P).transpose(1, 2),
                 alpha=1.0 / math.sqrt(D))  # [B * heads, T, T]
             weights = _dropout(scores.softmax(-1), p, True)
-            out = torch.bmm(weights, v.reshape(B * H, T, D)).view(B, H, T, D)
+            out = torch.bmm(weights, v.reshape(B * H, T, P)).view(B, H, T, P)
+        out = out[..., :D]  # [B, heads, T, head_dim]
         out = out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
         if ctx is not None:
             out = _pack(out, ctx)  # [M, C]
@@ -258,8 +260,9 @@ class Graphormer(torch.nn.Module):
             :class:`~gnorm.nn.PairNorm` and :class:`~gnorm.nn.IsoBN` are
             refused. :obj:`None` means :class:`torch.nn.LayerNorm`.
             (default: :obj:`None`)
-        head_multiple (int, optional): On CUDA, zero-pad each head's
-            channels to a multiple of this (:obj:`1`: no padding). (default: :obj:`8`)
+        head_multiple (int, optional): Zero-pad each head's channels to a
+            multiple of this in the attention products (:obj:`1`: no
+            padding). (default: :obj:`8`)
     """
     def __init__(
         self,
