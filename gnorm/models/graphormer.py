@@ -96,7 +96,7 @@ def _keep_scale(x: Tensor, p: float) -> Tensor:
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
     bits = bits.random_(-2**63, 2**63 - 1).view(torch.int16)[:n]  # [n]
     keep = bits.view(x.shape) >= round(p * 65536) - 32768
-    return torch.where(keep, 1.0 / (1.0 - p), 0.0).to(x.dtype)
+    return torch.where(keep, x.new_tensor(1.0 / (1.0 - p)), x.new_zeros(()))
 
 
 def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
