@@ -168,19 +168,21 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
         loss.backward()
         optimizer.step()
 
-    model_times = []
+    model_times, cpu_times = [], []
     for batch in batches:
         sync()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         step(batch)
         sync()
         model_times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu)
     peak = (torch.cuda.max_memory_allocated() - mem0) / 2**30 \
         if device.type == 'cuda' else _rss_gib() - rss0
     if args.profile:
         _profile(args, step, batches[-1],
                  (name, batch_size, dtype, norm, bucket))
     return {'data_times': data_times[1:], 'model_times': model_times[1:],
+            'cpu_times': cpu_times[1:],
             'peak_gib': peak, 'check_loss': check,
             'mean_nodes': statistics.mean(b.num_nodes / b.num_graphs
                                           for b in batches),
@@ -202,6 +204,8 @@ def _row(args, key: tuple, version: str, runs: list) -> dict:
         'norm': norm, 'bucket': bucket, 'version': version,
         'rev': args.baseline if version == 'before' else 'working tree',
         'device': args.device, 'data_s': data, 'model_s': step_s,
+        'model_cpu_s': statistics.median(t for r in runs
+                                         for t in r['cpu_times']),
         'step_s': data + step_s, 'collation_share': data / (data + step_s),
         'graphs_per_s': graphs / (data + step_s),
         'model_graphs_per_s': graphs / step_s,
@@ -260,6 +264,16 @@ def _setting(r: dict) -> tuple:
             r['batch_size'])
 
 
+def _cpu_ms(row: dict) -> str:
+    return f"{1e3 * row['model_cpu_s']:.1f}" if 'model_cpu_s' in row else '-'
+
+
+def _cpu_ratio(pair: dict) -> str:
+    if not all('model_cpu_s' in r for r in pair.values()):
+        return '-'
+    return f"{pair['before']['model_cpu_s'] / pair['after']['model_cpu_s']:.2f}x"
+
+
 def report(path: Path, device: str) -> None:
     r"""Writes the markdown table and the plot of the rows of
     :obj:`path`."""
@@ -282,9 +296,11 @@ def report(path: Path, device: str) -> None:
              'above the start. zinc = exact ZINC-subset graphs (fixture), '
              'molhiv = ogbg-molhiv training graphs. batching: shuffle = '
              'uniform, bucket K = similar-size graphs (`train.bucket_chunk='
-             'K`). version: before = the model at the git revision shown, '
-             'after = the working tree, timed alternately on the same '
-             'batches. load = the machine\'s 1-minute load average at the end '
+             'K`). version: before = the code (model and data processing) '
+             'at the git revision shown, after = the working tree, timed '
+             'in alternating subprocesses on the same batches; CPU ms = '
+             'process CPU time of the model step (less sensitive than wall '
+             'time to other jobs on a shared machine). load = the machine\'s 1-minute load average at the end '
              'of the measurement (on a shared machine, times grow with it; '
              'only the before/after pairs share their conditions).', '',
              '| dataset | dtype | norm | batching | batch | version | '
@@ -312,15 +328,17 @@ def report(path: Path, device: str) -> None:
     if pairs:
         lines += ['', '## Model time, before vs after (same batches)', '',
                   '| dataset | dtype | norm | batching | batch | model ms '
-                  'before | model ms after | speedup |',
-                  '|---|---|---|---|---|---|---|---|']
+                  'before | model ms after | speedup | CPU ms before | '
+                  'CPU ms after | CPU-time speedup |',
+                  '|---|---|---|---|---|---|---|---|---|---|---|']
         for (name, dtype, norm, bucket, batch), v in pairs.items():
             before, after = v['before']['model_s'], v['after']['model_s']
             lines.append(
                 f"| {name} | {dtype} | {norm} | "
                 f"{'bucket ' + str(bucket) if bucket else 'shuffle'} | "
                 f"{batch} | {1e3 * before:.1f} | {1e3 * after:.1f} | "
-                f"{before / after:.2f}x |")
+                f"{before / after:.2f}x | {_cpu_ms(v['before'])} | "
+                f"{_cpu_ms(v['after'])} | {_cpu_ratio(v)} |")
     path.with_suffix('.md').write_text('\n'.join(lines) + '\n')
 
     import matplotlib
@@ -418,7 +436,11 @@ def main() -> None:
                 print(f"{' '.join(map(str, key))}: model step "
                       f"{rows[0]['model_s']:.3f} s ({args.baseline}) / "
                       f"{rows[1]['model_s']:.3f} s (working tree) = "
-                      f"{rows[0]['model_s'] / rows[1]['model_s']:.2f}x",
+                      f"{rows[0]['model_s'] / rows[1]['model_s']:.2f}x; "
+                      f"process CPU time "
+                      f"{rows[0]['model_cpu_s']:.3f} s / "
+                      f"{rows[1]['model_cpu_s']:.3f} s = "
+                      f"{rows[0]['model_cpu_s'] / rows[1]['model_cpu_s']:.2f}x",
                       flush=True)
     report(path, args.device)
 

@@ -359,35 +359,43 @@ class Graphormer(torch.nn.Module):
                               dist.clamp(max=self.max_spd))  # [P]
         bias = self.spd_encoder(spd_row)  # [P, heads]
 
+        # Each pair's graph g and its flat position (g N + i) N + j in the
+        # dense [B, N, N] (the pairs of a graph are row-major, i n_g + j).
+        P, L = dist.numel(), path_edge.numel()
+        pairs = counts * counts  # [B]
+        graph = torch.repeat_interleave(torch.arange(B, device=spd.device),
+                                        pairs, output_size=P)  # [P]
+        local = torch.arange(P, device=spd.device) - (pairs.cumsum(0) -
+                                                      pairs)[graph]  # [P]
+        n = counts[graph]  # [P]
+        i = torch.div(local, n, rounding_mode='floor')  # [P]
+        pos = (graph * N + i) * N + local - i * n  # [P]
+
         # Multi-hop edge encoding: pair p owns the max(d_p, 0) entries of
         # path_edge after those of the pairs before it (hop order), so entry
-        # a is hop a - start_p of its pair. Its row in the [K * E + 1, heads]
+        # a is hop a - start_p of pair p. Its row in the [K * E + 1, heads]
         # table below is hop * E + (graph's first edge + local id), or the
         # zero row K * E for hops >= K.
         length = dist.clamp(min=0)  # [P]
         start = length.cumsum(0) - length  # [P]
-        pairs = counts * counts  # [B]
         edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)
         edge_ptr = edge_counts.cumsum(0) - edge_counts  # [B]
-        base = torch.repeat_interleave(edge_ptr, pairs, output_size=dist.numel()
-                                       ) - start * E  # [P]
-        entry = torch.arange(path_edge.numel(), device=spd.device) * E + \
-            path_edge.long() + torch.repeat_interleave(
-                base, length, output_size=path_edge.numel())  # [L]
+        pair = torch.repeat_interleave(torch.arange(P, device=spd.device),
+                                       length, output_size=L)  # [L]
+        base = edge_ptr[graph] - start * E  # [P]
+        entry = torch.arange(L, device=spd.device) * E + path_edge.long() \
+            + base[pair]  # [L]
         entry = entry.clamp(max=K * E)
         edge = self.bond_encoder(edge_attr)  # [E, heads]
         hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
         hops = torch.cat([hops.reshape(K * E, H),
                           hops.new_zeros(1, H)])  # [K * E + 1, heads]
-        multi_hop = F.embedding_bag(entry, hops, start,
-                                    mode='sum')  # [P, heads]
+        multi_hop = bias.new_zeros(P, H).index_add_(
+            0, pair, hops.index_select(0, entry))  # [P, heads]
         scale = 1.0 / length.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
         bias = bias + multi_hop * scale.to(bias.dtype)  # [P, heads]
-        # The pairs fill the valid [i, j] of every graph in row-major order.
-        valid = (mask.unsqueeze(2) & mask.unsqueeze(1)).unsqueeze(-1)
-        bias = bias.new_zeros(B, N, N, H).masked_scatter(
-            valid, bias)  # [B, N, N, heads]
-        bias = bias.permute(0, 3, 1, 2)  # [B, heads, N, N]
+        bias = bias.new_zeros(B * N * N, H).index_copy(0, pos, bias)
+        bias = bias.view(B, N, N, H).permute(0, 3, 1, 2)  # [B, heads, N, N]
 
         # The graph token's row and column (index 0) get the virtual distance.
         bias = F.pad(bias, (1, 0, 1, 0))  # [B, heads, 1 + N, 1 + N]
