@@ -96,7 +96,7 @@ def _keep_scale(x: Tensor, p: float) -> Tensor:
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
     bits = bits.random_(-2**63, 2**63 - 1).view(torch.int16)[:n]  # [n]
     keep = bits.view(x.shape) >= round(p * 65536) - 32768
-    return torch.where(keep, x.new_tensor(1.0 / (1.0 - p)), x.new_zeros(()))
+    return keep.to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
 def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -391,7 +391,7 @@ class Graphormer(torch.nn.Module):
         hops = torch.cat([hops.reshape(K * E, H),
                           hops.new_zeros(1, H)])  # [K * E + 1, heads]
         multi_hop = bias.new_zeros(P, H).index_add_(
-            0, pair, hops.index_select(0, entry))  # [P, heads]
+            0, pair, hops.index_select(0, entry).to(bias.dtype))  # [P, heads]
         scale = 1.0 / length.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
         bias = bias + multi_hop * scale.to(bias.dtype)  # [P, heads]
         bias = bias.new_zeros(B * N * N, H).index_copy(0, pos, bias)
