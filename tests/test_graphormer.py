@@ -88,6 +88,21 @@ def test_batched_equals_one_graph_at_a_time(norm):
     assert torch.allclose(batched, single, atol=1e-5)
 
 
+@pytest.mark.parametrize('norm', list(NORMS))
+def test_size_groups_equal_one_graph_at_a_time(norm):
+    # More graphs than ATTENTION_CHUNK: the CPU attention runs in groups of
+    # similar-size graphs, each with its own padding.
+    from gnorm.models.graphormer import ATTENTION_CHUNK
+    model = _model(norm).eval()
+    sizes = [(3 * seed) % 17 + 1 for seed in range(ATTENTION_CHUNK + 9)]
+    graphs = [_graph(n, seed, extra=seed % 2) for seed, n in enumerate(sizes)]
+    batched, tokens, mask = _run(model, graphs, return_tokens=True)
+    single = torch.cat([_run(model, [g]) for g in graphs])
+    assert torch.allclose(batched, single, atol=1e-5)
+    _, one, _ = _run(model, graphs[5:6], return_tokens=True)
+    assert torch.allclose(tokens[5][mask[5]], one[0], atol=1e-5)
+
+
 def test_padded_heads_equal_unpadded_math():
     # head dim 10 (hidden 80, 8 heads) is padded to 16 with scale 1/sqrt(10).
     model = Graphormer(1, features='zinc', num_layers=1, dropout=0.0,

@@ -14,6 +14,9 @@ from gnorm.nn import IsoBN, PairNorm
 
 
 FEATURES = ('ogb', 'zinc')
+# Graphs per attention group on the CPU (sorted by size; see
+# Graphormer._attention_groups).
+ATTENTION_CHUNK = 32
 
 
 def feature_dims(features: str) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
@@ -43,7 +46,7 @@ class CategoricalEncoder(torch.nn.Module):
         self.reduce = reduce
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x.view(x.size(0), -1)  # [num_rows, columns]
+        x = x.view(x.size(0), self.offsets.numel())  # [num_rows, columns]
         out = self.embedding(x + self.offsets)  # [num_rows, columns, channels]
         return out.sum(1) if self.reduce == 'sum' else out.mean(1)
 
@@ -145,16 +148,19 @@ class GraphormerLayer(torch.nn.Module):
         self.ffn1 = torch.nn.Linear(channels, ffn_channels)
         self.ffn2 = torch.nn.Linear(ffn_channels, channels)
 
-    def attention(self, x: Tensor, bias: Tensor, pad: Optional[bool] = None,
-                  ctx: Optional[Dict[str, Tensor]] = None) -> Tensor:
-        r"""Multi-head attention of the tokens :obj:`x`, dense :obj:`[B, T,
-        C]` or, with :obj:`ctx`, packed :obj:`[M, C]` (the output has the
-        layout of :obj:`x`), with the additive :obj:`bias` :obj:`[B, heads,
-        T, T]`; :obj:`pad` (default: :obj:`True`) zero-pads the heads to
+    def attention(self, x: Tensor, bias: Tensor,
+                  pad: Optional[bool] = None) -> Tensor:
+        r"""Multi-head attention of the dense tokens :obj:`x` :obj:`[B, T,
+        C]` with the additive :obj:`bias` :obj:`[B, heads, T, T]`;
+        :obj:`pad` (default: :obj:`True`) zero-pads the heads to
         :obj:`padded_dim`."""
-        qkv = self.qkv(x)
-        if ctx is not None:
-            qkv = _dense(qkv, ctx)  # [B, T, 3 * C]
+        return self.out(self._attend(self.qkv(x), bias, pad))
+
+    def _attend(self, qkv: Tensor, bias: Tensor,
+                pad: Optional[bool] = None) -> Tensor:
+        r"""The attention of :meth:`attention` from the projected dense
+        tokens :obj:`qkv` :obj:`[B, T, 3 C]`, before the output projection:
+        :obj:`[B, T, C]`."""
         B, T, C = qkv.size(0), qkv.size(1), qkv.size(2) // 3
         H, D = self.heads, self.head_dim
         p = self.attention_dropout if self.training else 0.0
@@ -164,7 +170,7 @@ class GraphormerLayer(torch.nn.Module):
             zeros = (0, self.padded_dim - D)
             q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
         P = q.size(-1)  # padded_dim or head_dim
-        if x.is_cuda:
+        if qkv.is_cuda:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias.to(q.dtype),
                 scale=1.0 / math.sqrt(D), dropout_p=p,
@@ -177,17 +183,24 @@ class GraphormerLayer(torch.nn.Module):
             weights = _dropout(scores.softmax(-1), p, True)
             out = torch.bmm(weights, v.reshape(B * H, T, P)).view(B, H, T, P)
         out = out[..., :D]  # [B, heads, T, head_dim]
-        out = out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
-        if ctx is not None:
-            out = _pack(out, ctx)  # [M, C]
-        return self.out(out)
+        return out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
 
-    def forward(self, x: Tensor, bias: Tensor,
-                ctx: Dict[str, Tensor]) -> Tensor:
-        r"""Updates the packed tokens :obj:`x` :obj:`[M, C]`."""
-        h = self.attention(_run_norm(self.norm1, self.kinds[0], x, ctx), bias,
-                           ctx=ctx)
-        x = x + _dropout(h, self.dropout, self.training)
+    def forward(self, x: Tensor, ctx: Dict[str, object]) -> Tensor:
+        r"""Updates the packed tokens :obj:`x` :obj:`[M, C]`; the attention
+        runs per group of :obj:`ctx['groups']` (see
+        :meth:`Graphormer.forward`)."""
+        qkv = self.qkv(_run_norm(self.norm1, self.kinds[0], x, ctx))
+        groups = ctx['groups']
+        # All groups' dense tokens in one buffer, group after group.
+        dense = qkv.new_zeros(groups['size'], qkv.size(1)).index_copy(
+            0, groups['pos'], qkv)  # [sum_g B_g T_g, 3 C]
+        outs = []
+        for start, (Bg, Tg), bias in zip(groups['starts'], groups['shapes'],
+                                         groups['bias']):
+            part = dense[start:start + Bg * Tg].view(Bg, Tg, -1)
+            outs.append(self._attend(part, bias).reshape(Bg * Tg, -1))
+        h = torch.cat(outs).index_select(0, groups['pos'])  # [M, C]
+        x = x + _dropout(self.out(h), self.dropout, self.training)
         h = _run_norm(self.norm2, self.kinds[1], x, ctx)
         h = _dropout(F.gelu(self.ffn1(h)), self.dropout, self.training)
         return x + _dropout(self.ffn2(h), self.dropout, self.training)
@@ -451,11 +464,47 @@ class Graphormer(torch.nn.Module):
         tokens = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
         h = tokens.index_select(0, ctx['order'])  # [M, d]
         h = _dropout(h, self.input_dropout, self.training)
+        ctx['groups'] = self._attention_groups(bias, counts, ctx)
         for layer in self.layers:
-            h = layer(h, bias, ctx)
+            h = layer(h, ctx)
         h = _run_norm(self.final_norm, self.final_kind, h, ctx)
         out = self.head(h.index_select(0, ctx['graph_token']))  # [B, out]
         return (out, _dense(h, ctx), mask) if return_tokens else out
+
+    @staticmethod
+    def _attention_groups(bias: Tensor, counts: Tensor,
+                          ctx: Dict[str, Tensor]) -> Dict[str, object]:
+        r"""The groups of graphs the layers' attention runs in, each dense
+        :obj:`[B_g, T_g]` with its own padding: ``shapes`` (the
+        :obj:`(B_g, T_g)`), ``bias`` (each :obj:`[B_g, heads, T_g, T_g]`),
+        and one buffer for them all, group after group: ``starts`` (each
+        group's first row), ``size`` (its rows) and ``pos`` (the row of each
+        packed token). On CUDA one group (one fused kernel); on the CPU the
+        graphs sorted by size in chunks of :obj:`ATTENTION_CHUNK`, each
+        padded to its own largest graph only (the same attention per graph,
+        far fewer padded scores)."""
+        B, T = ctx['mask'].shape
+        if bias.is_cuda or B <= ATTENTION_CHUNK:
+            return {'shapes': [(B, T)], 'bias': [bias], 'starts': [0],
+                    'size': B * T, 'pos': ctx['pos']}
+        sizes, graphs = torch.sort(counts + 1, stable=True)  # tokens/graph
+        out = {'shapes': [], 'bias': [], 'starts': [], 'size': 0}
+        pos = torch.empty_like(ctx['pos'])
+        for idx, part in zip(graphs.split(ATTENTION_CHUNK),
+                             sizes.split(ATTENTION_CHUNK)):
+            Bg, Tg, Mg = idx.numel(), int(part[-1]), int(part.sum())
+            graph = torch.repeat_interleave(
+                torch.arange(Bg, device=idx.device), part, output_size=Mg)
+            t = torch.arange(Mg, device=idx.device) - (part.cumsum(0) -
+                                                       part)[graph]  # [M_g]
+            tokens = ctx['graph_token'][idx][graph] + t  # packed ids
+            pos[tokens] = out['size'] + graph * Tg + t
+            out['shapes'].append((Bg, Tg))
+            out['bias'].append(bias[idx][:, :, :Tg, :Tg])
+            out['starts'].append(out['size'])
+            out['size'] += Bg * Tg
+        out['pos'] = pos
+        return out
 
     @staticmethod
     def _token_layout(batch: Tensor, counts: Tensor,
