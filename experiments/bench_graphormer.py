@@ -271,7 +271,8 @@ def _cpu_ms(row: dict) -> str:
 def _cpu_ratio(pair: dict) -> str:
     if not all('model_cpu_s' in r for r in pair.values()):
         return '-'
-    return f"{pair['before']['model_cpu_s'] / pair['after']['model_cpu_s']:.2f}x"
+    before, after = pair['before'], pair['after']
+    return f"{before['model_cpu_s'] / after['model_cpu_s']:.2f}x"
 
 
 def report(path: Path, device: str) -> None:
@@ -291,8 +292,8 @@ def report(path: Path, device: str) -> None:
              'optimizer step; collation share = data / (data + model). '
              'graphs/s counts both; model-only graphs/s is what loader '
              'workers (`train.num_workers`) can reach. Peak memory: CPU, '
-             'the growth of max RSS during the steps (both versions in one '
-             'process when a baseline is timed); CUDA, peak allocated '
+             'the growth of max RSS during the steps (each measurement in '
+             'its own process); CUDA, peak allocated '
              'above the start. zinc = exact ZINC-subset graphs (fixture), '
              'molhiv = ogbg-molhiv training graphs. batching: shuffle = '
              'uniform, bucket K = similar-size graphs (`train.bucket_chunk='
@@ -300,7 +301,8 @@ def report(path: Path, device: str) -> None:
              'at the git revision shown, after = the working tree, timed '
              'in alternating subprocesses on the same batches; CPU ms = '
              'process CPU time of the model step (less sensitive than wall '
-             'time to other jobs on a shared machine). load = the machine\'s 1-minute load average at the end '
+             'time to other jobs on a shared machine). load = the '
+             'machine\'s 1-minute load average at the end '
              'of the measurement (on a shared machine, times grow with it; '
              'only the before/after pairs share their conditions).', '',
              '| dataset | dtype | norm | batching | batch | version | '
@@ -440,8 +442,8 @@ def main() -> None:
                       f"process CPU time "
                       f"{rows[0]['model_cpu_s']:.3f} s / "
                       f"{rows[1]['model_cpu_s']:.3f} s = "
-                      f"{rows[0]['model_cpu_s'] / rows[1]['model_cpu_s']:.2f}x",
-                      flush=True)
+                      f"{rows[0]['model_cpu_s'] / rows[1]['model_cpu_s']:.2f}"
+                      f"x", flush=True)
     report(path, args.device)
 
 

@@ -20,9 +20,11 @@ downloaded then. :func:`zinc_fixture` reads the exact ZINC-subset val/test
 graphs of ``<mirror>/zinc_partial/`` (tests and smoke runs only).
 
 :class:`ShortestPaths` is the ``pre_transform``: it stores, per graph, the
-shortest-path distance of every ordered node pair and the first edge of one
-shortest path (``O(n^2)`` per graph, independent of the multi-hop length);
-the model walks these pointers on the device to get the edges along a path.
+shortest-path distance of every ordered node pair and the edges along one
+shortest path of every pair (:func:`path_edges`; the sum of the distances,
+all hops), so that the model's attention bias is look-ups only. Processed
+files are named after :obj:`ShortestPaths.LAYOUT`, so that files of another
+layout are never read.
 """
 import contextlib
 import importlib

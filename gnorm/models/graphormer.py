@@ -52,9 +52,9 @@ class CategoricalEncoder(torch.nn.Module):
 
 
 def _norm_kind(norm: torch.nn.Module) -> Union[str, Tuple[str, ...]]:
-    r"""How a norm reads the dense tokens: ``mask`` (dense with a validity
-    mask, :class:`~gnorm.nn.SepNorm`), ``dense`` (each token on its own), or
-    the inputs it takes besides the valid tokens (:obj:`batch`, ...)."""
+    r"""How a norm reads the tokens: ``mask`` (dense with a validity mask,
+    :class:`~gnorm.nn.SepNorm`), ``dense`` (each token on its own), or the
+    inputs it takes besides the valid tokens (:obj:`batch`, ...)."""
     if isinstance(norm, _NOT_TOKEN_NORMS):
         raise ValueError(f"Graphormer cannot use {norm} at its norm sites "
                          f"(not a per-token normaliser); pass LayerNorm, "
@@ -229,7 +229,8 @@ class Graphormer(torch.nn.Module):
     distances share the last one, and unreachable pairs have their own entry
     and no edge term), :math:`\mathbf{e}_k` the edge embedding (mean of the
     bond-feature embeddings, one value per head) of hop :math:`k` of one
-    shortest path (see :class:`gnorm.data.molecules.ShortestPaths`),
+    shortest path (at every node the smallest-id edge that stays on a
+    shortest path, see :func:`gnorm.data.molecules.path_edges`),
     :math:`\mathbf{W}_k` a learned :obj:`[heads, heads]` matrix per hop,
     :math:`K` = :obj:`max_dist`; :math:`t` is the learned virtual distance of
     the graph token's row and column (its diagonal entry included). Padded
@@ -269,7 +270,8 @@ class Graphormer(torch.nn.Module):
             dense tokens with their mask; one that takes :obj:`batch`
             (:class:`~gnorm.nn.ContraNorm`) gets the valid tokens of each
             graph (graph token first) with :obj:`batch`, :obj:`batch_size`
-            and :obj:`edge_index`; others get the dense tokens.
+            and :obj:`edge_index`; others get the valid tokens
+            :obj:`[num_tokens, channels]` (each on its own, no padding).
             :class:`~gnorm.nn.PairNorm` and :class:`~gnorm.nn.IsoBN` are
             refused. :obj:`None` means :class:`torch.nn.LayerNorm`.
             (default: :obj:`None`)
@@ -435,8 +437,8 @@ class Graphormer(torch.nn.Module):
                 (or :obj:`[num_edges]`), int64.
             spd (torch.Tensor): Flat shortest-path distances of every graph,
                 :obj:`[sum_g n_g^2]`.
-            path_edge (torch.Tensor): Flat first path edges,
-                :obj:`[sum_g n_g^2]`.
+            path_edge (torch.Tensor): Flat local edge ids along every
+                pair's path, :obj:`[sum_g sum_{i,j} max(d_g(i, j), 0)]`.
             batch (torch.Tensor, optional): Sorted graph of each node;
                 :obj:`None` means one graph. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs. (default:
