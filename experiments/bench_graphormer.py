@@ -11,10 +11,17 @@ warm-up step:
   device;
 * model: the step itself, on already collated batches.
 
-``--baseline REV`` also times the model of ``gnorm/models/graphormer.py``
-at git revision REV (same weights, same batches, steps alternated with the
-current model's, so a loaded machine slows both alike): rows ``before``
-(REV) and ``after`` (the working tree). ``--bucket K`` draws batches of
+``--baseline REV`` also times the code of git revision REV (its whole
+``gnorm`` package, dataset processing included, exported with ``git
+archive`` into a temporary folder): every measurement then runs in
+subprocesses, ``--rounds`` times alternately REV and the working tree (so a
+loaded machine slows both alike), each on the same batches (same seed, same
+uniform shuffle) and the same initial weights; rows ``before`` (REV) and
+``after`` (the working tree), the ratio printed and in the report, and
+``check_loss`` (the loss of the first batch in evaluation mode, equal up to
+rounding when both versions compute the same function). Results of a
+baseline run go to ``<out>/bench_graphormer_<device>_vs_<REV>.jsonl``.
+``--bucket K`` draws batches of
 similar-size graphs (``train.bucket_chunk=K``, less padding) instead of a
 uniform shuffle. ``--profile`` writes the ``torch.profiler`` operator table
 of one step (each version) to ``<out>/bench_graphormer_<device>_profile.md``.
@@ -39,11 +46,13 @@ and ``.png`` (throughput vs batch size).
     python experiments/bench_graphormer.py --device cuda \
         --dtypes float32 bfloat16 --batch-sizes 64 128 256 512
     python experiments/bench_graphormer.py --report-only  # table and plot
-    python experiments/bench_graphormer.py --baseline da3a799 --bucket 0 50
-    python experiments/bench_graphormer.py --baseline da3a799 --profile \
+    python experiments/bench_graphormer.py --baseline b2b073a \
+        --datasets zinc --batch-sizes 128 --norms layernorm --rounds 3
+    python experiments/bench_graphormer.py --baseline b2b073a --profile \
         --datasets zinc --batch-sizes 128 --norms layernorm
 """
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -76,27 +85,28 @@ def _graphs(name: str, mirror: str, root: str):
     return dataset[split['train']]
 
 
-def _baseline_module(rev: str):
-    r"""``gnorm/models/graphormer.py`` as of git revision :obj:`rev`, as a
-    module."""
-    import importlib.util
-    source = subprocess.run(['git', 'show', f'{rev}:gnorm/models/graphormer.py'],
-                            cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout
-    path = Path(os.environ.get('TMPDIR', '/tmp')) / f'graphormer_{rev}.py'
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f'graphormer_{rev}', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _baseline_code(rev: str) -> Path:
+    r"""A folder holding the files of git revision :obj:`rev` (``git
+    archive``), for a subprocess to import its ``gnorm``."""
+    commit = subprocess.run(['git', 'rev-parse', '--short', rev], cwd=ROOT,
+                            capture_output=True, text=True,
+                            check=True).stdout.strip()
+    folder = Path(os.environ.get('TMPDIR', '/tmp')) / f'gnorm_{commit}'
+    if not (folder / 'gnorm').is_dir():
+        tmp = folder.with_name(folder.name + '.tmp')
+        tmp.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(['git', 'archive', commit], cwd=ROOT,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(['tar', '-x', '-C', str(tmp)], input=archive,
+                       check=True)
+        os.replace(tmp, folder)
+    return folder
 
 
-def _model(name: str, norm: str, module=None):
+def _model(name: str, norm: str):
     import functools
     from gnorm.models import Graphormer
     from gnorm.nn import SepNorm
-    if module is not None:
-        Graphormer = module.Graphormer
     features = 'zinc' if name == 'zinc' else 'ogb'
     factory = functools.partial(SepNorm) if norm == 'sepnorm' else None
     return Graphormer(1, features=features, num_layers=12,
@@ -105,8 +115,9 @@ def _model(name: str, norm: str, module=None):
 
 
 def measure(args, name: str, batch_size: int, dtype: str, norm: str,
-            bucket: int = 0) -> list:
-    r"""One measurement, in this process: a row per model version."""
+            bucket: int = 0) -> dict:
+    r"""One measurement of the ``gnorm`` this process imports: per-step
+    data and model times, peak memory, batch statistics."""
     from torch_geometric.loader import DataLoader
     from gnorm.data.molecules import graph_sizes
     from gnorm.train.graph import _loss, forward
@@ -114,21 +125,15 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
     device = torch.device(args.device)
     metric = 'mae' if name == 'zinc' else 'rocauc'
     graphs = _graphs(name, args.mirror, args.root)
+    torch.manual_seed(0)  # the same batches and weights in every version
     if bucket:
         loader = DataLoader(graphs, batch_sampler=SizeBuckets(
             graph_sizes(graphs), batch_size, bucket))
     else:
         loader = DataLoader(graphs, batch_size, shuffle=True,
                             drop_last=True)
-    versions = {'after': None}
-    if args.baseline:
-        versions = {'before': _baseline_module(args.baseline), **versions}
-    models, optimizers = {}, {}
-    for version, module in versions.items():
-        torch.manual_seed(0)
-        models[version] = _model(name, norm, module).to(device)
-        optimizers[version] = torch.optim.AdamW(
-            models[version].parameters(), lr=1e-4)
+    model = _model(name, norm).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     autocast = dtype == 'bfloat16'
 
     def sync():
@@ -149,75 +154,104 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
         sync()
         data_times.append(time.perf_counter() - start)
         batches.append(batch)
+    model.eval()
+    with torch.no_grad():
+        check = float(_loss(forward(model, batches[0]), batches[0].y, metric))
+    model.train()
     rss0 = _rss_gib()
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats()
         mem0 = torch.cuda.memory_allocated()
-    def step(version, batch):
-        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-            loss = _loss(forward(models[version], batch), batch.y, metric)
-        optimizers[version].zero_grad(set_to_none=True)
-        loss.backward()
-        optimizers[version].step()
 
-    model_times = {v: [] for v in versions}
-    for batch in batches:  # the versions alternate on every batch
-        for version in versions:
-            sync()
-            start = time.perf_counter()
-            step(version, batch)
-            sync()
-            model_times[version].append(time.perf_counter() - start)
-    # Peak memory: CPU, both versions together (one process).
+    def step(batch):
+        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+            loss = _loss(forward(model, batch), batch.y, metric)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    model_times, cpu_times = [], []
+    for batch in batches:
+        sync()
+        start, cpu = time.perf_counter(), time.process_time()
+        step(batch)
+        sync()
+        model_times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu)
     peak = (torch.cuda.max_memory_allocated() - mem0) / 2**30 \
         if device.type == 'cuda' else _rss_gib() - rss0
     if args.profile:
-        _profile(args, versions, step, batches[-1],
+        _profile(args, step, batches[-1],
                  (name, batch_size, dtype, norm, bucket))
-    data = statistics.median(data_times[1:])
-    nodes = statistics.mean(b.num_nodes / b.num_graphs for b in batches)
-    max_nodes = statistics.mean(
-        int(torch.bincount(b.batch).max()) for b in batches)
-    sizes = [b.num_graphs for b in batches]
-    graphs_per_step = statistics.mean(sizes)
-    rows = []
-    for version in versions:
-        step_s = statistics.median(model_times[version][1:])
-        rows.append({
-            'dataset': name, 'batch_size': batch_size, 'dtype': dtype,
-            'norm': norm, 'bucket': bucket, 'version': version,
-            'rev': args.baseline if version == 'before' else 'working tree',
-            'device': args.device, 'data_s': data, 'model_s': step_s,
-            'step_s': data + step_s,
-            'collation_share': data / (data + step_s),
-            'graphs_per_s': graphs_per_step / (data + step_s),
-            'model_graphs_per_s': graphs_per_step / step_s,
-            'peak_gib': peak, 'mean_nodes': nodes,
-            'mean_max_nodes': max_nodes,
-            'threads': torch.get_num_threads(),
-            'load_avg': os.getloadavg()[0]})
-    return rows
+    return {'data_times': data_times[1:], 'model_times': model_times[1:],
+            'cpu_times': cpu_times[1:],
+            'peak_gib': peak, 'check_loss': check,
+            'mean_nodes': statistics.mean(b.num_nodes / b.num_graphs
+                                          for b in batches),
+            'mean_max_nodes': statistics.mean(
+                int(torch.bincount(b.batch).max()) for b in batches),
+            'graphs_per_step': statistics.mean(b.num_graphs
+                                               for b in batches)}
 
 
-def _profile(args, versions, step, batch, key) -> None:
-    r"""Appends the ``torch.profiler`` operator table of one step of each
-    version (self CPU time; CUDA time on CUDA) to the profile report."""
+def _row(args, key: tuple, version: str, runs: list) -> dict:
+    r"""The table row of one version from its measurements :obj:`runs`
+    (medians over all their steps)."""
+    name, batch_size, dtype, norm, bucket = key
+    data = statistics.median(t for r in runs for t in r['data_times'])
+    step_s = statistics.median(t for r in runs for t in r['model_times'])
+    graphs = runs[0]['graphs_per_step']
+    return {
+        'dataset': name, 'batch_size': batch_size, 'dtype': dtype,
+        'norm': norm, 'bucket': bucket, 'version': version,
+        'rev': args.baseline if version == 'before' else 'working tree',
+        'device': args.device, 'data_s': data, 'model_s': step_s,
+        'model_cpu_s': statistics.median(t for r in runs
+                                         for t in r['cpu_times']),
+        'step_s': data + step_s, 'collation_share': data / (data + step_s),
+        'graphs_per_s': graphs / (data + step_s),
+        'model_graphs_per_s': graphs / step_s,
+        'peak_gib': max(r['peak_gib'] for r in runs),
+        'check_loss': runs[0]['check_loss'],
+        'mean_nodes': runs[0]['mean_nodes'],
+        'mean_max_nodes': runs[0]['mean_max_nodes'],
+        'rounds': len(runs), 'threads': torch.get_num_threads(),
+        'load_avg': os.getloadavg()[0]}
+
+
+def _run_one(args, key: tuple, version: str, code: Path) -> dict:
+    r"""One measurement in a subprocess that imports the ``gnorm`` of
+    :obj:`code`."""
+    cmd = [sys.executable, __file__, '--one', ','.join(map(str, key)),
+           '--code', str(code), '--version', version, '--device',
+           args.device, '--steps', str(args.steps), '--mirror', args.mirror,
+           '--root', args.root, '--out', args.out, '--profile-rows',
+           str(args.profile_rows)]
+    cmd += ['--baseline', args.baseline] if args.baseline else []
+    cmd += ['--profile'] if args.profile else []
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f'{version} measurement {key} failed:\n{out.stderr}')
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _profile(args, step, batch, key) -> None:
+    r"""Appends the ``torch.profiler`` operator table of one step to the
+    profile report."""
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + (
         [ProfilerActivity.CUDA] if args.device == 'cuda' else [])
     sort = 'self_cuda_time_total' if args.device == 'cuda' else \
         'self_cpu_time_total'
     path = Path(args.out) / f'bench_graphormer_{args.device}_profile.md'
-    lines = []
-    for version in versions:
-        with profile(activities=activities) as prof:
-            step(version, batch)
-            if args.device == 'cuda':
-                torch.cuda.synchronize()
-        label = args.baseline if version == 'before' else 'working tree'
-        lines += ['', f'## {" ".join(map(str, key))}: {version} ({label})',
-                  '', '```', prof.key_averages().table(
-                      sort_by=sort, row_limit=args.profile_rows), '```']
+    with profile(activities=activities) as prof:
+        step(batch)
+        if args.device == 'cuda':
+            torch.cuda.synchronize()
+    label = args.baseline if args.version == 'before' else 'working tree'
+    lines = ['', f'## {" ".join(map(str, key))}: {args.version} ({label})',
+             '', '```', prof.key_averages().table(
+                 sort_by=sort, row_limit=args.profile_rows), '```']
     with open(path, 'a') as f:
         f.write('\n'.join(lines) + '\n')
 
@@ -230,6 +264,17 @@ def _key(row: dict) -> tuple:
 def _setting(r: dict) -> tuple:
     return (r['dataset'], r['dtype'], r['norm'], r.get('bucket', 0),
             r['batch_size'])
+
+
+def _cpu_ms(row: dict) -> str:
+    return f"{1e3 * row['model_cpu_s']:.1f}" if 'model_cpu_s' in row else '-'
+
+
+def _cpu_ratio(pair: dict) -> str:
+    if not all('model_cpu_s' in r for r in pair.values()):
+        return '-'
+    before, after = pair['before'], pair['after']
+    return f"{before['model_cpu_s'] / after['model_cpu_s']:.2f}x"
 
 
 def report(path: Path, device: str) -> None:
@@ -249,14 +294,17 @@ def report(path: Path, device: str) -> None:
              'optimizer step; collation share = data / (data + model). '
              'graphs/s counts both; model-only graphs/s is what loader '
              'workers (`train.num_workers`) can reach. Peak memory: CPU, '
-             'the growth of max RSS during the steps (both versions in one '
-             'process when a baseline is timed); CUDA, peak allocated '
+             'the growth of max RSS during the steps (each measurement in '
+             'its own process); CUDA, peak allocated '
              'above the start. zinc = exact ZINC-subset graphs (fixture), '
              'molhiv = ogbg-molhiv training graphs. batching: shuffle = '
              'uniform, bucket K = similar-size graphs (`train.bucket_chunk='
-             'K`). version: before = the model at the git revision shown, '
-             'after = the working tree, timed alternately on the same '
-             'batches. load = the machine\'s 1-minute load average at the end '
+             'K`). version: before = the code (model and data processing) '
+             'at the git revision shown, after = the working tree, timed '
+             'in alternating subprocesses on the same batches; CPU ms = '
+             'process CPU time of the model step (less sensitive than wall '
+             'time to other jobs on a shared machine). load = the '
+             'machine\'s 1-minute load average at the end '
              'of the measurement (on a shared machine, times grow with it; '
              'only the before/after pairs share their conditions).', '',
              '| dataset | dtype | norm | batching | batch | version | '
@@ -284,15 +332,17 @@ def report(path: Path, device: str) -> None:
     if pairs:
         lines += ['', '## Model time, before vs after (same batches)', '',
                   '| dataset | dtype | norm | batching | batch | model ms '
-                  'before | model ms after | speedup |',
-                  '|---|---|---|---|---|---|---|---|']
+                  'before | model ms after | speedup | CPU ms before | '
+                  'CPU ms after | CPU-time speedup |',
+                  '|---|---|---|---|---|---|---|---|---|---|---|']
         for (name, dtype, norm, bucket, batch), v in pairs.items():
             before, after = v['before']['model_s'], v['after']['model_s']
             lines.append(
                 f"| {name} | {dtype} | {norm} | "
                 f"{'bucket ' + str(bucket) if bucket else 'shuffle'} | "
                 f"{batch} | {1e3 * before:.1f} | {1e3 * after:.1f} | "
-                f"{before / after:.2f}x |")
+                f"{before / after:.2f}x | {_cpu_ms(v['before'])} | "
+                f"{_cpu_ms(v['after'])} | {_cpu_ratio(v)} |")
     path.with_suffix('.md').write_text('\n'.join(lines) + '\n')
 
     import matplotlib
@@ -359,56 +409,62 @@ def main() -> None:
     parser.add_argument('--root', default=str(ROOT / 'data'))
     parser.add_argument('--out', default=str(ROOT / 'experiments' /
                                              'results'))
+    parser.add_argument('--rounds', type=int, default=1,
+                        help='with --baseline: measurements per version, '
+                        'alternated')
     parser.add_argument('--report-only', action='store_true')
     parser.add_argument('--one', help=argparse.SUPPRESS)
+    parser.add_argument('--code', help=argparse.SUPPRESS)
+    parser.add_argument('--version', default='after', help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.one:  # a single measurement, in a subprocess
+        sys.path.insert(0, args.code)  # the gnorm of this version
         name, batch, dtype, norm, bucket = args.one.split(',')
-        rows = measure(args, name, int(batch), dtype, norm, int(bucket))
-        print(json.dumps(rows))
+        print(json.dumps(measure(args, name, int(batch), dtype, norm,
+                                 int(bucket))))
         return
 
-    path = Path(args.out) / f'bench_graphormer_{args.device}.jsonl'
+    suffix = f'_vs_{args.baseline}' if args.baseline else ''
+    path = Path(args.out) / f'bench_graphormer_{args.device}{suffix}.jsonl'
     path.parent.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         done = set()
         if path.exists():
             done = {_key(json.loads(line)) for line in
                     path.read_text().splitlines() if line.strip()}
-        versions = ('before', 'after') if args.baseline else ('after', )
-        for name in args.datasets:
-            for dtype in args.dtypes:
-                for norm in args.norms:
-                    for bucket in args.bucket:
-                        for batch in args.batch_sizes:
-                            key = (name, batch, dtype, norm, bucket)
-                            if all((*key, v) in done for v in versions):
-                                continue
-                            if args.device == 'cpu':
-                                cmd = [sys.executable, __file__, '--one',
-                                       ','.join(map(str, key)), '--steps',
-                                       str(args.steps), '--mirror',
-                                       args.mirror, '--root', args.root,
-                                       '--out', args.out,
-                                       '--profile-rows',
-                                       str(args.profile_rows)]
-                                cmd += ['--baseline', args.baseline] \
-                                    if args.baseline else []
-                                cmd += ['--profile'] if args.profile else []
-                                out = subprocess.run(
-                                    cmd, capture_output=True, text=True,
-                                    check=True)
-                                rows = json.loads(out.stdout.strip()
-                                                  .splitlines()[-1])
-                            else:
-                                rows = measure(args, *key)
-                            for row in rows:
-                                row.update(host=machine(args.device),
-                                           steps=args.steps)
-                                print(json.dumps(row), flush=True)
-                                with open(path, 'a') as f:
-                                    f.write(json.dumps(row) + '\n')
+        codes = {'after': ROOT}
+        if args.baseline:
+            codes = {'before': _baseline_code(args.baseline), **codes}
+        for key in itertools.product(args.datasets, args.batch_sizes,
+                                     args.dtypes, args.norms, args.bucket):
+            if all((*key, v) in done for v in codes):
+                continue
+            runs = {v: [] for v in codes}
+            rounds = args.rounds if args.baseline else 1
+            for _ in range(rounds):  # the versions alternate
+                for version, code in codes.items():
+                    if args.device == 'cpu' or args.baseline:
+                        runs[version].append(_run_one(args, key, version,
+                                                      code))
+                    else:
+                        runs[version].append(measure(args, *key))
+            rows = [_row(args, key, v, runs[v]) for v in codes]
+            for row in rows:
+                row.update(host=machine(args.device), steps=args.steps)
+                print(json.dumps(row), flush=True)
+                with open(path, 'a') as f:
+                    f.write(json.dumps(row) + '\n')
+            if args.baseline:
+                print(f"{' '.join(map(str, key))}: model step "
+                      f"{rows[0]['model_s']:.3f} s ({args.baseline}) / "
+                      f"{rows[1]['model_s']:.3f} s (working tree) = "
+                      f"{rows[0]['model_s'] / rows[1]['model_s']:.2f}x; "
+                      f"process CPU time "
+                      f"{rows[0]['model_cpu_s']:.3f} s / "
+                      f"{rows[1]['model_cpu_s']:.3f} s = "
+                      f"{rows[0]['model_cpu_s'] / rows[1]['model_cpu_s']:.2f}"
+                      f"x", flush=True)
     report(path, args.device)
 
 

@@ -88,6 +88,21 @@ def test_batched_equals_one_graph_at_a_time(norm):
     assert torch.allclose(batched, single, atol=1e-5)
 
 
+@pytest.mark.parametrize('norm', list(NORMS))
+def test_size_groups_equal_one_graph_at_a_time(norm):
+    # More graphs than ATTENTION_CHUNK: the CPU attention runs in groups of
+    # similar-size graphs, each with its own padding.
+    from gnorm.models.graphormer import ATTENTION_CHUNK
+    model = _model(norm).eval()
+    sizes = [(3 * seed) % 17 + 1 for seed in range(ATTENTION_CHUNK + 9)]
+    graphs = [_graph(n, seed, extra=seed % 2) for seed, n in enumerate(sizes)]
+    batched, tokens, mask = _run(model, graphs, return_tokens=True)
+    single = torch.cat([_run(model, [g]) for g in graphs])
+    assert torch.allclose(batched, single, atol=1e-5)
+    _, one, _ = _run(model, graphs[5:6], return_tokens=True)
+    assert torch.allclose(tokens[5][mask[5]], one[0], atol=1e-5)
+
+
 def test_padded_heads_equal_unpadded_math():
     # head dim 10 (hidden 80, 8 heads) is padded to 16 with scale 1/sqrt(10).
     model = Graphormer(1, features='zinc', num_layers=1, dropout=0.0,
@@ -101,7 +116,7 @@ def test_padded_heads_equal_unpadded_math():
     weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(10) + bias,
                             dim=-1)  # [3, heads, 6, 6]
     expected = layer.out((weights @ v).transpose(1, 2).reshape(3, 6, 80))
-    for pad in (True, False):  # padded (CUDA's default) or not (CPU's)
+    for pad in (True, False):  # padded (the default) or not
         assert torch.allclose(layer.attention(x, bias, pad=pad), expected,
                               atol=1e-5)
 
@@ -171,9 +186,12 @@ def test_sepnorm_sends_graph_token_to_virtual_norm():
     model.layers[0].register_forward_pre_hook(
         lambda m, args: captured.update(x=args[0].detach()))
     _run(model, graphs)
-    x = captured['x']  # [3, 1 + 6, 16]: the input of layer 0
-    assert torch.equal(seen['virtual'], x[:, 0])  # the graph tokens only
-    nodes = torch.cat([x[g, 1:1 + graphs[g].num_nodes] for g in range(3)])
+    # The input of layer 0: the packed tokens [3 + 13, 16], graph after
+    # graph, graph token first.
+    x = captured['x'].split([1 + g.num_nodes for g in graphs])
+    virtual = torch.stack([part[0] for part in x])
+    assert torch.equal(seen['virtual'], virtual)  # the graph tokens only
+    nodes = torch.cat([part[1:] for part in x])
     assert torch.equal(seen['token'], nodes)  # valid node tokens, no padding
     assert isinstance(norm.norm_virtual, torch.nn.BatchNorm1d)
 
@@ -237,3 +255,17 @@ def test_single_node_graphs_give_no_nan():
     assert bool(out.isfinite().all())
     assert all(bool(p.grad.isfinite().all()) for p in model.parameters()
                if p.grad is not None)
+
+
+@pytest.mark.parametrize('p', [0.1, 0.5])
+def test_cpu_dropout_rate_scale_and_seed(p):
+    from gnorm.models.graphormer import _dropout
+    x = torch.ones(200_000, dtype=torch.float64)
+    torch.manual_seed(0)
+    out = _dropout(x, p, True)
+    kept = out != 0
+    assert abs(float(kept.double().mean()) - (1 - p)) < 0.005
+    assert torch.equal(out[kept], torch.full_like(out[kept], 1 / (1 - p)))
+    torch.manual_seed(0)
+    assert torch.equal(_dropout(x, p, True), out)  # the seed fixes the mask
+    assert _dropout(x, p, False) is x  # evaluation: identity

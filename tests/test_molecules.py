@@ -17,6 +17,7 @@ from gnorm.data.molecules import (
     import_ogb,
     load_graph_dataset,
     load_molhiv,
+    path_edges,
     shortest_paths,
     zinc_fixture,
 )
@@ -78,14 +79,56 @@ def test_path_edges_equal_networkx_on_trees(seed):
 
 
 def test_shortest_paths_transform_is_flat_int16():
+    # Path 0 - 1 - 2 (edges 0: 0->1, 1: 1->0, 2: 1->2, 3: 2->1), node 3 alone.
     data = Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
                 num_nodes=4)
     data = ShortestPaths()(data)
     assert data.spd.dtype == data.path_edge.dtype == torch.int16
     assert data.spd.view(4, 4).tolist() == [[0, 1, 2, -1], [1, 0, 1, -1],
                                             [2, 1, 0, -1], [-1, -1, -1, 0]]
-    assert data.path_edge.view(4, 4)[0].tolist() == [-1, 0, 0, -1]
-    assert data.path_edge.view(4, 4)[2].tolist() == [3, 3, -1, -1]
+    # Pairs (0,1), (0,2), (1,0), (1,2), (2,0), (2,1), hop after hop.
+    assert data.path_edge.tolist() == [0, 0, 2, 1, 2, 3, 1, 3]
+
+
+def _reference_paths(g, n):
+    r"""Every pair's edge ids, obviously: at each node, the smallest-id edge
+    that stays on a networkx shortest path to the target."""
+    edge_index = from_networkx(g).edge_index if g.number_of_edges() else \
+        torch.empty(2, 0, dtype=torch.long)
+    lengths = dict(nx.all_pairs_shortest_path_length(g))
+    dist, paths = [], []
+    for i in range(n):
+        for j in range(n):
+            dist.append(lengths[i].get(j, -1))
+            u = i
+            while u != j and dist[-1] > 0:
+                e = min(e for e in range(edge_index.size(1))
+                        if int(edge_index[0, e]) == u and
+                        lengths[int(edge_index[1, e])].get(j, -1)
+                        == lengths[u][j] - 1)
+                paths.append(e)
+                u = int(edge_index[1, e])
+    return edge_index, dist, paths
+
+
+@pytest.mark.parametrize('seed', range(6))
+@pytest.mark.parametrize('directed', [False, True])
+def test_path_edges_equal_networkx(seed, directed):
+    # Sparse random graphs (several components, isolated nodes) and a grid
+    # (many shortest paths per pair): distances are networkx's, the path of
+    # every pair takes the smallest-id edge on a shortest path at each node.
+    n = 12
+    g = nx.gnp_random_graph(n, 0.12 + 0.04 * seed, seed=seed,
+                            directed=directed)
+    if seed == 0:  # a 3 x 4 grid: up to 10 shortest paths per pair
+        g = nx.convert_node_labels_to_integers(nx.grid_2d_graph(3, 4))
+        g = g.to_directed() if directed else g
+    edge_index, dist, paths = _reference_paths(g, n)
+    got_dist, got_paths = path_edges(edge_index, n)
+    assert got_dist.tolist() == dist
+    assert got_paths.tolist() == paths
+    data = ShortestPaths()(Data(edge_index=edge_index, num_nodes=n))
+    assert data.spd.tolist() == dist and data.path_edge.tolist() == paths
 
 
 @needs_mirror
@@ -176,7 +219,8 @@ def test_whole_molhiv_loads_offline(tmp_path):
     assert int(dataset.y.sum()) == 1443
     g = dataset[0]
     assert g.x.shape[1] == 9 and g.edge_attr.shape[1] == 3
-    assert g.spd.numel() == g.num_nodes**2 == g.path_edge.numel()
+    assert g.spd.numel() == g.num_nodes**2
+    assert g.path_edge.numel() == int(g.spd.clamp(min=0).sum())
 
 
 def test_molhiv_loads_offline(molhiv):
@@ -187,7 +231,8 @@ def test_molhiv_loads_offline(molhiv):
     assert [len(split[k]) for k in ('train', 'valid', 'test')] == [100] * 3
     g = dataset[0]
     assert g.x.shape[1] == 9 and g.edge_attr.shape[1] == 3
-    assert g.spd.numel() == g.num_nodes**2 == g.path_edge.numel()
+    assert g.spd.numel() == g.num_nodes**2
+    assert g.path_edge.numel() == int(g.spd.clamp(min=0).sum())
     assert g.spd.view(g.num_nodes, -1).diagonal().eq(0).all()
 
 
@@ -219,3 +264,28 @@ def test_missing_ogb_names_the_graph_extra(monkeypatch):
     assert '\n' not in str(info.value)
     with pytest.raises(DataError, match='gnorm\\[graph\\]'):
         load_molhiv('unused', None)
+
+
+def test_processed_files_of_another_layout_are_not_read(tmp_path):
+    # A processed file of the old layout (ogb's own name) is left alone: the
+    # one read is named after ShortestPaths.LAYOUT.
+    if not MIRROR or not Path(MIRROR).is_dir():
+        pytest.skip('needs the offline dataset mirror (GNORM_DATA_MIRROR)')
+    mirror = _molhiv_slice(MIRROR, tmp_path / 'mirror', per_split=5)
+    processed = tmp_path / 'ogb' / 'ogbg_molhiv' / 'processed'
+    processed.mkdir(parents=True)
+    torch.save('stale', processed / 'geometric_data_processed.pt')
+    dataset, _ = load_molhiv(tmp_path / 'ogb', mirror)
+    assert Path(dataset.processed_paths[0]).name == (
+        f'geometric_data_processed_{ShortestPaths.LAYOUT}.pt')
+    g = dataset[0]
+    assert g.path_edge.numel() == int(g.spd.clamp(min=0).sum())
+    assert torch.load(processed / 'geometric_data_processed.pt') == 'stale'
+
+
+def test_zinc_processed_folder_names_the_layout(tmp_path):
+    from gnorm.data.molecules import _PathsZINC
+    zinc = _PathsZINC.__new__(_PathsZINC)  # no raw files needed
+    zinc.root, zinc.subset = str(tmp_path), True
+    assert zinc.processed_dir == str(tmp_path / 'subset' /
+                                     f'processed_{ShortestPaths.LAYOUT}')

@@ -27,6 +27,7 @@ from gnorm.data.molecules import (
     load_graph_dataset,
     load_molhiv,
     load_zinc,
+    path_edges,
     shortest_paths,
     zinc_fixture,
 )
@@ -40,6 +41,7 @@ __all__ = [
     'load_graph_dataset',
     'load_molhiv',
     'load_zinc',
+    'path_edges',
     'shortest_paths',
     'zinc_fixture',
     'DATASETS',

@@ -20,9 +20,11 @@ downloaded then. :func:`zinc_fixture` reads the exact ZINC-subset val/test
 graphs of ``<mirror>/zinc_partial/`` (tests and smoke runs only).
 
 :class:`ShortestPaths` is the ``pre_transform``: it stores, per graph, the
-shortest-path distance of every ordered node pair and the first edge of one
-shortest path (``O(n^2)`` per graph, independent of the multi-hop length);
-the model walks these pointers on the device to get the edges along a path.
+shortest-path distance of every ordered node pair and the edges along one
+shortest path of every pair (:func:`path_edges`; the sum of the distances,
+all hops), so that the model's attention bias is look-ups only. Processed
+files are named after :obj:`ShortestPaths.LAYOUT`, so that files of another
+layout are never read.
 """
 import contextlib
 import importlib
@@ -36,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from torch_geometric.datasets import ZINC
 from torch_geometric.transforms import BaseTransform
 
 from gnorm.errors import ConfigError, DataError
@@ -74,12 +77,13 @@ def shortest_paths(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor,
                                                                  Tensor]:
     r"""Hop distances and first edges of shortest paths of one graph.
 
-    Breadth-first search from every node at once: the frontier at distance
-    :math:`k` is the boolean product of the frontier at :math:`k - 1` with
-    the adjacency matrix, so the cost is one :math:`n \times n` product per
-    distance. Edge :math:`e = (i \to u)` starts a shortest path from
-    :math:`i` to :math:`j` when :math:`d(u, j) = d(i, j) - 1`; of those, the
-    edge with the smallest id is kept.
+    Distances come from :func:`scipy.sparse.csgraph.shortest_path`
+    (breadth-first search from every node). Edge :math:`e = (i \to u)`
+    starts a shortest path from :math:`i` to :math:`j` when
+    :math:`d(u, j) = d(i, j) - 1`; of those, the edge with the smallest id is
+    kept. Following these first edges from :math:`i` to :math:`j` gives
+    *the* path of the pair (:func:`path_edges`): at every node, the
+    smallest-id edge that stays on a shortest path to :math:`j`.
 
     Args:
         edge_index (torch.Tensor): Directed edges :obj:`[2, num_edges]`.
@@ -92,48 +96,91 @@ def shortest_paths(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor,
         id of the first edge of a shortest path from :math:`i` to :math:`j`,
         :obj:`-1` where there is none).
     """
-    n = num_nodes
-    src, dst = edge_index.cpu()
-    adj = torch.zeros(n, n)
-    adj[src, dst] = 1.0
-    dist = torch.full((n, n), -1, dtype=torch.long)
-    seen = torch.eye(n, dtype=torch.bool)
-    dist[seen] = 0
-    frontier = seen
-    for d in range(1, n):
-        frontier = (frontier.float() @ adj > 0) & ~seen  # [n, n]
-        if not bool(frontier.any()):
-            break
-        dist[frontier] = d
-        seen |= frontier
+    dist, first = _shortest_paths(edge_index.cpu().numpy(), num_nodes)
+    return torch.from_numpy(dist), torch.from_numpy(first)
+
+
+def _shortest_paths(edge_index: np.ndarray,
+                    n: int) -> Tuple[np.ndarray, np.ndarray]:
+    r""":func:`shortest_paths` on numpy arrays."""
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import shortest_path
+    src, dst = edge_index
+    num_edges = src.size
+    adj = csr_array((np.ones(num_edges), (src, dst)), shape=(n, n))
+    dist = shortest_path(adj, directed=True, unweighted=True)  # [n, n]
+    dist = np.where(np.isinf(dist), -1, dist).astype(np.int64)
 
     # Candidate (edge e = i -> u, target j) where d(u, j) = d(i, j) - 1.
     ok = (dist[dst] >= 0) & (dist[dst] == dist[src] - 1)  # [E, n]
-    edge_id = torch.arange(src.numel()).unsqueeze(1).expand_as(ok)  # [E, n]
-    pair = src.unsqueeze(1) * n + torch.arange(n)  # [E, n]: i * n + j
-    first = torch.full((n * n, ), -1, dtype=torch.long)
-    first.scatter_reduce_(0, pair[ok], edge_id[ok], reduce='amin',
-                          include_self=False)
-    return dist, first.view(n, n)  # [n, n], [n, n]
+    edge_id, target = ok.nonzero()  # ascending edge ids
+    first = np.full(n * n, num_edges, dtype=np.int64)
+    np.minimum.at(first, src[edge_id] * n + target, edge_id)  # i * n + j
+    first[first == num_edges] = -1
+    return dist, first.reshape(n, n)  # [n, n], [n, n]
+
+
+def path_edges(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
+    r"""Hop distances and the edges along one shortest path of every ordered
+    node pair of a graph, flat.
+
+    The path of :math:`(i, j)` follows the first edges of
+    :func:`shortest_paths` from :math:`i` until :math:`j` (at every node,
+    the smallest-id edge that stays on a shortest path to :math:`j`); the
+    pairs come in row-major order, the edges of a pair in hop order, so
+    pair :math:`(i, j)` owns the :math:`\max(d(i, j), 0)` entries after
+    those of the pairs before it.
+
+    Returns:
+        (torch.Tensor, torch.Tensor): :obj:`dist` :obj:`[n * n]` (int64,
+        :obj:`-1` unreachable) and :obj:`edges` :obj:`[sum of the
+        distances]` (int64 local edge ids).
+    """
+    dist, edges = _path_edges(edge_index.cpu().numpy(), num_nodes)
+    return torch.from_numpy(dist), torch.from_numpy(edges)
+
+
+def _path_edges(edge_index: np.ndarray,
+                n: int) -> Tuple[np.ndarray, np.ndarray]:
+    r""":func:`path_edges` on numpy arrays."""
+    dist, first = _shortest_paths(edge_index, n)
+    dist, first = dist.reshape(-1), first.reshape(-1)  # [n * n]
+    hops = max(int(dist.max(initial=0)), 0)
+    target = np.tile(np.arange(n), n)  # [n * n]: j of pair i * n + j
+    cur = np.arange(n * n)  # pair (node on the path, j), row-major
+    steps = np.empty((n * n, hops), dtype=np.int64)  # [n * n, hops]
+    for k in range(hops):  # all pairs at once, one hop per step
+        edge = first[cur]  # [n * n], -1 once j is reached
+        steps[:, k] = edge
+        cur = np.where(edge >= 0, edge_index[1][edge] * n + target, cur)
+    on_path = np.arange(hops) < dist[:, None]  # [n * n, hops]
+    return dist, steps[on_path]  # pair-major, hop order
 
 
 class ShortestPaths(BaseTransform):
-    r"""Stores the shortest paths of a graph for a Graphormer: ``spd``, the
-    hop distance of every ordered node pair, and ``path_edge``, the local id
-    of the first edge of one shortest path (see :func:`shortest_paths`).
-    Both are flat :obj:`[num_nodes * num_nodes]` int16 tensors in row-major
-    order (pair :math:`(i, j)` at :math:`i n + j`), so that PyG's collation
-    concatenates them; :class:`gnorm.models.Graphormer` makes them dense per
-    batch. :obj:`-1` marks unreachable pairs and missing edges."""
+    r"""Stores the shortest paths of a graph for a Graphormer (see
+    :func:`path_edges`): ``spd``, the hop distance of every ordered node
+    pair, flat :obj:`[num_nodes * num_nodes]` in row-major order (pair
+    :math:`(i, j)` at :math:`i n + j`, :obj:`-1` where unreachable), and
+    ``path_edge``, the local ids of the edges along the path of every pair,
+    pair after pair, :obj:`[sum of the distances]`. Both are int16, so that
+    PyG's collation only concatenates them; :class:`gnorm.models.Graphormer`
+    turns them into its attention bias with look-ups, no walk.
+
+    :obj:`LAYOUT` names this layout in the processed files of
+    :func:`load_molhiv` and :func:`load_zinc`, so that files written with
+    another one are never read."""
+    LAYOUT = 'paths2'
+
     def forward(self, data: Data) -> Data:
         n, num_edges = data.num_nodes, data.edge_index.size(1)
         if max(n, num_edges) > _INT16_MAX:
             raise ValueError(f"ShortestPaths stores int16 ids; got a graph "
                              f"with {n} nodes and {num_edges} edges (max "
                              f"{_INT16_MAX})")
-        dist, first = shortest_paths(data.edge_index, n)
-        data.spd = dist.view(-1).to(torch.int16)  # [n * n]
-        data.path_edge = first.view(-1).to(torch.int16)  # [n * n]
+        dist, edges = _path_edges(data.edge_index.numpy(), n)
+        data.spd = torch.from_numpy(dist.astype(np.int16))  # [n * n]
+        data.path_edge = torch.from_numpy(edges.astype(np.int16))  # [paths]
         return data
 
 
@@ -181,6 +228,37 @@ def _mirror(mirror: Union[str, Path, None]) -> Optional[Path]:
     return mirror
 
 
+def _molhiv_class():
+    r""":class:`ogb.graphproppred.PygGraphPropPredDataset` with its processed
+    file named after :obj:`ShortestPaths.LAYOUT` (ogb itself is imported on
+    first use only)."""
+    base = import_ogb('ogb.graphproppred').PygGraphPropPredDataset
+    cls = globals().get('_PathsGraphPropPredDataset')
+    if cls is None or cls.__bases__ != (base, ):
+        cls = type('_PathsGraphPropPredDataset', (base, ), {
+            '__module__': __name__,
+            'processed_file_names': property(
+                lambda self: f'geometric_data_processed_'
+                             f'{ShortestPaths.LAYOUT}.pt')})
+        globals()['_PathsGraphPropPredDataset'] = cls
+    return cls
+
+
+def __getattr__(name: str):
+    # Lets pickle find the lazily made dataset class (spawned workers).
+    if name == '_PathsGraphPropPredDataset':
+        return _molhiv_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _PathsZINC(ZINC):
+    r""":class:`torch_geometric.datasets.ZINC` with its processed files in a
+    folder named after :obj:`ShortestPaths.LAYOUT`."""
+    @property
+    def processed_dir(self) -> str:
+        return f'{super().processed_dir}_{ShortestPaths.LAYOUT}'
+
+
 def load_molhiv(root: Union[str, Path] = 'data',
                 mirror: Union[str, Path, None] = None):
     r"""ogbg-molhiv with :class:`ShortestPaths` and its scaffold split.
@@ -189,7 +267,7 @@ def load_molhiv(root: Union[str, Path] = 'data',
         (dataset, dict): The :class:`PygGraphPropPredDataset` and the split
         (``train`` / ``valid`` / ``test`` index tensors).
     """
-    dataset_class = import_ogb('ogb.graphproppred').PygGraphPropPredDataset
+    dataset_class = _molhiv_class()
     root = Path(root).expanduser().resolve()
     mirror = _mirror(mirror)
     if mirror is not None:
@@ -225,7 +303,6 @@ def load_zinc(root: Union[str, Path] = 'data',
         dict: ``train`` / ``valid`` / ``test``
         :class:`torch_geometric.datasets.ZINC` datasets.
     """
-    from torch_geometric.datasets import ZINC
     root = Path(root).expanduser().resolve() / 'zinc'
     raw = root / 'raw'
     mirror = _mirror(mirror)
@@ -241,7 +318,7 @@ def load_zinc(root: Union[str, Path] = 'data',
                             f" of benchmarking-gnns) or unset "
                             f"GNORM_DATA_MIRROR to let PyG download them")
     try:
-        return {name: ZINC(str(root), subset=subset, split=split,
+        return {name: _PathsZINC(str(root), subset=subset, split=split,
                            pre_transform=ShortestPaths())
                 for name, split in (('train', 'train'), ('valid', 'val'),
                                     ('test', 'test'))}

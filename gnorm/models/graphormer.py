@@ -14,6 +14,9 @@ from gnorm.nn import IsoBN, PairNorm
 
 
 FEATURES = ('ogb', 'zinc')
+# Graphs per attention group on the CPU (sorted by size; see
+# Graphormer._attention_groups).
+ATTENTION_CHUNK = 32
 
 
 def feature_dims(features: str) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
@@ -43,15 +46,15 @@ class CategoricalEncoder(torch.nn.Module):
         self.reduce = reduce
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x.view(x.size(0), -1)  # [num_rows, columns]
+        x = x.view(x.size(0), self.offsets.numel())  # [num_rows, columns]
         out = self.embedding(x + self.offsets)  # [num_rows, columns, channels]
         return out.sum(1) if self.reduce == 'sum' else out.mean(1)
 
 
 def _norm_kind(norm: torch.nn.Module) -> Union[str, Tuple[str, ...]]:
-    r"""How a norm reads the dense tokens: ``mask`` (dense with a validity
-    mask, :class:`~gnorm.nn.SepNorm`), ``dense`` (each token on its own), or
-    the inputs it takes besides the valid tokens (:obj:`batch`, ...)."""
+    r"""How a norm reads the tokens: ``mask`` (dense with a validity mask,
+    :class:`~gnorm.nn.SepNorm`), ``dense`` (each token on its own), or the
+    inputs it takes besides the valid tokens (:obj:`batch`, ...)."""
     if isinstance(norm, _NOT_TOKEN_NORMS):
         raise ValueError(f"Graphormer cannot use {norm} at its norm sites "
                          f"(not a per-token normaliser); pass LayerNorm, "
@@ -62,32 +65,70 @@ def _norm_kind(norm: torch.nn.Module) -> Union[str, Tuple[str, ...]]:
     return inputs if 'batch' in inputs else 'dense'
 
 
+def _dense(x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
+    r"""The packed tokens :obj:`x` :obj:`[M, d]` of a batch as dense
+    :obj:`[B, T, d]` tokens, zeros at padded positions."""
+    B, T = ctx['mask'].shape
+    out = x.new_zeros(B * T, x.size(-1)).index_copy(0, ctx['pos'], x)
+    return out.view(B, T, -1)  # [B, T, d]
+
+
+def _pack(x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
+    r"""The valid tokens of the dense :obj:`x` :obj:`[B, T, d]`, packed
+    :obj:`[M, d]` (graph after graph, graph token first)."""
+    return x.reshape(-1, x.size(-1)).index_select(0, ctx['pos'])
+
+
 def _run_norm(norm: torch.nn.Module, kind: Union[str, Tuple[str, ...]],
               x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
-    r"""Applies :obj:`norm` to the dense tokens :obj:`x` [B, T, d] of a
-    batch; padded tokens never enter a statistic."""
+    r"""Applies :obj:`norm` to the packed tokens :obj:`x` :obj:`[M, d]` of a
+    batch (no padded token exists, so none enters a statistic)."""
     if kind == 'mask':
-        return norm(x, mask=ctx['mask'])
+        return _pack(norm(_dense(x, ctx), mask=ctx['mask']), ctx)
     if kind == 'dense':
-        return norm(x)
-    flat = norm(x[ctx['mask']], **{k: ctx[k] for k in kind})  # [tokens, d]
-    return x.new_zeros(x.shape).masked_scatter(ctx['mask'].unsqueeze(-1),
-                                               flat)  # [B, T, d]
+        return norm(x)  # each token on its own
+    return norm(x, **{k: ctx[k] for k in kind})
+
+
+def _keep_scale(x: Tensor, p: float) -> Tensor:
+    r"""A dropout multiplier shaped like :obj:`x`: :math:`1 / (1 - p)` with
+    probability :math:`1 - p`, else :obj:`0`; from 16 random bits per entry
+    (:math:`p` rounded to a multiple of :math:`2^{-16}`), a quarter of the
+    random numbers of :func:`torch.bernoulli`."""
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
+    bits = bits.random_(-2**63, 2**63 - 1).view(torch.int16)[:n]  # [n]
+    keep = bits.view(x.shape) >= round(p * 65536) - 32768
+    return keep.to(x.dtype).mul_(1.0 / (1.0 - p))
+
+
+def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    r""":func:`torch.nn.functional.dropout`; on the CPU with the cheaper
+    random masks of :func:`_keep_scale`."""
+    if not training or p == 0.0:
+        return x
+    if x.is_cuda:
+        return F.dropout(x, p, True)
+    return x * _keep_scale(x, p)
 
 
 class GraphormerLayer(torch.nn.Module):
     r"""One pre-LN encoder layer: :math:`\mathbf{H} \leftarrow \mathbf{H} +
     \mathrm{Attn}(\mathrm{Norm}_1(\mathbf{H}), \mathbf{B})`, then
     :math:`\mathbf{H} \leftarrow \mathbf{H} +
-    \mathrm{FFN}(\mathrm{Norm}_2(\mathbf{H}))`.
+    \mathrm{FFN}(\mathrm{Norm}_2(\mathbf{H}))`, on the packed valid tokens
+    :obj:`[M, C]` of a batch: the linear layers and norms never see a
+    padded token, only the attention scores are dense per graph.
 
-    On CUDA each head's channels are zero-padded to a multiple of
-    :obj:`head_multiple` before :func:`scaled_dot_product_attention` (the
-    fused memory-efficient GPU kernel needs a multiple of 8); the zeros add
+    Each head's channels are zero-padded to a multiple of
+    :obj:`head_multiple` (the fused memory-efficient GPU kernel needs a
+    multiple of 8; on the CPU the products get faster too); the zeros add
     nothing to the scores and the softmax scale stays
-    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. The CPU
-    kernel gains nothing from it (only longer products), so there the
-    heads stay as they are.
+    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. On CUDA the
+    attention is :func:`scaled_dot_product_attention`; on the CPU it is
+    written out (scores, softmax, dropout, weighted sum), which skips the
+    fallback kernel's checks for fully masked rows (every row here sees the
+    graph token); its dropout uses the cheaper masks of :func:`_keep_scale`.
     """
     def __init__(self, channels: int, heads: int, ffn_channels: int,
                  dropout: float, attention_dropout: float,
@@ -109,30 +150,60 @@ class GraphormerLayer(torch.nn.Module):
 
     def attention(self, x: Tensor, bias: Tensor,
                   pad: Optional[bool] = None) -> Tensor:
-        r"""Multi-head attention of the tokens :obj:`x` :obj:`[B, T, C]`
-        with the additive :obj:`bias` :obj:`[B, heads, T, T]`; :obj:`pad`
-        (default: on CUDA) zero-pads the heads to :obj:`padded_dim`."""
-        B, T, C = x.shape
+        r"""Multi-head attention of the dense tokens :obj:`x` :obj:`[B, T,
+        C]` with the additive :obj:`bias` :obj:`[B, heads, T, T]`;
+        :obj:`pad` (default: :obj:`True`) zero-pads the heads to
+        :obj:`padded_dim`."""
+        return self.out(self._attend(self.qkv(x), bias, pad))
+
+    def _attend(self, qkv: Tensor, bias: Tensor,
+                pad: Optional[bool] = None) -> Tensor:
+        r"""The attention of :meth:`attention` from the projected dense
+        tokens :obj:`qkv` :obj:`[B, T, 3 C]`, before the output projection:
+        :obj:`[B, T, C]`."""
+        B, T, C = qkv.size(0), qkv.size(1), qkv.size(2) // 3
         H, D = self.heads, self.head_dim
-        qkv = self.qkv(x).view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
+        p = self.attention_dropout if self.training else 0.0
+        qkv = qkv.view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, T, head_dim]
-        if (x.is_cuda if pad is None else pad) and self.padded_dim != D:
+        if (True if pad is None else pad) and self.padded_dim != D:
             zeros = (0, self.padded_dim - D)
             q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias.to(q.dtype), scale=1.0 / math.sqrt(D),
-            dropout_p=self.attention_dropout if self.training else 0.0,
-        )  # [B, heads, T, padded_dim or head_dim]
-        out = out[..., :D].transpose(1, 2).reshape(B, T, C)  # [B, T, C]
-        return self.out(out)
+        P = q.size(-1)  # padded_dim or head_dim
+        if qkv.is_cuda:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias.to(q.dtype),
+                scale=1.0 / math.sqrt(D), dropout_p=p,
+            )  # [B, heads, T, P]
+        else:
+            scores = torch.baddbmm(
+                bias.to(q.dtype).reshape(B * H, T, T), q.reshape(B * H, T, P),
+                k.reshape(B * H, T, P).transpose(1, 2),
+                alpha=1.0 / math.sqrt(D))  # [B * heads, T, T]
+            weights = _dropout(scores.softmax(-1), p, True)
+            out = torch.bmm(weights, v.reshape(B * H, T, P)).view(B, H, T, P)
+        out = out[..., :D]  # [B, heads, T, head_dim]
+        return out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
 
-    def forward(self, x: Tensor, bias: Tensor,
-                ctx: Dict[str, Tensor]) -> Tensor:
-        h = self.attention(_run_norm(self.norm1, self.kinds[0], x, ctx), bias)
-        x = x + F.dropout(h, self.dropout, self.training)
+    def forward(self, x: Tensor, ctx: Dict[str, object]) -> Tensor:
+        r"""Updates the packed tokens :obj:`x` :obj:`[M, C]`; the attention
+        runs per group of :obj:`ctx['groups']` (see
+        :meth:`Graphormer.forward`)."""
+        qkv = self.qkv(_run_norm(self.norm1, self.kinds[0], x, ctx))
+        groups = ctx['groups']
+        # All groups' dense tokens in one buffer, group after group.
+        dense = qkv.new_zeros(groups['size'], qkv.size(1)).index_copy(
+            0, groups['pos'], qkv)  # [sum_g B_g T_g, 3 C]
+        outs = []
+        for start, (Bg, Tg), bias in zip(groups['starts'], groups['shapes'],
+                                         groups['bias']):
+            part = dense[start:start + Bg * Tg].view(Bg, Tg, -1)
+            outs.append(self._attend(part, bias).reshape(Bg * Tg, -1))
+        h = torch.cat(outs).index_select(0, groups['pos'])  # [M, C]
+        x = x + _dropout(self.out(h), self.dropout, self.training)
         h = _run_norm(self.norm2, self.kinds[1], x, ctx)
-        h = F.dropout(F.gelu(self.ffn1(h)), self.dropout, self.training)
-        return x + F.dropout(self.ffn2(h), self.dropout, self.training)
+        h = _dropout(F.gelu(self.ffn1(h)), self.dropout, self.training)
+        return x + _dropout(self.ffn2(h), self.dropout, self.training)
 
 
 class Graphormer(torch.nn.Module):
@@ -158,7 +229,8 @@ class Graphormer(torch.nn.Module):
     distances share the last one, and unreachable pairs have their own entry
     and no edge term), :math:`\mathbf{e}_k` the edge embedding (mean of the
     bond-feature embeddings, one value per head) of hop :math:`k` of one
-    shortest path (see :class:`gnorm.data.molecules.ShortestPaths`),
+    shortest path (at every node the smallest-id edge that stays on a
+    shortest path, see :func:`gnorm.data.molecules.path_edges`),
     :math:`\mathbf{W}_k` a learned :obj:`[heads, heads]` matrix per hop,
     :math:`K` = :obj:`max_dist`; :math:`t` is the learned virtual distance of
     the graph token's row and column (its diagonal entry included). Padded
@@ -198,12 +270,14 @@ class Graphormer(torch.nn.Module):
             dense tokens with their mask; one that takes :obj:`batch`
             (:class:`~gnorm.nn.ContraNorm`) gets the valid tokens of each
             graph (graph token first) with :obj:`batch`, :obj:`batch_size`
-            and :obj:`edge_index`; others get the dense tokens.
+            and :obj:`edge_index`; others get the valid tokens
+            :obj:`[num_tokens, channels]` (each on its own, no padding).
             :class:`~gnorm.nn.PairNorm` and :class:`~gnorm.nn.IsoBN` are
             refused. :obj:`None` means :class:`torch.nn.LayerNorm`.
             (default: :obj:`None`)
-        head_multiple (int, optional): On CUDA, zero-pad each head's
-            channels to a multiple of this (:obj:`1`: no padding). (default: :obj:`8`)
+        head_multiple (int, optional): Zero-pad each head's channels to a
+            multiple of this in the attention products (:obj:`1`: no
+            padding). (default: :obj:`8`)
     """
     def __init__(
         self,
@@ -294,54 +368,49 @@ class Graphormer(torch.nn.Module):
         :class:`~gnorm.data.molecules.ShortestPaths`, :obj:`counts` the
         nodes per graph, :obj:`mask` :obj:`[B, N]` the valid nodes."""
         B, N = mask.shape
-        # The pairs (i, j) of every graph, flat and row-major as stored.
-        P = spd.numel()
-        pairs = counts * counts  # [B]
-        pair_ptr = pairs.cumsum(0) - pairs  # [B]
-        graph = torch.repeat_interleave(torch.arange(B, device=spd.device),
-                                        pairs, output_size=P)  # [P]
-        n = counts[graph]  # [P]
-        pos = torch.arange(P, device=spd.device) - pair_ptr[graph]  # i n + j
-        i, j = pos // n, pos % n  # [P], [P]
-        dist, first = spd.long(), path_edge.long()  # [P], [P]
+        K, E, H = self.max_dist, edge_index.size(1), self.num_heads
+        dist = spd.long()  # [P], the pairs of every graph, row-major
         spd_row = torch.where(dist < 0, self.max_spd + 1,
                               dist.clamp(max=self.max_spd))  # [P]
         bias = self.spd_encoder(spd_row)  # [P, heads]
 
-        # Multi-hop edge encoding: walk the first-edge pointers from i to j
-        # (the pair (u, j) of the graph sits at pair_ptr + u n + j), integers
-        # only; hop k of the pair is edge gid[k] where valid[k].
-        node_ptr = counts.cumsum(0) - counts  # [B]
+        # Each pair's graph g and its flat position (g N + i) N + j in the
+        # dense [B, N, N] (the pairs of a graph are row-major, i n_g + j).
+        P, L = dist.numel(), path_edge.numel()
+        pairs = counts * counts  # [B]
+        graph = torch.repeat_interleave(torch.arange(B, device=spd.device),
+                                        pairs, output_size=P)  # [P]
+        local = torch.arange(P, device=spd.device) - (pairs.cumsum(0) -
+                                                      pairs)[graph]  # [P]
+        n = counts[graph]  # [P]
+        i = torch.div(local, n, rounding_mode='floor')  # [P]
+        pos = (graph * N + i) * N + local - i * n  # [P]
+
+        # Multi-hop edge encoding: pair p owns the max(d_p, 0) entries of
+        # path_edge after those of the pairs before it (hop order), so entry
+        # a is hop a - start_p of pair p. Its row in the [K * E + 1, heads]
+        # table below is hop * E + (graph's first edge + local id), or the
+        # zero row K * E for hops >= K.
+        length = dist.clamp(min=0)  # [P]
+        start = length.cumsum(0) - length  # [P]
         edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)
-        edge_ptr = (edge_counts.cumsum(0) - edge_counts)[graph]  # [P]
-        num_edges = edge_index.size(1)
-        # The next node of each edge, local to its graph, and one extra entry
-        # (node 0) that pairs without a hop k point to.
-        nxt = edge_index[1] - node_ptr[batch[edge_index[1]]]  # [E]
-        nxt = torch.cat([nxt, nxt.new_zeros(1)])  # [E + 1]
-        target = pair_ptr[graph] + j  # [P]
-        gids, valid, cur = [], [], first
-        for k in range(self.max_dist):
-            has = cur >= 0  # [P]
-            gid = torch.where(has, cur + edge_ptr, num_edges)  # [P]
-            gids.append(gid)
-            valid.append(has)
-            cur = torch.where(has, first[target + nxt[gid] * n], -1)
-        # Only the (hop, pair) entries on a path are gathered and summed: no
-        # shared "no edge" row that every shorter pair would read (and whose
-        # gradient every one of them would add to).
-        hop, pair = torch.stack(valid).nonzero(as_tuple=True)  # [V], [V]
-        entry = hop * num_edges + torch.stack(gids)[hop, pair]  # [V]
+        edge_ptr = edge_counts.cumsum(0) - edge_counts  # [B]
+        pair = torch.repeat_interleave(torch.arange(P, device=spd.device),
+                                       length, output_size=L)  # [L]
+        base = edge_ptr[graph] - start * E  # [P]
+        entry = torch.arange(L, device=spd.device) * E + path_edge.long() \
+            + base[pair]  # [L]
+        entry = entry.clamp(max=K * E)
         edge = self.bond_encoder(edge_attr)  # [E, heads]
         hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
-        hops = hops.reshape(-1, self.num_heads)  # [K * E, heads]
-        multi_hop = torch.zeros_like(bias).index_add_(  # summed in the
-            0, pair, hops[entry].to(bias.dtype))  # bias's type; [P, heads]
-        length = dist.clamp(min=1, max=self.max_dist).unsqueeze(-1)  # [P, 1]
-        bias = bias + multi_hop / length  # [P, heads]
-        dense = bias.new_zeros(B, N, N, self.num_heads)
-        bias = dense.index_put((graph, i, j), bias)  # [B, N, N, heads]
-        bias = bias.permute(0, 3, 1, 2)  # [B, heads, N, N]
+        hops = torch.cat([hops.reshape(K * E, H),
+                          hops.new_zeros(1, H)])  # [K * E + 1, heads]
+        multi_hop = bias.new_zeros(P, H).index_add_(
+            0, pair, hops.index_select(0, entry).to(bias.dtype))  # [P, heads]
+        scale = 1.0 / length.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
+        bias = bias + multi_hop * scale.to(bias.dtype)  # [P, heads]
+        bias = bias.new_zeros(B * N * N, H).index_copy(0, pos, bias)
+        bias = bias.view(B, N, N, H).permute(0, 3, 1, 2)  # [B, heads, N, N]
 
         # The graph token's row and column (index 0) get the virtual distance.
         bias = F.pad(bias, (1, 0, 1, 0))  # [B, heads, 1 + N, 1 + N]
@@ -368,8 +437,8 @@ class Graphormer(torch.nn.Module):
                 (or :obj:`[num_edges]`), int64.
             spd (torch.Tensor): Flat shortest-path distances of every graph,
                 :obj:`[sum_g n_g^2]`.
-            path_edge (torch.Tensor): Flat first path edges,
-                :obj:`[sum_g n_g^2]`.
+            path_edge (torch.Tensor): Flat local edge ids along every
+                pair's path, :obj:`[sum_g sum_{i,j} max(d_g(i, j), 0)]`.
             batch (torch.Tensor, optional): Sorted graph of each node;
                 :obj:`None` means one graph. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs. (default:
@@ -388,24 +457,87 @@ class Graphormer(torch.nn.Module):
         deg = torch.bincount(edge_index[1], minlength=x.size(0))  # [num_nodes]
         h = self.atom_encoder(x) + self.degree_encoder(
             deg.clamp(max=self.max_degree))  # [num_nodes, d]
-        h, mask = to_dense_batch(h, batch, batch_size=B)  # [B, N, d], [B, N]
+        ctx = self._token_layout(batch, counts, edge_index)
+        mask = ctx['mask']  # [B, 1 + N]
         bias = self.attention_bias(spd, path_edge, edge_index, edge_attr,
-                                   batch, counts, mask)
-        token = self.graph_token.view(1, 1, -1).expand(B, 1, -1)
-        h = torch.cat([token, h], dim=1)  # [B, 1 + N, d]
-        h = F.dropout(h, self.input_dropout, self.training)
-
-        mask = torch.cat([mask.new_ones(B, 1), mask], dim=1)  # [B, 1 + N]
-        # Flat tokens (graph token first): their graph and the edges between
-        # them, for norms that take batch / edge_index.
-        token_batch = mask.nonzero()[:, 0]  # [num_nodes + B]
-        ctx = {'mask': mask, 'batch': token_batch, 'batch_size': B,
-               'edge_index': edge_index + batch[edge_index] + 1}
+                                   batch, counts, mask[:, 1:])
+        # The packed tokens, graph after graph, graph token first: row g of
+        # [graph tokens; nodes] for graph token g, row B + v for node v.
+        tokens = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
+        h = tokens.index_select(0, ctx['order'])  # [M, d]
+        h = _dropout(h, self.input_dropout, self.training)
+        ctx['groups'] = self._attention_groups(bias, counts, ctx)
         for layer in self.layers:
-            h = layer(h, bias, ctx)
+            h = layer(h, ctx)
         h = _run_norm(self.final_norm, self.final_kind, h, ctx)
-        out = self.head(h[:, 0])  # [B, out_channels]
-        return (out, h, mask) if return_tokens else out
+        out = self.head(h.index_select(0, ctx['graph_token']))  # [B, out]
+        return (out, _dense(h, ctx), mask) if return_tokens else out
+
+    @staticmethod
+    def _attention_groups(bias: Tensor, counts: Tensor,
+                          ctx: Dict[str, Tensor]) -> Dict[str, object]:
+        r"""The groups of graphs the layers' attention runs in, each dense
+        :obj:`[B_g, T_g]` with its own padding: ``shapes`` (the
+        :obj:`(B_g, T_g)`), ``bias`` (each :obj:`[B_g, heads, T_g, T_g]`),
+        and one buffer for them all, group after group: ``starts`` (each
+        group's first row), ``size`` (its rows) and ``pos`` (the row of each
+        packed token). On CUDA one group (one fused kernel); on the CPU the
+        graphs sorted by size in chunks of :obj:`ATTENTION_CHUNK`, each
+        padded to its own largest graph only (the same attention per graph,
+        far fewer padded scores)."""
+        B, T = ctx['mask'].shape
+        if bias.is_cuda or B <= ATTENTION_CHUNK:
+            return {'shapes': [(B, T)], 'bias': [bias], 'starts': [0],
+                    'size': B * T, 'pos': ctx['pos']}
+        sizes, graphs = torch.sort(counts + 1, stable=True)  # tokens/graph
+        out = {'shapes': [], 'bias': [], 'starts': [], 'size': 0}
+        pos = torch.empty_like(ctx['pos'])
+        for idx, part in zip(graphs.split(ATTENTION_CHUNK),
+                             sizes.split(ATTENTION_CHUNK)):
+            Bg, Tg, Mg = idx.numel(), int(part[-1]), int(part.sum())
+            graph = torch.repeat_interleave(
+                torch.arange(Bg, device=idx.device), part, output_size=Mg)
+            t = torch.arange(Mg, device=idx.device) - (part.cumsum(0) -
+                                                       part)[graph]  # [M_g]
+            tokens = ctx['graph_token'][idx][graph] + t  # packed ids
+            pos[tokens] = out['size'] + graph * Tg + t
+            out['shapes'].append((Bg, Tg))
+            out['bias'].append(bias[idx][:, :, :Tg, :Tg])
+            out['starts'].append(out['size'])
+            out['size'] += Bg * Tg
+        out['pos'] = pos
+        return out
+
+    @staticmethod
+    def _token_layout(batch: Tensor, counts: Tensor,
+                      edge_index: Tensor) -> Dict[str, Tensor]:
+        r"""Where the :obj:`M = num_nodes + B` packed tokens of a batch
+        (graph after graph, graph token first) come from and go: ``order``
+        (row of [graph tokens; nodes] of each), ``pos`` (flat index in the
+        dense :obj:`[B, T]` tokens, :obj:`T = 1 + N`), ``graph_token`` (the
+        packed index of each graph token), ``mask`` :obj:`[B, T]`, and what
+        norms that take them read: ``batch``, ``batch_size``, and
+        ``edge_index`` between packed tokens."""
+        B, num_nodes = counts.numel(), batch.numel()
+        T = 1 + (int(counts.max()) if num_nodes else 0)
+        node_ptr = counts.cumsum(0) - counts  # [B]
+        graphs = torch.arange(B, device=batch.device)
+        graph_token = node_ptr + graphs  # [B]
+        node_token = torch.arange(num_nodes, device=batch.device) + batch + 1
+        order = torch.empty(num_nodes + B, dtype=torch.long,
+                            device=batch.device)
+        order[graph_token] = graphs
+        order[node_token] = torch.arange(B, B + num_nodes,
+                                         device=batch.device)
+        pos = torch.empty_like(order)
+        pos[graph_token] = graphs * T
+        pos[node_token] = batch * T + node_token - graph_token[batch]
+        mask = torch.arange(T, device=batch.device) < (counts + 1).view(-1, 1)
+        return {'order': order, 'pos': pos, 'graph_token': graph_token,
+                'mask': mask, 'batch_size': B,
+                'batch': torch.repeat_interleave(graphs, counts + 1,
+                                                 output_size=num_nodes + B),
+                'edge_index': edge_index + batch[edge_index] + 1}
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}({self.out_channels}, '
