@@ -1,3 +1,4 @@
+import functools
 import inspect
 import math
 from typing import Callable, Dict, Optional, Sequence, Tuple, Union
@@ -102,14 +103,17 @@ def _keep_scale(x: Tensor, p: float) -> Tensor:
     return keep.to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
-def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    r""":func:`torch.nn.functional.dropout`; on the CPU with the cheaper
-    random masks of :func:`_keep_scale`."""
+def _dropout(x: Tensor, p: float, training: bool, fused: bool) -> Tensor:
+    r"""Dropout: :func:`torch.nn.functional.dropout` with the :obj:`fused`
+    kernels, else with the cheaper random masks of :func:`_keep_scale`."""
     if not training or p == 0.0:
         return x
-    if x.is_cuda:
+    if fused:
         return F.dropout(x, p, True)
     return x * _keep_scale(x, p)
+
+
+KERNELS = ('auto', 'fused', 'explicit')
 
 
 class GraphormerLayer(torch.nn.Module):
@@ -124,11 +128,14 @@ class GraphormerLayer(torch.nn.Module):
     :obj:`head_multiple` (the fused memory-efficient GPU kernel needs a
     multiple of 8; on the CPU the products get faster too); the zeros add
     nothing to the scores and the softmax scale stays
-    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. On CUDA the
-    attention is :func:`scaled_dot_product_attention`; on the CPU it is
-    written out (scores, softmax, dropout, weighted sum), which skips the
-    fallback kernel's checks for fully masked rows (every row here sees the
-    graph token); its dropout uses the cheaper masks of :func:`_keep_scale`.
+    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. With the
+    fused kernels (:obj:`ctx['fused']`, the default on CUDA) the attention
+    is :func:`scaled_dot_product_attention`; with the explicit ones (the
+    default on the CPU) it is written out (scores, softmax, dropout,
+    weighted sum), which skips the fallback kernel's checks for fully
+    masked rows (every row here sees the graph token), and dropout uses the
+    cheaper masks of :func:`_keep_scale`. Both compute the same attention
+    (tested on the CPU).
     """
     def __init__(self, channels: int, heads: int, ffn_channels: int,
                  dropout: float, attention_dropout: float,
@@ -149,15 +156,18 @@ class GraphormerLayer(torch.nn.Module):
         self.ffn2 = torch.nn.Linear(ffn_channels, channels)
 
     def attention(self, x: Tensor, bias: Tensor,
-                  pad: Optional[bool] = None) -> Tensor:
+                  pad: Optional[bool] = None,
+                  fused: Optional[bool] = None) -> Tensor:
         r"""Multi-head attention of the dense tokens :obj:`x` :obj:`[B, T,
         C]` with the additive :obj:`bias` :obj:`[B, heads, T, T]`;
         :obj:`pad` (default: :obj:`True`) zero-pads the heads to
-        :obj:`padded_dim`."""
-        return self.out(self._attend(self.qkv(x), bias, pad))
+        :obj:`padded_dim`; :obj:`fused` (default: on CUDA) picks
+        :func:`scaled_dot_product_attention`."""
+        return self.out(self._attend(self.qkv(x), bias, pad, fused))
 
     def _attend(self, qkv: Tensor, bias: Tensor,
-                pad: Optional[bool] = None) -> Tensor:
+                pad: Optional[bool] = None,
+                fused: Optional[bool] = None) -> Tensor:
         r"""The attention of :meth:`attention` from the projected dense
         tokens :obj:`qkv` :obj:`[B, T, 3 C]`, before the output projection:
         :obj:`[B, T, C]`."""
@@ -170,7 +180,7 @@ class GraphormerLayer(torch.nn.Module):
             zeros = (0, self.padded_dim - D)
             q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
         P = q.size(-1)  # padded_dim or head_dim
-        if qkv.is_cuda:
+        if qkv.is_cuda if fused is None else fused:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias.to(q.dtype),
                 scale=1.0 / math.sqrt(D), dropout_p=p,
@@ -180,7 +190,7 @@ class GraphormerLayer(torch.nn.Module):
                 bias.to(q.dtype).reshape(B * H, T, T), q.reshape(B * H, T, P),
                 k.reshape(B * H, T, P).transpose(1, 2),
                 alpha=1.0 / math.sqrt(D))  # [B * heads, T, T]
-            weights = _dropout(scores.softmax(-1), p, True)
+            weights = _dropout(scores.softmax(-1), p, True, False)
             out = torch.bmm(weights, v.reshape(B * H, T, P)).view(B, H, T, P)
         out = out[..., :D]  # [B, heads, T, head_dim]
         return out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
@@ -198,12 +208,15 @@ class GraphormerLayer(torch.nn.Module):
         for start, (Bg, Tg), bias in zip(groups['starts'], groups['shapes'],
                                          groups['bias']):
             part = dense[start:start + Bg * Tg].view(Bg, Tg, -1)
-            outs.append(self._attend(part, bias).reshape(Bg * Tg, -1))
+            outs.append(self._attend(part, bias, fused=ctx['fused'])
+                        .reshape(Bg * Tg, -1))
         h = torch.cat(outs).index_select(0, groups['pos'])  # [M, C]
-        x = x + _dropout(self.out(h), self.dropout, self.training)
+        drop = functools.partial(_dropout, p=self.dropout,
+                                 training=self.training, fused=ctx['fused'])
+        x = x + drop(self.out(h))
         h = _run_norm(self.norm2, self.kinds[1], x, ctx)
-        h = _dropout(F.gelu(self.ffn1(h)), self.dropout, self.training)
-        return x + _dropout(self.ffn2(h), self.dropout, self.training)
+        h = drop(F.gelu(self.ffn1(h)))
+        return x + drop(self.ffn2(h))
 
 
 class Graphormer(torch.nn.Module):
@@ -278,6 +291,15 @@ class Graphormer(torch.nn.Module):
         head_multiple (int, optional): Zero-pad each head's channels to a
             multiple of this in the attention products (:obj:`1`: no
             padding). (default: :obj:`8`)
+        kernels (str, optional): :obj:`"fused"`: the attention of all
+            graphs of a batch in one
+            :func:`~torch.nn.functional.scaled_dot_product_attention` call
+            and :func:`~torch.nn.functional.dropout`; :obj:`"explicit"`:
+            attention written out per group of similar-size graphs, with
+            cheaper dropout masks (faster on the CPU); :obj:`"auto"`: fused
+            on CUDA, explicit elsewhere. Both give the same function (the
+            tests run both on the CPU); their dropout masks differ.
+            (default: :obj:`"auto"`)
     """
     def __init__(
         self,
@@ -295,8 +317,13 @@ class Graphormer(torch.nn.Module):
         max_degree: int = 64,
         norm: Optional[Callable[..., torch.nn.Module]] = None,
         head_multiple: int = 8,
+        kernels: str = 'auto',
     ):
         super().__init__()
+        if kernels not in KERNELS:
+            raise ValueError(f"Graphormer got kernels={kernels!r}; pass one "
+                             f"of {', '.join(KERNELS)}")
+        self.kernels = kernels
         if features not in FEATURES:
             raise ValueError(f"Graphormer got features={features!r}; pass one "
                              f"of {', '.join(FEATURES)}")
@@ -465,7 +492,9 @@ class Graphormer(torch.nn.Module):
         # [graph tokens; nodes] for graph token g, row B + v for node v.
         tokens = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
         h = tokens.index_select(0, ctx['order'])  # [M, d]
-        h = _dropout(h, self.input_dropout, self.training)
+        ctx['fused'] = self.kernels == 'fused' or (self.kernels == 'auto'
+                                                   and h.is_cuda)
+        h = _dropout(h, self.input_dropout, self.training, ctx['fused'])
         ctx['groups'] = self._attention_groups(bias, counts, ctx)
         for layer in self.layers:
             h = layer(h, ctx)
@@ -481,12 +510,12 @@ class Graphormer(torch.nn.Module):
         :obj:`(B_g, T_g)`), ``bias`` (each :obj:`[B_g, heads, T_g, T_g]`),
         and one buffer for them all, group after group: ``starts`` (each
         group's first row), ``size`` (its rows) and ``pos`` (the row of each
-        packed token). On CUDA one group (one fused kernel); on the CPU the
-        graphs sorted by size in chunks of :obj:`ATTENTION_CHUNK`, each
-        padded to its own largest graph only (the same attention per graph,
-        far fewer padded scores)."""
+        packed token). With the fused kernels one group (one kernel);
+        else the graphs sorted by size in chunks of :obj:`ATTENTION_CHUNK`,
+        each padded to its own largest graph only (the same attention per
+        graph, far fewer padded scores)."""
         B, T = ctx['mask'].shape
-        if bias.is_cuda or B <= ATTENTION_CHUNK:
+        if ctx['fused'] or B <= ATTENTION_CHUNK:
             return {'shapes': [(B, T)], 'bias': [bias], 'starts': [0],
                     'size': B * T, 'pos': ctx['pos']}
         sizes, graphs = torch.sort(counts + 1, stable=True)  # tokens/graph
