@@ -259,16 +259,20 @@ def test_single_node_graphs_give_no_nan():
 
 @pytest.mark.parametrize('p', [0.1, 0.5])
 def test_cpu_dropout_rate_scale_and_seed(p):
+    r"""The explicit kernels' dropout (cheap masks) and the fused one
+    (F.dropout): the rate, the scale of kept entries, the seed."""
     from gnorm.models.graphormer import _dropout
     x = torch.ones(200_000, dtype=torch.float64)
-    torch.manual_seed(0)
-    out = _dropout(x, p, True)
-    kept = out != 0
-    assert abs(float(kept.double().mean()) - (1 - p)) < 0.005
-    assert torch.equal(out[kept], torch.full_like(out[kept], 1 / (1 - p)))
-    torch.manual_seed(0)
-    assert torch.equal(_dropout(x, p, True), out)  # the seed fixes the mask
-    assert _dropout(x, p, False) is x  # evaluation: identity
+    for fused in (False, True):
+        torch.manual_seed(0)
+        out = _dropout(x, p, True, fused)
+        kept = out != 0
+        assert abs(float(kept.double().mean()) - (1 - p)) < 0.005
+        assert torch.allclose(out[kept], torch.full_like(out[kept],
+                                                         1 / (1 - p)))
+        torch.manual_seed(0)
+        assert torch.equal(_dropout(x, p, True, fused), out)  # seeded
+        assert _dropout(x, p, False, fused) is x  # evaluation: identity
 
 
 @pytest.mark.parametrize('norm', ['layernorm', 'sepnorm_bn_ln', 'contranorm'])
