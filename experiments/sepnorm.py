@@ -20,17 +20,27 @@ only through ``--runs``). The report (``--out``, default
 ``experiments/results``) covers every row of the table whatever ``--rows``
 and ``--seeds`` ran, and depends on the runs only (no date, no command
 line), so the same runs give the same bytes: ``<experiment>.{md,csv}``
-(test ROC-AUC at the best validation epoch, mean ± std over seeds, beside
-the paper; the recipe, epochs run, machine) and ``<experiment>_val.png``
-(validation ROC-AUC per epoch; per seed when the runs are one epoch).
+and ``<experiment>_val.png``. The report reads each SepNorm row against
+ShareNorm seed by seed: the difference in test ROC-AUC at the best
+validation epoch for every seed both rows finished, its mean and 95 %
+t interval (n − 1 degrees of freedom), and a sentence: better, worse, or
+not distinguishable at this recipe, and whether the paper's difference lies
+in the interval; a row with fewer than 5 paired seeds is called not enough
+to decide. Beside it: every row's mean ± std over seeds, the runs' recipe
+beside Graphormer-slim as published, the data, the epochs and where the
+best validation epochs lie, and the validation curves (mean over seeds
+with the min–max band; a dot per seed when the runs are one epoch).
 """
 import argparse
+import math
 import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,6 +49,45 @@ from gnorm.results import (  # noqa: E402
     load_runs, machines, mean_std, value, write_records)
 
 RECIPES = {'cpu': 'sepnorm_molhiv_cpu', 'slim': 'sepnorm_molhiv'}
+MIN_SEEDS = 5  # paired seeds a row needs before the report reads it
+LEVEL = 0.95   # of the confidence intervals
+MINUS = '\u2212'
+MARKERS = 'os^vD'
+COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
+           'test_std', 'val_mean', 'val_std', 'epochs', 'best_epochs',
+           'best_before_last', 'runtime_s', 'paper', 'pairs',
+           'paired_seeds', 'test_diffs', 'test_diff', 'test_lo', 'test_hi',
+           'val_diffs', 'val_diff', 'val_lo', 'val_hi', 'paper_diff',
+           'paper_place', 'verdict']
+# (setting, config keys of a run, key of the table's ``published:``)
+RECIPE_KEYS = [
+    ('layers', ['layers'], 'layers'),
+    ('hidden', ['model.hidden_channels'], 'hidden'),
+    ('FFN', ['model.ffn_channels'], 'ffn'),
+    ('heads', ['model.num_heads'], 'heads'),
+    ('multi-hop max distance', ['model.max_dist'], 'max_dist'),
+    ('epochs', ['train.epochs'], 'epochs'),
+    ('batch', ['train.batch_size'], 'batch'),
+    ('peak lr', ['train.lr'], 'lr'),
+    ('warmup', ['train.warmup_steps'], 'warmup'),
+    ('end lr', ['train.end_lr'], 'end_lr'),
+    ('weight decay', ['train.weight_decay'], 'weight_decay'),
+    ('dropout / input / attention', ['model.dropout', 'model.input_dropout',
+                                     'model.attention_dropout'], 'dropout'),
+    ('precision', ['train.precision'], 'precision'),
+    ('batches', ['train.bucket_chunk'], 'batches'),
+]
+# What the data mirror's PROVENANCE.md (section 4) says of its molhiv.
+REGENERATED = (
+    "`ogb_regenerated/ogbg_molhiv`, regenerated from MoleculeNet's HIV.csv "
+    "with OGB's featurizer (`atom_to_feature_vector` / "
+    "`bond_to_feature_vector`), not OGB's own files. Its PROVENANCE.md "
+    "(section 4): labels, graph structure and scaffold split match OGB "
+    "(the regenerated files have the originals' exact compressed sizes); "
+    "node and edge features are not identical to OGB's (node-feat.csv.gz "
+    "616,977 bytes against OGB's 616,919, edge-feat.csv.gz 268,657 against "
+    "268,628), the difference \"probably concerns a small number of atoms "
+    "and bonds, in metal complexes and unusual valences\"")
 
 
 def compose_experiment(experiment: str, sets: Sequence[str] = ()):
@@ -78,7 +127,8 @@ def recipe(cfg) -> str:
             f'{m.input_dropout} / attention {m.attention_dropout}; AdamW lr '
             f'{t.lr:g} (weight decay {t.weight_decay:g}) after '
             f'{t.warmup_steps} warmup updates, decay to {t.end_lr:g} over '
-            f'{t.epochs} epochs of batch {t.batch_size}{bucket}, gradient '
+            f'{t.epochs} epoch{"s" if t.epochs != 1 else ""} of batch '
+            f'{t.batch_size}{bucket}, gradient '
             f'clip {t.grad_clip:g}, {precision}, '
             f'test at the best validation epoch')
 
@@ -128,35 +178,328 @@ def run_missing(experiment: str, spec: Dict[str, Any], rows: Sequence[str],
     return failed
 
 
+def by_seed(runs: Sequence[Dict[str, Any]], key: str) -> Dict[int, float]:
+    r"""The field :obj:`key` (``test_metric``, ``val_metric``) of each run
+    in %, by the run's ``seed`` (runs that do not record one are left
+    out)."""
+    return {value(r, 'seed'): 100 * r[key] for r in runs
+            if value(r, 'seed') is not None}
+
+
+def paired(base: Dict[int, float], other: Dict[int, float]
+           ) -> Dict[int, float]:
+    r"""The differences :obj:`other` − :obj:`base` seed by seed, for the
+    seeds both have (in seed order)."""
+    return {seed: other[seed] - base[seed] for seed in sorted(other)
+            if seed in base}
+
+
+def t_interval(values: Sequence[float], level: float = LEVEL
+               ) -> Tuple[Optional[float], Optional[float], Optional[float]]:
+    r"""The mean of :obj:`values` and its :obj:`level` confidence interval
+    from the t distribution with :math:`n - 1` degrees of freedom,
+    :math:`\bar x \pm t_{(1 + \mathrm{level}) / 2,\, n - 1}\, s / \sqrt{n}`
+    (:math:`s` with ddof=1); no bounds for fewer than two values, no mean
+    for none."""
+    n = len(values)
+    if n == 0:
+        return None, None, None
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None, None
+    s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = stats.t.ppf((1 + level) / 2, n - 1) * s / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def verdict(lo: Optional[float], hi: Optional[float],
+            base: str = 'ShareNorm') -> str:
+    r"""The reading of a confidence interval of a difference to
+    :obj:`base`: better (above 0), worse (below 0), or not
+    distinguishable."""
+    if lo is None or hi is None:
+        return 'no interval'
+    if lo > 0:
+        return f'better than {base}'
+    if hi < 0:
+        return f'worse than {base}'
+    return f'not distinguishable from {base} at this recipe'
+
+
+def placed(x: float, lo: float, hi: float) -> str:
+    r"""Where :obj:`x` lies relative to the interval [:obj:`lo`,
+    :obj:`hi`]: ``inside``, ``above`` or ``below``."""
+    return 'above' if x > hi else 'below' if x < lo else 'inside'
+
+
+def _signed(x: float) -> str:
+    return f'{x:+.2f}'.replace('-', MINUS)
+
+
+def interval(mean: Optional[float], lo: Optional[float],
+             hi: Optional[float], n: int) -> str:
+    r"""``+1.23 [−0.40, +2.86] (n=5)``."""
+    if mean is None:
+        return 'no paired seeds'
+    if lo is None:
+        return f'{_signed(mean)} (n={n}, no interval)'
+    return f'{_signed(mean)} [{_signed(lo)}, {_signed(hi)}] (n={n})'
+
+
+def _short(record: Dict[str, Any]) -> str:
+    return record['label'].split(' (')[0]
+
+
+def sentence(record: Dict[str, Any], base: str = 'ShareNorm') -> str:
+    r"""The plain reading of a row's paired difference in test ROC-AUC to
+    :obj:`base` (fields of :func:`summarise`), with the paper's difference
+    placed in the interval where the paper has one."""
+    n, lo, hi = record['pairs'], record['test_lo'], record['test_hi']
+    head = (f"**{_short(record)}** − {base}, test ROC-AUC: "
+            f"{interval(record['test_diff'], lo, hi, n)}")
+    reading = verdict(lo, hi, base)
+    if n < MIN_SEEDS:
+        text = (f'{head}: not enough seeds to decide ({n} paired seeds, '
+                f'{MIN_SEEDS} needed)'
+                + (f'; the interval of these {n} alone reads "{reading}".'
+                   if lo is not None else '.'))
+    else:
+        text = f'{head}: {reading}.'
+    paper = record.get('paper_diff')
+    if paper is None:
+        return text
+    if lo is None:
+        return f"{text} The paper's {_signed(paper)} cannot be placed."
+    where = placed(paper, lo, hi)
+    return (f"{text} The paper's {_signed(paper)} lies "
+            + ('inside the interval.' if where == 'inside'
+               else f'outside the interval ({where} it).'))
+
+
+def _last(run: Dict[str, Any]) -> int:
+    return run['curve']['epoch'][-1]
+
+
+def _record(spec, runs: List[Dict[str, Any]], row: str) -> Dict[str, Any]:
+    r"""A row's finished runs, summarised (see :func:`summarise`)."""
+    ok = [r for r in runs if value(r, 'tag') == row
+          and r.get('status') == 'ok']
+    test, test_std = mean_std([100 * r['test_metric'] for r in ok])
+    val, val_std = mean_std([100 * r['val_metric'] for r in ok])
+    return dict(
+        row=row, label=label(row), runs=len(ok), expected=len(spec['seeds']),
+        enough=len(ok) >= MIN_SEEDS, test_mean=test, test_std=test_std,
+        val_mean=val, val_std=val_std,
+        seeds=sorted(by_seed(ok, 'test_metric')),
+        epochs=sorted({_last(r) for r in ok}),
+        best_epochs=sorted(r['selected_epoch'] for r in ok),
+        best_before_last=sum(r['selected_epoch'] < _last(r) for r in ok),
+        runtime_s=mean_std([r['runtime_s'] for r in ok])[0],
+        paper=spec.get('paper', {}).get(row), runs_list=ok)
+
+
+def _compare(record: Dict[str, Any], base: Dict[str, Any]) -> None:
+    r"""Adds :obj:`record`'s paired differences to :obj:`base` (test and
+    validation ROC-AUC), their mean and t interval, the paper's difference
+    and the reading."""
+    for key in ('test', 'val'):
+        diffs = paired(by_seed(base['runs_list'], f'{key}_metric'),
+                       by_seed(record['runs_list'], f'{key}_metric'))
+        mean, lo, hi = t_interval(list(diffs.values()))
+        record.update({f'{key}_diffs': [round(d, 4) for d in diffs.values()],
+                       f'{key}_diff': mean, f'{key}_lo': lo,
+                       f'{key}_hi': hi})
+        record['paired_seeds'] = list(diffs)
+    record['pairs'] = len(record['paired_seeds'])
+    record['paper_diff'] = (None if None in (record['paper'], base['paper'])
+                            else record['paper'] - base['paper'])
+    record['verdict'] = (verdict(record['test_lo'], record['test_hi'],
+                                 _short(base))
+                         if record['pairs'] >= MIN_SEEDS
+                         else 'not enough seeds to decide')
+    record['paper_place'] = (
+        placed(record['paper_diff'], record['test_lo'], record['test_hi'])
+        if record['paper_diff'] is not None and record['test_lo'] is not None
+        else None)
+
+
 def summarise(spec: Dict[str, Any], runs: List[Dict[str, Any]],
               rows: Sequence[str]) -> List[Dict[str, Any]]:
     r"""One record per row: test and validation ROC-AUC (%) at the best
     validation epoch, mean ± std (ddof=0) over the finished seeds, the
-    epochs run and selected, the paper's value, the difference to the first
-    row."""
-    records = []
-    for row in rows:
-        ok = [r for r in runs if value(r, 'tag') == row
-              and r.get('status') == 'ok']
-        test, test_std = mean_std([100 * r['test_metric'] for r in ok])
-        val, val_std = mean_std([100 * r['val_metric'] for r in ok])
-        records.append(dict(
-            row=row, label=label(row), runs=len(ok),
-            expected=len(spec['seeds']), test_mean=test, test_std=test_std,
-            val_mean=val, val_std=val_std,
-            epochs=sorted({len(r['curve']['epoch']) for r in ok}),
-            best_epochs=sorted(r['selected_epoch'] for r in ok),
-            runtime_s=mean_std([r['runtime_s'] for r in ok])[0],
-            paper=spec.get('paper', {}).get(row), runs_list=ok))
-    base = records[0]['test_mean'] if records else None
-    for r in records:
-        r['diff'] = (None if r['test_mean'] is None or base is None
-                     else r['test_mean'] - base)
+    epochs run and selected, the paper's value; every row after the first
+    also gets its differences to the first row seed by seed (the seeds
+    both finished), their mean and 95 % t interval, and the reading."""
+    records = [_record(spec, runs, row) for row in rows]
+    for record in records[1:]:
+        _compare(record, records[0])
     return records
 
 
 def _pm(mean: Optional[float], std: Optional[float]) -> str:
     return '' if mean is None else f'{mean:.2f} ± {std:.2f}'
+
+
+def seeds_note(records: List[Dict[str, Any]]) -> str:
+    r"""How many seeds the rows have, against the :data:`MIN_SEEDS` a
+    decision needs."""
+    few = [r for r in records if r['runs'] < MIN_SEEDS]
+    if not few:
+        return (f'**Seeds**: every row has at least {MIN_SEEDS} finished '
+                f'seeds, enough to decide.')
+    counts = ', '.join(str(n) for n in sorted({r['runs'] for r in few}))
+    return (f'**Not enough seeds to decide**: {len(few)} of {len(records)} '
+            f'rows have fewer than the {MIN_SEEDS} finished seeds a '
+            f'decision needs (they have {counts}). Their intervals are '
+            f'shown for the record; a reading counts only with '
+            f'{MIN_SEEDS} or more paired seeds.')
+
+
+def _interval(r: Dict[str, Any], key: str) -> str:
+    return interval(r[f'{key}_diff'], r[f'{key}_lo'], r[f'{key}_hi'],
+                    r['pairs'])
+
+
+def _paired_row(r: Dict[str, Any]) -> str:
+    per_seed = ' '.join(_signed(d) for d in r['test_diffs'])
+    paper = ('' if r['paper_diff'] is None else
+             f"{_signed(r['paper_diff'])}"
+             + (f" ({r['paper_place']})" if r['paper_place'] else ''))
+    return (f"| {_short(r)} | {' '.join(map(str, r['paired_seeds']))} | "
+            f"{per_seed} | **{_interval(r, 'test')}** | "
+            f"{_interval(r, 'val')} | {paper} | {r['verdict']} |")
+
+
+def paired_lines(records: List[Dict[str, Any]]) -> List[str]:
+    r"""The readings and the table of paired differences to the first
+    row."""
+    base = _short(records[0])
+    return [
+        '## SepNorm against ShareNorm, seed by seed', '',
+        *[f'- {sentence(r, base)}' for r in records[1:]], '',
+        f'Δ = the row − {base} of the same seed (runs of one seed share '
+        f'the seed of initialisation and data order), over the seeds both '
+        f'finished; mean and {LEVEL:.0%} confidence interval from the t '
+        f'distribution with n − 1 degrees of freedom (std with ddof=1). '
+        f'Test and validation ROC-AUC (%) at each run\'s best validation '
+        f'epoch. Paper Δ: the paper\'s value of the row − its {base} '
+        f'value, and where it lies relative to the test interval. The '
+        f'reading needs at least {MIN_SEEDS} paired seeds.', '',
+        '| norm | paired seeds | Δ test per seed | Δ test, mean '
+        f'[{LEVEL:.0%} CI] | Δ val, mean [{LEVEL:.0%} CI] | paper Δ | '
+        'reading |', '|---|---|---|---|---|---|---|',
+        *[_paired_row(r) for r in records[1:]]]
+
+
+def _row_line(r: Dict[str, Any]) -> str:
+    seeds = (f"{r['runs']}/{r['expected']}"
+             + ('' if r['enough'] else ' (too few to decide)'))
+    if r['runs'] == 0:
+        return (f"| {r['label']} | {seeds} | missing | | "
+                f"{r['paper'] or ''} | | | |")
+    return (f"| {r['label']} | {seeds} | "
+            f"**{_pm(r['test_mean'], r['test_std'])}** | "
+            f"{_pm(r['val_mean'], r['val_std'])} | "
+            f"{r['paper'] if r['paper'] else ''} | "
+            f"{'/'.join(map(str, r['epochs']))} | "
+            f"{' '.join(map(str, r['best_epochs']))} | "
+            f"{r['runtime_s']:.0f} s |")
+
+
+def row_lines(records: List[Dict[str, Any]]) -> List[str]:
+    r"""The table of the rows: seeds, test and validation ROC-AUC."""
+    return [
+        '## Every row', '',
+        'Test and validation ROC-AUC (%) at the best validation epoch, mean '
+        '± std over seeds (ddof=0); seeds = finished seeds / the table\'s; '
+        'epochs = epochs run per run; best = the selected epoch of each '
+        'run; time = mean wall time per run.', '',
+        '| norm | seeds | test ROC-AUC | val ROC-AUC | paper | epochs | '
+        'best | time |', '|---|---|---|---|---|---|---|---|',
+        *[_row_line(r) for r in records]]
+
+
+def _setting(key: str, v: Any) -> str:
+    if key == 'train.bucket_chunk':
+        return f'similar-size (chunks of {v})' if v else 'shuffled'
+    if key == 'train.warmup_steps':
+        return f'{v:,} updates'
+    return f'{v:g}' if isinstance(v, float) else str(v)
+
+
+def _settings(config: Dict[str, Any], keys: Sequence[str]) -> Optional[str]:
+    values = [value(config, k) for k in keys]
+    if any(v is None for v in values):
+        return None
+    return ' / '.join(_setting(k, v) for k, v in zip(keys, values))
+
+
+def _ours(runs: List[Dict[str, Any]], cfg: Dict[str, Any],
+          keys: Sequence[str]) -> str:
+    r"""The setting :obj:`keys` of the runs (distinct values joined), or
+    of the config where no run records it."""
+    seen = sorted({s for s in (_settings(r, keys) for r in runs)
+                   if s is not None})
+    return '; '.join(seen) or f'{_settings(cfg, keys)} (config, no run)'
+
+
+def recipe_lines(name: str, cfg, runs: List[Dict[str, Any]]) -> List[str]:
+    r"""Our recipe (the runs' configs) beside gnorm's Graphormer-slim
+    setting (for the CPU recipe) and Graphormer-slim as published (the
+    ``table.published`` section)."""
+    from omegaconf import OmegaConf
+    published = cfg.table.published
+    configs = [{'config': OmegaConf.to_container(cfg, resolve=True)}]
+    heads = ['ours (the runs\' configs)']
+    if name != 'slim':
+        slim = compose_experiment(RECIPES['slim'])
+        configs.append({'config': OmegaConf.to_container(slim,
+                                                         resolve=True)})
+        heads.append(f"experiment={RECIPES['slim']} (gnorm's slim setting)")
+    heads.append(published.source)
+    lines = [f"| setting | {' | '.join(heads)} |",
+             '|---' * (len(heads) + 1) + '|']
+    for setting, keys, key in RECIPE_KEYS:
+        cells = [_ours(runs, configs[0], keys)]
+        cells += [_settings(c, keys) for c in configs[1:]]
+        v = published.get(key)
+        cells.append('' if v is None else v if isinstance(v, str)
+                     else _setting(keys[0], v))
+        lines.append(f"| {setting} | {' | '.join(cells)} |")
+    return lines
+
+
+def data_note(runs: List[Dict[str, Any]]) -> str:
+    r"""Where the runs' ogbg-molhiv came from (``data.mirror`` of their
+    configs) and what is known of the regenerated copy."""
+    kinds = [('?' if value(r, 'data') is None else
+              'mirror' if value(r, 'data.mirror') else 'ogb') for r in runs]
+    parts = [f'{kinds.count(k)} of {len(runs)} runs {text}'
+             for k, text in (('mirror', 'read it from a data mirror, '
+                              + REGENERATED),
+                             ('ogb', "read OGB's own files"),
+                             ('?', 'do not record where it came from'))
+             if kinds.count(k)]
+    return '**Data**: ogbg-molhiv; ' + ('; '.join(parts) or 'no runs yet') \
+        + '.'
+
+
+def epochs_note(records: List[Dict[str, Any]], why: str) -> str:
+    r"""How many epochs the runs train and why, and where their best
+    validation epochs lie."""
+    runs = [run for r in records for run in r['runs_list']]
+    if not runs:
+        return f'**Epochs**: no runs yet (the recipe: {why}).'
+    epochs = sorted({_last(run) for run in runs})
+    before = sum(r['best_before_last'] for r in records)
+    return (f"**Epochs**: {'/'.join(map(str, epochs))} per run ({why}). "
+            f'The best validation epoch lies before the last in {before} '
+            f'of {len(runs)} runs'
+            + (' (one epoch per run: the only epoch is the best one, so '
+               'nothing shows whether longer training would plateau)'
+               if epochs == [1] else '')
+            + '; a recipe trained to a plateau has most best epochs well '
+            'before the last.')
 
 
 def write_report(name: str, cfg, records: List[Dict[str, Any]],
@@ -166,10 +509,7 @@ def write_report(name: str, cfg, records: List[Dict[str, Any]],
     :obj:`sets`: from the records, runs and config only."""
     experiment = RECIPES[name]
     out.mkdir(parents=True, exist_ok=True)
-    columns = ['row', 'runs', 'expected', 'test_mean', 'test_std',
-               'val_mean', 'val_std', 'epochs', 'best_epochs', 'runtime_s',
-               'paper', 'diff']
-    write_records(out / f'{experiment}.csv', records, columns)
+    write_records(out / f'{experiment}.csv', records, COLUMNS)
     ok = [run for r in records for run in r['runs_list']]
     spec = cfg.table
     lines = [
@@ -181,39 +521,21 @@ def write_report(name: str, cfg, records: List[Dict[str, Any]],
         f'in `{os.path.relpath(runs_dir, ROOT)}` (config: '
         f'`conf/experiment/{experiment}.yaml`). Machines: '
         f'{machines(ok) or "none yet"}.',
-        '',
+        '', seeds_note(records), '',
+        *paired_lines(records), '', *row_lines(records), '',
+        '## Recipe and data', '',
         f'**Recipe**: {recipe(cfg)}. ogbg-molhiv scaffold split '
         f'(32,901 / 4,113 / 4,113), ROC-AUC from `ogb`\'s Evaluator.'
         + (' **A small CPU recipe, not the published architecture or '
            'training length: compare the rows with each other, not with '
            'the paper.**' if experiment.endswith('_cpu') else ''),
-        '',
-        'Test and validation ROC-AUC (%) at the best validation epoch, mean '
-        '± std over seeds (ddof=0); Δ = test mean − the first row\'s; '
-        'epochs = epochs run per run; best = the selected epoch of each '
-        'run; time = mean wall time per run.',
-        '',
-        '| norm | runs | test ROC-AUC | val ROC-AUC | Δ test | paper | '
-        'epochs | best | time |',
-        '|---|---|---|---|---|---|---|---|---|',
-    ]
-    for r in records:
-        runs = f"{r['runs']}/{r['expected']}"
-        if r['runs'] == 0:
-            lines.append(f"| {r['label']} | {runs} | missing | | | "
-                         f"{r['paper'] or ''} | | | |")
-            continue
-        lines.append(
-            f"| {r['label']} | {runs} | **{_pm(r['test_mean'], r['test_std'])}"
-            f"** | {_pm(r['val_mean'], r['val_std'])} | "
-            f"{r['diff']:+.2f} | {r['paper'] if r['paper'] else ''} | "
-            f"{'/'.join(map(str, r['epochs']))} | "
-            f"{' '.join(map(str, r['best_epochs']))} | "
-            f"{r['runtime_s']:.0f} s |")
-    lines += ['', 'Paper: Graphormer 73.36 → +SepNorm 75.64 (its Table 3, '
-              'without pretraining; no hyperparameters published). '
-              'What from-scratch models give elsewhere, to place the '
-              'numbers:', '', '| model | test ROC-AUC (%) |', '|---|---|']
+        '', *recipe_lines(name, cfg, ok), '',
+        epochs_note(records, spec.epochs_why), '', data_note(ok), '',
+        '## Elsewhere', '',
+        'Paper: Graphormer 73.36 → +SepNorm 75.64 (its Table 3, '
+        'without pretraining; no hyperparameters published). '
+        'What from-scratch models give elsewhere, to place the '
+        'numbers:', '', '| model | test ROC-AUC (%) |', '|---|---|']
     lines += [f'| {name} | {score} |' for name, score in spec.elsewhere]
     lines += ['', f'![validation ROC-AUC per epoch]({experiment}_val.png)',
               '']
@@ -221,41 +543,58 @@ def write_report(name: str, cfg, records: List[Dict[str, Any]],
     plot(records, out / f'{experiment}_val.png', experiment)
 
 
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    fig.savefig(path, dpi=120, bbox_inches='tight',
+                metadata={'Software': None})
+    plt.close(fig)
+
+
 def plot(records: List[Dict[str, Any]], path: Path, title: str) -> None:
-    r"""Validation ROC-AUC per epoch: each run thin, each row's mean over
-    seeds thick; with one epoch per run (no curve to draw), each row's
-    seeds as dots beside their mean ± std."""
+    r"""Validation ROC-AUC per epoch: each row's mean over seeds as a line
+    and the min–max over seeds as a band; with one epoch per run (no curve
+    to draw), each row's seeds as dots beside their mean ± std."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     if all(len(run['curve']['epoch']) <= 1
            for r in records for run in r['runs_list']):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
         _plot_seeds(ax, records, title)
         fig.tight_layout()
-        fig.savefig(path, dpi=120, metadata={'Software': None})
-        plt.close(fig)
-        return
+        return _save(fig, path)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     for k, r in enumerate(records):
-        color = f'C{k}'
-        curves = [run['curve'] for run in r['runs_list']]
-        for c in curves:
-            ax.plot(c['epoch'], [100 * v for v in c['val_metric']],
-                    color=color, alpha=0.3, lw=0.8)
-        if curves:
-            n = min(len(c['epoch']) for c in curves)
-            mean = [100 * sum(c['val_metric'][e] for c in curves)
-                    / len(curves) for e in range(n)]
-            ax.plot(curves[0]['epoch'][:n], mean, color=color, lw=2,
-                    marker='o', label=f"{r['label']} ({r['runs']} runs)")
+        _plot_band(ax, r, f'C{k}', MARKERS[k % len(MARKERS)])
     ax.set_xlabel('epoch')
     ax.set_ylabel('validation ROC-AUC (%)')
-    ax.set_title(f'ogbg-molhiv, {title}')
-    ax.legend(fontsize=7, title='thin: each seed; thick: mean over seeds',
-              title_fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title(f'ogbg-molhiv, {title}: validation ROC-AUC per epoch',
+                 fontsize=9)
+    ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), fontsize=8,
+              title='line: mean over seeds\nband: min–max over seeds',
+              title_fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={'Software': None})
-    plt.close(fig)
+    _save(fig, path)
+
+
+def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
+    r"""A row's mean validation ROC-AUC per epoch over its seeds, and the
+    band from the seeds' minimum to their maximum."""
+    per_epoch: Dict[int, List[float]] = {}
+    for run in record['runs_list']:
+        for e, v in zip(run['curve']['epoch'], run['curve']['val_metric']):
+            per_epoch.setdefault(e, []).append(100 * v)
+    if not per_epoch:
+        return
+    epochs = sorted(per_epoch)
+    values = [per_epoch[e] for e in epochs]
+    ax.fill_between(epochs, [min(v) for v in values],
+                    [max(v) for v in values], color=color, alpha=0.15,
+                    lw=0)
+    ax.plot(epochs, [sum(v) / len(v) for v in values], color=color, lw=1.6,
+            marker=marker, ms=4, markevery=max(1, len(epochs) // 20),
+            label=f"{_short(record)} ({record['runs']} seeds)")
 
 
 def _plot_seeds(ax, records: List[Dict[str, Any]], title: str) -> None:
@@ -269,14 +608,14 @@ def _plot_seeds(ax, records: List[Dict[str, Any]], title: str) -> None:
             ax.errorbar([k + 0.08], [r['val_mean']], yerr=[r['val_std']],
                         fmt='D', color=f'C{k}', capsize=4)
     ax.set_xticks(range(len(records)))
-    ax.set_xticklabels([f"{r['label'].split(' (')[0]}\n({r['runs']} runs)"
+    ax.set_xticklabels([f"{_short(r)}\n({r['runs']} seeds)"
                         for r in records], fontsize=7)
     ax.set_xlim(-0.5, len(records) - 0.5)
     ax.set_ylabel('validation ROC-AUC (%)')
     ax.grid(axis='y', alpha=0.3)
     ax.set_title(f'ogbg-molhiv, {title}: one epoch per run, no curve\n'
-                 'dots: each seed; diamond and bar: mean ± std (ddof=0)',
-                 fontsize=9)
+                 'dots: each seed; diamond and bar: mean ± std over seeds '
+                 '(ddof=0)', fontsize=9)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

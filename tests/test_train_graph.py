@@ -252,9 +252,12 @@ def test_sepnorm_report_is_generated_from_runs(tmp_path):
                          str(tmp_path / 'runs'), '--out',
                          str(tmp_path)]) == 0
     md = (tmp_path / 'sepnorm_molhiv_cpu.md').read_text()
-    assert '| ShareNorm (LayerNorm) | 2/3 | **72.00 ± 2.00** |' in md
-    assert ('| 1/3 | **75.00 ± 0.00** | 50.00 ± 0.00 | +3.00 | 75.64 | 2 | '
-            '1 | 10 s |') in md
+    assert '| ShareNorm (LayerNorm) | 2/5 (too few to decide) | **72.00 ± ' \
+        '2.00** |' in md
+    assert ('| 1/5 (too few to decide) | **75.00 ± 0.00** | 50.00 ± 0.00 | '
+            '75.64 | 2 | 1 | 10 s |') in md
+    # The runs record no seed: nothing to pair, nothing read.
+    assert '| SepNorm BN+LN |  |  | **no paired seeds** |' in md
     assert 'missing' in md and 'cpu: X, 1 thread (3 runs)' in md
     assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
 
