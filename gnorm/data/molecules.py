@@ -230,18 +230,18 @@ def _path_edges_flat(edge_index: np.ndarray, num_nodes: np.ndarray,
     length = np.zeros(num_nodes.size, dtype=np.int64)  # [G] path entries
     batches = list(_batches(num_nodes, num_edges))
     for n, graphs in batches:
-        src, dst, valid = _batch_edges(edge_index, edge_ptr, graphs)
-        d = _distances(src, dst, valid, n)  # [B, n * n]
+        src, dst = _batch_edges(edge_index, edge_ptr, graphs)
+        d = _distances(src, dst, n)  # [B, n * n]
         dist[dist_ptr[graphs, None] + np.arange(n * n)] = d.numpy()
         length[graphs] = d.clamp(min=0).sum(1).numpy()
 
     path_ptr = _ptr(length)  # [G + 1]
     paths = np.empty(int(path_ptr[-1]), dtype=dtype)  # [sum of distances]
     for n, graphs in batches:
-        src, dst, valid = _batch_edges(edge_index, edge_ptr, graphs)
+        src, dst = _batch_edges(edge_index, edge_ptr, graphs)
         d = torch.from_numpy(
             dist[dist_ptr[graphs, None] + np.arange(n * n)]).long()
-        first, after = _first_edges(d.view(-1, n, n), src, dst, valid)
+        first, after = _first_edges(d.view(-1, n, n), src, dst)
         _walk(d, first, after, path_ptr[graphs].tolist(), paths)
     return dist, paths, path_ptr
 
@@ -262,22 +262,21 @@ def _batches(num_nodes: np.ndarray, num_edges: np.ndarray):
 
 
 def _batch_edges(edge_index: np.ndarray, edge_ptr: np.ndarray,
-                 graphs: np.ndarray) -> Tuple[Tensor, Tensor, Tensor]:
+                 graphs: np.ndarray) -> Tuple[Tensor, Tensor]:
     r"""The edges of :obj:`graphs`, padded to the most edges :math:`E` of
-    one of them: :obj:`src`, :obj:`dst` :obj:`[B, E]` (int64, node 0 in the
-    padding) and :obj:`valid` :obj:`[B, E]` (bool, False in the padding);
-    edge :obj:`e` of a graph in column :obj:`e`."""
+    one of them: :obj:`src`, :obj:`dst` :obj:`[B, E]` (int64), edge
+    :obj:`e` of a graph in column :obj:`e`. The padding is self-loops of
+    node 0: never on a shortest path, and already in :math:`A + I`."""
     counts = edge_ptr[graphs + 1] - edge_ptr[graphs]  # [B]
     slot = np.arange(counts.max(initial=0))  # [E]
     valid = slot < counts[:, None]  # [B, E]
     ids = np.where(valid, edge_ptr[graphs, None] + slot, 0)  # [B, E]
     src = np.where(valid, edge_index[0][ids], 0)
     dst = np.where(valid, edge_index[1][ids], 0)
-    return (torch.from_numpy(src), torch.from_numpy(dst),
-            torch.from_numpy(valid))
+    return torch.from_numpy(src), torch.from_numpy(dst)
 
 
-def _distances(src: Tensor, dst: Tensor, valid: Tensor, n: int) -> Tensor:
+def _distances(src: Tensor, dst: Tensor, n: int) -> Tensor:
     r"""Hop distances of a batch of graphs of :obj:`n` nodes (edges from
     :func:`_batch_edges`), by breadth-first search from every node at once:
     the nodes reached from :math:`i` within :math:`k` hops are row
@@ -294,7 +293,7 @@ def _distances(src: Tensor, dst: Tensor, valid: Tensor, n: int) -> Tensor:
     batch = src.size(0)
     graph = torch.arange(batch)[:, None].expand_as(src)  # [B, E]
     adj = torch.eye(n).repeat(batch, 1, 1)  # [B, n, n]: A + I
-    adj[graph[valid], src[valid], dst[valid]] = 1.0
+    adj[graph, src, dst] = 1.0
     reach = torch.eye(n).repeat(batch, 1, 1)  # [B, n, n]: R_k
     count = reach.clone()  # [B, n, n]: sum of the R_k
     exact = torch.float32 if n * n < 2**24 else torch.float64  # for sums
@@ -320,8 +319,8 @@ def _distances(src: Tensor, dst: Tensor, valid: Tensor, n: int) -> Tensor:
     return dist
 
 
-def _first_edges(dist: Tensor, src: Tensor, dst: Tensor,
-                 valid: Tensor) -> Tuple[Tensor, Tensor]:
+def _first_edges(dist: Tensor, src: Tensor,
+                 dst: Tensor) -> Tuple[Tensor, Tensor]:
     r"""First edges of shortest paths of a batch of graphs (as
     :func:`_shortest_paths`): for pair :math:`(i, j)`, the smallest id of an
     edge :math:`i \to u` with :math:`d(u, j) = d(i, j) - 1`, by a scatter-min
@@ -329,7 +328,7 @@ def _first_edges(dist: Tensor, src: Tensor, dst: Tensor,
 
     Args:
         dist (torch.Tensor): Hop distances :obj:`[B, n, n]` (int64).
-        src, dst, valid (torch.Tensor): The edges of :func:`_batch_edges`
+        src, dst (torch.Tensor): The edges of :func:`_batch_edges`
             :obj:`[B, E]`.
 
     Returns:
@@ -342,7 +341,7 @@ def _first_edges(dist: Tensor, src: Tensor, dst: Tensor,
     dist = dist.int()  # int32: less to move
     to_dst = dist.gather(1, dst[:, :, None].expand(-1, -1, n))  # d(u, j)
     to_src = dist.gather(1, src[:, :, None].expand(-1, -1, n))  # d(i, j)
-    ok = (to_dst >= 0) & (to_dst == to_src - 1) & valid[:, :, None]
+    ok = (to_dst >= 0) & (to_dst == to_src - 1)  # [B, E, n]
     edge = torch.arange(num_edges, dtype=torch.int)[:, None].expand(-1, n)
     first = torch.full((batch, n, n), num_edges, dtype=torch.int)
     first.scatter_reduce_(1, src[:, :, None].expand(-1, -1, n),
