@@ -22,9 +22,11 @@ graphs of ``<mirror>/zinc_partial/`` (tests and smoke runs only).
 :class:`ShortestPaths` is the ``pre_transform``: it stores, per graph, the
 shortest-path distance of every ordered node pair and the edges along one
 shortest path of every pair (:func:`path_edges`; the sum of the distances,
-all hops), so that the model's attention bias is look-ups only. Processed
-files are named after :obj:`ShortestPaths.LAYOUT`, so that files of another
-layout are never read.
+all hops), so that the model's attention bias is look-ups only. The molhiv
+and ZINC datasets compute them for all graphs at once when they process
+(:func:`add_shortest_paths`, :func:`path_edges_many`: the same values, in
+batches of graphs of one size). Processed files are named after
+:obj:`ShortestPaths.LAYOUT`, so that files of another layout are never read.
 """
 import contextlib
 import importlib
@@ -160,8 +162,8 @@ def _path_edges(edge_index: np.ndarray,
 
 
 # Elements of the largest tensor of one batch of path_edges_many
-# ([B, n, max(n, edges)]): bounds its memory (int64: 8 MB).
-_BATCH_ELEMENTS = 1 << 20
+# ([B, n, max(n, edges)]): bounds its memory (int64: 4 MB).
+_BATCH_ELEMENTS = 1 << 19
 
 
 def path_edges_many(edge_indices: Sequence[Tensor],
@@ -169,7 +171,8 @@ def path_edges_many(edge_indices: Sequence[Tensor],
     r""":func:`path_edges` of many graphs at once: for every graph the same
     tensors, bit for bit, as :func:`path_edges` gives, computed for batches
     of graphs of one size (:func:`_path_edges_flat`) rather than graph by
-    graph, whose overhead dominates on small graphs such as molecules.
+    graph (about 3x faster on ogbg-molhiv at one thread,
+    ``experiments/results/bench_paths_cpu.md``).
 
     Args:
         edge_indices (list of torch.Tensor): Directed edges :obj:`[2,
@@ -242,7 +245,7 @@ def _path_edges_flat(edge_index: np.ndarray, num_nodes: np.ndarray,
         d = torch.from_numpy(
             dist[dist_ptr[graphs, None] + np.arange(n * n)]).long()
         first, after = _first_edges(d.view(-1, n, n), src, dst)
-        _walk(d, first, after, path_ptr[graphs].tolist(), paths)
+        _walk(d, first, after, path_ptr[graphs], paths)
     return dist, paths, path_ptr
 
 
@@ -354,46 +357,40 @@ def _first_edges(dist: Tensor, src: Tensor,
     return first.view(-1), after.view(-1)
 
 
-def _walk(dist: Tensor, first: Tensor, after: Tensor, path_start: List[int],
+def _walk(dist: Tensor, first: Tensor, after: Tensor, path_start: np.ndarray,
           out: np.ndarray) -> None:
     r"""Writes the edges along the path of every pair of a batch of graphs
     into :obj:`out`: from pair :math:`(i, j)`, its first edge, then those of
     the pair :math:`(u, j)` it leads to, :math:`d(i, j)` times. The pairs
     are sorted by distance, longest first, so that the pairs still walking
-    at hop :math:`k` are a prefix; the walk fills a buffer of the batch,
-    whose graphs are then copied to their places in :obj:`out`.
+    at hop :math:`k` are a prefix.
 
     Args:
         dist (torch.Tensor): Hop distances :obj:`[B, n * n]` (int64).
         first, after (torch.Tensor): :obj:`[B * n * n]` each, from
             :func:`_first_edges`.
-        path_start (list of int): Where the paths of every graph start in
+        path_start (numpy.ndarray): Where the paths of every graph start in
             :obj:`out` :obj:`[B]`.
         out (numpy.ndarray): The paths of all graphs :obj:`[sum of the
             distances]`.
     """
-    hops = dist.clamp(min=0).view(-1)  # [B * n * n]
-    end = hops.cumsum(0).numpy()  # [B * n * n] each pair's path's end
-    hops = hops.numpy()
-    index = np.int32 if max(end[-1], hops.size) < 2**31 else np.int64
-    pos = (end - hops).astype(index)  # [B * n * n] where its path starts
+    hops = dist.clamp(min=0)  # [B, n * n]
+    pos = hops.view(-1).cumsum(0).view_as(hops) - hops  # [B, n * n]
+    pos += torch.from_numpy(path_start - pos[:, 0].numpy())[:, None]
+    hops = hops.view(-1).numpy()  # [B * n * n]
     key = hops.astype(np.int16 if dist.size(1) <= 2**30 else np.int64)
     order = np.argsort(-key, kind='stable')  # int16: a radix sort
     longer = np.cumsum(np.bincount(hops)[::-1])[::-1][1:]  # [most hops]
     order = order[:longer[0]] if longer.size else order[:0]  # [P]
-    pos, pair = pos[order], order.astype(index)  # [P] each
+    pos = pos.view(-1).numpy()[order]  # [P] where the next edge goes
+    pair = order  # [P] the pair the walk is at
     first = first.numpy().astype(out.dtype)  # [B * n * n]
-    after = after.numpy().astype(index)  # [B * n * n]
-    paths = np.empty(end[-1], dtype=out.dtype)  # [the batch's entries]
+    after = after.numpy()  # [B * n * n]
     for active in longer.tolist():  # hop after hop
         at = pair[:active]  # in range: 'clip' only skips the bounds checks
-        paths[pos[:active]] = np.take(first, at, mode='clip')
+        out[pos[:active]] = np.take(first, at, mode='clip')
         pos[:active] += 1
         pair[:active] = np.take(after, at, mode='clip')
-    pairs = dist.size(1)
-    graph_end = end[pairs - 1::pairs].tolist()  # [B]
-    for b, (start, stop) in enumerate(zip([0] + graph_end, graph_end)):
-        out[path_start[b]:path_start[b] + stop - start] = paths[start:stop]
 
 
 class ShortestPaths(BaseTransform):
@@ -462,8 +459,8 @@ class _BatchedPaths:
     :func:`load_zinc`: with :class:`ShortestPaths` as ``pre_transform``,
     :meth:`process` runs the parent's without it and adds the paths of all
     graphs at once where the parent collates them
-    (:func:`add_shortest_paths`): the same files as graph by graph, in
-    seconds rather than a minute. ogb collates with ``self.collate``, PyG's
+    (:func:`add_shortest_paths`): the same files as graph by graph, about
+    3x faster. ogb collates with ``self.collate``, PyG's
     ZINC with ``self.save``; both are replaced while the parent's
     :meth:`process` runs, and a parent that calls neither is an error."""
     def process(self) -> None:
