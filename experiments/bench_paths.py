@@ -18,7 +18,7 @@ subprocess each: with the batched paths and with the paths graph by graph
 (a ``ShortestPaths`` subclass, which the dataset runs graph by graph), and
 compares their processed files.
 
-    python experiments/bench_paths.py     # writes experiments/results/bench_paths_cpu.md
+    python experiments/bench_paths.py  # experiments/results/bench_paths_cpu.md
     python experiments/bench_paths.py --no-load --out /tmp
 """
 import argparse
@@ -38,7 +38,6 @@ from pathlib import Path
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 os.environ.setdefault('MKL_NUM_THREADS', '1')
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch_geometric.data import InMemoryDataset  # noqa: E402
 

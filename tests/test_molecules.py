@@ -380,7 +380,7 @@ def _molhiv_slice(mirror, dst, per_split=100):
 def molhiv(tmp_path_factory):
     r"""A 300-molecule slice of ogbg-molhiv, loaded offline through
     :func:`load_molhiv` from a mirror holding the slice (about 2 s; the
-    whole dataset takes about 60 s and is tested with -m slow)."""
+    whole dataset takes about 12 s and is tested with -m slow)."""
     if not MIRROR or not Path(MIRROR).is_dir():
         pytest.skip('needs the offline dataset mirror (GNORM_DATA_MIRROR)')
     mirror = _molhiv_slice(MIRROR, tmp_path_factory.mktemp('mirror'))

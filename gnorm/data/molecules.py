@@ -30,7 +30,6 @@ batches of graphs of one size). Processed files are named after
 """
 import contextlib
 import importlib
-import math
 import os
 import shutil
 import warnings
