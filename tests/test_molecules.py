@@ -1,4 +1,5 @@
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -7,17 +8,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.loader import DataLoader
 from torch_geometric.utils import from_networkx
 
+import gnorm.data.molecules as molecules
 from gnorm.data.molecules import (
     ShortestPaths,
+    _path_edges,
+    add_shortest_paths,
     graph_sizes,
     import_ogb,
     load_graph_dataset,
     load_molhiv,
+    load_zinc,
     path_edges,
+    path_edges_many,
     shortest_paths,
     zinc_fixture,
 )
@@ -131,6 +137,179 @@ def test_path_edges_equal_networkx(seed, directed):
     assert data.spd.tolist() == dist and data.path_edge.tolist() == paths
 
 
+def _random_graphs(seed, count=60):
+    r"""Graphs of every kind mixed: sizes 1 to 40 (and a 0-node one),
+    directed and undirected, sparse (several components, isolated nodes)
+    and dense, multi-edges and self-loops, no edges, paths and cycles with
+    long distances; edges in random order."""
+    rng = np.random.default_rng(seed)
+    graphs = [(torch.empty(2, 0, dtype=torch.long), 0),
+              (torch.empty(2, 0, dtype=torch.long), 1),
+              (torch.tensor([[0], [0]]), 1),  # a self-loop
+              (torch.empty(2, 0, dtype=torch.long), 7)]
+    for _ in range(count):
+        n = int(rng.integers(1, 41))
+        kind = rng.integers(4)
+        if kind == 0:  # random directed edges, repeats and self-loops
+            src, dst = rng.integers(0, n, (2, int(rng.integers(0, 3 * n))))
+        elif kind == 1:  # undirected, both directions, maybe duplicated
+            src, dst = rng.integers(0, n, (2, int(rng.integers(0, 2 * n))))
+            src, dst = np.r_[src, dst, src[:2]], np.r_[dst, src, dst[:2]]
+        elif kind == 2:  # a path or a cycle, one or both directions
+            src = np.arange(n - 1 + int(rng.integers(2)))
+            dst = (src + 1) % n
+            if rng.integers(2):
+                src, dst = np.r_[src, dst], np.r_[dst, src]
+        else:  # dense: many shortest paths per pair
+            src, dst = (rng.random((n, n)) < 0.3).nonzero()
+        perm = rng.permutation(len(src))
+        edge_index = torch.from_numpy(np.stack([src[perm], dst[perm]]))
+        graphs.append((edge_index.long().reshape(2, -1), n))
+    graphs.insert(int(rng.integers(len(graphs))), graphs.pop(0))
+    return graphs
+
+
+@pytest.mark.parametrize('batch_elements', [1, 2000, 1 << 20])
+@pytest.mark.parametrize('seed', range(3))
+def test_path_edges_many_equal_path_edges(seed, batch_elements,
+                                          monkeypatch):
+    # One graph per batch, a few, or all graphs of a size in one batch.
+    monkeypatch.setattr(molecules, '_BATCH_ELEMENTS', batch_elements)
+    graphs = _random_graphs(seed)
+    many = path_edges_many(*zip(*graphs))
+    assert len(many) == len(graphs)
+    for (edge_index, n), (dist, edges) in zip(graphs, many):
+        if n == 0:
+            assert dist.numel() == edges.numel() == 0
+            continue
+        expected = [torch.from_numpy(a) for a in _path_edges(
+            edge_index.numpy(), n)]
+        assert dist.dtype == edges.dtype == torch.long
+        assert torch.equal(dist, expected[0])
+        assert torch.equal(edges, expected[1])
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_path_edges_many_equal_networkx(seed):
+    # The batched paths against networkx's, not only against path_edges.
+    rng = np.random.default_rng(seed)
+    graphs = [nx.gnp_random_graph(int(n), 0.2, seed=seed + i,
+                                  directed=bool(i % 2))
+              for i, n in enumerate(rng.integers(2, 13, 8))]
+    references = [_reference_paths(g, g.number_of_nodes()) for g in graphs]
+    many = path_edges_many([r[0] for r in references],
+                           [g.number_of_nodes() for g in graphs])
+    for (_, dist, paths), (got_dist, got_paths) in zip(references, many):
+        assert got_dist.tolist() == dist and got_paths.tolist() == paths
+
+
+@needs_mirror
+def test_path_edges_many_equal_the_transform_on_zinc():
+    graphs = zinc_fixture(MIRROR, 'val')  # ShortestPaths, graph by graph
+    many = path_edges_many([g.edge_index for g in graphs],
+                           [g.num_nodes for g in graphs])
+    for g, (dist, edges) in zip(graphs, many):
+        assert torch.equal(dist.short(), g.spd)
+        assert torch.equal(edges.short(), g.path_edge)
+
+
+def _collated(graphs):
+    return InMemoryDataset.collate([g.clone() for g in graphs])
+
+
+@pytest.mark.parametrize('num_nodes', [False, True])
+def test_add_shortest_paths_equals_collating_the_transform(num_nodes):
+    # The storage of graphs collated after ShortestPaths, bit for bit; the
+    # node counts from num_nodes where given (as ogb), else from x (ZINC).
+    graphs = [Data(x=torch.randn(n, 2), edge_index=e, edge_attr=torch.randn(
+        e.size(1), 3), y=torch.tensor([float(n)]))
+        for e, n in _random_graphs(0) if n > 0]
+    for g in graphs if num_nodes else ():
+        g.num_nodes = g.x.size(0)
+    data, slices = _collated(graphs)
+    assert 'spd' not in data
+    assert add_shortest_paths(data, slices) is data
+    expected, expected_slices = _collated([ShortestPaths()(g) for g in
+                                           graphs])
+    assert list(data.keys()) == list(expected.keys())
+    assert list(slices) == list(expected_slices)
+    for key in expected.keys():
+        if key == 'num_nodes':
+            assert data.num_nodes == expected.num_nodes
+            continue
+        assert data[key].dtype == expected[key].dtype
+        assert torch.equal(data[key], expected[key]), key
+        assert torch.equal(slices[key], expected_slices[key]), key
+    # A lone graph is kept as is by InMemoryDataset.collate.
+    lone, none = _collated(graphs[-1:])
+    lone = add_shortest_paths(lone, none)
+    assert torch.equal(lone.path_edge, ShortestPaths()(graphs[-1]).path_edge)
+
+
+def test_add_shortest_paths_checks_int16():
+    data, slices = _collated([Data(x=torch.zeros(2, 1), edge_index=torch.zeros(
+        2, n, dtype=torch.long)) for n in (1, 40000)])
+    with pytest.raises(ValueError, match='int16'):
+        add_shortest_paths(data, slices)
+
+
+class _PerGraphPaths(ShortestPaths):
+    r""":class:`ShortestPaths` under another type: datasets run it graph by
+    graph, as before the batched paths."""
+
+
+def _zinc_raw(graphs, raw):
+    r"""PyG's raw ZINC files (``<split>.pickle`` and ``.index``) holding
+    :obj:`graphs` in every split."""
+    raw.mkdir(parents=True)
+    mols = []
+    for g in graphs:
+        bonds = torch.zeros(g.num_nodes, g.num_nodes, dtype=torch.long)
+        bonds[g.edge_index[0], g.edge_index[1]] = g.edge_attr
+        mols.append({'atom_type': g.x.view(-1), 'bond_type': bonds,
+                     'logP_SA_cycle_normalized': g.y})
+    for split in ('train', 'val', 'test'):
+        with open(raw / f'{split}.pickle', 'wb') as f:
+            pickle.dump(mols, f)
+        (raw / f'{split}.index').write_text(
+            ','.join(map(str, range(len(graphs)))) + '\n')
+
+
+@needs_mirror
+def test_zinc_processing_adds_the_paths_in_batches(tmp_path):
+    # PyG's ZINC processed with the batched paths (self.save replaced) and
+    # graph by graph: the same storage, and the paths of ShortestPaths.
+    graphs = zinc_fixture(MIRROR, 'test', limit=40)
+    _zinc_raw(graphs, tmp_path / 'zinc' / 'raw')
+    batched = load_zinc(tmp_path)['valid']
+    assert 'save' not in vars(batched) and 'collate' not in vars(batched)
+    shutil.copytree(tmp_path / 'zinc' / 'raw', tmp_path / 'old' / 'raw')
+    per_graph = molecules._PathsZINC(str(tmp_path / 'old'), subset=True,
+                                     split='val',
+                                     pre_transform=_PerGraphPaths())
+    assert len(batched) == len(per_graph) == 40
+    assert list(batched.slices) == list(per_graph.slices)
+    for key in per_graph.slices:
+        assert torch.equal(batched._data[key], per_graph._data[key]), key
+        assert torch.equal(batched.slices[key], per_graph.slices[key]), key
+    for g, fixture in zip(batched, graphs):
+        assert torch.equal(g.edge_index, fixture.edge_index)
+        assert torch.equal(g.spd, fixture.spd)
+        assert torch.equal(g.path_edge, fixture.path_edge)
+
+
+def test_batched_processing_must_collate(tmp_path, monkeypatch):
+    # A parent process() that collates neither through collate() nor save()
+    # would write graphs without paths: an error.
+    monkeypatch.setattr(molecules.ZINC, 'process', lambda self: None)
+    zinc = molecules._PathsZINC.__new__(molecules._PathsZINC)
+    zinc.pre_transform = ShortestPaths()
+    with pytest.raises(RuntimeError, match='paths were not added'):
+        zinc.process()
+    assert isinstance(zinc.pre_transform, ShortestPaths)
+    assert 'save' not in vars(zinc) and 'collate' not in vars(zinc)
+
+
 @needs_mirror
 def test_zinc_fixture_graphs():
     graphs = zinc_fixture(MIRROR, 'test')
@@ -201,7 +380,7 @@ def _molhiv_slice(mirror, dst, per_split=100):
 def molhiv(tmp_path_factory):
     r"""A 300-molecule slice of ogbg-molhiv, loaded offline through
     :func:`load_molhiv` from a mirror holding the slice (about 2 s; the
-    whole dataset takes about 60 s and is tested with -m slow)."""
+    whole dataset takes about 12 s and is tested with -m slow)."""
     if not MIRROR or not Path(MIRROR).is_dir():
         pytest.skip('needs the offline dataset mirror (GNORM_DATA_MIRROR)')
     mirror = _molhiv_slice(MIRROR, tmp_path_factory.mktemp('mirror'))
@@ -234,6 +413,18 @@ def test_molhiv_loads_offline(molhiv):
     assert g.spd.numel() == g.num_nodes**2
     assert g.path_edge.numel() == int(g.spd.clamp(min=0).sum())
     assert g.spd.view(g.num_nodes, -1).diagonal().eq(0).all()
+
+
+def test_molhiv_paths_equal_the_transform(molhiv):
+    # Processed in batches (ogb's self.collate replaced): every graph's
+    # paths are those of ShortestPaths, graph by graph.
+    dataset, _, _ = molhiv
+    assert 'collate' not in vars(dataset)
+    for g in dataset:
+        expected = ShortestPaths()(Data(edge_index=g.edge_index,
+                                        num_nodes=g.num_nodes))
+        assert torch.equal(g.spd, expected.spd)
+        assert torch.equal(g.path_edge, expected.path_edge)
 
 
 def test_molhiv_scored_by_evaluator(molhiv):

@@ -1,0 +1,259 @@
+"""Shortest paths of ogbg-molhiv for the Graphormer: graph by graph (the
+``ShortestPaths`` pre_transform) vs all graphs at once in batches
+(``add_shortest_paths``), side by side in one process, at one thread.
+
+Both start from the 41,127 graphs that ogb's ``process()`` reads from the
+raw files (``read_graph_pyg``, not timed):
+
+* graph by graph: ``ShortestPaths()`` on every graph, then
+  ``InMemoryDataset.collate`` (what ``PygGraphPropPredDataset.process`` did);
+* in batches: ``InMemoryDataset.collate``, then ``add_shortest_paths`` on the
+  collated storage (what ``load_molhiv`` does now).
+
+The script asserts that both give the same storage, bit for bit (so the
+same ``spd`` / ``path_edge`` of every graph), prints both times and their
+ratio, and, unless ``--no-load``, times the whole ``load_molhiv`` from a
+fresh root (raw files copied from the mirror, processed, saved, loaded) in a
+subprocess each: with the batched paths and with the paths graph by graph
+(a ``ShortestPaths`` subclass, which the dataset runs graph by graph), and
+compares their processed files.
+
+    python experiments/bench_paths.py  # experiments/results/bench_paths_cpu.md
+    python experiments/bench_paths.py --no-load --out /tmp
+"""
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+os.environ.setdefault('MKL_NUM_THREADS', '1')
+
+import torch  # noqa: E402
+from torch_geometric.data import InMemoryDataset  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_layers import machine  # noqa: E402
+
+from gnorm.data import molecules  # noqa: E402
+from gnorm.data.molecules import (  # noqa: E402
+    ShortestPaths,
+    add_shortest_paths,
+    load_molhiv,
+)
+
+
+class PerGraphPaths(ShortestPaths):
+    """ShortestPaths under another type: the molhiv dataset class runs it
+    graph by graph, as before the batched paths."""
+
+
+def child(args):
+    """Loads molhiv from the fresh root args.root (batched paths, or graph
+    by graph with --per-graph) and prints a JSON line: seconds, max RSS."""
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    if args.per_graph:
+        molecules._copy_tree(Path(args.mirror) / 'ogb_regenerated' /
+                             'ogbg_molhiv', Path(args.root) / 'ogbg_molhiv')
+        with molecules._full_torch_load():
+            dataset = molecules._molhiv_class()(
+                'ogbg-molhiv', root=args.root, pre_transform=PerGraphPaths())
+    else:
+        dataset, _ = load_molhiv(args.root, args.mirror)
+    seconds = time.perf_counter() - start
+    assert len(dataset) == 41127 and 'path_edge' in dataset._data
+    print(json.dumps({'seconds': seconds, 'max_rss_gib': peak_rss_gib(),
+                      'file': dataset.processed_paths[0]}))
+
+
+def peak_rss_gib():
+    """This process's peak RSS (VmHWM: unlike ru_maxrss, not inherited
+    from the parent across fork and exec)."""
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM:'):
+            return int(line.split()[1]) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def whole_load(args, root, per_graph):
+    cmd = [sys.executable, __file__, '--child', '--root', str(root),
+           '--mirror', args.mirror] + (['--per-graph'] if per_graph else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 24), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def raw_graphs(root, mirror):
+    """The graphs of ogbg-molhiv as ogb's process() reads them (labels
+    set), without paths."""
+    from ogb.io.read_graph_pyg import read_graph_pyg
+    raw = Path(root) / 'ogbg_molhiv' / 'raw'
+    molecules._copy_tree(Path(mirror) / 'ogb_regenerated' / 'ogbg_molhiv' /
+                         'raw', raw)
+    graphs = read_graph_pyg(str(raw), add_inverse_edge=True)
+    import pandas as pd
+    labels = pd.read_csv(raw / 'graph-label.csv.gz', header=None).values
+    for g, y in zip(graphs, labels):
+        g.y = torch.from_numpy(y).view(1, -1).to(torch.long)
+    return graphs
+
+
+def assert_same_storage(a, b):
+    (data, slices), (other, other_slices) = a, b
+    assert list(data.keys()) == list(other.keys())
+    assert list(slices) == list(other_slices)
+    for key in slices:
+        assert data[key].dtype == other[key].dtype, key
+        assert torch.equal(data[key], other[key]), key
+        assert torch.equal(slices[key], other_slices[key]), key
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--mirror', default=os.environ.get(
+        'GNORM_DATA_MIRROR', '/work/shared/data'))
+    parser.add_argument('--root', default=None, help='scratch folder '
+                        '(default: a temporary one, removed afterwards)')
+    parser.add_argument('--repeats', type=int, default=3,
+                        help='runs of the batched paths (median)')
+    parser.add_argument('--no-load', action='store_true',
+                        help='skip the whole load_molhiv timings')
+    parser.add_argument('--out', default=str(
+        Path(__file__).resolve().parent / 'results'))
+    parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+    parser.add_argument('--per-graph', action='store_true',
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args)
+    torch.set_num_threads(1)
+    scratch = Path(args.root or tempfile.mkdtemp(prefix='bench_paths_'))
+    load = os.getloadavg()
+    try:
+        rows = measure(args, scratch)
+    finally:
+        if args.root is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    write(args, rows, load)
+
+
+def measure(args, scratch):
+    rows = {}
+    graphs = raw_graphs(scratch / 'raw', args.mirror)
+    print(f'{len(graphs)} graphs, {sum(g.num_nodes for g in graphs):,} '
+          f'nodes, {sum(g.num_edges for g in graphs):,} edges', flush=True)
+
+    new = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        data, slices = InMemoryDataset.collate(graphs)
+        collated = time.perf_counter()
+        add_shortest_paths(data, slices)
+        new.append((collated - start, time.perf_counter() - collated))
+        batched = data, slices
+        print('batched: collate {:.2f} s, paths {:.2f} s'.format(*new[-1]),
+              flush=True)
+    start = time.perf_counter()
+    transform = ShortestPaths()
+    with_paths = [transform(g) for g in graphs]
+    done = time.perf_counter()
+    per_graph = InMemoryDataset.collate(with_paths)
+    old = (done - start, time.perf_counter() - done)
+    print('graph by graph: paths {:.2f} s, collate {:.2f} s'.format(*old),
+          flush=True)
+    assert_same_storage(batched, per_graph)
+    data = batched[0]
+    rows['graphs'] = len(graphs)
+    rows['pairs'] = data.spd.numel()
+    rows['path_entries'] = data.path_edge.numel()
+    rows['old_paths'], rows['old_collate'] = old
+    rows['new_collate'] = statistics.median(t[0] for t in new)
+    rows['new_paths'] = statistics.median(t[1] for t in new)
+    rows['new_paths_all'] = [t[1] for t in new]
+    del graphs, with_paths, per_graph, data, batched
+
+    if not args.no_load:
+        for name, per_graph in (('load_new', False), ('load_old', True)):
+            root = scratch / name
+            rows[name] = whole_load(args, root, per_graph)
+            print(name, rows[name], flush=True)
+        new_file, old_file = (rows[k]['file'] for k in ('load_new',
+                                                         'load_old'))
+        with molecules._full_torch_load():
+            loaded = [torch.load(f, weights_only=False)
+                      for f in (new_file, old_file)]
+        assert_same_storage(*loaded)
+        rows['same_file_bytes'] = sha256(new_file) == sha256(old_file)
+        rows['file_mib'] = os.path.getsize(new_file) / 2**20
+        print('processed files: same storage; same bytes:',
+              rows['same_file_bytes'], flush=True)
+    return rows
+
+
+def write(args, rows, load):
+    old, new = rows['old_paths'], rows['new_paths']
+    old_all = old + rows['old_collate']
+    new_all = new + rows['new_collate']
+    print(f'paths: graph by graph {old:.2f} s, batched {new:.2f} s, '
+          f'{old / new:.1f}x')
+    lines = [
+        '# ogbg-molhiv shortest paths: graph by graph vs batched (cpu)', '',
+        f'Generated by `python experiments/bench_paths.py` on {date.today()}:'
+        f' {machine("cpu")}; load average {load[0]:.1f} when it started (the'
+        f' machine\'s other jobs share its cores, so times are noisy).', '',
+        f'All {rows["graphs"]:,} molhiv graphs as ogb\'s `process()` reads '
+        f'them ({rows["pairs"]:,} ordered node pairs, {rows["path_entries"]:,}'
+        f' path edges stored). Graph by graph: the `ShortestPaths` '
+        f'pre_transform on every graph, then `InMemoryDataset.collate`. '
+        f'Batched: `collate`, then `add_shortest_paths` on the collated '
+        f'storage (median of {len(rows["new_paths_all"])} runs: '
+        + ', '.join(f'{t:.2f}' for t in rows['new_paths_all']) + ' s). '
+        'The two storages were asserted equal, key by key and bit for bit '
+        '(values, dtypes, slices), so every graph\'s `spd` and `path_edge` '
+        'are the same.', '',
+        '| step | graph by graph | batched | speed-up |', '|---|---|---|---|',
+        f'| shortest paths | {old:.2f} s | {new:.2f} s | {old / new:.1f}x |',
+        f'| collate | {rows["old_collate"]:.2f} s | '
+        f'{rows["new_collate"]:.2f} s | |',
+        f'| paths + collate | {old_all:.2f} s | {new_all:.2f} s | '
+        f'{old_all / new_all:.1f}x |',
+    ]
+    if 'load_new' in rows:
+        a, b = rows['load_old'], rows['load_new']
+        lines += [
+            f'| whole `load_molhiv`, fresh root | {a["seconds"]:.1f} s '
+            f'(max RSS {a["max_rss_gib"]:.2f} GiB) | {b["seconds"]:.1f} s '
+            f'(max RSS {b["max_rss_gib"]:.2f} GiB) | '
+            f'{a["seconds"] / b["seconds"]:.1f}x |', '',
+            'Whole `load_molhiv`: copy of the raw files from the mirror, '
+            'ogb\'s reading and conversion, the paths, collation, saving '
+            f'({rows["file_mib"]:.0f} MiB) and loading, in a subprocess '
+            'each from a fresh root; graph by graph = the dataset with a '
+            '`ShortestPaths` subclass as pre_transform (run graph by '
+            'graph). The two processed files hold the same storage'
+            + (' and are byte-identical.' if rows['same_file_bytes'] else
+               ' (their bytes differ).')]
+    out = Path(args.out) / 'bench_paths_cpu.md'
+    out.write_text('\n'.join(lines) + '\n')
+    print(f'wrote {out}')
+
+
+if __name__ == '__main__':
+    main()
