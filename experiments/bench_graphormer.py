@@ -7,8 +7,9 @@ timed apart from the data pipeline, median over ``--steps`` steps after one
 warm-up step:
 
 * data: fetching the graphs from the dataset and collating them into a PyG
-  batch (``DataLoader``, shuffled, ``num_workers=0``) and moving it to the
-  device;
+  batch as training does (``DataLoader``, shuffled, ``num_workers=0``;
+  with the batch's token layout, :class:`gnorm.train.graph_batches.
+  LayoutCollater`, in versions that have one) and moving it to the device;
 * model: the step itself, on already collated batches.
 
 ``--baseline REV`` also times the code of git revision REV (its whole
@@ -103,6 +104,20 @@ def _baseline_code(rev: str) -> Path:
     return folder
 
 
+def _loader(graphs, max_dist: int, **batching):
+    r"""The training loader of :mod:`gnorm.train.graph_batches` (each batch
+    with its token layout, collated as training collates it), or PyG's
+    plain :class:`~torch_geometric.loader.DataLoader` in a version that
+    has no layout."""
+    try:
+        from gnorm.train.graph_batches import LayoutCollater
+    except ImportError:  # a version before the token layout
+        from torch_geometric.loader import DataLoader
+        return DataLoader(graphs, **batching)
+    return torch.utils.data.DataLoader(
+        graphs, collate_fn=LayoutCollater(graphs, max_dist), **batching)
+
+
 def _model(name: str, norm: str):
     import functools
     from gnorm.models import Graphormer
@@ -118,20 +133,19 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
             bucket: int = 0) -> dict:
     r"""One measurement of the ``gnorm`` this process imports: per-step
     data and model times, peak memory, batch statistics."""
-    from torch_geometric.loader import DataLoader
     from gnorm.data.molecules import graph_sizes
     from gnorm.train.graph import _loss, forward
-    from gnorm.train.graph_batches import SizeBuckets
     device = torch.device(args.device)
     metric = 'mae' if name == 'zinc' else 'rocauc'
     graphs = _graphs(name, args.mirror, args.root)
     torch.manual_seed(0)  # the same batches and weights in every version
     if bucket:
-        loader = DataLoader(graphs, batch_sampler=SizeBuckets(
-            graph_sizes(graphs), batch_size, bucket))
+        from gnorm.train.graph_batches import SizeBuckets
+        batching = dict(batch_sampler=SizeBuckets(graph_sizes(graphs),
+                                                  batch_size, bucket))
     else:
-        loader = DataLoader(graphs, batch_size, shuffle=True,
-                            drop_last=True)
+        batching = dict(batch_size=batch_size, shuffle=True, drop_last=True)
+    loader = _loader(graphs, MAX_DIST[name], **batching)
     model = _model(name, norm).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     autocast = dtype == 'bfloat16'

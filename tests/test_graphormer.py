@@ -9,6 +9,7 @@ from torch_geometric.utils import from_networkx
 
 from gnorm.data.molecules import ShortestPaths
 from gnorm.models import Graphormer
+from gnorm.models.token_layout import token_layout
 from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm, SepNorm
 
 NORMS = {
@@ -132,11 +133,14 @@ def test_attention_bias_as_documented():
     model = _model(max_dist=2, max_spd=3)
     graphs = [_graph(7, 0, extra=2), _graph(4, 1)]
     b = Batch.from_data_list(graphs)
-    counts = torch.bincount(b.batch)
-    mask = torch.arange(9).view(1, -1) < counts.view(-1, 1)  # [2, 9]
+    all_hops = token_layout(b.edge_index, b.spd, b.path_edge, b.batch, 2)
+    kept_hops = token_layout(b.edge_index, b.spd, b.path_edge, b.batch, 2,
+                             max_dist=2)
+    assert kept_hops['path_hop'].numel() < all_hops['path_hop'].numel()
     with torch.no_grad():
-        bias = model.attention_bias(b.spd, b.path_edge, b.edge_index,
-                                    b.edge_attr, b.batch, counts, mask)
+        bias = model.attention_bias(b.spd, b.edge_attr, all_hops)
+        assert torch.equal(bias, model.attention_bias(b.spd, b.edge_attr,
+                                                      kept_hops))
         assert bias.shape == (2, 2, 10, 10)
         t = model.virtual_distance
         spd_w, hop_w = model.spd_encoder.weight, model.hop_weight
@@ -186,13 +190,12 @@ def test_sepnorm_sends_graph_token_to_virtual_norm():
     model.layers[0].register_forward_pre_hook(
         lambda m, args: captured.update(x=args[0].detach()))
     _run(model, graphs)
-    # The input of layer 0: the packed tokens [3 + 13, 16], graph after
-    # graph, graph token first.
-    x = captured['x'].split([1 + g.num_nodes for g in graphs])
-    virtual = torch.stack([part[0] for part in x])
-    assert torch.equal(seen['virtual'], virtual)  # the graph tokens only
-    nodes = torch.cat([part[1:] for part in x])
-    assert torch.equal(seen['token'], nodes)  # valid node tokens, no padding
+    # The input of layer 0: the packed tokens [3 + 13, 16], the graph
+    # tokens first, then the nodes.
+    x = captured['x']
+    assert x.shape == (3 + 13, 16)
+    assert torch.equal(seen['virtual'], x[:3])  # the graph tokens only
+    assert torch.equal(seen['token'], x[3:])  # valid node tokens, no padding
     assert isinstance(norm.norm_virtual, torch.nn.BatchNorm1d)
 
 
@@ -310,3 +313,70 @@ def test_fused_dropout_keeps_the_rate():
             ref = _run(model.eval(), graphs)
             spread[kernels] = (_run(model.train(), graphs) - ref).std()
     assert 0.5 < spread['fused'] / spread['explicit'] < 2.0
+
+
+def _layout_batch(graphs, max_dist):
+    b = Batch.from_data_list(graphs)
+    return b, token_layout(b.edge_index, b.spd, b.path_edge, b.batch,
+                           b.num_graphs, max_dist)
+
+
+@pytest.mark.parametrize('norm', ['layernorm', 'sepnorm_bn_ln'])
+def test_forward_with_a_layout_compiles_in_one_graph_for_every_shape(norm):
+    r"""With the layout computed ahead, the forward pass reads no value of
+    the batch on the host: ``torch.compile(fullgraph=True)`` traces it
+    without a graph break, and batches of other sizes (graphs, tokens,
+    pairs, path hops) reuse the one graph (symbolic sizes). The compiled
+    outputs and float64 gradients equal the eager ones."""
+    compiles = []
+
+    def backend(gm, example_inputs):  # counts graphs, runs them as traced
+        compiles.append(gm)
+        return gm.forward
+
+    model = _model(norm, dropout=0.0, input_dropout=0.0,
+                   attention_dropout=0.0).double()
+    compiled = torch.compile(model, backend=backend, fullgraph=True,
+                             dynamic=True)
+    for sizes in ([3, 8, 5], [4, 11, 2, 6], [9, 7, 12, 3, 5]):
+        graphs = [_graph(n, seed, extra=seed % 2) for seed, n in
+                  enumerate(sizes)]
+        b, layout = _layout_batch(graphs, model.max_dist)
+        args = (b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge)
+        grads = []
+        for fn in (model, compiled):
+            model.zero_grad()
+            out = fn(*args, layout=layout)
+            out.square().sum().backward()
+            grads.append((out.detach(), [p.grad.clone() for p in
+                                         model.parameters()]))
+        (eager, eager_grads), (traced, traced_grads) = grads
+        torch.testing.assert_close(traced, eager)
+        for g, h in zip(traced_grads, eager_grads):
+            torch.testing.assert_close(g, h)
+    assert len(compiles) == 1
+
+
+def test_layout_ahead_equals_layout_inside():
+    model = _model('sepnorm_bn_ln').eval()
+    graphs = [_graph(n, seed, extra=seed % 3) for seed, n in
+              enumerate([5, 1, 9, 4])]
+    b, layout = _layout_batch(graphs, model.max_dist)
+    inside = _run(model, graphs)
+    ahead = model(b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge,
+                  layout=layout)
+    assert torch.equal(inside, ahead)
+
+
+@pytest.mark.slow
+def test_inductor_compiled_forward_equals_eager():
+    model = _model('sepnorm_bn_ln', dropout=0.0, input_dropout=0.0,
+                   attention_dropout=0.0)
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    for sizes in ([3, 8, 5], [4, 11, 2, 6]):
+        b, layout = _layout_batch([_graph(n, s) for s, n in enumerate(sizes)],
+                                  model.max_dist)
+        args = (b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge)
+        torch.testing.assert_close(compiled(*args, layout=layout),
+                                   model(*args, layout=layout),
+                                   rtol=1e-4, atol=1e-5)

@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.typing import OptTensor
-from torch_geometric.utils import to_dense_batch
 
 from gnorm.data.molecules import import_ogb
 from gnorm.models.deep_gcn import _forward_inputs, _make_norm
+from gnorm.models.token_layout import token_layout
 from gnorm.nn import IsoBN, PairNorm
 
 
@@ -53,14 +53,19 @@ class CategoricalEncoder(torch.nn.Module):
 
 
 def _norm_kind(norm: torch.nn.Module) -> Union[str, Tuple[str, ...]]:
-    r"""How a norm reads the tokens: ``mask`` (dense with a validity mask,
-    :class:`~gnorm.nn.SepNorm`), ``dense`` (each token on its own), or the
-    inputs it takes besides the valid tokens (:obj:`batch`, ...)."""
+    r"""How a norm reads the packed tokens: ``split`` (the graph tokens
+    first, :class:`~gnorm.nn.SepNorm`'s :obj:`num_graph_tokens`), ``mask``
+    (dense with a validity mask), ``dense`` (each token on its own), or the
+    inputs it takes besides the tokens of each graph in order
+    (:obj:`batch`, ...)."""
     if isinstance(norm, _NOT_TOKEN_NORMS):
         raise ValueError(f"Graphormer cannot use {norm} at its norm sites "
                          f"(not a per-token normaliser); pass LayerNorm, "
                          f"SepNorm, ContraNorm, DualContraNorm or Identity")
-    if 'mask' in inspect.signature(norm.forward).parameters:
+    params = inspect.signature(norm.forward).parameters
+    if 'num_graph_tokens' in params:
+        return 'split'
+    if 'mask' in params:
         return 'mask'
     inputs = _forward_inputs(norm)
     return inputs if 'batch' in inputs else 'dense'
@@ -76,19 +81,29 @@ def _dense(x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
 
 def _pack(x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
     r"""The valid tokens of the dense :obj:`x` :obj:`[B, T, d]`, packed
-    :obj:`[M, d]` (graph after graph, graph token first)."""
+    :obj:`[M, d]` (graph tokens first, then the nodes)."""
     return x.reshape(-1, x.size(-1)).index_select(0, ctx['pos'])
+
+
+_NORM_CONTEXT = {'batch': 'token_batch', 'edge_index': 'token_edge_index'}
 
 
 def _run_norm(norm: torch.nn.Module, kind: Union[str, Tuple[str, ...]],
               x: Tensor, ctx: Dict[str, Tensor]) -> Tensor:
     r"""Applies :obj:`norm` to the packed tokens :obj:`x` :obj:`[M, d]` of a
     batch (no padded token exists, so none enters a statistic)."""
+    B = ctx['mask'].size(0)
+    if kind == 'split':
+        return norm(x, num_graph_tokens=B)
     if kind == 'mask':
         return _pack(norm(_dense(x, ctx), mask=ctx['mask']), ctx)
     if kind == 'dense':
         return norm(x)  # each token on its own
-    return norm(x, **{k: ctx[k] for k in kind})
+    # Graph after graph, graph token first, and back.
+    inputs = {k: B if k == 'batch_size' else ctx[_NORM_CONTEXT.get(k, k)]
+              for k in kind}
+    out = norm(x.index_select(0, ctx['order']), **inputs)
+    return torch.empty_like(out).index_copy(0, ctx['order'], out)
 
 
 def _keep_scale(x: Tensor, p: float) -> Tensor:
@@ -105,10 +120,11 @@ def _keep_scale(x: Tensor, p: float) -> Tensor:
 
 def _dropout(x: Tensor, p: float, training: bool, fused: bool) -> Tensor:
     r"""Dropout: :func:`torch.nn.functional.dropout` with the :obj:`fused`
-    kernels, else with the cheaper random masks of :func:`_keep_scale`."""
+    kernels and in a compiled graph (which fuses it with its neighbours),
+    else with the cheaper random masks of :func:`_keep_scale`."""
     if not training or p == 0.0:
         return x
-    if fused:
+    if fused or torch.compiler.is_compiling():
         return F.dropout(x, p, True)
     return x * _keep_scale(x, p)
 
@@ -124,11 +140,11 @@ class GraphormerLayer(torch.nn.Module):
     :obj:`[M, C]` of a batch: the linear layers and norms never see a
     padded token, only the attention scores are dense per graph.
 
-    Each head's channels are zero-padded to a multiple of
-    :obj:`head_multiple` (the fused memory-efficient GPU kernel needs a
-    multiple of 8; on the CPU the products get faster too); the zeros add
-    nothing to the scores and the softmax scale stays
-    :math:`1 / \sqrt{\text{head dim}}`, so the result is exact. With the
+    With the fused kernels each head's channels are zero-padded to a
+    multiple of :obj:`head_multiple` (the fused memory-efficient GPU kernel
+    needs a multiple of 8); the zeros add nothing to the scores and the
+    softmax scale stays :math:`1 / \sqrt{\text{head dim}}`, so the result
+    is exact. With the
     fused kernels (:obj:`ctx['fused']`, the default on CUDA) the attention
     is :func:`scaled_dot_product_attention`; with the explicit ones (the
     default on the CPU) it is written out (scores, softmax, dropout,
@@ -174,13 +190,23 @@ class GraphormerLayer(torch.nn.Module):
         B, T, C = qkv.size(0), qkv.size(1), qkv.size(2) // 3
         H, D = self.heads, self.head_dim
         p = self.attention_dropout if self.training else 0.0
+        fused = qkv.is_cuda if fused is None else fused
         qkv = qkv.view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
+        if not fused and not pad:
+            # One copy into [3, B * heads, T, head_dim], then products.
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).reshape(3, B * H, T, D)
+            scores = torch.baddbmm(
+                bias.to(q.dtype).reshape(B * H, T, T), q, k.transpose(1, 2),
+                alpha=1.0 / math.sqrt(D))  # [B * heads, T, T]
+            weights = _dropout(scores.softmax(-1), p, True, False)
+            out = torch.bmm(weights, v).view(B, H, T, D)
+            return out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, T, head_dim]
         if (True if pad is None else pad) and self.padded_dim != D:
             zeros = (0, self.padded_dim - D)
             q, k, v = F.pad(q, zeros), F.pad(k, zeros), F.pad(v, zeros)
         P = q.size(-1)  # padded_dim or head_dim
-        if qkv.is_cuda if fused is None else fused:
+        if fused:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias.to(q.dtype),
                 scale=1.0 / math.sqrt(D), dropout_p=p,
@@ -205,10 +231,14 @@ class GraphormerLayer(torch.nn.Module):
         dense = qkv.new_zeros(groups['size'], qkv.size(1)).index_copy(
             0, groups['pos'], qkv)  # [sum_g B_g T_g, 3 C]
         outs = []
-        for start, (Bg, Tg), bias in zip(groups['starts'], groups['shapes'],
-                                         groups['bias']):
-            part = dense[start:start + Bg * Tg].view(Bg, Tg, -1)
-            outs.append(self._attend(part, bias, fused=ctx['fused'])
+        # split, not slicing: its backward concatenates the groups'
+        # gradients instead of zero-filling the whole buffer per group.
+        parts = dense.split([Bg * Tg for Bg, Tg in groups['shapes']])
+        for part, (Bg, Tg), bias in zip(parts, groups['shapes'],
+                                        groups['bias']):
+            part = part.view(Bg, Tg, -1)
+            outs.append(self._attend(part, bias, pad=ctx['fused'],
+                                     fused=ctx['fused'])
                         .reshape(Bg * Tg, -1))
         h = torch.cat(outs).index_select(0, groups['pos'])  # [M, C]
         drop = functools.partial(_dropout, p=self.dropout,
@@ -288,9 +318,9 @@ class Graphormer(torch.nn.Module):
             :class:`~gnorm.nn.PairNorm` and :class:`~gnorm.nn.IsoBN` are
             refused. :obj:`None` means :class:`torch.nn.LayerNorm`.
             (default: :obj:`None`)
-        head_multiple (int, optional): Zero-pad each head's channels to a
-            multiple of this in the attention products (:obj:`1`: no
-            padding). (default: :obj:`8`)
+        head_multiple (int, optional): With the fused kernels, zero-pad
+            each head's channels to a multiple of this in the attention
+            products (:obj:`1`: no padding). (default: :obj:`8`)
         kernels (str, optional): :obj:`"fused"`: the attention of all
             graphs of a batch in one
             :func:`~torch.nn.functional.scaled_dot_product_attention` call
@@ -386,71 +416,49 @@ class Graphormer(torch.nn.Module):
         for p in (self.graph_token, self.hop_weight, self.virtual_distance):
             torch.nn.init.normal_(p, std=0.02)
 
-    def attention_bias(self, spd: Tensor, path_edge: Tensor,
-                       edge_index: Tensor, edge_attr: Tensor, batch: Tensor,
-                       counts: Tensor, mask: Tensor) -> Tensor:
-        r"""The additive bias :obj:`[B, heads, 1 + N, 1 + N]` of the class
-        docstring, :math:`-\infty` at padded keys. :obj:`spd` and
-        :obj:`path_edge` are the flat per-graph tensors of
-        :class:`~gnorm.data.molecules.ShortestPaths`, :obj:`counts` the
-        nodes per graph, :obj:`mask` :obj:`[B, N]` the valid nodes."""
-        B, N = mask.shape
-        K, E, H = self.max_dist, edge_index.size(1), self.num_heads
+    def attention_bias(self, spd: Tensor, edge_attr: Tensor,
+                       layout: Dict[str, Tensor]) -> Tensor:
+        r"""The additive bias :obj:`[B, heads, T, T]` of the class
+        docstring, :math:`-\infty` at padded keys, from the flat distances
+        :obj:`spd` :obj:`[P]` of
+        :class:`~gnorm.data.molecules.ShortestPaths`, the bond features and
+        the batch's :func:`~gnorm.models.token_layout.token_layout`:
+        embedding look-ups and index sums whose shapes are the layout's."""
+        mask = layout['mask']  # [B, T]
+        B, T = mask.shape
+        K, E, H = self.max_dist, edge_attr.size(0), self.num_heads
         dist = spd.long()  # [P], the pairs of every graph, row-major
         spd_row = torch.where(dist < 0, self.max_spd + 1,
                               dist.clamp(max=self.max_spd))  # [P]
         bias = self.spd_encoder(spd_row)  # [P, heads]
 
-        # Each pair's graph g and its flat position (g N + i) N + j in the
-        # dense [B, N, N] (the pairs of a graph are row-major, i n_g + j).
-        P, L = dist.numel(), path_edge.numel()
-        pairs = counts * counts  # [B]
-        graph = torch.repeat_interleave(torch.arange(B, device=spd.device),
-                                        pairs, output_size=P)  # [P]
-        local = torch.arange(P, device=spd.device) - (pairs.cumsum(0) -
-                                                      pairs)[graph]  # [P]
-        n = counts[graph]  # [P]
-        i = torch.div(local, n, rounding_mode='floor')  # [P]
-        pos = (graph * N + i) * N + local - i * n  # [P]
-
-        # Multi-hop edge encoding: pair p owns the max(d_p, 0) entries of
-        # path_edge after those of the pairs before it (hop order), so entry
-        # a is hop a - start_p of pair p. Its row in the [K * E + 1, heads]
-        # table below is hop * E + (graph's first edge + local id), or the
-        # zero row K * E for hops >= K.
-        length = dist.clamp(min=0)  # [P]
-        start = length.cumsum(0) - length  # [P]
-        edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)
-        edge_ptr = edge_counts.cumsum(0) - edge_counts  # [B]
-        pair = torch.repeat_interleave(torch.arange(P, device=spd.device),
-                                       length, output_size=L)  # [L]
-        base = edge_ptr[graph] - start * E  # [P]
-        entry = torch.arange(L, device=spd.device) * E + path_edge.long() \
-            + base[pair]  # [L]
-        entry = entry.clamp(max=K * E)
+        # Multi-hop edge encoding: hop k of pair p's path adds row
+        # k E + edge of the [K E + 1, heads] table (the zero row K E for
+        # hops >= K), and the sum is divided by the clamped length.
+        hop, pair = layout['path_hop'], layout['path_pair']  # [L]
+        entry = torch.where(hop < K, hop * E + layout['path_edge'], K * E)
         edge = self.bond_encoder(edge_attr)  # [E, heads]
         hops = torch.einsum('eh,khg->keg', edge, self.hop_weight)
         hops = torch.cat([hops.reshape(K * E, H),
                           hops.new_zeros(1, H)])  # [K * E + 1, heads]
-        multi_hop = bias.new_zeros(P, H).index_add_(
+        multi_hop = bias.new_zeros(dist.size(0), H).index_add_(
             0, pair, hops.index_select(0, entry).to(bias.dtype))  # [P, heads]
-        scale = 1.0 / length.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
+        scale = 1.0 / dist.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
         bias = bias + multi_hop * scale.to(bias.dtype)  # [P, heads]
-        bias = bias.new_zeros(B * N * N, H).index_copy(0, pos, bias)
-        bias = bias.view(B, N, N, H).permute(0, 3, 1, 2)  # [B, heads, N, N]
+        bias = bias.new_zeros(B * T * T, H).index_copy(
+            0, layout['pair_pos'], bias)
+        bias = bias.view(B, T, T, H).permute(0, 3, 1, 2)  # [B, heads, T, T]
 
         # The graph token's row and column (index 0) get the virtual distance.
-        bias = F.pad(bias, (1, 0, 1, 0))  # [B, heads, 1 + N, 1 + N]
-        border = torch.zeros(N + 1, N + 1, dtype=torch.bool,
-                             device=bias.device)
-        border[0, :] = border[:, 0] = True
+        first = torch.arange(T, device=mask.device) == 0  # [T]
+        border = first.view(-1, 1) | first.view(1, -1)  # [T, T]
         bias = bias + border * self.virtual_distance.view(-1, 1, 1)
-        keys = torch.cat([mask.new_ones(B, 1), mask], dim=1)  # [B, 1 + N]
-        return bias.masked_fill(~keys.view(B, 1, 1, N + 1), float('-inf'))
+        return bias.masked_fill(~mask.view(B, 1, 1, T), float('-inf'))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor,
                 spd: Tensor, path_edge: Tensor, batch: OptTensor = None,
                 batch_size: Optional[int] = None, return_tokens: bool = False,
+                layout: Optional[Dict[str, Tensor]] = None,
                 ) -> Union[Tensor, Tuple[Tensor, Tensor, Tensor]]:
         r"""Forward pass.
 
@@ -473,100 +481,78 @@ class Graphormer(torch.nn.Module):
             return_tokens (bool, optional): Also return the final tokens
                 :obj:`[B, 1 + N, hidden_channels]` (after the final norm) and
                 their mask :obj:`[B, 1 + N]`. (default: :obj:`False`)
+            layout (dict, optional): The batch's
+                :func:`~gnorm.models.token_layout.token_layout`, computed
+                ahead (e.g. in the data loader, see
+                :func:`~gnorm.models.token_layout.add_token_layout`); then
+                :obj:`batch`, :obj:`batch_size` and :obj:`path_edge` are not
+                read, and the forward pass reads no value of the batch on
+                the host (it compiles with ``fullgraph=True``).
+                (default: :obj:`None`: computed here)
 
         Returns:
             torch.Tensor: Predictions :obj:`[B, out_channels]`.
         """
-        if batch is None:
-            batch = x.new_zeros(x.size(0), dtype=torch.long)
-        B = int(batch.max()) + 1 if batch_size is None else batch_size
-        counts = torch.bincount(batch, minlength=B)  # [B]
-        deg = torch.bincount(edge_index[1], minlength=x.size(0))  # [num_nodes]
+        if layout is None:
+            if batch is None:
+                batch = x.new_zeros(x.size(0), dtype=torch.long)
+            layout = token_layout(edge_index, spd, path_edge, batch,
+                                  batch_size, self.max_dist)
+        B = layout['mask'].size(0)
+        deg = x.new_zeros(x.size(0), dtype=torch.long).index_add_(
+            0, edge_index[1], torch.ones_like(edge_index[1]))  # in-degrees
         h = self.atom_encoder(x) + self.degree_encoder(
             deg.clamp(max=self.max_degree))  # [num_nodes, d]
-        ctx = self._token_layout(batch, counts, edge_index)
-        mask = ctx['mask']  # [B, 1 + N]
-        bias = self.attention_bias(spd, path_edge, edge_index, edge_attr,
-                                   batch, counts, mask[:, 1:])
-        # The packed tokens, graph after graph, graph token first: row g of
-        # [graph tokens; nodes] for graph token g, row B + v for node v.
-        tokens = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
-        h = tokens.index_select(0, ctx['order'])  # [M, d]
+        bias = self.attention_bias(spd, edge_attr, layout)
+        # The packed tokens: the graph tokens, then the nodes.
+        h = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
+        ctx = dict(layout)
         ctx['fused'] = self.kernels == 'fused' or (self.kernels == 'auto'
                                                    and h.is_cuda)
         h = _dropout(h, self.input_dropout, self.training, ctx['fused'])
-        ctx['groups'] = self._attention_groups(bias, counts, ctx)
+        ctx['groups'] = self._attention_groups(bias, ctx)
         for layer in self.layers:
             h = layer(h, ctx)
         h = _run_norm(self.final_norm, self.final_kind, h, ctx)
-        out = self.head(h.index_select(0, ctx['graph_token']))  # [B, out]
-        return (out, _dense(h, ctx), mask) if return_tokens else out
+        out = self.head(h[:B])  # [B, out], the graph tokens
+        return (out, _dense(h, ctx), layout['mask']) if return_tokens \
+            else out
 
     @staticmethod
-    def _attention_groups(bias: Tensor, counts: Tensor,
+    def _attention_groups(bias: Tensor,
                           ctx: Dict[str, Tensor]) -> Dict[str, object]:
         r"""The groups of graphs the layers' attention runs in, each dense
         :obj:`[B_g, T_g]` with its own padding: ``shapes`` (the
         :obj:`(B_g, T_g)`), ``bias`` (each :obj:`[B_g, heads, T_g, T_g]`),
-        and one buffer for them all, group after group: ``starts`` (each
-        group's first row), ``size`` (its rows) and ``pos`` (the row of each
-        packed token). With the fused kernels one group (one kernel);
-        else the graphs sorted by size in chunks of :obj:`ATTENTION_CHUNK`,
-        each padded to its own largest graph only (the same attention per
-        graph, far fewer padded scores)."""
+        and one buffer for them all, group after group: ``size`` (its rows)
+        and ``pos`` (the row of each packed token). One group (one kernel, no value of the batch read)
+        with the fused kernels and in a compiled graph; else the graphs
+        sorted by size in chunks of :obj:`ATTENTION_CHUNK`, each padded to
+        its own largest graph only (the same attention per graph, far fewer
+        padded scores)."""
         B, T = ctx['mask'].shape
-        if ctx['fused'] or B <= ATTENTION_CHUNK:
-            return {'shapes': [(B, T)], 'bias': [bias], 'starts': [0],
-                    'size': B * T, 'pos': ctx['pos']}
-        sizes, graphs = torch.sort(counts + 1, stable=True)  # tokens/graph
-        out = {'shapes': [], 'bias': [], 'starts': [], 'size': 0}
-        pos = torch.empty_like(ctx['pos'])
+        if ctx['fused'] or B <= ATTENTION_CHUNK or \
+                torch.compiler.is_compiling():
+            return {'shapes': [(B, T)], 'bias': [bias], 'size': B * T,
+                    'pos': ctx['pos']}
+        counts = ctx['mask'].sum(1)  # tokens per graph
+        sizes, graphs = torch.sort(counts, stable=True)
+        out = {'shapes': [], 'bias': [], 'size': 0}
+        # Row of each packed token in the dense [B, T] tokens: graph, index.
+        graph_of, index = torch.div(ctx['pos'], T, rounding_mode='floor'), \
+            ctx['pos'] % T
+        group_pos = torch.empty_like(graphs)  # [B]: graph -> its first row
         for idx, part in zip(graphs.split(ATTENTION_CHUNK),
                              sizes.split(ATTENTION_CHUNK)):
-            Bg, Tg, Mg = idx.numel(), int(part[-1]), int(part.sum())
-            graph = torch.repeat_interleave(
-                torch.arange(Bg, device=idx.device), part, output_size=Mg)
-            t = torch.arange(Mg, device=idx.device) - (part.cumsum(0) -
-                                                       part)[graph]  # [M_g]
-            tokens = ctx['graph_token'][idx][graph] + t  # packed ids
-            pos[tokens] = out['size'] + graph * Tg + t
+            Bg, Tg = idx.numel(), int(part[-1])
+            group_pos[idx] = out['size'] + torch.arange(
+                Bg, device=idx.device) * Tg
             out['shapes'].append((Bg, Tg))
-            out['bias'].append(bias[idx][:, :, :Tg, :Tg])
-            out['starts'].append(out['size'])
+            # Contiguous once here, not in every layer.
+            out['bias'].append(bias[idx][:, :, :Tg, :Tg].contiguous())
             out['size'] += Bg * Tg
-        out['pos'] = pos
+        out['pos'] = group_pos[graph_of] + index
         return out
-
-    @staticmethod
-    def _token_layout(batch: Tensor, counts: Tensor,
-                      edge_index: Tensor) -> Dict[str, Tensor]:
-        r"""Where the :obj:`M = num_nodes + B` packed tokens of a batch
-        (graph after graph, graph token first) come from and go: ``order``
-        (row of [graph tokens; nodes] of each), ``pos`` (flat index in the
-        dense :obj:`[B, T]` tokens, :obj:`T = 1 + N`), ``graph_token`` (the
-        packed index of each graph token), ``mask`` :obj:`[B, T]`, and what
-        norms that take them read: ``batch``, ``batch_size``, and
-        ``edge_index`` between packed tokens."""
-        B, num_nodes = counts.numel(), batch.numel()
-        T = 1 + (int(counts.max()) if num_nodes else 0)
-        node_ptr = counts.cumsum(0) - counts  # [B]
-        graphs = torch.arange(B, device=batch.device)
-        graph_token = node_ptr + graphs  # [B]
-        node_token = torch.arange(num_nodes, device=batch.device) + batch + 1
-        order = torch.empty(num_nodes + B, dtype=torch.long,
-                            device=batch.device)
-        order[graph_token] = graphs
-        order[node_token] = torch.arange(B, B + num_nodes,
-                                         device=batch.device)
-        pos = torch.empty_like(order)
-        pos[graph_token] = graphs * T
-        pos[node_token] = batch * T + node_token - graph_token[batch]
-        mask = torch.arange(T, device=batch.device) < (counts + 1).view(-1, 1)
-        return {'order': order, 'pos': pos, 'graph_token': graph_token,
-                'mask': mask, 'batch_size': B,
-                'batch': torch.repeat_interleave(graphs, counts + 1,
-                                                 output_size=num_nodes + B),
-                'edge_index': edge_index + batch[edge_index] + 1}
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}({self.out_channels}, '

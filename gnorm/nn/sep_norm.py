@@ -87,7 +87,8 @@ class SepNorm(torch.nn.Module):
 
     def forward(self, x: Tensor, batch: OptTensor = None,
                 batch_size: Optional[int] = None,
-                mask: OptTensor = None) -> Tensor:
+                mask: OptTensor = None,
+                num_graph_tokens: Optional[int] = None) -> Tensor:
         r"""Forward pass.
 
         Args:
@@ -107,11 +108,24 @@ class SepNorm(torch.nn.Module):
                 (:obj:`True` = real token, :obj:`mask[:, 0]` all
                 :obj:`True`); :obj:`None` means no padding.
                 (default: :obj:`None`)
+            num_graph_tokens (int, optional): For flat :obj:`x` only, in
+                place of :obj:`batch`: the first :obj:`num_graph_tokens`
+                rows are the graph tokens of the graphs, all other rows
+                their other tokens (the packed layout of
+                :class:`~gnorm.models.Graphormer`; no value of :obj:`x`'s
+                structure is read, so it compiles in one graph).
+                (default: :obj:`None`)
 
         Returns:
             torch.Tensor: Normalized tokens of the same shape as :obj:`x`,
             zero at padded positions.
         """
+        if num_graph_tokens is not None:
+            if x.dim() != 2 or batch is not None or mask is not None:
+                raise ValueError("SepNorm got num_graph_tokens with batch, "
+                                 "mask or dense x; pass it alone, with flat "
+                                 "[num_tokens, channels] x")
+            return self._split_forward(x, num_graph_tokens)
         if x.dim() == 3:
             if batch is not None:
                 raise ValueError("SepNorm got dense x together with batch; "
@@ -139,12 +153,41 @@ class SepNorm(torch.nn.Module):
         out = self._dense_forward(dense, mask)
         return out[mask]  # [num_tokens, channels]
 
-    def _dense_forward(self, x: Tensor, mask: OptTensor) -> Tensor:
-        num_graphs, num_tokens, channels = x.shape
+    def _split_forward(self, x: Tensor, num_graphs: int) -> Tensor:
+        self._check_channels(x.size(-1))
+        self._check_batch_statistics(num_graphs, x.size(0) - num_graphs)
+        virtual = self.norm_virtual(x[:num_graphs])  # [num_graphs, channels]
+        tokens = x[num_graphs:]  # [num_tokens - num_graphs, channels]
+        if tokens.size(0) > 0:
+            tokens = self.norm_token(tokens)
+        return torch.cat([virtual, tokens])
+
+    def _check_channels(self, channels: int) -> None:
         if channels != self.in_channels:
             raise ValueError(f"SepNorm({self.in_channels}) got {channels} "
                              f"channels; pass in_channels={channels} or "
                              f"matching features")
+
+    def _check_batch_statistics(self, num_graphs: int,
+                                num_tokens: int) -> None:
+        r"""Refuses batch statistics from fewer than two rows in
+        training."""
+        if not self.training:
+            return
+        if self.virtual_norm == 'batch' and num_graphs < 2:
+            raise ValueError("SepNorm(virtual_norm='batch') cannot compute "
+                             "batch statistics of the graph token from a "
+                             "single graph in training; pass "
+                             "virtual_norm='layer' or a batch of >= 2 graphs")
+        if self.token_norm == 'batch' and 0 < num_tokens < 2:
+            raise ValueError("SepNorm(token_norm='batch') needs >= 2 "
+                             "valid tokens besides the graph tokens in "
+                             "training; pass token_norm='layer' or a "
+                             "larger batch")
+
+    def _dense_forward(self, x: Tensor, mask: OptTensor) -> Tensor:
+        num_graphs, num_tokens, channels = x.shape
+        self._check_channels(channels)
         if num_tokens < 1:
             raise ValueError("SepNorm needs at least the graph token per "
                              "graph; pass x with 1 + max_nodes >= 1 tokens")
@@ -159,22 +202,11 @@ class SepNorm(torch.nn.Module):
                              "of every graph; pass mask[:, 0] all True (no "
                              "empty graphs)")
 
-        if self.training and self.virtual_norm == 'batch' and num_graphs < 2:
-            raise ValueError("SepNorm(virtual_norm='batch') cannot compute "
-                             "batch statistics of the graph token from a "
-                             "single graph in training; pass "
-                             "virtual_norm='layer' or a batch of >= 2 graphs")
-        virtual = self.norm_virtual(x[:, 0])  # [num_graphs, channels]
-
         token_mask = mask[:, 1:]  # [num_graphs, max_nodes]
         rows = x[:, 1:][token_mask]  # [num_valid_tokens, channels]
+        self._check_batch_statistics(num_graphs, rows.size(0))
+        virtual = self.norm_virtual(x[:, 0])  # [num_graphs, channels]
         if rows.size(0) > 0:
-            if (self.training and self.token_norm == 'batch'
-                    and rows.size(0) < 2):
-                raise ValueError("SepNorm(token_norm='batch') needs >= 2 "
-                                 "valid tokens besides the graph tokens in "
-                                 "training; pass token_norm='layer' or a "
-                                 "larger batch")
             rows = self.norm_token(rows)
         # Scatter back; padded positions stay zero.
         tokens = rows.new_zeros(num_graphs, num_tokens - 1, channels)

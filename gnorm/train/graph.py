@@ -56,6 +56,7 @@ from gnorm.data.molecules import (GRAPH_DATASETS, import_ogb,
                                    load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer
+from gnorm.models.token_layout import layout_of
 from gnorm.train.common import is_int, one_line, option, result_config
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import Loaders, build_loaders
@@ -67,6 +68,8 @@ PRECISIONS = ('bf16', 'fp32')
 CHECKPOINT = 'checkpoint.pt'
 _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
+# Norms that read a value of the batch on the host (no fullgraph compile).
+_HOST_NORMS = ('gnorm.nn.ContraNorm', 'gnorm.nn.DualContraNorm')
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -125,12 +128,15 @@ def check_config(cfg: DictConfig) -> None:
     if t.precision not in PRECISIONS:
         raise ConfigError(f"unknown train.precision={t.precision!r}; pass "
                           f"bf16 or fp32")
-    if t.get('compile', False) is not False:
-        raise ConfigError(f"train.compile is for node tasks: the "
-                          f"Graphormer's attention bias has data-dependent "
-                          f"shapes that torch.compile(fullgraph=True) cannot "
-                          f"trace; remove train.compile={t.compile} for "
-                          f"dataset={name}")
+    if not isinstance(t.get('compile', False), bool):
+        raise ConfigError(f"train.compile must be true or false, got "
+                          f"{t.compile!r}")
+    if t.get('compile', False) and cfg.norm.get('_target_') in _HOST_NORMS:
+        raise ConfigError(f"train.compile=true compiles the Graphormer in one "
+                          f"graph, which {option('norm', cfg.norm)} cannot "
+                          f"join (it reads the largest graph's size on the "
+                          f"host); pass train.compile=false or norm=layernorm"
+                          f" or sepnorm")
     build_model(cfg)  # bad model or norm options, before the data loads
 
 
@@ -171,9 +177,11 @@ def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
 
 
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
-    r"""Predictions of :obj:`model` for a PyG mini-batch."""
+    r"""Predictions of :obj:`model` for a PyG mini-batch (with the token
+    layout the loaders add to it, when it has one)."""
     return model(batch.x, batch.edge_index, batch.edge_attr, batch.spd,
-                 batch.path_edge, batch.batch, batch.num_graphs)
+                 batch.path_edge, batch.batch, batch.num_graphs,
+                 layout=layout_of(batch))
 
 
 @torch.no_grad()
@@ -286,7 +294,7 @@ def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
         model = build_model(cfg).to(device)
         describe(results, cfg, splits, model, world)
         loaders = build_loaders(splits, cfg.train, cfg.seed, rank, world,
-                                device)
+                                device, cfg.model.max_dist)
         training = build_training(cfg, model, device, rank, world,
                                   len(loaders.train))
         results.update(curve={k: [] for k in CURVE}, best_epoch=0,
@@ -352,7 +360,10 @@ class Training:
     optimizer and learning-rate schedule, the device, whether updates run
     under bf16 :obj:`autocast`, the :obj:`metric` (which picks the loss),
     the gradient clipping norm (:obj:`0`: none), and this process's
-    :obj:`rank` of the :obj:`world` data-parallel processes."""
+    :obj:`rank` of the :obj:`world` data-parallel processes. The updates
+    call :obj:`trained` through :obj:`compiled` when it is set
+    (``train.compile``: :func:`torch.compile` with ``fullgraph=True`` and
+    symbolic sizes, so batches of other sizes reuse the compiled graph)."""
     model: torch.nn.Module
     trained: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -363,12 +374,14 @@ class Training:
     grad_clip: float
     rank: int = 0
     world: int = 1
+    compiled: Optional[Any] = None
 
     def step(self, batch) -> torch.Tensor:
         r"""One update on :obj:`batch` (on the device); returns its loss."""
         with torch.autocast(self.device.type, torch.bfloat16,
                             enabled=self.autocast):
-            loss = _loss(forward(self.trained, batch), batch.y, self.metric)
+            model = self.trained if self.compiled is None else self.compiled
+            loss = _loss(forward(model, batch), batch.y, self.metric)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_clip > 0:
@@ -408,10 +421,12 @@ def build_training(cfg: DictConfig, model: torch.nn.Module,
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, t.warmup_steps, total, end,
                                           t.decay_power))
-    return Training(model, data_parallel(model, device, world), optimizer,
-                    scheduler, device, t.precision == 'bf16',
-                    GRAPH_DATASETS[cfg.dataset.name][2], t.grad_clip, rank,
-                    world)
+    trained = data_parallel(model, device, world)
+    compiled = torch.compile(trained, fullgraph=True, dynamic=True) \
+        if t.get('compile', False) else None
+    return Training(model, trained, optimizer, scheduler, device,
+                    t.precision == 'bf16', GRAPH_DATASETS[cfg.dataset.name][2],
+                    t.grad_clip, rank, world, compiled)
 
 
 def restore(state: Dict[str, Any], training: Training,

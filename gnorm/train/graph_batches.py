@@ -1,7 +1,10 @@
 r"""Mini-batches of graphs for :mod:`gnorm.train.graph`: the training
 batches (uniformly shuffled, or of similar size with
 :class:`SizeBuckets`), split between the processes of a data-parallel run,
-and the evaluation batches.
+and the evaluation batches. Every batch carries its
+:func:`~gnorm.models.token_layout.token_layout` (:class:`LayoutCollater`),
+computed where the batch is collated (in the loader's workers with
+``train.num_workers``), so that the model reads no value of the batch.
 """
 import math
 from dataclasses import dataclass
@@ -10,9 +13,11 @@ from typing import Any, Dict
 import torch
 from omegaconf import DictConfig
 from torch.utils.data.distributed import DistributedSampler
-from torch_geometric.loader import DataLoader
+from torch.utils.data import DataLoader
+from torch_geometric.loader.dataloader import Collater
 
 from gnorm.data.molecules import graph_sizes
+from gnorm.models.token_layout import add_token_layout
 
 
 class SizeBuckets(torch.utils.data.Sampler):
@@ -57,6 +62,18 @@ class SizeBuckets(torch.utils.data.Sampler):
         return math.ceil(batches / self.world)
 
 
+class LayoutCollater:
+    r"""PyG's collation of a list of graphs into a batch, then the batch's
+    :func:`~gnorm.models.token_layout.add_token_layout` for a model that
+    reads :obj:`max_dist` hops of every path. Picklable (loader
+    workers)."""
+    def __init__(self, graphs, max_dist: int):
+        self.collate, self.max_dist = Collater(graphs), max_dist
+
+    def __call__(self, graphs):
+        return add_token_layout(self.collate(graphs), self.max_dist)
+
+
 @dataclass
 class Loaders:
     r"""The loaders of a run: :obj:`train` draws its batches from
@@ -78,11 +95,13 @@ def _eval_batching(graphs, batch_size: int, buckets: bool) -> Dict[str, Any]:
 
 
 def build_loaders(splits: Dict[str, Any], t: DictConfig, seed: int,
-                  rank: int, world: int, device: torch.device) -> Loaders:
+                  rank: int, world: int, device: torch.device,
+                  max_dist: int) -> Loaders:
     r"""The loaders of :obj:`splits` for process :obj:`rank` of
     :obj:`world`: training batches of ``train.batch_size`` graphs, of
     similar size with ``train.bucket_chunk`` (:class:`SizeBuckets`), else
-    uniformly shuffled (:class:`DistributedSampler`)."""
+    uniformly shuffled (:class:`DistributedSampler`), each with its token
+    layout for a model of multi-hop distance :obj:`max_dist`."""
     if t.bucket_chunk:
         sampler = SizeBuckets(graph_sizes(splits['train']), t.batch_size,
                               t.bucket_chunk, seed, rank, world)
@@ -102,6 +121,7 @@ def build_loaders(splits: Dict[str, Any], t: DictConfig, seed: int,
 
     def loader(graphs, **kwargs):
         return DataLoader(graphs, **kwargs, **args,
+                          collate_fn=LayoutCollater(graphs, max_dist),
                           generator=torch.Generator().manual_seed(seed))
     evals = {k: loader(splits[k], **_eval_batching(
         splits[k], t.batch_size, bool(t.bucket_chunk)))

@@ -103,6 +103,30 @@ def test_sep_norm_flat_equals_dense(virtual, token):
     torch.testing.assert_close(flat_out, dense_out[mask])
 
 
+@pytest.mark.parametrize('virtual,token', COMBOS)
+@pytest.mark.parametrize('training', [True, False])
+def test_sep_norm_graph_tokens_first_matches_reference(virtual, token,
+                                                       training):
+    # The packed layout [graph tokens; other tokens] with num_graph_tokens:
+    # the reference on the dense tokens, and the same running statistics.
+    torch.manual_seed(3)
+    x, mask = make_input(torch.double)
+    packed = torch.cat([x[:, 0], x[:, 1:][mask[:, 1:]]])  # [3 + 10, 4]
+    norms = [make_norm(virtual, token).double() for _ in range(2)]
+    norms[1].load_state_dict(norms[0].state_dict())
+    for norm in norms:
+        norm.train(training)
+    out = norms[0](packed, num_graph_tokens=3)
+    expected = reference_sep_norm(x, mask, norms[0])
+    torch.testing.assert_close(out, torch.cat(
+        [expected[:, 0], expected[:, 1:][mask[:, 1:]]]))
+    norms[1](x, mask=mask)
+    for a, b in zip(norms[0].buffers(), norms[1].buffers()):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match='num_graph_tokens.*alone'):
+        norms[0](x, mask=mask, num_graph_tokens=3)
+
+
 @pytest.mark.parametrize('virtual,token,training',
                          [('layer', 'layer', True)] +
                          [(v, t, False) for v, t in COMBOS])

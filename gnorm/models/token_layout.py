@@ -1,0 +1,143 @@
+r"""Where the tokens and node pairs of a mini-batch of graphs go in a
+:class:`~gnorm.models.Graphormer`: index tensors computed once per batch
+from the batch's structure (its node counts, its shortest paths), before
+the model runs.
+
+Everything that depends on the *values* of the structure (the number of
+tokens of the largest graph, the pairs of each graph, the hops of each
+path) is read here, so that the model itself is embedding look-ups, index
+copies and dense products whose shapes are the shapes of these tensors:
+no value of the batch reaches the host inside the model, and
+:func:`torch.compile` traces it in one graph (``fullgraph=True``) with
+symbolic sizes. :func:`token_layout` can run in the data loader's workers
+(:func:`add_token_layout` on a collated PyG batch), beside the model.
+
+The packed tokens of a batch of :math:`B` graphs are
+:math:`M = B + \text{num\_nodes}` rows: the :math:`B` graph tokens first
+(row :math:`g` for graph :math:`g`), then the nodes in the batch's order
+(row :math:`B + v` for node :math:`v`). The dense tokens are
+:obj:`[B, T]`, :math:`T = 1 + \max_g n_g`, graph token at index :obj:`0`.
+"""
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor
+
+# The tensors of a layout; on a PyG batch each is stored as
+# ``layout_<name>`` (see add_token_layout).
+KEYS = ('mask', 'pos', 'pair_pos', 'path_pair', 'path_hop', 'path_edge',
+        'order', 'token_batch', 'token_edge_index')
+PREFIX = 'layout_'
+
+
+def _starts(counts: Tensor) -> Tensor:
+    r"""The first index of each of the consecutive runs of :obj:`counts`."""
+    return counts.cumsum(0) - counts
+
+
+def _rows(counts: Tensor, total: int) -> Tensor:
+    r"""For :obj:`total = counts.sum()` consecutive entries, the run
+    each belongs to (:obj:`0` for the first :obj:`counts[0]`, ...)."""
+    runs = torch.arange(counts.numel(), device=counts.device)
+    return torch.repeat_interleave(runs, counts, output_size=total)
+
+
+def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
+                 batch: Tensor, batch_size: Optional[int] = None,
+                 max_dist: Optional[int] = None) -> Dict[str, Tensor]:
+    r"""The layout of a batch of graphs.
+
+    Args:
+        edge_index (torch.Tensor): Edges :obj:`[2, E]` of the batch, the
+            edges of each graph contiguous (as PyG batches them).
+        spd (torch.Tensor): Flat shortest-path distances of every graph,
+            :obj:`[P = sum_g n_g^2]` (row-major per graph, :obj:`-1`
+            unreachable), as :class:`~gnorm.data.molecules.ShortestPaths`
+            stores them.
+        path_edge (torch.Tensor): Local edge ids along every pair's path,
+            pair after pair, hops in order.
+        batch (torch.Tensor): Sorted graph of each node :obj:`[num_nodes]`.
+        batch_size (int, optional): Number of graphs :math:`B`.
+            (default: :obj:`batch.max() + 1`)
+        max_dist (int, optional): Keep only the first :obj:`max_dist` hops
+            of every path (the model's multi-hop encoding reads no more).
+            (default: :obj:`None`, all hops)
+
+    Returns:
+        dict: int64 tensors (``mask`` bool):
+
+        * ``mask`` :obj:`[B, T]`: the valid dense tokens;
+        * ``pos`` :obj:`[M]`: flat index in the dense :obj:`[B, T]` of
+          each packed token;
+        * ``pair_pos`` :obj:`[P]`: flat index in the dense
+          :obj:`[B, T, T]` of each node pair :math:`(i, j)` (at
+          :math:`(1 + i, 1 + j)`, after the graph token);
+        * ``path_pair``, ``path_hop``, ``path_edge`` :obj:`[L]`: for each
+          kept hop of a path, its pair, its hop index :math:`k \geq 0`
+          and its edge (batch-wide id);
+        * ``order`` :obj:`[M]`: the packed tokens graph after graph, graph
+          token first (for norms that take a sorted :obj:`batch`), with
+          ``token_batch`` :obj:`[M]` (their graphs, sorted) and
+          ``token_edge_index`` :obj:`[2, E]` (the edges between them, in
+          that order).
+    """
+    device = batch.device
+    B = int(batch.max()) + 1 if batch_size is None else batch_size
+    num_nodes, P = batch.numel(), spd.numel()
+    counts = torch.bincount(batch, minlength=B)  # [B]
+    T = 1 + (int(counts.max()) if num_nodes else 0)
+    graphs = torch.arange(B, device=device)
+    local = torch.arange(num_nodes, device=device) - _starts(counts)[batch]
+    pos = torch.cat([graphs * T, batch * T + 1 + local])  # [M]
+    mask = torch.arange(T, device=device) < (counts + 1).view(-1, 1)
+
+    # Pair p of graph g is (i, j) = divmod(p's index within g, n_g).
+    pairs = counts * counts  # [B]
+    pair_graph = _rows(pairs, P)  # [P]
+    within = torch.arange(P, device=device) - _starts(pairs)[pair_graph]
+    n = counts[pair_graph]  # [P]
+    i = torch.div(within, n, rounding_mode='floor')
+    pair_pos = (pair_graph * T + 1 + i) * T + 1 + within - i * n  # [P]
+
+    # Pair p owns the max(d_p, 0) entries of path_edge after those of the
+    # pairs before it, in hop order.
+    length = spd.long().clamp(min=0)  # [P]
+    path_pair = _rows(length, path_edge.numel())  # [L]
+    path_hop = torch.arange(path_edge.numel(), device=device) - \
+        _starts(length)[path_pair]  # [L]
+    edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)  # [B]
+    edge = path_edge.long() + _starts(edge_counts)[pair_graph[path_pair]]
+    if max_dist is not None:
+        keep = path_hop < max_dist
+        path_pair, path_hop, edge = path_pair[keep], path_hop[keep], edge[keep]
+
+    # Graph after graph: graph token g at g + (nodes before g), node v at
+    # v + batch[v] + 1.
+    node_rank = torch.arange(num_nodes, device=device) + batch + 1
+    graph_rank = _starts(counts) + graphs
+    order = torch.empty(B + num_nodes, dtype=torch.long, device=device)
+    order[graph_rank] = graphs
+    order[node_rank] = torch.arange(B, B + num_nodes, device=device)
+    return {'mask': mask, 'pos': pos, 'pair_pos': pair_pos,
+            'path_pair': path_pair, 'path_hop': path_hop, 'path_edge': edge,
+            'order': order, 'token_batch': _rows(counts + 1, B + num_nodes),
+            'token_edge_index': node_rank[edge_index]}
+
+
+def add_token_layout(batch, max_dist: Optional[int] = None):
+    r"""Stores :func:`token_layout` of a collated PyG batch on it
+    (``layout_<name>``, moved to a device with the batch) and returns
+    it; :func:`layout_of` reads it back."""
+    layout = token_layout(batch.edge_index, batch.spd, batch.path_edge,
+                          batch.batch, batch.num_graphs, max_dist)
+    for key, value in layout.items():
+        batch[PREFIX + key] = value
+    return batch
+
+
+def layout_of(batch) -> Optional[Dict[str, Tensor]]:
+    r"""The layout :func:`add_token_layout` stored on :obj:`batch`, or
+    :obj:`None`."""
+    if PREFIX + KEYS[0] not in batch:
+        return None
+    return {key: batch[PREFIX + key] for key in KEYS}
