@@ -91,25 +91,24 @@ def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
     pos = torch.cat([graphs * T, batch * T + 1 + local])  # [M]
     mask = torch.arange(T, device=device) < (counts + 1).view(-1, 1)
 
-    # Pair p of graph g is (i, j) = divmod(p's index within g, n_g).
-    pairs = counts * counts  # [B]
-    pair_graph = _rows(pairs, P)  # [P]
-    within = torch.arange(P, device=device) - _starts(pairs)[pair_graph]
-    n = counts[pair_graph]  # [P]
-    i = torch.div(within, n, rounding_mode='floor')
-    pair_pos = (pair_graph * T + 1 + i) * T + 1 + within - i * n  # [P]
+    # The pairs of a graph are row-major: row i (node i) holds n_g pairs.
+    row_len = torch.repeat_interleave(counts, counts, output_size=num_nodes)
+    pair_row = _rows(row_len, P)  # [P]: node i of each pair
+    j = torch.arange(P, device=device) - _starts(row_len)[pair_row]  # [P]
+    pair_graph = batch[pair_row]  # [P]
+    pair_pos = (pair_graph * T + 1 + local[pair_row]) * T + 1 + j  # [P]
 
     # Pair p owns the max(d_p, 0) entries of path_edge after those of the
-    # pairs before it, in hop order.
+    # pairs before it, in hop order; its first min(d_p, max_dist) are kept.
     length = spd.long().clamp(min=0)  # [P]
-    path_pair = _rows(length, path_edge.numel())  # [L]
-    path_hop = torch.arange(path_edge.numel(), device=device) - \
-        _starts(length)[path_pair]  # [L]
+    kept = length if max_dist is None else length.clamp(max=max_dist)
+    path_pair = _rows(kept, int(kept.sum()))  # [L]
+    path_hop = torch.arange(path_pair.numel(), device=device) - \
+        _starts(kept)[path_pair]  # [L]
+    entry = _starts(length)[path_pair] + path_hop  # [L], into path_edge
     edge_counts = torch.bincount(batch[edge_index[0]], minlength=B)  # [B]
-    edge = path_edge.long() + _starts(edge_counts)[pair_graph[path_pair]]
-    if max_dist is not None:
-        keep = path_hop < max_dist
-        path_pair, path_hop, edge = path_pair[keep], path_hop[keep], edge[keep]
+    edge = path_edge[entry].long() + \
+        _starts(edge_counts)[pair_graph[path_pair]]  # [L]
 
     # Graph after graph: graph token g at g + (nodes before g), node v at
     # v + batch[v] + 1.
