@@ -46,3 +46,27 @@ def test_readme_says_where_contranorm_beats_the_other_rows():
     words = next(line for line in report.splitlines()
                  if line.startswith('In words: '))
     assert ' '.join(quoted.split()) == words
+
+
+def test_readme_graphormer_speed_comes_from_the_committed_benchmark():
+    r"""Every number of the README's Graphormer paragraph is in the row of
+    the committed side-by-side benchmark it names (dataset, LayerNorm,
+    before or after)."""
+    readme = (ROOT / 'README.md').read_text()
+    quoted = ' '.join(re.search(
+        r'<!-- graphormer-speed -->(.*?)<!-- /graphormer-speed -->', readme,
+        re.S).group(1).split())
+    table = (ROOT / 'experiments' / 'results' /
+             'bench_graphormer_cpu_vs_b2b073a.md').read_text()
+
+    def row(dataset, version):
+        return next(line for line in table.splitlines() if line.startswith(
+            f'| {dataset} | float32 | layernorm | shuffle | 128 | '
+            f'{version}'))
+    for dataset, text in zip(('zinc', 'molhiv'), quoted.split(';')):
+        numbers = re.findall(r'\d+(?:\.\d+)?', text.split('(')[0])
+        rates = re.findall(r'(\d+) → (\d+)', text)[0]
+        before, after = row(dataset, 'before').split(' | '), \
+            row(dataset, 'after').split(' | ')
+        assert numbers[-4:] == [before[8], before[9], after[8], after[9]]
+        assert rates == (before[11], after[11])
