@@ -305,3 +305,18 @@ def test_graphormer_benchmark_plot_shows_every_series(tmp_path):
     xs = {round(float(x), 3) for line in ax.lines for x in line.get_xdata()}
     assert len(xs) == 4  # the two norms side by side, not on each other
     plt.close('all')
+
+
+def test_graphormer_parts_report_gives_the_layers_share(tmp_path):
+    parts = _script('bench_graphormer_parts')
+    path = tmp_path / 'bench_graphormer_parts_cpu.jsonl'
+    ms = {('full', 0.1): 380.0, ('full', 0.0): 320.0, ('layers', 0.1): 330.0,
+          ('layers', 0.0): 250.0}
+    rows = [dict(dataset='zinc', norm='layernorm', part=part,
+                 dropout=dropout, batch_size=128, cpu_ms=value, steps=5,
+                 host='test cpu') for (part, dropout), value in ms.items()]
+    path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    text = parts.report(path)
+    assert text == path.with_suffix('.md').read_text()
+    assert '| zinc | layernorm | 380.0 | 320.0 | 330.0 | 250.0 | 1.52x |' \
+        in text

@@ -506,17 +506,25 @@ class Graphormer(torch.nn.Module):
         bias = self.attention_bias(spd, edge_attr, layout)
         # The packed tokens: the graph tokens, then the nodes.
         h = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
-        ctx = dict(layout)
-        ctx['fused'] = self.kernels == 'fused' or (self.kernels == 'auto'
-                                                   and h.is_cuda)
+        ctx = self.layer_context(bias, layout)
         h = _dropout(h, self.input_dropout, self.training, ctx['fused'])
-        ctx['groups'] = self._attention_groups(bias, ctx)
         for layer in self.layers:
             h = layer(h, ctx)
         h = _run_norm(self.final_norm, self.final_kind, h, ctx)
         out = self.head(h[:B])  # [B, out], the graph tokens
         return (out, _dense(h, ctx), layout['mask']) if return_tokens \
             else out
+
+    def layer_context(self, bias: Tensor,
+                      layout: Dict[str, Tensor]) -> Dict[str, object]:
+        r"""What every layer reads besides the tokens: the :obj:`layout`,
+        the attention kernels (``fused``) and the attention groups with
+        their parts of :obj:`bias` (``groups``)."""
+        ctx = dict(layout)
+        ctx['fused'] = self.kernels == 'fused' or (
+            self.kernels == 'auto' and bias.is_cuda)
+        ctx['groups'] = self._attention_groups(bias, ctx)
+        return ctx
 
     @staticmethod
     def _attention_groups(bias: Tensor,
