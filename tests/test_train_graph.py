@@ -225,7 +225,8 @@ def test_bucketed_run_evaluates_like_a_shuffled_one(tmp_path):
 
 
 def test_sepnorm_experiments_compose_with_their_table():
-    for name in ('sepnorm_molhiv', 'sepnorm_molhiv_cpu'):
+    for name in ('sepnorm_molhiv', 'sepnorm_molhiv_cpu',
+                 'sepnorm_molhiv_cpu_long'):
         cfg = compose_train(f'experiment={name}')
         check_config(cfg)
         rows = cfg.table.rows
