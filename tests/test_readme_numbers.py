@@ -48,25 +48,40 @@ def test_readme_says_where_contranorm_beats_the_other_rows():
     assert ' '.join(quoted.split()) == words
 
 
-def test_readme_graphormer_speed_comes_from_the_committed_benchmark():
-    r"""Every number of the README's Graphormer paragraph is in the row of
-    the committed side-by-side benchmark it names (dataset, LayerNorm,
-    before or after)."""
+def _quoted(name):
     readme = (ROOT / 'README.md').read_text()
-    quoted = ' '.join(re.search(
-        r'<!-- graphormer-speed -->(.*?)<!-- /graphormer-speed -->', readme,
-        re.S).group(1).split())
+    return ' '.join(re.search(f'<!-- {name} -->(.*?)<!-- /{name} -->',
+                              readme, re.S).group(1).split())
+
+
+def _numbers(text):
+    return re.findall(r'\d+(?:\.\d+)?', text)
+
+
+def test_readme_graphormer_speed_comes_from_the_committed_benchmark():
+    r"""The README's Graphormer step times and speed-ups are those of the
+    committed side-by-side benchmark (process CPU time of the model step,
+    LayerNorm and SepNorm, before and after)."""
     table = (ROOT / 'experiments' / 'results' /
              'bench_graphormer_cpu_vs_b2b073a.md').read_text()
+    model_time = table.split('## Model time')[1]
 
-    def row(dataset, version):
-        return next(line for line in table.splitlines() if line.startswith(
-            f'| {dataset} | float32 | layernorm | shuffle | 128 | '
-            f'{version}'))
-    for dataset, text in zip(('zinc', 'molhiv'), quoted.split(';')):
-        numbers = re.findall(r'\d+(?:\.\d+)?', text.split('(')[0])
-        rates = re.findall(r'(\d+) → (\d+)', text)[0]
-        before, after = row(dataset, 'before').split(' | '), \
-            row(dataset, 'after').split(' | ')
-        assert numbers[-4:] == [before[8], before[9], after[8], after[9]]
-        assert rates == (before[11], after[11])
+    def cells(dataset, norm):  # CPU ms before, after, CPU-time speedup
+        line = next(row for row in model_time.splitlines() if row.startswith(
+            f'| {dataset} | float32 | {norm} | shuffle | 128 |'))
+        return line.strip(' |').split(' | ')[-3:]
+    for dataset, text in zip(('zinc', 'molhiv'),
+                             _quoted('graphormer-speed').split(';')):
+        ln, sep = cells(dataset, 'layernorm'), cells(dataset, 'sepnorm')
+        assert _numbers(text)[-6:] == [
+            ln[0], sep[0], ln[1], sep[1], ln[2][:-1], sep[2][:-1]]
+
+
+def test_readme_graphormer_parts_come_from_the_committed_benchmark():
+    table = (ROOT / 'experiments' / 'results' /
+             'bench_graphormer_parts_cpu.md').read_text()
+    ratios = [float(line.strip(' |').split(' | ')[-1][:-1])
+              for line in table.splitlines()
+              if re.match(r'\| \w+ \| \w+ \| \d', line)]
+    low, high = _numbers(_quoted('graphormer-parts'))[:2]
+    assert (float(low), float(high)) == (min(ratios), max(ratios))
