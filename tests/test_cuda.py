@@ -270,6 +270,24 @@ def test_graph_training_in_bf16(tmp_path, device):
 
 
 @needs_mirror
+@pytest.mark.parametrize('device', [pytest.param('cpu', marks=pytest.mark.slow),
+                                    CUDA])
+def test_compiled_graph_training_equals_eager(tmp_path, device):
+    r"""``train.compile=true`` trains the Graphormer through one compiled
+    graph (fullgraph, symbolic sizes: the batches of every size share it)
+    and, without dropout (the compiled graph draws its own masks), gives
+    the eager run's curve."""
+    no_dropout = ('model.dropout=0.0', 'model.input_dropout=0.0',
+                  'model.attention_dropout=0.0', 'train.precision=fp32')
+    eager = _graph_run(tmp_path, 'eager', device, *no_dropout)
+    compiled = _graph_run(tmp_path, 'compiled', device, *no_dropout,
+                          'train.compile=true')
+    for key in ('loss', 'val_metric', 'test_metric'):
+        assert compiled['curve'][key] == pytest.approx(
+            eager['curve'][key], rel=1e-4, abs=1e-5)
+
+
+@needs_mirror
 @pytest.mark.parametrize('device', DEVICES)
 def test_deterministic_runs_repeat_bitwise(tmp_path, device):
     r"""With ``train.deterministic=true`` two runs of one config give the

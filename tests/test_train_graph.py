@@ -419,18 +419,3 @@ def test_ddp_ranks_with_unequal_buckets_finish_or_fail_together(tmp_path,
     assert nan[0].startswith('TrainingError: the training loss became nan '
                              'at epoch 1 (seen at update 4/')
 
-
-@needs_mirror
-@pytest.mark.slow
-def test_train_compile_graph_equals_eager(tmp_path):
-    r"""``train.compile=true`` trains the Graphormer through one compiled
-    graph (fullgraph, symbolic sizes: the batches of every size share it)
-    and, without dropout, gives the eager run's curve."""
-    no_dropout = ['model.dropout=0.0', 'model.input_dropout=0.0',
-                  'model.attention_dropout=0.0', 'train.epochs=2']
-    curves = [train(compose_train(*TINY, *no_dropout,
-                                  f'train.compile={c}'),
-                    output_dir=tmp_path / c)['curve']
-              for c in ('false', 'true')]
-    for key in ('loss', 'val_metric', 'test_metric'):
-        assert curves[1][key] == pytest.approx(curves[0][key], rel=1e-4)
