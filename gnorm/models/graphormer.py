@@ -17,7 +17,7 @@ from gnorm.nn import IsoBN, PairNorm
 FEATURES = ('ogb', 'zinc')
 # Graphs per attention group on the CPU (sorted by size; see
 # Graphormer._attention_groups).
-ATTENTION_CHUNK = 32
+ATTENTION_CHUNK = 16
 
 
 def feature_dims(features: str) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
