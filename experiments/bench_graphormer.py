@@ -404,6 +404,15 @@ def report(path: Path, device: str) -> None:
                 metadata={'Software': None})
 
 
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    r"""The data mirror, the dataset root and the report folder."""
+    parser.add_argument('--mirror', default=os.environ.get(
+        'GNORM_DATA_MIRROR', str(ROOT.parent / 'shared' / 'data')))
+    parser.add_argument('--root', default=str(ROOT / 'data'))
+    parser.add_argument('--out', default=str(ROOT / 'experiments' /
+                                             'results'))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--device', default='cpu')
@@ -419,11 +428,7 @@ def main() -> None:
     parser.add_argument('--profile', action='store_true')
     parser.add_argument('--profile-rows', type=int, default=20)
     parser.add_argument('--steps', type=int, default=3)
-    parser.add_argument('--mirror', default=os.environ.get(
-        'GNORM_DATA_MIRROR', str(ROOT.parent / 'shared' / 'data')))
-    parser.add_argument('--root', default=str(ROOT / 'data'))
-    parser.add_argument('--out', default=str(ROOT / 'experiments' /
-                                             'results'))
+    add_data_arguments(parser)
     parser.add_argument('--rounds', type=int, default=1,
                         help='with --baseline: measurements per version, '
                         'alternated')

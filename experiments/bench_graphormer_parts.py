@@ -24,7 +24,6 @@ own arithmetic. Results: ``<out>/bench_graphormer_parts_cpu.{jsonl,md}``.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bench_graphormer import MAX_DIST, ROOT, _graphs, _loader
+from bench_graphormer import MAX_DIST, _graphs, _loader, add_data_arguments
 from bench_layers import machine
 
 PARTS = ('full', 'layers')
@@ -139,11 +138,7 @@ def main() -> None:
     parser.add_argument('--batch-size', type=int, default=128)
     parser.add_argument('--steps', type=int, default=5)
     parser.add_argument('--threads', type=int, default=1)
-    parser.add_argument('--mirror', default=os.environ.get(
-        'GNORM_DATA_MIRROR', str(ROOT.parent / 'shared' / 'data')))
-    parser.add_argument('--root', default=str(ROOT / 'data'))
-    parser.add_argument('--out', default=str(ROOT / 'experiments' /
-                                             'results'))
+    add_data_arguments(parser)
     parser.add_argument('--report-only', action='store_true')
     args = parser.parse_args()
     path = Path(args.out) / 'bench_graphormer_parts_cpu.jsonl'
