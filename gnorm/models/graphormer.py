@@ -144,14 +144,13 @@ class GraphormerLayer(torch.nn.Module):
     multiple of :obj:`head_multiple` (the fused memory-efficient GPU kernel
     needs a multiple of 8); the zeros add nothing to the scores and the
     softmax scale stays :math:`1 / \sqrt{\text{head dim}}`, so the result
-    is exact. With the
-    fused kernels (:obj:`ctx['fused']`, the default on CUDA) the attention
-    is :func:`scaled_dot_product_attention`; with the explicit ones (the
-    default on the CPU) it is written out (scores, softmax, dropout,
-    weighted sum), which skips the fallback kernel's checks for fully
-    masked rows (every row here sees the graph token), and dropout uses the
-    cheaper masks of :func:`_keep_scale`. Both compute the same attention
-    (tested on the CPU).
+    is exact. With the fused kernels (:obj:`ctx['fused']`, the default on
+    CUDA) the attention is :func:`scaled_dot_product_attention`; with the
+    explicit ones (the default on the CPU) it is written out (scores,
+    softmax, dropout, weighted sum), which skips the fallback kernel's
+    checks for fully masked rows (every row here sees the graph token),
+    and dropout uses the cheaper masks of :func:`_keep_scale`. Both compute
+    the same attention (tested on the CPU).
     """
     def __init__(self, channels: int, heads: int, ffn_channels: int,
                  dropout: float, attention_dropout: float,
@@ -533,11 +532,11 @@ class Graphormer(torch.nn.Module):
         :obj:`[B_g, T_g]` with its own padding: ``shapes`` (the
         :obj:`(B_g, T_g)`), ``bias`` (each :obj:`[B_g, heads, T_g, T_g]`),
         and one buffer for them all, group after group: ``size`` (its rows)
-        and ``pos`` (the row of each packed token). One group (one kernel, no value of the batch read)
-        with the fused kernels and in a compiled graph; else the graphs
-        sorted by size in chunks of :obj:`ATTENTION_CHUNK`, each padded to
-        its own largest graph only (the same attention per graph, far fewer
-        padded scores)."""
+        and ``pos`` (the row of each packed token). One group (one kernel,
+        no value of the batch read) with the fused kernels and in a
+        compiled graph; else the graphs sorted by size in chunks of
+        :obj:`ATTENTION_CHUNK`, each padded to its own largest graph only
+        (the same attention per graph, far fewer padded scores)."""
         B, T = ctx['mask'].shape
         if ctx['fused'] or B <= ATTENTION_CHUNK or \
                 torch.compiler.is_compiling():
