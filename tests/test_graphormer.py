@@ -357,6 +357,14 @@ def test_forward_with_a_layout_compiles_in_one_graph_for_every_shape(norm):
     assert len(compiles) == 1
 
 
+def test_layout_refuses_structure_of_other_graphs():
+    b = Batch.from_data_list([_graph(4, 0), _graph(6, 1)])
+    with pytest.raises(ValueError, match='spd holds 52 pairs.* have 32 '):
+        token_layout(b.edge_index, b.spd, b.path_edge, b.batch[:-2], 2)
+    with pytest.raises(ValueError, match='path_edge holds'):
+        token_layout(b.edge_index, b.spd, b.path_edge[1:], b.batch, 2)
+
+
 def test_layout_ahead_equals_layout_inside():
     model = _model('sepnorm_bn_ln').eval()
     graphs = [_graph(n, seed, extra=seed % 3) for seed, n in

@@ -154,6 +154,10 @@ class SepNorm(torch.nn.Module):
         return out[mask]  # [num_tokens, channels]
 
     def _split_forward(self, x: Tensor, num_graphs: int) -> Tensor:
+        if not 0 < num_graphs <= x.size(0):
+            raise ValueError(f"SepNorm got num_graph_tokens={num_graphs} for "
+                             f"{x.size(0)} tokens; pass the number of graphs "
+                             f"(>= 1), whose tokens come first")
         self._check_channels(x.size(-1))
         self._check_batch_statistics(num_graphs, x.size(0) - num_graphs)
         virtual = self.norm_virtual(x[:num_graphs])  # [num_graphs, channels]

@@ -125,6 +125,9 @@ def test_sep_norm_graph_tokens_first_matches_reference(virtual, token,
         torch.testing.assert_close(a, b)
     with pytest.raises(ValueError, match='num_graph_tokens.*alone'):
         norms[0](x, mask=mask, num_graph_tokens=3)
+    for bad in (0, packed.size(0) + 1):
+        with pytest.raises(ValueError, match='SepNorm got num_graph_tokens'):
+            norms[0](packed, num_graph_tokens=bad)
 
 
 @pytest.mark.parametrize('virtual,token,training',
