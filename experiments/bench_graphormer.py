@@ -118,7 +118,9 @@ def _loader(graphs, max_dist: int, **batching):
         graphs, collate_fn=LayoutCollater(graphs, max_dist), **batching)
 
 
-def _model(name: str, norm: str):
+def _model(name: str, norm: str, dropout: float = 0.1):
+    r"""Graphormer-slim for dataset :obj:`name` with :obj:`norm`, the
+    same :obj:`dropout` on the tokens and the attention weights."""
     import functools
     from gnorm.models import Graphormer
     from gnorm.nn import SepNorm
@@ -126,7 +128,9 @@ def _model(name: str, norm: str):
     factory = functools.partial(SepNorm) if norm == 'sepnorm' else None
     return Graphormer(1, features=features, num_layers=12,
                       hidden_channels=80, num_heads=8, ffn_channels=80,
-                      max_dist=MAX_DIST[name], norm=factory)
+                      dropout=dropout, input_dropout=dropout,
+                      attention_dropout=dropout, max_dist=MAX_DIST[name],
+                      norm=factory)
 
 
 def measure(args, name: str, batch_size: int, dtype: str, norm: str,

@@ -31,24 +31,11 @@ from pathlib import Path
 
 import torch
 
-from bench_graphormer import MAX_DIST, _graphs, _loader, add_data_arguments
+from bench_graphormer import (MAX_DIST, _graphs, _loader, _model,
+                             add_data_arguments)
 from bench_layers import machine
 
 PARTS = ('full', 'layers')
-
-
-def _model(name: str, norm: str, dropout: float):
-    import functools
-    from gnorm.models import Graphormer
-    from gnorm.nn import SepNorm
-    torch.manual_seed(0)
-    return Graphormer(1, features='zinc' if name == 'zinc' else 'ogb',
-                      num_layers=12, hidden_channels=80, num_heads=8,
-                      ffn_channels=80, max_dist=MAX_DIST[name],
-                      dropout=dropout, input_dropout=dropout,
-                      attention_dropout=dropout,
-                      norm=functools.partial(SepNorm)
-                      if norm == 'sepnorm' else None)
 
 
 def _steps(model, batches, part: str) -> list:
@@ -85,6 +72,7 @@ def measure(args, name: str, norm: str) -> list:
     batches = [b for _, b in zip(range(args.steps + 1), loader)]
     rows = []
     for dropout in (0.1, 0.0):
+        torch.manual_seed(0)  # the same initial weights in every part
         model = _model(name, norm, dropout).train()
         for part in PARTS:
             rows.append({'dataset': name, 'norm': norm, 'part': part,

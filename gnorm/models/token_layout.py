@@ -91,9 +91,10 @@ def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
     pos = torch.cat([graphs * T, batch * T + 1 + local])  # [M]
     mask = torch.arange(T, device=device) < (counts + 1).view(-1, 1)
 
-    if P != int(counts.square().sum()):
+    expected = int(counts.square().sum())
+    if P != expected:
         raise ValueError(f"token_layout: spd holds {P} pairs, the batch's "
-                         f"graphs have {int(counts.square().sum())} (the "
+                         f"graphs have {expected} (the "
                          f"sum of n_g^2); pass the spd of these graphs, "
                          f"e.g. from ShortestPaths")
     # The pairs of a graph are row-major: row i (node i) holds n_g pairs.
@@ -106,10 +107,11 @@ def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
     # Pair p owns the max(d_p, 0) entries of path_edge after those of the
     # pairs before it, in hop order; its first min(d_p, max_dist) are kept.
     length = spd.long().clamp(min=0)  # [P]
-    if path_edge.numel() != int(length.sum()):
+    hops = int(length.sum())
+    if path_edge.numel() != hops:
         raise ValueError(f"token_layout: path_edge holds "
                          f"{path_edge.numel()} hops, spd's paths have "
-                         f"{int(length.sum())}; pass the path_edge of these "
+                         f"{hops}; pass the path_edge of these "
                          f"graphs, e.g. from ShortestPaths")
     kept = length if max_dist is None else length.clamp(max=max_dist)
     path_pair = _rows(kept, int(kept.sum()))  # [L]

@@ -355,15 +355,15 @@ def describe(results: Dict[str, Any], cfg: DictConfig,
 @dataclass
 class Training:
     r"""What an update needs: the :obj:`model` (its weights are saved and
-    evaluated), the module :obj:`trained` (the model, or its
-    :class:`~torch.nn.parallel.DistributedDataParallel` wrapper), the
-    optimizer and learning-rate schedule, the device, whether updates run
-    under bf16 :obj:`autocast`, the :obj:`metric` (which picks the loss),
-    the gradient clipping norm (:obj:`0`: none), and this process's
-    :obj:`rank` of the :obj:`world` data-parallel processes. The updates
-    call :obj:`trained` through :obj:`compiled` when it is set
-    (``train.compile``: :func:`torch.compile` with ``fullgraph=True`` and
-    symbolic sizes, so batches of other sizes reuse the compiled graph)."""
+    evaluated), the module :obj:`trained` the updates call (the model, or
+    its :class:`~torch.nn.parallel.DistributedDataParallel` wrapper; with
+    ``train.compile`` that module through :func:`torch.compile` with
+    ``fullgraph=True`` and symbolic sizes, so batches of other sizes reuse
+    the compiled graph), the optimizer and learning-rate schedule, the
+    device, whether updates run under bf16 :obj:`autocast`, the
+    :obj:`metric` (which picks the loss), the gradient clipping norm
+    (:obj:`0`: none), and this process's :obj:`rank` of the :obj:`world`
+    data-parallel processes."""
     model: torch.nn.Module
     trained: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -374,14 +374,12 @@ class Training:
     grad_clip: float
     rank: int = 0
     world: int = 1
-    compiled: Optional[Any] = None
 
     def step(self, batch) -> torch.Tensor:
         r"""One update on :obj:`batch` (on the device); returns its loss."""
         with torch.autocast(self.device.type, torch.bfloat16,
                             enabled=self.autocast):
-            model = self.trained if self.compiled is None else self.compiled
-            loss = _loss(forward(model, batch), batch.y, self.metric)
+            loss = _loss(forward(self.trained, batch), batch.y, self.metric)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_clip > 0:
@@ -422,11 +420,11 @@ def build_training(cfg: DictConfig, model: torch.nn.Module,
         optimizer, lambda step: lr_factor(step, t.warmup_steps, total, end,
                                           t.decay_power))
     trained = data_parallel(model, device, world)
-    compiled = torch.compile(trained, fullgraph=True, dynamic=True) \
-        if t.get('compile', False) else None
+    if t.get('compile', False):
+        trained = torch.compile(trained, fullgraph=True, dynamic=True)
     return Training(model, trained, optimizer, scheduler, device,
                     t.precision == 'bf16', GRAPH_DATASETS[cfg.dataset.name][2],
-                    t.grad_clip, rank, world, compiled)
+                    t.grad_clip, rank, world)
 
 
 def restore(state: Dict[str, Any], training: Training,
