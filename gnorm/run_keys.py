@@ -19,7 +19,8 @@ NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
 # Keys added after runs were made, each with the value that computes what
 # those runs computed: a config holding that value is the same run as one
 # without the key (committed runs stay finished runs of their config).
-ADDED_KEYS = {'train.precision': 'fp32', 'train.compile': False}
+ADDED_KEYS = {'train.precision': 'fp32', 'train.compile': False,
+              'train.data_seed': None}
 
 
 def drop_keys(config: dict, keys=NOT_RESULT_KEYS) -> dict:

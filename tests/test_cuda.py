@@ -313,3 +313,25 @@ def test_graph_loop_with_workers_equals_in_process(tmp_path, device):
                          'train.num_workers=2',
                          'train.deterministic=true')
     assert _comparable(workers) == _comparable(main)
+
+
+@needs_mirror
+@pytest.mark.parametrize('device', DEVICES)
+def test_a_graph_seed_alone_equals_the_seed_among_others(tmp_path, device):
+    r"""With ``train.data_seed`` the seeds train as one StackedGraphormer
+    on :obj:`device` (on CUDA: the fused attention kernels without dropout,
+    each run's dropout masks from its own generator on the device), and
+    each run gives its curve alone."""
+    seeds = (0, 1)
+    cfgs = [compose_train(*GRAPH, f'device={device}', 'train.data_seed=3',
+                          f'data.root={tmp_path / "data"}',
+                          'train.precision=fp32', f'seed={s}')
+            for s in seeds]
+    together = train_runs(cfgs, [str(tmp_path / f'together{s}')
+                                 for s in seeds])
+    for s, cfg, b in zip(seeds, cfgs, together):
+        (a, ) = train_runs([cfg], [str(tmp_path / f'alone{s}')])
+        assert b['batch_runs'] == 2
+        for key in ('loss', 'val_metric', 'test_metric'):
+            assert b['curve'][key] == pytest.approx(a['curve'][key],
+                                                    rel=1e-4, abs=1e-5)

@@ -20,6 +20,7 @@ from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
 from gnorm.train import check_choices, check_config, train
+from gnorm.train.run import train_runs
 from conftest import MIRROR, compose_train, needs_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,7 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
     # Stop the second run in epoch 3 (its first evaluation), after the
     # checkpoint of epoch 2.
     calls = []
-    evaluate = graph.evaluate
+    evaluate = graph.evaluate_runs
 
     def stop(*args, **kwargs):
         calls.append(1)
@@ -87,10 +88,10 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(graph, 'evaluate', stop)
+    monkeypatch.setattr(graph, 'evaluate_runs', stop)
     with pytest.raises(KeyboardInterrupt):
         train(compose_train(*asked), output_dir=tmp_path / 'cut')
-    monkeypatch.setattr(graph, 'evaluate', evaluate)
+    monkeypatch.setattr(graph, 'evaluate_runs', evaluate)
     stopped = json.loads((tmp_path / 'cut' / 'results.json').read_text())
     assert stopped['status'] == 'interrupted'
     assert stopped['curve']['epoch'] == [1, 2]
@@ -304,7 +305,7 @@ def test_an_epoch_reads_the_loss_once_per_log_interval(monkeypatch,
     training = graph.build_training(cfg, graph.build_model(cfg),
                                     torch.device('cpu'), 0, 1, len(batches))
     reads = _count_host_reads(monkeypatch, str(Path(graph.__file__).parent))
-    loss = graph.train_epoch(training, batches, 1, cfg.train)
+    (loss, ) = graph.train_epoch(training, batches, 1, cfg.train)
     monkeypatch.undo()
     assert len(reads) == expected  # the log steps and the end, not 16
     assert math.isfinite(loss)
@@ -419,3 +420,78 @@ def test_ddp_ranks_with_unequal_buckets_finish_or_fail_together(tmp_path,
     assert nan[0].startswith('TrainingError: the training loss became nan '
                              'at epoch 1 (seen at update 4/')
 
+
+
+def _runs(tmp_path, name, seeds, *overrides):
+    cfgs = [compose_train(*TINY, 'train.data_seed=7', f'seed={s}', *overrides)
+            for s in seeds]
+    return train_runs(cfgs, [str(tmp_path / name / f'seed{s}')
+                             for s in seeds])
+
+
+def _same_run(a, b):
+    assert a['status'] == b['status'] == 'ok'
+    for key, values in _without_time(a['curve']).items():
+        assert b['curve'][key] == pytest.approx(values, abs=1e-5), key
+    assert b['best_epoch'] == a['best_epoch']
+    assert b['test_metric'] == pytest.approx(a['test_metric'], abs=1e-5)
+
+
+@needs_mirror
+def test_a_seed_alone_equals_the_seed_among_others(tmp_path):
+    r"""With train.data_seed, the seeds of a sweep train as one
+    StackedGraphormer; each run's curve, selection and metrics are those
+    of the run alone (its weights, dropout masks and gradient clipping are
+    its own), and the stack's checkpoints resume a run alone."""
+    seeds = [0, 1]
+    together = _runs(tmp_path, 'together', seeds, 'train.grad_clip=0.05')
+    alone = [_runs(tmp_path, 'alone', [s], 'train.grad_clip=0.05')[0]
+             for s in seeds]
+    assert [r['batch_runs'] for r in together] == [2, 2]
+    assert [r['batch_runs'] for r in alone] == [1, 1]
+    for a, b in zip(alone, together):
+        _same_run(a, b)
+    # The seeds differ, and the clipping matters here.
+    assert alone[0]['curve']['loss'] != alone[1]['curve']['loss']
+    unclipped = _runs(tmp_path, 'unclipped', [0])[0]
+    assert unclipped['curve']['loss'] != alone[0]['curve']['loss']
+
+
+@needs_mirror
+def test_a_stack_resumes_from_its_checkpoints(tmp_path, monkeypatch):
+    seeds = [0, 1]
+    full = _runs(tmp_path, 'full', seeds)
+    calls = []
+    evaluate = graph.evaluate_runs
+
+    def stop(*args, **kwargs):  # in epoch 3, after the checkpoint of 2
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+    monkeypatch.setattr(graph, 'evaluate_runs', stop)
+    with pytest.raises(KeyboardInterrupt):
+        _runs(tmp_path, 'cut', seeds)
+    monkeypatch.setattr(graph, 'evaluate_runs', evaluate)
+    # One run resumes alone from the stack's checkpoint, both together.
+    (alone, ) = _runs(tmp_path, 'cut', [1], 'resume=true')
+    assert alone['resumed_from_epoch'] == 2
+    _same_run(full[1], alone)
+    resumed = _runs(tmp_path, 'cut', seeds, 'resume=true')
+    assert resumed[0]['resumed_from_epoch'] == 2
+    for a, b in zip(full, resumed):
+        _same_run(a, b)
+
+
+@pytest.mark.parametrize('overrides, stacks', [
+    ([], False), (['train.data_seed=0'], True),
+    (['train.data_seed=0', 'norm=layernorm'], True),
+    (['train.data_seed=0', 'norm=contranorm'], False),
+    (['train.data_seed=0', 'train.compile=true'], False)])
+def test_which_runs_train_as_one_model(overrides, stacks):
+    keys = [graph.batch_key(compose_train(*TINY, *overrides, f'seed={s}'))
+            for s in (0, 1)]
+    assert (keys[0] is not None and keys[0] == keys[1]) == stacks
+    other = graph.batch_key(compose_train(*TINY, *overrides, 'seed=0',
+                                          'train.lr=0.5'))
+    assert other is None or other != keys[0]

@@ -106,27 +106,41 @@ def _run_norm(norm: torch.nn.Module, kind: Union[str, Tuple[str, ...]],
     return torch.empty_like(out).index_copy(0, ctx['order'], out)
 
 
-def _keep_scale(x: Tensor, p: float) -> Tensor:
+def _keep_scale(x: Tensor, p: float,
+                generator: Optional[torch.Generator] = None) -> Tensor:
     r"""A dropout multiplier shaped like :obj:`x`: :math:`1 / (1 - p)` with
     probability :math:`1 - p`, else :obj:`0`; from 16 random bits per entry
     (:math:`p` rounded to a multiple of :math:`2^{-16}`), a quarter of the
-    random numbers of :func:`torch.bernoulli`."""
+    random numbers of :func:`torch.bernoulli`, drawn from
+    :obj:`generator` (default: torch's)."""
     n = x.numel()
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
-    bits = bits.random_(-2**63, 2**63 - 1).view(torch.int16)[:n]  # [n]
-    keep = bits.view(x.shape) >= round(p * 65536) - 32768
+    bits = bits.random_(-2**63, 2**63 - 1, generator=generator)
+    keep = bits.view(torch.int16)[:n].view(x.shape) >= \
+        round(p * 65536) - 32768
     return keep.to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
-def _dropout(x: Tensor, p: float, training: bool, fused: bool) -> Tensor:
+def _dropout(x: Tensor, p: float, training: bool, fused: bool,
+             generators: Optional[Sequence[torch.Generator]] = None,
+             ) -> Tensor:
     r"""Dropout: :func:`torch.nn.functional.dropout` with the :obj:`fused`
     kernels and in a compiled graph (which fuses it with its neighbours),
-    else with the cheaper random masks of :func:`_keep_scale`."""
+    else with the cheaper random masks of :func:`_keep_scale`. With
+    :obj:`generators` (one per run), :obj:`x` holds the runs one after the
+    other along its first dimension and each run's mask comes from its own
+    generator, in the same order and shape as when the run is alone (in a
+    compiled graph too: torch's generator)."""
     if not training or p == 0.0:
         return x
-    if fused or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or (fused and generators is None):
         return F.dropout(x, p, True)
-    return x * _keep_scale(x, p)
+    if generators is None:
+        return x * _keep_scale(x, p)
+    runs = x.view(len(generators), -1).unbind(0)
+    keep = torch.stack([_keep_scale(run, p, generator)
+                        for run, generator in zip(runs, generators)])
+    return x * keep.view(x.shape)
 
 
 KERNELS = ('auto', 'fused', 'explicit')
@@ -182,14 +196,19 @@ class GraphormerLayer(torch.nn.Module):
 
     def _attend(self, qkv: Tensor, bias: Tensor,
                 pad: Optional[bool] = None,
-                fused: Optional[bool] = None) -> Tensor:
+                fused: Optional[bool] = None,
+                generators: Optional[Sequence[torch.Generator]] = None,
+                ) -> Tensor:
         r"""The attention of :meth:`attention` from the projected dense
         tokens :obj:`qkv` :obj:`[B, T, 3 C]`, before the output projection:
-        :obj:`[B, T, C]`."""
+        :obj:`[B, T, C]`. With :obj:`generators` (see :func:`_dropout`) the
+        attention weights' dropout masks come from them, so the fused kernel
+        (whose dropout draws from torch's generator) is not used for it."""
         B, T, C = qkv.size(0), qkv.size(1), qkv.size(2) // 3
         H, D = self.heads, self.head_dim
         p = self.attention_dropout if self.training else 0.0
         fused = qkv.is_cuda if fused is None else fused
+        fused = fused and (generators is None or p == 0.0)
         qkv = qkv.view(B, T, 3, H, D)  # [B, T, 3, heads, head_dim]
         if not fused and not pad:
             # One copy into [3, B * heads, T, head_dim], then products.
@@ -197,7 +216,8 @@ class GraphormerLayer(torch.nn.Module):
             scores = torch.baddbmm(
                 bias.to(q.dtype).reshape(B * H, T, T), q, k.transpose(1, 2),
                 alpha=1.0 / math.sqrt(D))  # [B * heads, T, T]
-            weights = _dropout(scores.softmax(-1), p, True, False)
+            weights = _dropout(scores.softmax(-1), p, True, False,
+                               generators)
             out = torch.bmm(weights, v).view(B, H, T, D)
             return out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, T, head_dim]
@@ -215,7 +235,8 @@ class GraphormerLayer(torch.nn.Module):
                 bias.to(q.dtype).reshape(B * H, T, T), q.reshape(B * H, T, P),
                 k.reshape(B * H, T, P).transpose(1, 2),
                 alpha=1.0 / math.sqrt(D))  # [B * heads, T, T]
-            weights = _dropout(scores.softmax(-1), p, True, False)
+            weights = _dropout(scores.softmax(-1), p, True, False,
+                               generators)
             out = torch.bmm(weights, v.reshape(B * H, T, P)).view(B, H, T, P)
         out = out[..., :D]  # [B, heads, T, head_dim]
         return out.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
@@ -237,11 +258,13 @@ class GraphormerLayer(torch.nn.Module):
                                         groups['bias']):
             part = part.view(Bg, Tg, -1)
             outs.append(self._attend(part, bias, pad=ctx['fused'],
-                                     fused=ctx['fused'])
+                                     fused=ctx['fused'],
+                                     generators=ctx['generators'])
                         .reshape(Bg * Tg, -1))
         h = torch.cat(outs).index_select(0, groups['pos'])  # [M, C]
         drop = functools.partial(_dropout, p=self.dropout,
-                                 training=self.training, fused=ctx['fused'])
+                                 training=self.training, fused=ctx['fused'],
+                                 generators=ctx['generators'])
         x = x + drop(self.out(h))
         h = _run_norm(self.norm2, self.kinds[1], x, ctx)
         h = drop(F.gelu(self.ffn1(h)))
@@ -329,6 +352,12 @@ class Graphormer(torch.nn.Module):
             on CUDA, explicit elsewhere. Both give the same function (the
             tests run both on the CPU); their dropout masks differ.
             (default: :obj:`"auto"`)
+
+    Set the attribute :obj:`dropout_generator` (a :class:`torch.Generator`
+    on the model's device) to draw every dropout mask from it rather than
+    from torch's generator (outside a compiled graph): the model's random
+    stream is then its own, as in
+    :class:`~gnorm.models.StackedGraphormer`, where each run has one.
     """
     def __init__(
         self,
@@ -400,6 +429,7 @@ class Graphormer(torch.nn.Module):
         self.final_norm = _make_norm(norm, hidden_channels)
         self.final_kind = _norm_kind(self.final_norm)
         self.head = torch.nn.Linear(hidden_channels, out_channels)
+        self.dropout_generator: Optional[torch.Generator] = None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -506,7 +536,8 @@ class Graphormer(torch.nn.Module):
         # The packed tokens: the graph tokens, then the nodes.
         h = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
         ctx = self.layer_context(bias, layout)
-        h = _dropout(h, self.input_dropout, self.training, ctx['fused'])
+        h = _dropout(h, self.input_dropout, self.training, ctx['fused'],
+                     ctx['generators'])
         for layer in self.layers:
             h = layer(h, ctx)
         h = _run_norm(self.final_norm, self.final_kind, h, ctx)
@@ -517,11 +548,15 @@ class Graphormer(torch.nn.Module):
     def layer_context(self, bias: Tensor,
                       layout: Dict[str, Tensor]) -> Dict[str, object]:
         r"""What every layer reads besides the tokens: the :obj:`layout`,
-        the attention kernels (``fused``) and the attention groups with
-        their parts of :obj:`bias` (``groups``)."""
+        the attention kernels (``fused``), the attention groups with their
+        parts of :obj:`bias` (``groups``; :obj:`bias` may have a leading run
+        dimension) and the dropout generators (``generators``: a list of
+        :obj:`dropout_generator`, or :obj:`None` for torch's)."""
         ctx = dict(layout)
         ctx['fused'] = self.kernels == 'fused' or (
             self.kernels == 'auto' and bias.is_cuda)
+        ctx['generators'] = None if self.dropout_generator is None \
+            else [self.dropout_generator]
         ctx['groups'] = self._attention_groups(bias, ctx)
         return ctx
 
@@ -556,7 +591,8 @@ class Graphormer(torch.nn.Module):
                 Bg, device=idx.device) * Tg
             out['shapes'].append((Bg, Tg))
             # Contiguous once here, not in every layer.
-            out['bias'].append(bias[idx][:, :, :Tg, :Tg].contiguous())
+            out['bias'].append(
+                bias[..., idx, :, :Tg, :Tg].contiguous())
             out['size'] += Bg * Tg
         out['pos'] = group_pos[graph_of] + index
         return out

@@ -19,7 +19,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _run_values(modules: Sequence[torch.nn.Module],
+def run_values(modules: Sequence[torch.nn.Module],
                 ) -> Dict[Tuple[str, str], List[float]]:
     r"""The numeric attributes that differ between :obj:`modules` (e.g.
     each run's :obj:`scale`), as :obj:`{(submodule, name): [one per run]}`.
@@ -132,7 +132,7 @@ class Stacked(torch.nn.Module):
             raise ValueError("Stacked needs at least one module")
         self.runs = len(modules)
         self.at_once = at_once
-        self._values = _run_values(modules)
+        self._values = run_values(modules)
         # The module whose forward runs; its own tensors are never used
         # (kept out of the parameters: a plain list attribute).
         self._template = [modules[0]]

@@ -37,6 +37,7 @@ of ``results.json`` already filled in.
 import contextlib
 import copy
 import inspect
+import json
 import logging
 import math
 import os
@@ -55,8 +56,10 @@ from omegaconf import DictConfig, OmegaConf
 from gnorm.data.molecules import (GRAPH_DATASETS, import_ogb,
                                    load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
-from gnorm.models import DeepGCN, Graphormer
+from gnorm.models import DeepGCN, Graphormer, StackedGraphormer
+from gnorm.models.stacked_graphormer import runs_of
 from gnorm.models.token_layout import layout_of
+from gnorm.run_keys import drop_keys
 from gnorm.train.common import is_int, one_line, option, result_config
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import Loaders, build_loaders
@@ -70,6 +73,9 @@ _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 # Norms that read a value of the batch on the host (no fullgraph compile).
 _HOST_NORMS = ('gnorm.nn.ContraNorm', 'gnorm.nn.DualContraNorm')
+# Norms of the runs that train as one model (StackedGraphormer).
+_STACKED_NORMS = ('torch.nn.LayerNorm', 'gnorm.nn.SepNorm',
+                  'torch.nn.Identity')
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -176,6 +182,16 @@ def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
     return torch.where(labelled, losses, 0.0).sum() / labelled.sum()
 
 
+def run_losses(out: torch.Tensor, y: torch.Tensor,
+               metric: str) -> torch.Tensor:
+    r"""The loss of each run, :obj:`[R]`, from the predictions :obj:`out`
+    of one model :obj:`[B, o]` (:obj:`R = 1`) or of the runs of a
+    :class:`~gnorm.models.StackedGraphormer` :obj:`[R, B, o]`."""
+    if out.dim() == 2:
+        return _loss(out, y, metric).unsqueeze(0)
+    return torch.stack([_loss(run, y, metric) for run in out])
+
+
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
     r"""Predictions of :obj:`model` for a PyG mini-batch (with the token
     layout the loaders add to it, when it has one)."""
@@ -184,20 +200,9 @@ def forward(model: torch.nn.Module, batch) -> torch.Tensor:
                  layout=layout_of(batch))
 
 
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, loader, metric: str,
-             device: torch.device, autocast: bool) -> Tuple[float, float]:
-    r"""The metric (``rocauc`` from :class:`ogb.graphproppred.Evaluator`,
-    or ``mae``) and the mean loss of :obj:`model` on :obj:`loader`, in
-    evaluation mode."""
-    model.eval()
-    preds, ys = [], []
-    for batch in loader:
-        batch = batch.to(device)
-        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-            preds.append(forward(model, batch).float())
-        ys.append(batch.y.view(preds[-1].shape).float())
-    pred, y = torch.cat(preds), torch.cat(ys)
+def _score(pred: torch.Tensor, y: torch.Tensor,
+           metric: str) -> Tuple[float, float]:
+    r"""The metric and the mean loss of the predictions :obj:`pred`."""
     loss = float(_loss(pred, y, metric))
     if metric == 'mae':
         return float((pred - y).abs().mean()), loss
@@ -205,6 +210,34 @@ def evaluate(model: torch.nn.Module, loader, metric: str,
     score = evaluator('ogbg-molhiv').eval({'y_true': y.cpu().numpy(),
                                            'y_pred': pred.cpu().numpy()})
     return float(score['rocauc']), loss
+
+
+@torch.no_grad()
+def evaluate_runs(model: torch.nn.Module, loader, metric: str,
+                  device: torch.device,
+                  autocast: bool) -> List[Tuple[float, float]]:
+    r"""For each run of :obj:`model` (one, or those of a
+    :class:`~gnorm.models.StackedGraphormer`), the metric (``rocauc`` from
+    :class:`ogb.graphproppred.Evaluator`, or ``mae``) and the mean loss on
+    :obj:`loader`, in evaluation mode."""
+    model.eval()
+    preds, ys = [], []
+    for batch in loader:
+        batch = batch.to(device)
+        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+            out = forward(model, batch).float()
+        preds.append(out if out.dim() == 3 else out.unsqueeze(0))
+        ys.append(batch.y.view(preds[-1].shape[1:]).float())
+    pred, y = torch.cat(preds, 1), torch.cat(ys)  # [R, graphs, o]
+    return [_score(run, y, metric) for run in pred]
+
+
+def evaluate(model: torch.nn.Module, loader, metric: str,
+             device: torch.device, autocast: bool) -> Tuple[float, float]:
+    r"""The metric and the mean loss of one model on :obj:`loader` (see
+    :func:`evaluate_runs`)."""
+    (score, ) = evaluate_runs(model, loader, metric, device, autocast)
+    return score
 
 
 @contextlib.contextmanager
@@ -264,65 +297,136 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
         str(results['path'])])
 
 
-def batch_key(cfg: DictConfig) -> None:
-    r"""Graph-level runs train one by one (:obj:`None`: no batch)."""
-    return None
+def data_seed(cfg: DictConfig) -> int:
+    r"""The seed of the order of the batches: ``train.data_seed``, else the
+    run's seed."""
+    seed = cfg.train.get('data_seed')
+    return cfg.seed if seed is None else seed
+
+
+def batch_key(cfg: DictConfig) -> Optional[str]:
+    r"""Runs with the same key train as one model
+    (:class:`~gnorm.models.StackedGraphormer`): with ``train.data_seed``
+    set (every run sees the same batches), runs that differ only in seed,
+    with LayerNorm, SepNorm or no norm at the norm sites, neither compiled
+    nor under ``torchrun``. :obj:`None` for a run that trains alone."""
+    t = cfg.train
+    if t.get('data_seed') is None or t.get('compile', False) or \
+            int(os.environ.get('WORLD_SIZE', 1)) > 1 or \
+            cfg.norm.get('_target_') not in _STACKED_NORMS:
+        return None
+    config = result_config(OmegaConf.to_container(cfg, resolve=True))
+    return json.dumps(drop_keys(config, ('seed', )), sort_keys=True)
 
 
 def max_runs(cfgs, device: torch.device) -> int:
-    r"""Graph-level runs train one by one."""
-    return 1
+    r"""How many runs of :obj:`cfgs` train as one model: ``batch_runs``
+    (``auto``: all of them)."""
+    runs = cfgs[0].batch_runs
+    return len(cfgs) if runs == 'auto' else runs
 
 
 def run(cfgs, device: torch.device, results: List[Dict[str, Any]],
         paths: List[Path]) -> List[Dict[str, Any]]:
-    r""":func:`run_one` for the one run of :obj:`cfgs`."""
-    (cfg, ), (res, ), (path, ) = cfgs, results, paths
-    return [run_one(cfg, device, res, path)]
-
-
-def run_one(cfg: DictConfig, device: torch.device, results: Dict[str, Any],
-            path: Path) -> Dict[str, Any]:
-    r"""Loads the dataset, trains :obj:`cfg.model` on it and returns
-    :obj:`results` completed with the val/test metric of the selected epoch
-    and the per-epoch curve. Raises :class:`TrainingError` if the loss
-    stops being finite (:func:`gnorm.train.train` records the failure)."""
+    r"""Loads the dataset, trains the runs :obj:`cfgs` (one, or several
+    that :func:`batch_key` groups, as one
+    :class:`~gnorm.models.StackedGraphormer`) on it and returns each run's
+    :obj:`results` completed with the val/test metric of its selected epoch
+    and its per-epoch curve. Run :math:`r`'s weights come from its seed
+    and, with ``train.data_seed``, its dropout masks from a generator of
+    its own: its results do not depend on the runs it trains with. Raises
+    :class:`TrainingError` if a run's loss stops being finite
+    (:func:`gnorm.train.train` records the failure of every run of the
+    model)."""
+    cfg = cfgs[0]
     with _process_group(device) as (rank, world, device):
-        checkpoint = path.parent / CHECKPOINT
-        state = load_checkpoint(cfg, checkpoint, device)
+        checkpoints = [p.parent / CHECKPOINT for p in paths]
+        states = load_checkpoints(cfgs, checkpoints, device)
         splits = load_splits(cfg)
-        model = build_model(cfg).to(device)
-        describe(results, cfg, splits, model, world)
-        loaders = build_loaders(splits, cfg.train, cfg.seed, rank, world,
-                                device, cfg.model.max_dist)
+        models = [init_model(c).to(device) for c in cfgs]
+        for res, c, model in zip(results, cfgs, models):
+            describe(res, c, splits, model, world)
+        model = one_model(models, cfgs, device)
+        loaders = build_loaders(splits, cfg.train, data_seed(cfg), rank,
+                                world, device, cfg.model.max_dist)
         training = build_training(cfg, model, device, rank, world,
-                                  len(loaders.train))
-        results.update(curve={k: [] for k in CURVE}, best_epoch=0,
+                                  len(loaders.train),
+                                  tuple(c.seed for c in cfgs))
+        for res in results:
+            res.update(curve={k: [] for k in CURVE}, best_epoch=0,
                        best=None)
-        best_state, start = None, 1
-        if state is not None:
-            best_state, start = restore(state, training, results)
-            log.info('resumed from %s at epoch %d', checkpoint,
-                     state['epoch'])
-        best_state = fit(cfg, training, loaders, results, best_state, start,
-                         checkpoint)
-        select(cfg, training, loaders, results, best_state)
+        best_states, start = [None] * len(cfgs), 1
+        if states is not None:
+            best_states, start = restore(states, training, results)
+            log.info('resumed from %s at epoch %d',
+                     ', '.join(map(str, checkpoints)), states[0]['epoch'])
+        best_states = fit(cfgs, training, loaders, results, best_states,
+                          start, checkpoints)
+        select(cfgs, training, loaders, results, best_states)
         return results
 
 
-def load_checkpoint(cfg: DictConfig, checkpoint: Path,
-                    device: torch.device) -> Optional[Dict[str, Any]]:
-    r"""The state saved in :obj:`checkpoint` when :obj:`cfg` asks to resume
-    and the file exists (:obj:`None` otherwise); refuses the checkpoint of
-    another config."""
-    if not cfg.get('resume', False) or not checkpoint.is_file():
+def init_model(cfg: DictConfig) -> torch.nn.Module:
+    r""":func:`build_model` with its weights drawn right after
+    :func:`torch.manual_seed` of the run's seed (so they do not depend on
+    the runs built before it)."""
+    torch.manual_seed(cfg.seed)
+    return build_model(cfg)
+
+
+def one_model(models: List[torch.nn.Module], cfgs,
+              device: torch.device) -> torch.nn.Module:
+    r"""The model the updates train: the run's model, or with several runs
+    their :class:`~gnorm.models.StackedGraphormer`. With
+    ``train.data_seed`` each run's dropout masks come from a generator
+    seeded with its seed."""
+    if cfgs[0].train.get('data_seed') is None:
+        (model, ) = models  # batch_key: runs without it train alone
+        return model
+    generators = [torch.Generator(device).manual_seed(c.seed) for c in cfgs]
+    if len(models) == 1:
+        models[0].dropout_generator = generators[0]
+        return models[0]
+    return StackedGraphormer(models, generators)
+
+
+def _generators(model: torch.nn.Module) -> List[Optional[torch.Generator]]:
+    r"""The dropout generator of each run of :obj:`model` (:obj:`None`:
+    torch's)."""
+    if isinstance(model, StackedGraphormer):
+        return list(model.generators or [None] * model.runs)
+    return [model.dropout_generator]
+
+
+def load_checkpoints(cfgs, checkpoints: List[Path], device: torch.device,
+                     ) -> Optional[List[Dict[str, Any]]]:
+    r"""The states saved in :obj:`checkpoints` (one per run) when the runs
+    ask to resume and every run has one, from one epoch (:obj:`None` when
+    none has one); refuses the checkpoint of another config, and runs that
+    stopped at different epochs."""
+    if not cfgs[0].get('resume', False):
         return None
-    state = torch.load(checkpoint, map_location=device, weights_only=False)
-    asked = result_config(OmegaConf.to_container(cfg, resolve=True))
-    if result_config(state['config']) != asked:
-        raise ConfigError(f"{checkpoint} belongs to another config; pass "
-                          f"resume=false or another output folder")
-    return state
+    states = []
+    for cfg, checkpoint in zip(cfgs, checkpoints):
+        if not checkpoint.is_file():
+            states.append(None)
+            continue
+        state = torch.load(checkpoint, map_location=device,
+                           weights_only=False)
+        asked = result_config(OmegaConf.to_container(cfg, resolve=True))
+        if result_config(state['config']) != asked:
+            raise ConfigError(f"{checkpoint} belongs to another config; pass "
+                              f"resume=false or another output folder")
+        states.append(state)
+    if all(state is None for state in states):
+        return None
+    epochs = {None if state is None else state['epoch'] for state in states}
+    if len(epochs) > 1:
+        raise ConfigError(f"the runs {', '.join(map(str, checkpoints))} "
+                          f"stopped at different epochs "
+                          f"({', '.join(map(str, epochs))}); pass "
+                          f"batch_runs=1 to resume each alone")
+    return states
 
 
 def load_splits(cfg: DictConfig) -> Dict[str, Any]:
@@ -355,15 +459,17 @@ def describe(results: Dict[str, Any], cfg: DictConfig,
 @dataclass
 class Training:
     r"""What an update needs: the :obj:`model` (its weights are saved and
-    evaluated), the module :obj:`trained` the updates call (the model, or
-    its :class:`~torch.nn.parallel.DistributedDataParallel` wrapper; with
-    ``train.compile`` that module through :func:`torch.compile` with
+    evaluated; one model or a :class:`~gnorm.models.StackedGraphormer` of
+    several runs), the module :obj:`trained` the updates call (the model,
+    or its :class:`~torch.nn.parallel.DistributedDataParallel` wrapper;
+    with ``train.compile`` that module through :func:`torch.compile` with
     ``fullgraph=True`` and symbolic sizes, so batches of other sizes reuse
     the compiled graph), the optimizer and learning-rate schedule, the
     device, whether updates run under bf16 :obj:`autocast`, the
     :obj:`metric` (which picks the loss), the gradient clipping norm
-    (:obj:`0`: none), and this process's :obj:`rank` of the :obj:`world`
-    data-parallel processes."""
+    (:obj:`0`: none; each run's gradients on their own), this process's
+    :obj:`rank` of the :obj:`world` data-parallel processes, and the seed
+    of each run (for messages)."""
     model: torch.nn.Module
     trained: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -374,24 +480,46 @@ class Training:
     grad_clip: float
     rank: int = 0
     world: int = 1
+    seeds: Tuple[int, ...] = (0, )
 
     def step(self, batch) -> torch.Tensor:
-        r"""One update on :obj:`batch` (on the device); returns its loss."""
+        r"""One update on :obj:`batch` (on the device); returns each run's
+        loss :obj:`[R]`. The runs' losses are summed, so each run's weights
+        get its own loss's gradient."""
         with torch.autocast(self.device.type, torch.bfloat16,
                             enabled=self.autocast):
-            loss = _loss(forward(self.trained, batch), batch.y, self.metric)
+            losses = run_losses(forward(self.trained, batch), batch.y,
+                                self.metric)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        losses.sum().backward()
         if self.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                           self.grad_clip)
+            if isinstance(self.model, StackedGraphormer):
+                self.model.clip_grad_norm_(self.grad_clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                               self.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return loss.detach()
+        return losses.detach()
 
     def lr(self) -> float:
         r"""The learning rate of the next update."""
         return self.optimizer.param_groups[0]['lr']
+
+    def run_state(self, run: int) -> Dict[str, torch.Tensor]:
+        r"""A copy of the :class:`~gnorm.models.Graphormer` weights of run
+        :obj:`run`."""
+        if isinstance(self.model, StackedGraphormer):
+            return self.model.run_state_dict(run)
+        return copy.deepcopy(self.model.state_dict())
+
+    def load_run_state(self, run: int, state: Dict[str, torch.Tensor]):
+        r"""Loads :class:`~gnorm.models.Graphormer` weights into run
+        :obj:`run`."""
+        if isinstance(self.model, StackedGraphormer):
+            self.model.load_run_state_dict(run, state)
+        else:
+            self.model.load_state_dict(state)
 
 
 def data_parallel(model: torch.nn.Module, device: torch.device,
@@ -408,7 +536,8 @@ def data_parallel(model: torch.nn.Module, device: torch.device,
 
 def build_training(cfg: DictConfig, model: torch.nn.Module,
                    device: torch.device, rank: int, world: int,
-                   steps: int) -> Training:
+                   steps: int, seeds: Optional[Tuple[int, ...]] = None,
+                   ) -> Training:
     r"""AdamW on :obj:`model` with the schedule of :func:`lr_factor` over
     ``train.epochs`` epochs of :obj:`steps` updates."""
     t = cfg.train
@@ -424,64 +553,107 @@ def build_training(cfg: DictConfig, model: torch.nn.Module,
         trained = torch.compile(trained, fullgraph=True, dynamic=True)
     return Training(model, trained, optimizer, scheduler, device,
                     t.precision == 'bf16', GRAPH_DATASETS[cfg.dataset.name][2],
-                    t.grad_clip, rank, world)
+                    t.grad_clip, rank, world, seeds or (cfg.seed, ))
 
 
-def restore(state: Dict[str, Any], training: Training,
-            results: Dict[str, Any]) -> Tuple[Any, int]:
-    r"""Loads the checkpoint :obj:`state` into :obj:`training` and
+def _run_optimizer_state(state: Dict[str, Any], run: int,
+                         runs: Optional[int]) -> Dict[str, Any]:
+    r"""Run :obj:`run`'s part of the optimizer :obj:`state` of a model of
+    :obj:`runs` runs (all of it for one model): its slice of every
+    per-parameter tensor with a run dimension."""
+    if runs is None:
+        return state
+    return {'param_groups': state['param_groups'], 'state': {
+        i: {k: v[run].clone() if torch.is_tensor(v) and v.dim() > 0 else v
+            for k, v in per_param.items()}
+        for i, per_param in state['state'].items()}}
+
+
+def _stacked_optimizer_state(states: List[Dict[str, Any]]) -> Dict[str, Any]:
+    r"""The optimizer state of the runs' states :obj:`states` as one (the
+    inverse of :func:`_run_optimizer_state`)."""
+    first = states[0]
+    return {'param_groups': first['param_groups'], 'state': {
+        i: {k: torch.stack([s['state'][i][k] for s in states])
+            if torch.is_tensor(v) and v.dim() > 0 else v
+            for k, v in per_param.items()}
+        for i, per_param in first['state'].items()}}
+
+
+def restore(states: List[Dict[str, Any]], training: Training,
+            results: List[Dict[str, Any]]) -> Tuple[List[Any], int]:
+    r"""Loads the runs' checkpoint :obj:`states` into :obj:`training` and
     :obj:`results` (curve, best epoch) and restores the random streams;
-    returns the best weights so far and the epoch to start from."""
-    training.model.load_state_dict(state['model'])
-    training.optimizer.load_state_dict(state['optimizer'])
-    training.scheduler.load_state_dict(state['scheduler'])
-    results['curve'].update(state['curve'])
-    results.update(best_epoch=state['best_epoch'], best=state['best'],
+    returns each run's best weights so far and the epoch to start from."""
+    for run, state in enumerate(states):
+        training.load_run_state(run, state['model'])
+    optimizer = [s['optimizer'] for s in states]
+    training.optimizer.load_state_dict(
+        optimizer[0] if runs_of(training.model) is None
+        else _stacked_optimizer_state(optimizer))
+    training.scheduler.load_state_dict(states[0]['scheduler'])
+    for state, res, generator in zip(states, results,
+                                     _generators(training.model)):
+        res['curve'].update(state['curve'])
+        res.update(best_epoch=state['best_epoch'], best=state['best'],
                    resumed_from_epoch=state['epoch'])
-    _set_rng_state(state['rng'])
-    return state['best_state'], state['epoch'] + 1
+        if generator is not None:
+            generator.set_state(state['dropout_generator'])
+    _set_rng_state(states[0]['rng'])
+    return [s['best_state'] for s in states], states[0]['epoch'] + 1
 
 
-def save_checkpoint(checkpoint: Path, cfg: DictConfig, training: Training,
-                    results: Dict[str, Any], best_state: Any,
-                    epoch: int) -> None:
-    r"""Writes what :func:`restore` needs to continue after :obj:`epoch`."""
-    _save(checkpoint, {
-        'epoch': epoch, 'config': OmegaConf.to_container(cfg, resolve=True),
-        'model': training.model.state_dict(),
-        'optimizer': training.optimizer.state_dict(),
-        'scheduler': training.scheduler.state_dict(),
-        'best_state': best_state, 'best_epoch': results['best_epoch'],
-        'best': results['best'], 'curve': results['curve'],
-        'rng': _rng_state()})
+def save_checkpoints(checkpoints: List[Path], cfgs, training: Training,
+                     results: List[Dict[str, Any]], best_states: List[Any],
+                     epoch: int) -> None:
+    r"""Writes into each run's checkpoint what :func:`restore` needs to
+    continue it after :obj:`epoch` (a run's checkpoint is the same whether
+    it trained alone or among others)."""
+    runs = runs_of(training.model)
+    optimizer = training.optimizer.state_dict()
+    rng = _rng_state()
+    for run, (checkpoint, cfg, res, best_state, generator) in enumerate(zip(
+            checkpoints, cfgs, results, best_states,
+            _generators(training.model))):
+        _save(checkpoint, {
+            'epoch': epoch, 'config': OmegaConf.to_container(cfg,
+                                                             resolve=True),
+            'model': training.run_state(run),
+            'optimizer': _run_optimizer_state(optimizer, run, runs),
+            'scheduler': training.scheduler.state_dict(),
+            'best_state': best_state, 'best_epoch': res['best_epoch'],
+            'best': res['best'], 'curve': res['curve'], 'rng': rng,
+            'dropout_generator': None if generator is None
+            else generator.get_state()})
 
 
-def _loss_sum(training: Training, total: torch.Tensor,
-              count: int) -> Tuple[float, int]:
-    r"""The loss sum :obj:`total` (on the device) and graph count
-    :obj:`count` of this process, summed over every process: one read by
-    the host. A non-finite loss on any process makes the sum non-finite on
-    every process."""
+def _loss_sums(training: Training, total: torch.Tensor,
+               count: int) -> Tuple[List[float], int]:
+    r"""The loss sums :obj:`total` :obj:`[R]` (on the device) and graph
+    count :obj:`count` of this process, summed over every process: one read
+    by the host. A non-finite loss on any process makes the sum non-finite
+    on every process."""
     if training.world == 1:
-        return total.item(), count
-    both = torch.stack([total, total.new_tensor(count)])
+        return total.tolist(), count
+    both = torch.cat([total, total.new_tensor([count])])
     dist.all_reduce(both)
-    total, count = both.tolist()
+    *total, count = both.tolist()
     return total, int(count)
 
 
 def train_epoch(training: Training, batches, epoch: int,
-                t: DictConfig) -> float:
-    r"""One epoch of updates on :obj:`batches`; returns the mean training
-    loss per graph (over every process). The losses add up on the device:
-    the host reads their sum (and checks that it is finite) only every
-    ``train.log_steps`` updates, when rank 0 logs a line, and at the end of
-    the epoch. Raises :class:`TrainingError` on every process at the first
-    such read where the loss is not finite."""
+                t: DictConfig) -> List[float]:
+    r"""One epoch of updates on :obj:`batches`; returns each run's mean
+    training loss per graph (over every process). The losses add up on the
+    device: the host reads their sums (and checks that they are finite)
+    only every ``train.log_steps`` updates, when rank 0 logs a line, and at
+    the end of the epoch. Raises :class:`TrainingError` on every process at
+    the first such read where a loss is not finite."""
     training.trained.train()
     begin = time.perf_counter()
     steps = len(batches)
-    total = torch.zeros((), dtype=torch.float64, device=training.device)
+    total = torch.zeros(len(training.seeds), dtype=torch.float64,
+                        device=training.device)
     count = 0
     for step, batch in enumerate(batches, start=1):
         batch = batch.to(training.device,
@@ -497,33 +669,41 @@ def train_epoch(training: Training, batches, epoch: int,
 
 def _read_loss(training: Training, total: torch.Tensor, count: int,
                where: Tuple[int, int, int], t: DictConfig,
-               begin: float) -> float:
-    r"""The mean loss per graph of the epoch so far (:obj:`where`: epoch,
-    update, updates in the epoch), read by the host; checked on every
-    process, logged by rank 0 every ``train.log_steps`` updates."""
+               begin: float) -> List[float]:
+    r"""Each run's mean loss per graph of the epoch so far (:obj:`where`:
+    epoch, update, updates in the epoch), read by the host; checked on
+    every process, logged by rank 0 every ``train.log_steps`` updates."""
     epoch, step, steps = where
-    loss, graphs = _loss_sum(training, total, count)
-    mean = loss / graphs
-    if not math.isfinite(mean):
-        raise TrainingError(f"the training loss became {mean} at epoch "
-                            f"{epoch} (seen at update {step}/{steps}); "
-                            f"lower train.lr or change the norm")
+    losses, graphs = _loss_sums(training, total, count)
+    means = [loss / graphs for loss in losses]
+    bad = [(seed, mean) for seed, mean in zip(training.seeds, means)
+           if not math.isfinite(mean)]
+    if bad:
+        which = '' if len(means) == 1 else \
+            f" of the run seed={bad[0][0]} (of {len(means)} trained as one " \
+            f"model)"
+        raise TrainingError(f"the training loss{which} became {bad[0][1]} "
+                            f"at epoch {epoch} (seen at update "
+                            f"{step}/{steps}); lower train.lr or change the "
+                            f"norm")
     if training.rank == 0 and t.log_steps and step % t.log_steps == 0:
-        log.info('train epoch %d/%d step %d/%d | loss %.4f | lr %.3g | %.0f '
-                 'graphs/s', epoch, t.epochs, step, steps, mean,
-                 training.lr(), graphs / (time.perf_counter() - begin))
-    return mean
+        log.info('train epoch %d/%d step %d/%d | loss %s | lr %.3g | %.0f '
+                 'graphs/s', epoch, t.epochs, step, steps,
+                 ' '.join(f'{mean:.4f}' for mean in means), training.lr(),
+                 graphs / (time.perf_counter() - begin))
+    return means
 
 
 def evaluate_splits(training: Training,
-                    loaders: Loaders) -> Dict[str, float]:
-    r"""The validation metric and loss and the test metric (keys of
-    :obj:`CURVE`)."""
+                    loaders: Loaders) -> List[Dict[str, float]]:
+    r"""For each run, the validation metric and loss and the test metric
+    (keys of :obj:`CURVE`)."""
     args = (training.metric, training.device, training.autocast)
-    val_metric, val_loss = evaluate(training.model, loaders.valid, *args)
-    test_metric, _ = evaluate(training.model, loaders.test, *args)
-    return {'val_metric': val_metric, 'val_loss': val_loss,
-            'test_metric': test_metric}
+    valid = evaluate_runs(training.model, loaders.valid, *args)
+    test = evaluate_runs(training.model, loaders.test, *args)
+    return [{'val_metric': val_metric, 'val_loss': val_loss,
+             'test_metric': test_metric}
+            for (val_metric, val_loss), (test_metric, _) in zip(valid, test)]
 
 
 def _improves(row: Dict[str, float], best: Optional[Dict[str, float]],
@@ -533,66 +713,91 @@ def _improves(row: Dict[str, float], best: Optional[Dict[str, float]],
         sign * best['val_metric']
 
 
-def fit(cfg: DictConfig, training: Training, loaders: Loaders,
-        results: Dict[str, Any], best_state: Any, start: int,
-        checkpoint: Path) -> Any:
+def _evaluates(epoch: int, t: DictConfig) -> bool:
+    return epoch % t.eval_every == 0 or epoch == t.epochs
+
+
+def _epoch_rows(training: Training, loaders: Loaders, epoch: int,
+                t: DictConfig) -> List[Dict[str, float]]:
+    r"""Each run's row of epoch :obj:`epoch`: trains, and evaluates every
+    ``train.eval_every`` epochs."""
+    begin = time.perf_counter()
+    loaders.sampler.set_epoch(epoch)
+    rows = [{'epoch': epoch, 'loss': loss, 'val_metric': math.nan,
+             'val_loss': math.nan, 'test_metric': math.nan}
+            for loss in train_epoch(training, loaders.train, epoch, t)]
+    lr = training.lr()
+    if _evaluates(epoch, t):
+        for row, metrics in zip(rows, evaluate_splits(training, loaders)):
+            row.update(metrics)
+    for row in rows:
+        row.update(lr=lr, time_s=time.perf_counter() - begin)
+    return rows
+
+
+def fit(cfgs, training: Training, loaders: Loaders,
+        results: List[Dict[str, Any]], best_states: List[Any], start: int,
+        checkpoints: List[Path]) -> List[Any]:
     r"""Epochs :obj:`start` to ``train.epochs``: trains, evaluates every
-    ``train.eval_every`` epochs (keeping the best-validation weights, which
-    it returns, and epoch in :obj:`results`), records each epoch's row in
-    the curve, ``metrics.csv`` and the progress, and writes the
-    checkpoint."""
-    t, curve = cfg.train, results['curve']
-    higher_better = GRAPH_DATASETS[cfg.dataset.name][3]
-    rank = training.rank
-    epoch_log = EpochLog(checkpoint.parent, curve, training.metric,
-                         t.tensorboard) if rank == 0 else None
-    with Progress(t.epochs, every=t.log_every,
+    ``train.eval_every`` epochs (keeping each run's best-validation weights,
+    which it returns, and epoch in its :obj:`results`), records each run's
+    row of each epoch in its curve, ``metrics.csv`` and the progress (with
+    several runs, the mean over the runs), and writes the checkpoints."""
+    t = cfgs[0].train
+    higher_better = GRAPH_DATASETS[cfgs[0].dataset.name][3]
+    rank, runs = training.rank, len(cfgs)
+    epoch_logs = [EpochLog(c.parent, res['curve'], training.metric,
+                           t.tensorboard)
+                  for c, res in zip(checkpoints, results)] if rank == 0 \
+        else []
+    desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
+    with Progress(t.epochs, every=t.log_every, desc=desc,
                   bar=t.progress and rank == 0) as progress:
         if start > 1:
             progress.update(start - 1)
         for epoch in range(start, t.epochs + 1):
-            begin = time.perf_counter()
-            loaders.sampler.set_epoch(epoch)
-            row = {'epoch': epoch, 'loss': train_epoch(
-                training, loaders.train, epoch, t),
-                'val_metric': math.nan, 'val_loss': math.nan,
-                'test_metric': math.nan, 'lr': training.lr()}
-            if epoch % t.eval_every == 0 or epoch == t.epochs:
-                row.update(evaluate_splits(training, loaders))
-                if _improves(row, results['best'], higher_better):
-                    best_state = copy.deepcopy(training.model.state_dict())
-                    results.update(best_epoch=epoch, best={
+            rows = _epoch_rows(training, loaders, epoch, t)
+            for run, (row, res) in enumerate(zip(rows, results)):
+                if _evaluates(epoch, t) and _improves(row, res['best'],
+                                                      higher_better):
+                    best_states[run] = training.run_state(run)
+                    res.update(best_epoch=epoch, best={
                         k: row[k] for k in ('val_metric', 'val_loss',
                                             'test_metric')})
-            row['time_s'] = time.perf_counter() - begin
-            for key, column in curve.items():
-                column.append(row[key])
-            if epoch_log is not None:
+                for key, column in res['curve'].items():
+                    column.append(row[key])
+            for epoch_log, row in zip(epoch_logs, rows):
                 epoch_log.add(row)
             if rank == 0 and (epoch % t.checkpoint_every == 0
                               or epoch == t.epochs):
-                save_checkpoint(checkpoint, cfg, training, results,
-                                best_state, epoch)
-            progress.update(epoch, loss=row['loss'], **{
-                f'val_{training.metric}': row['val_metric'],
-                f'test_{training.metric}': row['test_metric']})
-    if epoch_log is not None:
+                save_checkpoints(checkpoints, cfgs, training, results,
+                                 best_states, epoch)
+            progress.update(epoch, **{
+                name: sum(row[key] for row in rows) / runs
+                for name, key in (('loss', 'loss'),
+                                  (f'val_{training.metric}', 'val_metric'),
+                                  (f'test_{training.metric}', 'test_metric'))})
+    for epoch_log in epoch_logs:
         epoch_log.close()
-    return best_state
+    return best_states
 
 
-def select(cfg: DictConfig, training: Training, loaders: Loaders,
-           results: Dict[str, Any], best_state: Any) -> None:
-    r"""Evaluates the weights ``select`` asks for (the best-validation
-    ones, or the last) and records their metrics in :obj:`results`."""
+def select(cfgs, training: Training, loaders: Loaders,
+           results: List[Dict[str, Any]], best_states: List[Any]) -> None:
+    r"""Evaluates each run's weights ``select`` asks for (the
+    best-validation ones, or the last) and records their metrics in its
+    :obj:`results`."""
+    cfg = cfgs[0]
     if cfg.select == 'best_val':
-        training.model.load_state_dict(best_state)
-        selected = results['best_epoch']
-    else:
-        selected = cfg.train.epochs
+        for run, state in enumerate(best_states):
+            training.load_run_state(run, state)
     args = (training.metric, training.device, training.autocast)
-    val_metric, val_loss = evaluate(training.model, loaders.valid, *args)
-    test_metric, test_loss = evaluate(training.model, loaders.test, *args)
-    results.update(status='ok', select=cfg.select, selected_epoch=selected,
+    valid = evaluate_runs(training.model, loaders.valid, *args)
+    test = evaluate_runs(training.model, loaders.test, *args)
+    for res, (val_metric, val_loss), (test_metric, test_loss) in zip(
+            results, valid, test):
+        selected = res['best_epoch'] if cfg.select == 'best_val' \
+            else cfg.train.epochs
+        res.update(status='ok', select=cfg.select, selected_epoch=selected,
                    val_metric=val_metric, val_loss=val_loss,
                    test_metric=test_metric, test_loss=test_loss)
