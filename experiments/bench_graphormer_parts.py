@@ -11,7 +11,7 @@ steps after a warm-up), forward + backward, no optimizer:
 * ``full``: the model's forward pass (embeddings, attention bias, layers,
   final norm, readout) and the backward pass of the loss;
 * ``layers``: the 12 layers alone on fixed input tokens and a fixed
-  attention bias computed ahead (``Graphormer.attention_bias``,
+  attention bias computed ahead (``Graphormer.pair_bias``,
   ``Graphormer.layer_context``), backward of the mean square of their
   output;
 
@@ -49,7 +49,7 @@ def _steps(model, batches, part: str) -> list:
             layout = layout_of(b)
             with torch.no_grad():
                 ctx = model.layer_context(
-                    model.attention_bias(b.spd, b.edge_attr, layout), layout)
+                    model.pair_bias(b.spd, b.edge_attr, layout), layout)
             h = torch.randn(b.num_graphs + b.num_nodes,
                             model.hidden_channels, requires_grad=True)
         start = time.process_time()

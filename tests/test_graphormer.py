@@ -388,3 +388,22 @@ def test_inductor_compiled_forward_equals_eager():
         torch.testing.assert_close(compiled(*args, layout=layout),
                                    model(*args, layout=layout),
                                    rtol=1e-4, atol=1e-5)
+
+
+def test_group_biases_are_the_dense_bias_of_their_graphs():
+    # Each pair's bias goes straight to its attention group: a group's
+    # bias is the batch's dense bias at its graphs, cut to its own width.
+    from gnorm.models.graphormer import ATTENTION_CHUNK
+    model = _model('layernorm')
+    sizes = [(5 * seed) % 19 + 1 for seed in range(2 * ATTENTION_CHUNK + 3)]
+    b, layout = _layout_batch([_graph(n, seed, extra=seed % 3)
+                               for seed, n in enumerate(sizes)], max_dist=3)
+    dense = model.attention_bias(b.spd, b.edge_attr, layout)
+    groups = model.layer_context(model.pair_bias(b.spd, b.edge_attr, layout),
+                                 layout)['groups']
+    assert len(groups['shapes']) == 3
+    _, order = torch.sort(layout['mask'].sum(1), stable=True)
+    for idx, (Bg, Tg), bias in zip(order.split(ATTENTION_CHUNK),
+                                   groups['shapes'], groups['bias']):
+        assert bias.is_contiguous() and bias.shape == (Bg, 2, Tg, Tg)
+        assert torch.equal(bias, dense[idx][:, :, :Tg, :Tg])

@@ -1,7 +1,7 @@
 import functools
 import inspect
 import math
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +16,7 @@ from gnorm.nn import IsoBN, PairNorm
 
 FEATURES = ('ogb', 'zinc')
 # Graphs per attention group on the CPU (sorted by size; see
-# Graphormer._attention_groups).
+# attention_groups).
 ATTENTION_CHUNK = 16
 
 
@@ -141,6 +141,97 @@ def _dropout(x: Tensor, p: float, training: bool, fused: bool,
     keep = torch.stack([_keep_scale(run, p, generator)
                         for run, generator in zip(runs, generators)])
     return x * keep.view(x.shape)
+
+
+def attention_groups(layout: Dict[str, Tensor],
+                     single: bool) -> Dict[str, object]:
+    r"""The groups of graphs the layers' attention runs in, each dense
+    :obj:`[B_g, T_g]` with its own padding: ``shapes`` (the :obj:`(B_g,
+    T_g)`), ``masks`` (each :obj:`[B_g, T_g]`), one token buffer for them
+    all, group after group (``size`` rows; ``pos``: the row of each packed
+    token), and one pair buffer (``pair_size`` rows; ``pair_pos``: the row
+    of each node pair of the :obj:`layout`). One group (:obj:`single`, or in
+    a compiled graph: one kernel, no value of the batch read); else the
+    graphs sorted by size in chunks of :obj:`ATTENTION_CHUNK`, each padded
+    to its own largest graph only (the same attention per graph, far fewer
+    padded scores)."""
+    mask = layout['mask']
+    B, T = mask.shape
+    if single or B <= ATTENTION_CHUNK or torch.compiler.is_compiling():
+        return {'shapes': [(B, T)], 'masks': [mask], 'size': B * T,
+                'pos': layout['pos'], 'pair_size': B * T * T,
+                'pair_pos': layout['pair_pos']}
+    sizes, graphs = torch.sort(mask.sum(1), stable=True)  # tokens per graph
+    # Per graph: its first token row, its first pair row, its group's T_g.
+    first_token, first_pair = torch.empty_like(graphs), \
+        torch.empty_like(graphs)
+    width = torch.empty_like(graphs)
+    out = {'shapes': [], 'masks': [], 'size': 0, 'pair_size': 0}
+    for idx, part in zip(graphs.split(ATTENTION_CHUNK),
+                         sizes.split(ATTENTION_CHUNK)):
+        Bg, Tg = idx.numel(), int(part[-1])
+        slot = torch.arange(Bg, device=idx.device)
+        first_token[idx] = out['size'] + slot * Tg
+        first_pair[idx] = out['pair_size'] + slot * Tg * Tg
+        width[idx] = Tg
+        out['shapes'].append((Bg, Tg))
+        out['masks'].append(mask[idx, :Tg])
+        out['size'] += Bg * Tg
+        out['pair_size'] += Bg * Tg * Tg
+    # A token's and a pair's graph and place in the dense [B, T] layout.
+    graph, index = layout['pos'].div(T, rounding_mode='floor'), \
+        layout['pos'] % T
+    out['pos'] = first_token[graph] + index
+    graph, cell = layout['pair_pos'].div(T * T, rounding_mode='floor'), \
+        layout['pair_pos'] % (T * T)
+    row, column = cell.div(T, rounding_mode='floor'), cell % T
+    out['pair_pos'] = first_pair[graph] + row * width[graph] + column
+    return out
+
+
+def group_biases(pairs: Tensor, groups: Dict[str, object],
+                 virtual: Tensor) -> List[Tensor]:
+    r"""The additive attention bias of each group of :obj:`groups`
+    (:func:`attention_groups`), :obj:`[R, B_g, heads, T_g, T_g]`
+    contiguous, for :obj:`R` runs: every node pair's bias :obj:`pairs`
+    :obj:`[P, R heads]` (runs one after the other within a pair) at its
+    position, the virtual distance :obj:`virtual` :obj:`[R, heads]` on the
+    graph token's row and column (its diagonal entry included),
+    :math:`-\infty` at padded keys. No dense bias of the whole batch is
+    built: each pair goes straight to its group."""
+    R, H = virtual.shape
+    rows = [Bg * Tg * Tg for Bg, Tg in groups['shapes']]
+    buffer = pairs.new_zeros(groups['pair_size'], R * H).index_copy(
+        0, groups['pair_pos'], pairs)
+    out = []
+    for part, (Bg, Tg), mask in zip(buffer.split(rows), groups['shapes'],
+                                    groups['masks']):
+        bias = part.view(Bg, Tg, Tg, R, H).permute(3, 0, 4, 1, 2)
+        first = torch.arange(Tg, device=pairs.device) == 0  # [T_g]
+        border = first.view(-1, 1) | first.view(1, -1)  # [T_g, T_g]
+        bias = bias + border * virtual.view(R, 1, H, 1, 1)
+        out.append(bias.masked_fill(~mask.view(1, Bg, 1, 1, Tg),
+                                    float('-inf')).contiguous())
+    return out
+
+
+def layer_context(layout: Dict[str, Tensor], pairs: Tensor, virtual: Tensor,
+                  fused: bool,
+                  generators: Optional[Sequence[torch.Generator]],
+                  ) -> Dict[str, object]:
+    r"""What every layer reads besides the tokens, for :obj:`R` runs: the
+    :obj:`layout`, the attention kernels (``fused``), the attention groups
+    (``groups``, :func:`attention_groups`, one group with the fused
+    kernels) with their biases (``groups['bias']``, :func:`group_biases` of
+    :obj:`pairs` :obj:`[P, R heads]` and :obj:`virtual` :obj:`[R, heads]`)
+    and the dropout generators (``generators``: one per run, or
+    :obj:`None` for torch's)."""
+    ctx = dict(layout)
+    ctx['fused'] = fused
+    ctx['groups'] = attention_groups(layout, single=fused)
+    ctx['groups']['bias'] = group_biases(pairs, ctx['groups'], virtual)
+    ctx['generators'] = generators
+    return ctx
 
 
 KERNELS = ('auto', 'fused', 'explicit')
@@ -445,16 +536,14 @@ class Graphormer(torch.nn.Module):
         for p in (self.graph_token, self.hop_weight, self.virtual_distance):
             torch.nn.init.normal_(p, std=0.02)
 
-    def attention_bias(self, spd: Tensor, edge_attr: Tensor,
-                       layout: Dict[str, Tensor]) -> Tensor:
-        r"""The additive bias :obj:`[B, heads, T, T]` of the class
-        docstring, :math:`-\infty` at padded keys, from the flat distances
-        :obj:`spd` :obj:`[P]` of
+    def pair_bias(self, spd: Tensor, edge_attr: Tensor,
+                  layout: Dict[str, Tensor]) -> Tensor:
+        r"""Every node pair's part of the class docstring's bias,
+        :obj:`[P, heads]` (the spatial and the multi-hop edge encodings), from
+        the flat distances :obj:`spd` :obj:`[P]` of
         :class:`~gnorm.data.molecules.ShortestPaths`, the bond features and
         the batch's :func:`~gnorm.models.token_layout.token_layout`:
         embedding look-ups and index sums whose shapes are the layout's."""
-        mask = layout['mask']  # [B, T]
-        B, T = mask.shape
         K, E, H = self.max_dist, edge_attr.size(0), self.num_heads
         dist = spd.long()  # [P], the pairs of every graph, row-major
         spd_row = torch.where(dist < 0, self.max_spd + 1,
@@ -473,16 +562,19 @@ class Graphormer(torch.nn.Module):
         multi_hop = bias.new_zeros(dist.size(0), H).index_add_(
             0, pair, hops.index_select(0, entry).to(bias.dtype))  # [P, heads]
         scale = 1.0 / dist.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
-        bias = bias + multi_hop * scale.to(bias.dtype)  # [P, heads]
-        bias = bias.new_zeros(B * T * T, H).index_copy(
-            0, layout['pair_pos'], bias)
-        bias = bias.view(B, T, T, H).permute(0, 3, 1, 2)  # [B, heads, T, T]
+        return bias + multi_hop * scale.to(bias.dtype)  # [P, heads]
 
-        # The graph token's row and column (index 0) get the virtual distance.
-        first = torch.arange(T, device=mask.device) == 0  # [T]
-        border = first.view(-1, 1) | first.view(1, -1)  # [T, T]
-        bias = bias + border * self.virtual_distance.view(-1, 1, 1)
-        return bias.masked_fill(~mask.view(B, 1, 1, T), float('-inf'))
+    def attention_bias(self, spd: Tensor, edge_attr: Tensor,
+                       layout: Dict[str, Tensor]) -> Tensor:
+        r"""The additive bias :obj:`[B, heads, T, T]` of the class
+        docstring, :math:`-\infty` at padded keys (:meth:`pair_bias` at
+        every pair's position, the virtual distance on the graph token's
+        row and column), dense for all graphs of the batch (the layers build
+        it per attention group, :func:`group_biases`)."""
+        groups = attention_groups(layout, single=True)
+        (bias, ) = group_biases(self.pair_bias(spd, edge_attr, layout),
+                                groups, self.virtual_distance.view(1, -1))
+        return bias[0]
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor,
                 spd: Tensor, path_edge: Tensor, batch: OptTensor = None,
@@ -532,10 +624,10 @@ class Graphormer(torch.nn.Module):
             0, edge_index[1], torch.ones_like(edge_index[1]))  # in-degrees
         h = self.atom_encoder(x) + self.degree_encoder(
             deg.clamp(max=self.max_degree))  # [num_nodes, d]
-        bias = self.attention_bias(spd, edge_attr, layout)
+        pairs = self.pair_bias(spd, edge_attr, layout)  # [P, heads]
         # The packed tokens: the graph tokens, then the nodes.
         h = torch.cat([self.graph_token.view(1, -1).expand(B, -1), h])
-        ctx = self.layer_context(bias, layout)
+        ctx = self.layer_context(pairs, layout)
         h = _dropout(h, self.input_dropout, self.training, ctx['fused'],
                      ctx['generators'])
         for layer in self.layers:
@@ -545,57 +637,19 @@ class Graphormer(torch.nn.Module):
         return (out, _dense(h, ctx), layout['mask']) if return_tokens \
             else out
 
-    def layer_context(self, bias: Tensor,
+    def layer_context(self, pairs: Tensor,
                       layout: Dict[str, Tensor]) -> Dict[str, object]:
-        r"""What every layer reads besides the tokens: the :obj:`layout`,
-        the attention kernels (``fused``), the attention groups with their
-        parts of :obj:`bias` (``groups``; :obj:`bias` may have a leading run
-        dimension) and the dropout generators (``generators``: a list of
-        :obj:`dropout_generator`, or :obj:`None` for torch's)."""
-        ctx = dict(layout)
-        ctx['fused'] = self.kernels == 'fused' or (
-            self.kernels == 'auto' and bias.is_cuda)
-        ctx['generators'] = None if self.dropout_generator is None \
+        r"""What every layer reads besides the tokens (see
+        :func:`layer_context`), from the pairs' bias :obj:`pairs`
+        (:meth:`pair_bias`) and the batch's :obj:`layout`."""
+        fused = self.kernels == 'fused' or (self.kernels == 'auto'
+                                            and pairs.is_cuda)
+        generators = None if self.dropout_generator is None \
             else [self.dropout_generator]
-        ctx['groups'] = self._attention_groups(bias, ctx)
+        ctx = layer_context(layout, pairs, self.virtual_distance.view(1, -1),
+                            fused, generators)
+        ctx['groups']['bias'] = [bias[0] for bias in ctx['groups']['bias']]
         return ctx
-
-    @staticmethod
-    def _attention_groups(bias: Tensor,
-                          ctx: Dict[str, Tensor]) -> Dict[str, object]:
-        r"""The groups of graphs the layers' attention runs in, each dense
-        :obj:`[B_g, T_g]` with its own padding: ``shapes`` (the
-        :obj:`(B_g, T_g)`), ``bias`` (each :obj:`[B_g, heads, T_g, T_g]`),
-        and one buffer for them all, group after group: ``size`` (its rows)
-        and ``pos`` (the row of each packed token). One group (one kernel,
-        no value of the batch read) with the fused kernels and in a
-        compiled graph; else the graphs sorted by size in chunks of
-        :obj:`ATTENTION_CHUNK`, each padded to its own largest graph only
-        (the same attention per graph, far fewer padded scores)."""
-        B, T = ctx['mask'].shape
-        if ctx['fused'] or B <= ATTENTION_CHUNK or \
-                torch.compiler.is_compiling():
-            return {'shapes': [(B, T)], 'bias': [bias], 'size': B * T,
-                    'pos': ctx['pos']}
-        counts = ctx['mask'].sum(1)  # tokens per graph
-        sizes, graphs = torch.sort(counts, stable=True)
-        out = {'shapes': [], 'bias': [], 'size': 0}
-        # Row of each packed token in the dense [B, T] tokens: graph, index.
-        graph_of, index = torch.div(ctx['pos'], T, rounding_mode='floor'), \
-            ctx['pos'] % T
-        group_pos = torch.empty_like(graphs)  # [B]: graph -> its first row
-        for idx, part in zip(graphs.split(ATTENTION_CHUNK),
-                             sizes.split(ATTENTION_CHUNK)):
-            Bg, Tg = idx.numel(), int(part[-1])
-            group_pos[idx] = out['size'] + torch.arange(
-                Bg, device=idx.device) * Tg
-            out['shapes'].append((Bg, Tg))
-            # Contiguous once here, not in every layer.
-            out['bias'].append(
-                bias[..., idx, :, :Tg, :Tg].contiguous())
-            out['size'] += Bg * Tg
-        out['pos'] = group_pos[graph_of] + index
-        return out
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}({self.out_channels}, '

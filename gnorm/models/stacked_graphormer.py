@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gnorm.models.graphormer import (CategoricalEncoder, Graphormer,
-                                     GraphormerLayer, _dropout)
+                                     GraphormerLayer, _dropout,
+                                     layer_context)
 from gnorm.models.token_layout import token_layout
 from gnorm.nn import SepNorm
 from gnorm.nn.stacked import layer_norm, run_values
@@ -219,18 +220,16 @@ class StackedGraphormer(torch.nn.Module):
             for name, value in state.items():
                 own[name][run].copy_(value)
 
-    def attention_bias(self, spd: Tensor, edge_attr: Tensor,
-                       layout: Dict[str, Tensor]) -> Tensor:
-        r""":meth:`Graphormer.attention_bias` of every run: :obj:`[R, B,
-        heads, T, T]`."""
+    def pair_bias(self, spd: Tensor, edge_attr: Tensor,
+                  layout: Dict[str, Tensor]) -> Tensor:
+        r""":meth:`Graphormer.pair_bias` of every run, pair after pair and
+        run after run within a pair: :obj:`[P, R heads]` (so that every
+        index runs along the first dimension, as a single model's)."""
         g, R = self.model, self.runs
-        mask = layout['mask']  # [B, T]
-        B, T = mask.shape
         K, E, H = g.max_dist, edge_attr.size(0), g.num_heads
         dist = spd.long()  # [P]
         spd_row = torch.where(dist < 0, g.max_spd + 1,
                               dist.clamp(max=g.max_spd))
-        # Pair after pair, run after run within a pair: [P, R heads].
         bias = _embed(g.spd_encoder.weight, spd_row).view(-1, R * H)
         hop, pair = layout['path_hop'], layout['path_pair']
         entry = torch.where(hop < K, hop * E + layout['path_edge'], K * E)
@@ -241,14 +240,7 @@ class StackedGraphormer(torch.nn.Module):
         multi_hop = bias.new_zeros(dist.size(0), R * H).index_add_(
             0, pair, hops.index_select(0, entry).to(bias.dtype))
         scale = 1.0 / dist.clamp(min=1, max=K).unsqueeze(-1)  # [P, 1]
-        bias = bias + multi_hop * scale.to(bias.dtype)  # [P, R heads]
-        bias = bias.new_zeros(B * T * T, R * H).index_copy(
-            0, layout['pair_pos'], bias)
-        bias = bias.view(B, T, T, R, H).permute(3, 0, 4, 1, 2)
-        first = torch.arange(T, device=mask.device) == 0  # [T]
-        border = first.view(-1, 1) | first.view(1, -1)  # [T, T]
-        bias = bias + border * g.virtual_distance.view(R, 1, H, 1, 1)
-        return bias.masked_fill(~mask.view(1, B, 1, 1, T), float('-inf'))
+        return bias + multi_hop * scale.to(bias.dtype)  # [P, R heads]
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor,
                 spd: Tensor, path_edge: Tensor, batch: Optional[Tensor] = None,
@@ -267,11 +259,12 @@ class StackedGraphormer(torch.nn.Module):
             0, edge_index[1], torch.ones_like(edge_index[1]))
         h = _encode(g.atom_encoder, x) + _embed(
             g.degree_encoder.weight, deg.clamp(max=g.max_degree))
-        bias = self.attention_bias(spd, edge_attr, layout)
+        pairs = self.pair_bias(spd, edge_attr, layout)  # [P, R heads]
         tokens = g.graph_token.unsqueeze(1).expand(-1, B, -1)  # [R, B, C]
         h = torch.cat([tokens, h.transpose(0, 1)], 1)  # [R, M, C]
-        ctx = g.layer_context(bias, layout)
-        ctx['generators'] = self.generators
+        fused = g.kernels == 'fused' or (g.kernels == 'auto' and h.is_cuda)
+        ctx = layer_context(layout, pairs, g.virtual_distance, fused,
+                            self.generators)
         ctx['stacked_pos'] = _stacked_positions(ctx['groups'], self.runs)
         h = _dropout(h, g.input_dropout, self.training, ctx['fused'],
                      ctx['generators'])
