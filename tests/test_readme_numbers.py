@@ -85,3 +85,13 @@ def test_readme_graphormer_parts_come_from_the_committed_benchmark():
               if re.match(r'\| \w+ \| \w+ \| \d', line)]
     low, high = _numbers(_quoted('graphormer-parts'))[:2]
     assert (float(low), float(high)) == (min(ratios), max(ratios))
+
+
+def test_readme_graphormer_runs_come_from_the_committed_benchmark():
+    table = (ROOT / 'experiments' / 'results' /
+             'bench_graphormer_runs_cpu.md').read_text()
+    ratios = [float(line.strip(' |').split(' | ')[-1][:-1])
+              for line in table.splitlines()
+              if re.match(r'\| \w+ \| \w+ \| \w+ \| \d', line)]
+    low, high = _numbers(_quoted('graphormer-runs'))[:2]
+    assert (float(low), float(high)) == (min(ratios), max(ratios))

@@ -320,3 +320,15 @@ def test_graphormer_parts_report_gives_the_layers_share(tmp_path):
     assert text == path.with_suffix('.md').read_text()
     assert '| zinc | layernorm | 380.0 | 320.0 | 330.0 | 250.0 | 1.52x |' \
         in text
+
+
+def test_graphormer_runs_report_gives_the_stack_speed_up(tmp_path):
+    runs = _script('bench_graphormer_runs')
+    path = tmp_path / 'bench_graphormer_runs_cpu.jsonl'
+    rows = [dict(dataset='zinc', recipe='small', norm='sepnorm', runs=5,
+                 batch_size=64, steps=5, separate_ms=150.0, stacked_ms=100.0,
+                 threads=1, host='test cpu')]
+    path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    text = runs.report(path)
+    assert text == path.with_suffix('.md').read_text()
+    assert '| zinc | small | sepnorm | 5 | 150.0 | 100.0 | 1.50x |' in text
