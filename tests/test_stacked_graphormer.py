@@ -32,10 +32,13 @@ def _generators(seeds):
 
 @pytest.mark.parametrize('norm', STACKABLE)
 @pytest.mark.parametrize('count', [3, ATTENTION_CHUNK + 5])
-def test_each_run_gives_its_model_alone_float64(norm, count):
+@pytest.mark.parametrize('kernels', ['explicit', 'fused'])
+def test_each_run_gives_its_model_alone_float64(norm, count, kernels):
     # Evaluation mode, float64: run r of the stack == model r, with and
-    # without the CPU's size groups (more graphs than ATTENTION_CHUNK).
-    models = [m.double().eval() for m in _models(norm, [0, 1, 2])]
+    # without the CPU's size groups (more graphs than ATTENTION_CHUNK), with
+    # the explicit and the fused attention kernels.
+    models = [m.double().eval()
+              for m in _models(norm, [0, 1, 2], kernels=kernels)]
     stack = StackedGraphormer(models).eval()
     graphs = _graphs(count)
     out = _run(stack, graphs)
@@ -45,7 +48,9 @@ def test_each_run_gives_its_model_alone_float64(norm, count):
 
 
 @pytest.mark.parametrize('norm', STACKABLE)
-def test_gradients_and_dropout_of_a_run_alone_equal_among_others(norm):
+@pytest.mark.parametrize('kernels', ['explicit', 'fused'])
+def test_gradients_and_dropout_of_a_run_alone_equal_among_others(norm,
+                                                                 kernels):
     # Training mode with dropout, float64: with one generator per run, run
     # r among others draws the masks it draws alone, and the gradient of
     # the runs' summed losses on run r's weights is its gradient alone.
@@ -53,7 +58,8 @@ def test_gradients_and_dropout_of_a_run_alone_equal_among_others(norm):
     graphs = _graphs(ATTENTION_CHUNK + 3)
     models = [m.double() for m in _models(norm, seeds, dropout=0.3,
                                           input_dropout=0.2,
-                                          attention_dropout=0.25)]
+                                          attention_dropout=0.25,
+                                          kernels=kernels)]
     stack = StackedGraphormer(models, _generators(seeds)).train()
     out = _run(stack, graphs)
     out.square().sum().backward()
