@@ -107,18 +107,24 @@ def _run_norm(norm: torch.nn.Module, kind: Union[str, Tuple[str, ...]],
 
 
 def _keep_scale(x: Tensor, p: float,
-                generator: Optional[torch.Generator] = None) -> Tensor:
+                generators: Optional[Sequence[torch.Generator]] = None,
+                ) -> Tensor:
     r"""A dropout multiplier shaped like :obj:`x`: :math:`1 / (1 - p)` with
     probability :math:`1 - p`, else :obj:`0`; from 16 random bits per entry
     (:math:`p` rounded to a multiple of :math:`2^{-16}`), a quarter of the
-    random numbers of :func:`torch.bernoulli`, drawn from
-    :obj:`generator` (default: torch's)."""
-    n = x.numel()
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
-    bits = bits.random_(-2**63, 2**63 - 1, generator=generator)
-    keep = bits.view(torch.int16)[:n].view(x.shape) >= \
-        round(p * 65536) - 32768
-    return keep.to(x.dtype).mul_(1.0 / (1.0 - p))
+    random numbers of :func:`torch.bernoulli`, drawn from torch's
+    generator, or with :obj:`generators` (one per run, :obj:`x` holding the
+    runs one after the other along its first dimension) each run's part
+    from its own generator."""
+    runs = 1 if generators is None else len(generators)
+    n = x.numel() // runs
+    threshold = round(p * 65536) - 32768
+    keep = torch.empty(runs, n, dtype=torch.bool, device=x.device)
+    for run, generator in enumerate(generators or [None]):
+        bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
+        bits = bits.random_(-2**63, 2**63 - 1, generator=generator)
+        torch.ge(bits.view(torch.int16)[:n], threshold, out=keep[run])
+    return keep.view(x.shape).to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
 def _dropout(x: Tensor, p: float, training: bool, fused: bool,
@@ -135,12 +141,7 @@ def _dropout(x: Tensor, p: float, training: bool, fused: bool,
         return x
     if torch.compiler.is_compiling() or (fused and generators is None):
         return F.dropout(x, p, True)
-    if generators is None:
-        return x * _keep_scale(x, p)
-    runs = x.view(len(generators), -1).unbind(0)
-    keep = torch.stack([_keep_scale(run, p, generator)
-                        for run, generator in zip(runs, generators)])
-    return x * keep.view(x.shape)
+    return x * _keep_scale(x, p, generators)
 
 
 def attention_groups(layout: Dict[str, Tensor],
