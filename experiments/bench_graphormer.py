@@ -417,6 +417,39 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                                              'results'))
 
 
+def add_step_arguments(parser: argparse.ArgumentParser,
+                       batch_size: int) -> None:
+    r"""The batch size, steps, threads, data and ``--report-only``
+    arguments of the CPU step benchmarks."""
+    parser.add_argument('--batch-size', type=int, default=batch_size)
+    parser.add_argument('--steps', type=int, default=5)
+    parser.add_argument('--threads', type=int, default=1)
+    add_data_arguments(parser)
+    parser.add_argument('--report-only', action='store_true')
+
+
+def write_report(path: Path, lines) -> str:
+    r"""Writes the report :obj:`lines` next to the jsonl :obj:`path` (as
+    ``.md``) and returns its text."""
+    text = '\n'.join(lines) + '\n'
+    path.with_suffix('.md').write_text(text)
+    return text
+
+
+def measure_into(args, path: Path, rows) -> None:
+    r"""Unless ``--report-only``: at ``--threads`` threads, appends each
+    row of the iterable :obj:`rows` (measured as it is drawn) to the jsonl
+    file :obj:`path`, which starts empty."""
+    if args.report_only:
+        return
+    torch.set_num_threads(args.threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('')
+    for row in rows:
+        with open(path, 'a') as f:
+            f.write(json.dumps(row) + '\n')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--device', default='cpu')

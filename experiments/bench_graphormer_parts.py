@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from bench_graphormer import (MAX_DIST, _graphs, _loader, _model,
-                             add_data_arguments)
+                             add_step_arguments, measure_into, write_report)
 from bench_layers import machine
 
 PARTS = ('full', 'layers')
@@ -113,9 +113,7 @@ def report(path: Path) -> str:
         lines.append(f'| {name} | {norm} | {full:.1f} | {full0:.1f} | '
                      f'{layers:.1f} | {layers0:.1f} | '
                      f'{full / layers0:.2f}x |')
-    text = '\n'.join(lines) + '\n'
-    path.with_suffix('.md').write_text(text)
-    return text
+    return write_report(path, lines)
 
 
 def main() -> None:
@@ -123,22 +121,12 @@ def main() -> None:
     parser.add_argument('--datasets', nargs='+', default=['zinc', 'molhiv'])
     parser.add_argument('--norms', nargs='+',
                         default=['layernorm', 'sepnorm'])
-    parser.add_argument('--batch-size', type=int, default=128)
-    parser.add_argument('--steps', type=int, default=5)
-    parser.add_argument('--threads', type=int, default=1)
-    add_data_arguments(parser)
-    parser.add_argument('--report-only', action='store_true')
+    add_step_arguments(parser, batch_size=128)
     args = parser.parse_args()
     path = Path(args.out) / 'bench_graphormer_parts_cpu.jsonl'
-    if not args.report_only:
-        torch.set_num_threads(args.threads)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text('')
-        for name in args.datasets:
-            for norm in args.norms:
-                with open(path, 'a') as f:
-                    for row in measure(args, name, norm):
-                        f.write(json.dumps(row) + '\n')
+    measure_into(args, path, (row for name in args.datasets
+                              for norm in args.norms
+                              for row in measure(args, name, norm)))
     print(report(path))
 
 

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from bench_graphormer import MAX_DIST, _graphs, _loader, add_data_arguments
+from bench_graphormer import (MAX_DIST, _graphs, _loader,
+                             add_step_arguments, measure_into, write_report)
 from bench_layers import machine
 
 RECIPES = {
@@ -131,9 +132,7 @@ def report(path: Path) -> str:
                      f"{r['runs']} | {r['separate_ms']:.1f} | "
                      f"{r['stacked_ms']:.1f} | "
                      f"{r['separate_ms'] / r['stacked_ms']:.2f}x |")
-    text = '\n'.join(lines) + '\n'
-    path.with_suffix('.md').write_text(text)
-    return text
+    return write_report(path, lines)
 
 
 def main() -> None:
@@ -143,24 +142,13 @@ def main() -> None:
                         choices=list(RECIPES))
     parser.add_argument('--norms', nargs='+', default=['sepnorm'])
     parser.add_argument('--runs', nargs='+', type=int, default=[5])
-    parser.add_argument('--batch-size', type=int, default=64)
-    parser.add_argument('--steps', type=int, default=5)
-    parser.add_argument('--threads', type=int, default=1)
-    add_data_arguments(parser)
-    parser.add_argument('--report-only', action='store_true')
+    add_step_arguments(parser, batch_size=64)
     args = parser.parse_args()
     path = Path(args.out) / 'bench_graphormer_runs_cpu.jsonl'
-    if not args.report_only:
-        torch.set_num_threads(args.threads)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text('')
-        for name in args.datasets:
-            for recipe in args.recipes:
-                for norm in args.norms:
-                    for runs in args.runs:
-                        row = measure(args, name, recipe, norm, runs)
-                        with open(path, 'a') as f:
-                            f.write(json.dumps(row) + '\n')
+    measure_into(args, path, (
+        measure(args, name, recipe, norm, runs) for name in args.datasets
+        for recipe in args.recipes for norm in args.norms
+        for runs in args.runs))
     print(report(path))
 
 

@@ -4,6 +4,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location(
     'main_command', ROOT / 'experiments' / 'main_command.py')
@@ -77,21 +79,16 @@ def test_readme_graphormer_speed_comes_from_the_committed_benchmark():
             ln[0], sep[0], ln[1], sep[1], ln[2][:-1], sep[2][:-1]]
 
 
-def test_readme_graphormer_parts_come_from_the_committed_benchmark():
-    table = (ROOT / 'experiments' / 'results' /
-             'bench_graphormer_parts_cpu.md').read_text()
+@pytest.mark.parametrize('marker, name, columns', [
+    ('graphormer-parts', 'bench_graphormer_parts_cpu.md', 2),
+    ('graphormer-runs', 'bench_graphormer_runs_cpu.md', 3)])
+def test_readme_ratio_ranges_come_from_the_committed_benchmarks(
+        marker, name, columns):
+    r"""The README's range of a benchmark's ratios is the lowest and the
+    highest ratio (last column) of its committed table's rows."""
+    table = (ROOT / 'experiments' / 'results' / name).read_text()
+    row = r'\| \w+ ' * columns + r'\| \d'
     ratios = [float(line.strip(' |').split(' | ')[-1][:-1])
-              for line in table.splitlines()
-              if re.match(r'\| \w+ \| \w+ \| \d', line)]
-    low, high = _numbers(_quoted('graphormer-parts'))[:2]
-    assert (float(low), float(high)) == (min(ratios), max(ratios))
-
-
-def test_readme_graphormer_runs_come_from_the_committed_benchmark():
-    table = (ROOT / 'experiments' / 'results' /
-             'bench_graphormer_runs_cpu.md').read_text()
-    ratios = [float(line.strip(' |').split(' | ')[-1][:-1])
-              for line in table.splitlines()
-              if re.match(r'\| \w+ \| \w+ \| \w+ \| \d', line)]
-    low, high = _numbers(_quoted('graphormer-runs'))[:2]
+              for line in table.splitlines() if re.match(row, line)]
+    low, high = _numbers(_quoted(marker))[:2]
     assert (float(low), float(high)) == (min(ratios), max(ratios))

@@ -1,3 +1,4 @@
+import contextlib
 import csv
 import datetime
 import json
@@ -72,13 +73,10 @@ def _csv_curve(folder):
             for k in epoch_log.CURVE if k != 'time_s'}
 
 
-@needs_mirror
-def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
-    asked = [*TINY, 'train.epochs=4']
-    full = train(compose_train(*asked), output_dir=tmp_path / 'full')
-
-    # Stop the second run in epoch 3 (its first evaluation), after the
-    # checkpoint of epoch 2.
+@contextlib.contextmanager
+def _stopped_in_epoch_3(monkeypatch):
+    r"""Interrupts the training in the block at its fifth evaluation (epoch
+    3's validation, after the checkpoint of epoch 2)."""
     calls = []
     evaluate = graph.evaluate_runs
 
@@ -87,11 +85,20 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
         if len(calls) == 5:
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
-
     monkeypatch.setattr(graph, 'evaluate_runs', stop)
     with pytest.raises(KeyboardInterrupt):
-        train(compose_train(*asked), output_dir=tmp_path / 'cut')
+        yield
     monkeypatch.setattr(graph, 'evaluate_runs', evaluate)
+
+
+@needs_mirror
+def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
+    asked = [*TINY, 'train.epochs=4']
+    full = train(compose_train(*asked), output_dir=tmp_path / 'full')
+
+    # Stop the second run in epoch 3, after the checkpoint of epoch 2.
+    with _stopped_in_epoch_3(monkeypatch):
+        train(compose_train(*asked), output_dir=tmp_path / 'cut')
     stopped = json.loads((tmp_path / 'cut' / 'results.json').read_text())
     assert stopped['status'] == 'interrupted'
     assert stopped['curve']['epoch'] == [1, 2]
@@ -461,18 +468,8 @@ def test_a_seed_alone_equals_the_seed_among_others(tmp_path):
 def test_a_stack_resumes_from_its_checkpoints(tmp_path, monkeypatch):
     seeds = [0, 1]
     full = _runs(tmp_path, 'full', seeds)
-    calls = []
-    evaluate = graph.evaluate_runs
-
-    def stop(*args, **kwargs):  # in epoch 3, after the checkpoint of 2
-        calls.append(1)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return evaluate(*args, **kwargs)
-    monkeypatch.setattr(graph, 'evaluate_runs', stop)
-    with pytest.raises(KeyboardInterrupt):
+    with _stopped_in_epoch_3(monkeypatch):
         _runs(tmp_path, 'cut', seeds)
-    monkeypatch.setattr(graph, 'evaluate_runs', evaluate)
     # One run resumes alone from the stack's checkpoint, both together.
     (alone, ) = _runs(tmp_path, 'cut', [1], 'resume=true')
     assert alone['resumed_from_epoch'] == 2

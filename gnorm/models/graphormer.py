@@ -144,6 +144,23 @@ def _dropout(x: Tensor, p: float, training: bool, fused: bool,
     return x * _keep_scale(x, p, generators)
 
 
+def layout_and_degrees(x: Tensor, edge_index: Tensor, spd: Tensor,
+                       path_edge: Tensor, batch: OptTensor,
+                       batch_size: Optional[int], max_dist: int,
+                       layout: Optional[Dict[str, Tensor]],
+                       ) -> Tuple[Dict[str, Tensor], Tensor]:
+    r"""The batch's token :obj:`layout` (computed here when :obj:`None`;
+    :obj:`batch` :obj:`None` means one graph) and every node's in-degree."""
+    if layout is None:
+        if batch is None:
+            batch = x.new_zeros(x.size(0), dtype=torch.long)
+        layout = token_layout(edge_index, spd, path_edge, batch, batch_size,
+                              max_dist)
+    deg = x.new_zeros(x.size(0), dtype=torch.long).index_add_(
+        0, edge_index[1], torch.ones_like(edge_index[1]))
+    return layout, deg
+
+
 def attention_groups(layout: Dict[str, Tensor],
                      single: bool) -> Dict[str, object]:
     r"""The groups of graphs the layers' attention runs in, each dense
@@ -615,14 +632,10 @@ class Graphormer(torch.nn.Module):
         Returns:
             torch.Tensor: Predictions :obj:`[B, out_channels]`.
         """
-        if layout is None:
-            if batch is None:
-                batch = x.new_zeros(x.size(0), dtype=torch.long)
-            layout = token_layout(edge_index, spd, path_edge, batch,
-                                  batch_size, self.max_dist)
+        layout, deg = layout_and_degrees(x, edge_index, spd, path_edge,
+                                         batch, batch_size, self.max_dist,
+                                         layout)
         B = layout['mask'].size(0)
-        deg = x.new_zeros(x.size(0), dtype=torch.long).index_add_(
-            0, edge_index[1], torch.ones_like(edge_index[1]))  # in-degrees
         h = self.atom_encoder(x) + self.degree_encoder(
             deg.clamp(max=self.max_degree))  # [num_nodes, d]
         pairs = self.pair_bias(spd, edge_attr, layout)  # [P, heads]

@@ -10,8 +10,7 @@ from torch import Tensor
 
 from gnorm.models.graphormer import (CategoricalEncoder, Graphormer,
                                      GraphormerLayer, _dropout,
-                                     layer_context)
-from gnorm.models.token_layout import token_layout
+                                     layer_context, layout_and_degrees)
 from gnorm.nn import SepNorm
 from gnorm.nn.stacked import layer_norm, run_values
 
@@ -249,14 +248,10 @@ class StackedGraphormer(torch.nn.Module):
         r""":meth:`Graphormer.forward` of every run on one batch (the same
         arguments): predictions :obj:`[R, B, out_channels]`."""
         g = self.model
-        if layout is None:
-            if batch is None:
-                batch = x.new_zeros(x.size(0), dtype=torch.long)
-            layout = token_layout(edge_index, spd, path_edge, batch,
-                                  batch_size, g.max_dist)
+        layout, deg = layout_and_degrees(x, edge_index, spd, path_edge,
+                                         batch, batch_size, g.max_dist,
+                                         layout)
         B = layout['mask'].size(0)
-        deg = x.new_zeros(x.size(0), dtype=torch.long).index_add_(
-            0, edge_index[1], torch.ones_like(edge_index[1]))
         h = _encode(g.atom_encoder, x) + _embed(
             g.degree_encoder.weight, deg.clamp(max=g.max_degree))
         pairs = self.pair_bias(spd, edge_attr, layout)  # [P, R heads]

@@ -31,6 +31,11 @@ the last round), so that they step together. The training loss is summed
 over the processes when the host reads it, and every process checks that
 sum: a NaN on one process stops all of them with the same error.
 
+With ``train.data_seed`` every seed of a sweep sees the same batches and
+draws its dropout masks from a generator of its own, and the seeds train as
+one :class:`~gnorm.models.StackedGraphormer` (:func:`batch_key`); each
+run's curve, checkpoint and ``results.json`` are those it gives alone.
+
 :func:`run` is called by :func:`gnorm.train.train` with the shared fields
 of ``results.json`` already filled in.
 """
