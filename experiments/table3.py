@@ -365,6 +365,45 @@ def read_notes(path: Optional[Path],
              None): r['note'] for r in read_csv(path)}
 
 
+# The authors' norm_mode (experiments/authors_gcn.py) -> the table's row.
+AUTHORS_ROWS = {'CN': 'contranorm', 'PN': 'pairnorm', 'None': 'none'}
+
+
+def with_authors_runs(notes: Dict[Tuple[str, str, Optional[int]], str],
+                      folder: Optional[Path],
+                      ) -> Dict[Tuple[str, str, Optional[int]], str]:
+    r""":obj:`notes` with, for every cell that the authors' code ran at
+    (the records ``*.json`` of ``experiments/authors_gcn.py`` in
+    :obj:`folder`, one per cell and scale), a first sentence generated from
+    those records: their last-epoch test accuracy, mean ± std (ddof=0) over
+    the seeds run, per scale."""
+    if folder is None or not folder.is_dir():
+        return notes
+    found: Dict[Tuple[str, str, int], List[str]] = {}
+    commits = {}
+    for path in sorted(folder.glob('*.json')):
+        record = json.loads(path.read_text())
+        config, summary = record['config'], record['summary']
+        key = (config['dataset'], AUTHORS_ROWS[config['norm_mode']],
+               int(config['layers']))
+        accuracy = summary['test_acc_last_pct']
+        found.setdefault(key, []).append(
+            f"{accuracy['mean']:.2f} ± {accuracy['std']:.2f} at s = "
+            f"{config['scale']:g} ({summary['n']} seeds, "
+            f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+            f")")
+        commits[key] = record['authors']['commit'][:7]
+    notes = dict(notes)
+    for key, texts in found.items():
+        rest = notes.get(key, notes.get((*key[:2], None)))
+        notes[key] = (f"the authors' published GCN code "
+                      f"(PKU-ML/ContraNorm {commits[key]}, their recipe, run "
+                      f"by experiments/authors_gcn.py; last-epoch test "
+                      f"accuracy) gives {'; '.join(texts)}"
+                      + (f'; {rest}' if rest else ''))
+    return notes
+
+
 def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
             metric: str) -> Optional[str]:
     r"""The setting of :obj:`groups` with the best mean :obj:`metric`; only
@@ -1064,9 +1103,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.dry_run:
         return 0
     records = summarise(report, found, read_paper(ROOT / spec['paper']),
-                        spec.get('flag'), read_notes(
+                        spec.get('flag'), with_authors_runs(read_notes(
                             ROOT / spec['notes'] if spec.get('notes')
-                            else None))
+                            else None), ROOT / spec['authors']
+                            if spec.get('authors') else None))
     counted = [found[r['key']] for c in report for r in c['runs']
                if r['key'] in found]
     path = write_report(args.protocol, spec, records, counted, sets,
