@@ -92,3 +92,19 @@ def test_readme_ratio_ranges_come_from_the_committed_benchmarks(
               for line in table.splitlines() if re.match(row, line)]
     low, high = _numbers(_quoted(marker))[:2]
     assert (float(low), float(high)) == (min(ratios), max(ratios))
+
+
+def test_readme_sepnorm_reading_is_the_reports():
+    r"""The README's reading of the long SepNorm comparison holds for every
+    row of the committed report."""
+    report = (ROOT / 'experiments' / 'results' /
+              'sepnorm_molhiv_cpu_long.md').read_text()
+    readings = [line.rsplit(' | ', 1)[-1].strip(' |')
+                for line in report.split('## Every row')[0].splitlines()
+                if line.startswith('| SepNorm')]
+    assert len(readings) == 4
+    quoted = _quoted('sepnorm-reading')
+    assert quoted == ('no SepNorm variant is distinguishable from ShareNorm '
+                      'at this recipe')
+    assert set(readings) == {'not distinguishable from ShareNorm at this '
+                             'recipe'}
