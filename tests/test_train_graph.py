@@ -61,6 +61,7 @@ def test_train_graph_writes_results(tmp_path):
         curve['test_metric'][best - 1], abs=1e-6)
     assert results['val_metric'] == pytest.approx(
         curve['val_metric'][best - 1], abs=1e-6)
+    assert math.isfinite(results['test_loss']) and 'test_loss' not in curve
     assert curve['val_metric'][-1] < curve['val_metric'][0]  # it learns
     assert _csv_curve(tmp_path) == _without_time(curve)
 
@@ -483,6 +484,7 @@ def test_a_stack_resumes_from_its_checkpoints(tmp_path, monkeypatch):
 @pytest.mark.parametrize('overrides, stacks', [
     ([], False), (['train.data_seed=0'], True),
     (['train.data_seed=0', 'norm=layernorm'], True),
+    (['train.data_seed=0', 'norm=none'], True),
     (['train.data_seed=0', 'norm=contranorm'], False),
     (['train.data_seed=0', 'train.compile=true'], False)])
 def test_which_runs_train_as_one_model(overrides, stacks):

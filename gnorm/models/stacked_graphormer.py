@@ -15,10 +15,18 @@ from gnorm.nn import SepNorm
 from gnorm.nn.stacked import layer_norm, run_values
 
 
+# The norms a stack runs at the norm sites.
+STACKED_NORMS = (torch.nn.LayerNorm, SepNorm, torch.nn.Identity)
+
+
 def _check_norm(norm: torch.nn.Module) -> None:
     r"""Refuses a norm site the run dimension does not reach."""
-    parts = [norm.norm_virtual, norm.norm_token] \
-        if isinstance(norm, SepNorm) else [norm]
+    if not isinstance(norm, STACKED_NORMS):
+        parts = [norm]
+    elif isinstance(norm, SepNorm):
+        parts = [norm.norm_virtual, norm.norm_token]
+    else:
+        parts = []
     for part in parts:
         if isinstance(part, torch.nn.BatchNorm1d):
             if part.momentum is None or not part.track_running_stats:

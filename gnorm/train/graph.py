@@ -55,14 +55,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.data.molecules import (GRAPH_DATASETS, import_ogb,
                                    load_graph_dataset)
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer, StackedGraphormer
-from gnorm.models.stacked_graphormer import runs_of
+from gnorm.models.stacked_graphormer import STACKED_NORMS, runs_of
 from gnorm.models.token_layout import layout_of
 from gnorm.run_keys import drop_keys
 from gnorm.train.common import is_int, one_line, option, result_config
@@ -78,9 +78,6 @@ _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 # Norms that read a value of the batch on the host (no fullgraph compile).
 _HOST_NORMS = ('gnorm.nn.ContraNorm', 'gnorm.nn.DualContraNorm')
-# Norms of the runs that train as one model (StackedGraphormer).
-_STACKED_NORMS = ('torch.nn.LayerNorm', 'gnorm.nn.SepNorm',
-                  'torch.nn.Identity')
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -309,6 +306,16 @@ def data_seed(cfg: DictConfig) -> int:
     return cfg.seed if seed is None else seed
 
 
+def _stacks(target: Optional[str]) -> bool:
+    r"""Whether the norm class :obj:`target` runs in a
+    :class:`~gnorm.models.StackedGraphormer`."""
+    try:
+        return target is not None and \
+            issubclass(get_class(target), STACKED_NORMS)
+    except (ImportError, ValueError):
+        return False
+
+
 def batch_key(cfg: DictConfig) -> Optional[str]:
     r"""Runs with the same key train as one model
     (:class:`~gnorm.models.StackedGraphormer`): with ``train.data_seed``
@@ -318,7 +325,7 @@ def batch_key(cfg: DictConfig) -> Optional[str]:
     t = cfg.train
     if t.get('data_seed') is None or t.get('compile', False) or \
             int(os.environ.get('WORLD_SIZE', 1)) > 1 or \
-            cfg.norm.get('_target_') not in _STACKED_NORMS:
+            not _stacks(cfg.norm.get('_target_')):
         return None
     config = result_config(OmegaConf.to_container(cfg, resolve=True))
     return json.dumps(drop_keys(config, ('seed', )), sort_keys=True)
@@ -701,14 +708,15 @@ def _read_loss(training: Training, total: torch.Tensor, count: int,
 
 def evaluate_splits(training: Training,
                     loaders: Loaders) -> List[Dict[str, float]]:
-    r"""For each run, the validation metric and loss and the test metric
-    (keys of :obj:`CURVE`)."""
+    r"""For each run, the validation metric and loss and the test metric and
+    loss of the model's current weights."""
     args = (training.metric, training.device, training.autocast)
     valid = evaluate_runs(training.model, loaders.valid, *args)
     test = evaluate_runs(training.model, loaders.test, *args)
     return [{'val_metric': val_metric, 'val_loss': val_loss,
-             'test_metric': test_metric}
-            for (val_metric, val_loss), (test_metric, _) in zip(valid, test)]
+             'test_metric': test_metric, 'test_loss': test_loss}
+            for (val_metric, val_loss), (test_metric, test_loss)
+            in zip(valid, test)]
 
 
 def _improves(row: Dict[str, float], best: Optional[Dict[str, float]],
@@ -734,7 +742,7 @@ def _epoch_rows(training: Training, loaders: Loaders, epoch: int,
     lr = training.lr()
     if _evaluates(epoch, t):
         for row, metrics in zip(rows, evaluate_splits(training, loaders)):
-            row.update(metrics)
+            row.update((key, metrics[key]) for key in CURVE if key in metrics)
     for row in rows:
         row.update(lr=lr, time_s=time.perf_counter() - begin)
     return rows
@@ -796,13 +804,8 @@ def select(cfgs, training: Training, loaders: Loaders,
     if cfg.select == 'best_val':
         for run, state in enumerate(best_states):
             training.load_run_state(run, state)
-    args = (training.metric, training.device, training.autocast)
-    valid = evaluate_runs(training.model, loaders.valid, *args)
-    test = evaluate_runs(training.model, loaders.test, *args)
-    for res, (val_metric, val_loss), (test_metric, test_loss) in zip(
-            results, valid, test):
+    for res, metrics in zip(results, evaluate_splits(training, loaders)):
         selected = res['best_epoch'] if cfg.select == 'best_val' \
             else cfg.train.epochs
         res.update(status='ok', select=cfg.select, selected_epoch=selected,
-                   val_metric=val_metric, val_loss=val_loss,
-                   test_metric=test_metric, test_loss=test_loss)
+                   **metrics)
