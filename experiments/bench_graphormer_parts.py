@@ -15,9 +15,16 @@ steps after a warm-up), forward + backward, no optimizer:
   ``Graphormer.layer_context``), backward of the mean square of their
   output;
 
-each with the model's dropout (0.1) and without. ``full / layers without
-dropout`` is what the embeddings, the bias and dropout add to the layers'
-own arithmetic. Results: ``<out>/bench_graphormer_parts_cpu.{jsonl,md}``.
+each with the model's dropout (0.1) and without, and
+
+* ``linear``: the 12 layers' linear maps alone (query/key/value, output,
+  both feed-forward maps; forward and backward, on as many tokens as the
+  batch packs), the matrix products no rearrangement of the rest of the
+  step removes at this precision.
+
+``full / layers without dropout`` is what the embeddings, the bias and
+dropout add to the layers' own arithmetic. Results:
+``<out>/bench_graphormer_parts_cpu.{jsonl,md}``.
 
     python experiments/bench_graphormer_parts.py --threads 1
     python experiments/bench_graphormer_parts.py --report-only
@@ -36,6 +43,21 @@ from bench_graphormer import (MAX_DIST, _graphs, _loader, _model,
 from bench_layers import machine
 
 PARTS = ('full', 'layers')
+
+
+def _linear_maps(model, tokens: int) -> float:
+    r"""Process CPU time (s) of the forward and backward products of every
+    layer's linear maps on :obj:`tokens` packed tokens (gradients given,
+    so no other arithmetic is timed)."""
+    maps = [m for layer in model.layers
+            for m in (layer.qkv, layer.out, layer.ffn1, layer.ffn2)]
+    inputs = [torch.randn(tokens, m.in_features, requires_grad=True)
+              for m in maps]
+    grads = [torch.randn(tokens, m.out_features) for m in maps]
+    start = time.process_time()
+    outputs = [m(x) for m, x in zip(maps, inputs)]
+    torch.autograd.backward(outputs, grads)
+    return time.process_time() - start
 
 
 def _steps(model, batches, part: str) -> list:
@@ -64,6 +86,13 @@ def _steps(model, batches, part: str) -> list:
     return times[1:]  # after a warm-up step
 
 
+def _linear_steps(model, batches) -> list:
+    times = [_linear_maps(model, b.num_graphs + b.num_nodes)
+             for b in batches]
+    model.zero_grad(set_to_none=True)
+    return times[1:]  # after a warm-up step
+
+
 def measure(args, name: str, norm: str) -> list:
     graphs = _graphs(name, args.mirror, args.root)
     torch.manual_seed(0)
@@ -80,6 +109,8 @@ def measure(args, name: str, norm: str) -> list:
                          'cpu_ms': 1000 * statistics.median(
                              _steps(model, batches, part)),
                          'steps': args.steps, 'host': machine('cpu')})
+    rows.append(dict(rows[-1], part='linear', cpu_ms=1000 * statistics.median(
+        _linear_steps(model, batches))))
     return rows
 
 
@@ -99,20 +130,27 @@ def report(path: Path) -> str:
              f"bias, 12 layers, final norm, readout) and the loss; layers "
              f"= the 12 layers alone on fixed tokens and a fixed attention "
              f"bias computed ahead. dropout 0.1 = the model's dropout on "
-             f"the tokens and the attention weights; 0 = none. full / "
-             f"layers = what embeddings, bias and dropout add to the "
-             f"layers' own arithmetic.", '',
+             f"the tokens and the attention weights; 0 = none. linear = "
+             f"the layers' linear maps alone (query/key/value, output and "
+             f"both feed-forward maps, forward and backward on the "
+             f"batch's packed tokens): the matrix products that stay at "
+             f"this precision whatever else the step does. full / layers "
+             f"= what embeddings, bias and dropout add to the layers' own "
+             f"arithmetic; layers / linear = what attention, norms, "
+             f"activations and residuals add to the linear maps.", '',
              '| dataset | norm | full ms | full ms, no dropout | layers '
-             'ms | layers ms, no dropout | full / layers without dropout |',
-             '|---|---|---|---|---|---|---|']
+             'ms | layers ms, no dropout | linear ms | layers without '
+             'dropout / linear | full / layers without dropout |',
+             '|---|---|---|---|---|---|---|---|---|']
     for name, norm in dict.fromkeys((r['dataset'], r['norm'])
                                     for r in rows):
         cells = [ms[(name, norm, p, d)] for p in PARTS
                  for d in (0.1, 0.0)]
         full, full0, layers, layers0 = cells
+        linear = ms[(name, norm, 'linear', 0.0)]
         lines.append(f'| {name} | {norm} | {full:.1f} | {full0:.1f} | '
-                     f'{layers:.1f} | {layers0:.1f} | '
-                     f'{full / layers0:.2f}x |')
+                     f'{layers:.1f} | {layers0:.1f} | {linear:.1f} | '
+                     f'{layers0 / linear:.2f}x | {full / layers0:.2f}x |')
     return write_report(path, lines)
 
 

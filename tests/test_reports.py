@@ -311,15 +311,15 @@ def test_graphormer_parts_report_gives_the_layers_share(tmp_path):
     parts = _script('bench_graphormer_parts')
     path = tmp_path / 'bench_graphormer_parts_cpu.jsonl'
     ms = {('full', 0.1): 380.0, ('full', 0.0): 320.0, ('layers', 0.1): 330.0,
-          ('layers', 0.0): 250.0}
+          ('layers', 0.0): 250.0, ('linear', 0.0): 100.0}
     rows = [dict(dataset='zinc', norm='layernorm', part=part,
                  dropout=dropout, batch_size=128, cpu_ms=value, steps=5,
                  host='test cpu') for (part, dropout), value in ms.items()]
     path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
     text = parts.report(path)
     assert text == path.with_suffix('.md').read_text()
-    assert '| zinc | layernorm | 380.0 | 320.0 | 330.0 | 250.0 | 1.52x |' \
-        in text
+    assert '| zinc | layernorm | 380.0 | 320.0 | 330.0 | 250.0 | 100.0 | ' \
+        '2.50x | 1.52x |' in text
 
 
 def test_graphormer_runs_report_gives_the_stack_speed_up(tmp_path):
