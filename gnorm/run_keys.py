@@ -20,7 +20,11 @@ NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
 # those runs computed: a config holding that value is the same run as one
 # without the key (committed runs stay finished runs of their config).
 ADDED_KEYS = {'train.precision': 'fp32', 'train.compile': False,
-              'train.data_seed': None}
+              'train.data_seed': None, 'train.eval_every': 1}
+# Keys that change nothing a run selects when its ``select`` is ``last``:
+# how often it evaluates (evaluation draws no random number and changes no
+# weight or statistic; the last epoch is always evaluated).
+LAST_EPOCH_KEYS = ('train.eval_every', )
 
 
 def drop_keys(config: dict, keys=NOT_RESULT_KEYS) -> dict:
@@ -46,7 +50,11 @@ def _get(config: dict, key: str):
 
 def result_config(config: dict) -> dict:
     r"""What identifies a run: the nested dict :obj:`config` without
-    :data:`NOT_RESULT_KEYS`, and without the :data:`ADDED_KEYS` that hold
-    the value runs made before them computed with."""
+    :data:`NOT_RESULT_KEYS`, without the :data:`ADDED_KEYS` that hold
+    the value runs made before them computed with, and, for a run that
+    tests its last epoch (``select: last``), without
+    :data:`LAST_EPOCH_KEYS`."""
     same = [k for k, v in ADDED_KEYS.items() if _get(config, k) == v]
+    if config.get('select') == 'last':
+        same += LAST_EPOCH_KEYS
     return drop_keys(drop_keys(config), same)

@@ -78,6 +78,44 @@ def test_select_last(tmp_path):
     assert results['test_acc'] == results['curve']['test_acc'][-1]
 
 
+def test_eval_every_changes_no_last_epoch_result(tmp_path):
+    # Evaluating every 2nd epoch (and the last) trains the same weights:
+    # the same losses, the same metrics at the evaluated epochs, none at
+    # the others (NaN, null in results.json), the same selected last epoch.
+    overrides = [*TINY, 'norm=contranorm', 'select=last', 'threads=1']
+    every = train(compose_train(*overrides), output_dir=tmp_path / 'a')
+    sparse = train(compose_train(*overrides, 'train.eval_every=2'),
+                   output_dir=tmp_path / 'b')
+    assert sparse['curve']['loss'] == every['curve']['loss']
+    for key in ('train_acc', 'val_acc', 'val_loss', 'test_acc'):
+        assert sparse[key] == every[key]
+        for epoch, value in zip(every['curve']['epoch'], every['curve'][key]):
+            got = sparse['curve'][key][epoch - 1]
+            assert got == value if epoch in (2, 4, 5) else got is None
+    assert sparse['collapse'] == every['collapse']
+
+
+def test_eval_every_picks_the_best_evaluated_epoch(tmp_path):
+    results = train(compose_train(*TINY, 'train.eval_every=2'),
+                    output_dir=tmp_path)
+    val = results['curve']['val_acc']
+    assert val[0] is None and val[2] is None
+    assert results['best_epoch'] in (2, 4, 5)
+    assert val[results['best_epoch'] - 1] == max(val[1], val[3], val[4])
+    assert results['val_acc'] == val[results['best_epoch'] - 1]
+
+
+def test_eval_every_is_no_result_key_of_a_last_epoch_run():
+    from gnorm.run_keys import result_config
+    config = {'select': 'last', 'seed': 0, 'train': {'eval_every': 10}}
+    assert result_config(config) == result_config(
+        {'select': 'last', 'seed': 0, 'train': {}})
+    best = dict(config, select='best_val')
+    assert result_config(best) != result_config(dict(best, train={}))
+    assert result_config(dict(best, train={'eval_every': 1})) == \
+        result_config(dict(best, train={}))
+
+
 def test_same_seed_same_metrics(tmp_path):
     # On the CPU with one thread, a fixed seed gives bitwise-equal results.
     overrides = [*TINY, 'norm=contranorm', 'model.fusion=gate', 'threads=1']
@@ -177,6 +215,7 @@ def test_crash_fails_the_run(tmp_path, monkeypatch):
     (['norm=contranorm', 'norm.temperature=0'], 'temperature must be > 0'),
     (['threads=0'], 'threads must be an integer >= 1 or null'),
     (['train.log_every=-1'], 'train.log_every must be an integer >= 0'),
+    (['train.eval_every=0'], 'train.eval_every must be an integer >= 1'),
     (['split_index=3'], 'split_index=3 picks a Geom-GCN split, and '
                         'split=random is drawn from the seed'),
     (['train.deterministic=yes'], 'train.deterministic must be true or '
@@ -312,19 +351,43 @@ def test_cli_signal_stops_cleanly(tmp_path, sig, code):
     assert 'train epoch 1/100000 | loss ' in log
 
 
-def _run_dirs(*overrides):
-    r"""The folder of a single run and of job 0 of a multirun."""
+def _hydra_job(*overrides):
+    r"""Sets the process's Hydra job (as ``python -m gnorm.train`` holds
+    it) to the config of :obj:`overrides`; returns that config."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
         cfg = compose('train', overrides=list(overrides),
                       return_hydra_config=True)
     with read_write(cfg.hydra):
         cfg.hydra.job.num = 0
     HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+@pytest.fixture
+def hydra_job():
+    r""":func:`_hydra_job`, the process left without a Hydra job after."""
+    yield _hydra_job
+    HydraConfig.instance().cfg = None
+
+
+def test_train_with_a_folder_records_no_other_jobs_choices(tmp_path,
+                                                           hydra_job):
+    # A Hydra job of another config is set (a notebook, an earlier run):
+    # train(cfg, folder) does not label its run with that job's choices.
+    hydra_job('norm=pairnorm', 'seed=7')
+    results = train(compose_train(*TINY), output_dir=tmp_path)
+    assert 'choices' not in results and 'overrides' not in results
+    assert results['config']['norm']['_target_'] == 'torch.nn.Identity'
+
+
+def _run_dirs(hydra_job, *overrides):
+    r"""The folder of a single run and of job 0 of a multirun."""
+    cfg = hydra_job(*overrides)
     return (Path(cfg.hydra.run.dir).parent.relative_to('outputs'),
             cfg.hydra.sweep.subdir)
 
 
-def test_run_folders_tell_runs_apart():
+def test_run_folders_tell_runs_apart(hydra_job):
     runs = {
         ('norm=pairnorm', ): 'cora/pairnorm/L2,seed=0',
         ('norm=pairnorm', 'norm.mode=PN-SCS'):
@@ -343,7 +406,7 @@ def test_run_folders_tell_runs_apart():
             'seed=0',
     }
     for overrides, folder in runs.items():
-        run, job = _run_dirs(*overrides)
+        run, job = _run_dirs(hydra_job, *overrides)
         assert str(run) == folder
         assert job == '0-' + folder.replace('/', '-')
 

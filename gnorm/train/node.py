@@ -65,6 +65,10 @@ def check_config(cfg: DictConfig) -> None:
     if not isinstance(cfg.train.compile, bool):
         raise ConfigError(f"train.compile must be true or false, got "
                           f"{cfg.train.compile!r}")
+    eval_every = cfg.train.get('eval_every', 1)
+    if not is_int(eval_every) or eval_every < 1:
+        raise ConfigError(f"train.eval_every must be an integer >= 1, got "
+                          f"{eval_every!r}; pass e.g. train.eval_every=10")
     if cfg.norm._target_ == 'gnorm.nn.SepNorm':
         raise ConfigError("norm=sepnorm normalises a graph token apart from "
                           "the others and needs model=graphormer on a "
@@ -319,9 +323,10 @@ class Step:
                             self.val_index)
 
     def __call__(self, optimizer: torch.optim.Optimizer,
-                 alive: torch.Tensor):
+                 alive: torch.Tensor, evaluate: bool = True):
         r"""Trains one epoch; returns the losses :obj:`[runs]` and the
-        metrics :obj:`[runs, 4]` after the update."""
+        metrics :obj:`[runs, 4]` after the update (with :obj:`evaluate`,
+        else NaN: no evaluation pass)."""
         self.model.train()
         optimizer.zero_grad()
         losses = self.losses(self.data.x)
@@ -329,6 +334,9 @@ class Step:
                     0.0).sum().backward()
         optimizer.step()
         self.model.eval()
+        if not evaluate:
+            return losses, losses.new_full((alive.numel(), len(METRICS)),
+                                           math.nan)
         return losses, self.metrics(self.data.x)
 
 
@@ -336,7 +344,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         epochs: int, lr: float, weight_decay: float,
         generators: Sequence[torch.Generator], progress: bool = True,
         log_every: int = 10, precision: str = 'fp32',
-        compile: bool = False) -> Dict[str, torch.Tensor]:
+        compile: bool = False,
+        eval_every: int = 1) -> Dict[str, torch.Tensor]:
     r"""Full-batch Adam of the runs of :obj:`model` (one per entry of
     :obj:`results`), each on its own training nodes (the masks of
     :obj:`data` are :obj:`[runs, nodes]`) with its own dropout masks
@@ -345,6 +354,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     it would alone. An epoch stays on the device (:class:`Step`; the
     best-validation weights are kept per run by :func:`torch.where`); the
     values reach the host every :obj:`log_every` epochs and at the last,
+    and the runs are evaluated every :obj:`eval_every` epochs and at the
+    last (the other epochs' metrics are NaN and none of them is best),
     and then fill each run's :obj:`results`, so that an interrupted or
     failed run can be recorded: ``curve`` (per epoch ``epoch``, ``loss``,
     ``train_acc``, ``val_acc``, ``val_loss``, ``test_acc``),
@@ -370,7 +381,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
     with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
         for epoch in range(1, epochs + 1):
-            losses, metrics = step(optimizer, alive)
+            losses, metrics = step(optimizer, alive, evaluate=(
+                epoch % eval_every == 0 or epoch == epochs))
             alive = alive & torch.isfinite(losses)
             acc, loss = metrics[:, 1], metrics[:, 2]
             improved = alive & ((acc > best[:, 1]) | (
@@ -422,14 +434,20 @@ def _record(results: List[Dict[str, Any]], first: int,
                        best=dict(zip(METRICS, best[r])))
 
 
+def _last(values: List[float]) -> float:
+    r"""The last value of :obj:`values` that is not NaN (an epoch that was
+    not evaluated), else NaN."""
+    return next((v for v in reversed(values) if not math.isnan(v)),
+                math.nan)
+
+
 def _show(bar: Progress, results: List[Dict[str, Any]], epoch: int) -> None:
-    r"""Shows the last recorded epoch, averaged over the runs that did not
-    fail."""
+    r"""Shows the last recorded loss and the last evaluated metrics,
+    averaged over the runs that did not fail."""
     shown = [r for r in results if r.get('status') != 'failed'] or results
     shown = [r for r in shown if r['curve']['epoch']] or shown
-    bar.update(epoch, **{k: sum(r['curve'][k][-1] if r['curve'][k] else
-                                math.nan for r in shown) / len(shown)
-                         for k in ('loss', 'val_acc', 'test_acc')})
+    bar.update(epoch, **{k: sum(_last(r['curve'][k]) for r in shown) /
+                         len(shown) for k in ('loss', 'val_acc', 'test_acc')})
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
@@ -520,7 +538,8 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
         best_state = fit(model, data, results, cfg.train.epochs,
                          cfg.train.lr, cfg.train.weight_decay, generators,
                          cfg.train.progress, cfg.train.log_every,
-                         cfg.train.precision, cfg.train.compile)
+                         cfg.train.precision, cfg.train.compile,
+                         cfg.train.get('eval_every', 1))
     if cfg.select == 'best_val':
         model.load_state_dict(best_state)
     final = evaluate(model, data, hidden=cfg.collapse_metrics)

@@ -368,11 +368,13 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
 def train(cfg: DictConfig, output_dir: Optional[str] = None) -> Dict[str, Any]:
     r"""Trains and evaluates one model as :obj:`cfg` says and writes
     ``results.json`` into :obj:`output_dir` (default: the Hydra output
-    folder). Returns the results. See :func:`train_runs` for resuming and
-    for runs that stop early."""
-    if output_dir is None:
-        if not HydraConfig.initialized():
-            raise ValueError("train(cfg) outside a Hydra job needs "
-                             "output_dir")
-        output_dir = HydraConfig.get().runtime.output_dir
-    return train_runs([cfg], [output_dir])[0]
+    folder, and the Hydra job's group choices and overrides go into the
+    results; with an :obj:`output_dir`, :obj:`cfg` need not come from the
+    Hydra job a process may hold, so none are recorded). Returns the
+    results. See :func:`train_runs` for resuming and for runs that stop
+    early."""
+    if output_dir is not None:
+        return train_runs([cfg], [output_dir], infos=[{}])[0]
+    if not HydraConfig.initialized():
+        raise ValueError("train(cfg) outside a Hydra job needs output_dir")
+    return train_runs([cfg], [HydraConfig.get().runtime.output_dir])[0]
