@@ -41,6 +41,7 @@ import copy
 import csv
 import itertools
 import json
+import logging
 import os
 import shlex
 import signal
@@ -285,6 +286,20 @@ def _write_hydra(run: Dict[str, Any], cfg) -> None:
                    hydra_dir / 'overrides.yaml')
 
 
+def show_progress() -> logging.Handler:
+    r"""Prints the epoch lines of the runs trained in this process
+    (:mod:`gnorm.train.progress`, every ``train.log_every`` epochs) on
+    stdout with the time of day, so that a cell's progress shows in a
+    terminal and under ``nohup`` alike; returns the handler."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter('  %(asctime)s %(message)s',
+                                           '%H:%M:%S'))
+    logger = logging.getLogger('gnorm.train.progress')
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return handler
+
+
 def run_missing(protocol: str, todo: List[Dict[str, Any]], runs_dir: Path,
                 sets: Sequence[str], found: Dict[str, Any],
                 composer: Composer, threads: Optional[int], dry_run: bool,
@@ -326,6 +341,7 @@ def run_missing(protocol: str, todo: List[Dict[str, Any]], runs_dir: Path,
         cfgs = [composer.config(r) for r in left]
         for run, cfg in zip(left, cfgs):
             _write_hydra(run, cfg)
+        handler = show_progress()
         try:
             results = train_runs(cfgs,
                                  [str(r['dir']) for r in left],
@@ -334,6 +350,8 @@ def run_missing(protocol: str, todo: List[Dict[str, Any]], runs_dir: Path,
             print(f'error: {e}', file=sys.stderr, flush=True)
             failed += 1
             continue
+        finally:
+            logging.getLogger('gnorm.train.progress').removeHandler(handler)
         for run, result in zip(left, results):
             if result.get('status') == 'ok':
                 found[run['key']] = result

@@ -5,6 +5,7 @@ import copy
 import csv
 import importlib.util
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -431,7 +432,8 @@ def test_set_runs_are_a_table_of_their_own(tmp_path, capsys):
                         str(ROOT / 'experiments' / 'results')]) == 2
 
 
-def test_table_trains_its_cells_in_this_process(tmp_path, monkeypatch):
+def test_table_trains_its_cells_in_this_process(tmp_path, monkeypatch,
+                                                capsys):
     import subprocess
     popen = subprocess.Popen
 
@@ -443,6 +445,11 @@ def test_table_trains_its_cells_in_this_process(tmp_path, monkeypatch):
     runs = tmp_path / 'runs'
     assert table3.main(['paper', *TINY, '--rows', 'none', 'layernorm',
                         '--runs', str(runs)]) == 0
+    # Each run's epochs show as they pass (nohup, a terminal alike).
+    epochs = re.findall(r'^  \d\d:\d\d:\d\d train epoch (\d+)/(\d+) \| loss ',
+                        capsys.readouterr().out, re.M)
+    assert epochs and epochs[-1][0] == epochs[-1][1]
+    assert not logging.getLogger('gnorm.train.progress').handlers
     paths = sorted(runs.glob('*/results.json'))
     assert len(paths) == 2  # two cells, one run each
     for path in paths:
