@@ -485,6 +485,7 @@ def test_a_stack_resumes_from_its_checkpoints(tmp_path, monkeypatch):
     ([], False), (['train.data_seed=0'], True),
     (['train.data_seed=0', 'norm=layernorm'], True),
     (['train.data_seed=0', 'norm=none'], True),
+    (['train.data_seed=0', 'norm._target_=gnorm.nn.NoSuchNorm'], False),
     (['train.data_seed=0', 'norm=contranorm'], False),
     (['train.data_seed=0', 'train.compile=true'], False)])
 def test_which_runs_train_as_one_model(overrides, stacks):

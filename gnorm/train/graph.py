@@ -41,6 +41,7 @@ of ``results.json`` already filled in.
 """
 import contextlib
 import copy
+import importlib
 import inspect
 import json
 import logging
@@ -55,7 +56,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.data.molecules import (GRAPH_DATASETS, import_ogb,
@@ -309,11 +310,12 @@ def data_seed(cfg: DictConfig) -> int:
 def _stacks(target: Optional[str]) -> bool:
     r"""Whether the norm class :obj:`target` runs in a
     :class:`~gnorm.models.StackedGraphormer`."""
+    module, _, name = (target or '').rpartition('.')
     try:
-        return target is not None and \
-            issubclass(get_class(target), STACKED_NORMS)
-    except (ImportError, ValueError):
-        return False
+        norm = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return False  # instantiating the norm then says what is wrong
+    return isinstance(norm, type) and issubclass(norm, STACKED_NORMS)
 
 
 def batch_key(cfg: DictConfig) -> Optional[str]:
