@@ -744,7 +744,7 @@ def _epoch_rows(training: Training, loaders: Loaders, epoch: int,
     lr = training.lr()
     if _evaluates(epoch, t):
         for row, metrics in zip(rows, evaluate_splits(training, loaders)):
-            row.update((key, metrics[key]) for key in CURVE if key in metrics)
+            row.update(metrics)
     for row in rows:
         row.update(lr=lr, time_s=time.perf_counter() - begin)
     return rows
