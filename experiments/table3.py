@@ -388,16 +388,18 @@ AUTHORS_ROWS = {'CN': 'contranorm', 'PN': 'pairnorm', 'None': 'none'}
 
 
 def with_authors_runs(notes: Dict[Tuple[str, str, Optional[int]], str],
-                      folder: Optional[Path],
+                      folder: Optional[Path], paper: Optional[Dict] = None,
+                      paper_stds: float = 2.0,
                       ) -> Dict[Tuple[str, str, Optional[int]], str]:
     r""":obj:`notes` with, for every cell that the authors' code ran at
     (the records ``*.json`` of ``experiments/authors_gcn.py`` in
     :obj:`folder`, one per cell and scale), a first sentence generated from
     those records: their last-epoch test accuracy, mean ± std (ddof=0) over
-    the seeds run, per scale."""
+    the seeds run, per scale; and, where :obj:`paper` has the cell, which of
+    those scales come within :obj:`paper_stds` paper stds of the paper."""
     if folder is None or not folder.is_dir():
         return notes
-    found: Dict[Tuple[str, str, int], List[str]] = {}
+    found: Dict[Tuple[str, str, int], List[Tuple[float, float, str]]] = {}
     commits = {}
     for path in sorted(folder.glob('*.json')):
         record = json.loads(path.read_text())
@@ -405,21 +407,47 @@ def with_authors_runs(notes: Dict[Tuple[str, str, Optional[int]], str],
         key = (config['dataset'], AUTHORS_ROWS[config['norm_mode']],
                int(config['layers']))
         accuracy = summary['test_acc_last_pct']
-        found.setdefault(key, []).append(
+        found.setdefault(key, []).append((
+            config['scale'], accuracy['mean'],
             f"{accuracy['mean']:.2f} ± {accuracy['std']:.2f} at s = "
-            f"{config['scale']:g} ({summary['n']} seeds, "
+            f"{config['scale']:g} ({summary['n']} "
+            f"seed{'' if summary['n'] == 1 else 's'}, "
             f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
-            f")")
+            f")"))
         commits[key] = record['authors']['commit'][:7]
     notes = dict(notes)
-    for key, texts in found.items():
+    for key, runs in found.items():
+        runs.sort(key=lambda run: -run[0])
         rest = notes.get(key, notes.get((*key[:2], None)))
         notes[key] = (f"the authors' published GCN code "
                       f"(PKU-ML/ContraNorm {commits[key]}, their recipe, run "
                       f"by experiments/authors_gcn.py; last-epoch test "
-                      f"accuracy) gives {'; '.join(texts)}"
+                      f"accuracy) gives {'; '.join(r[2] for r in runs)}"
+                      + _against_paper(runs, (paper or {}).get(key),
+                                       paper_stds)
                       + (f'; {rest}' if rest else ''))
     return notes
+
+
+def _against_paper(runs: List[Tuple[float, float, str]],
+                   paper: Optional[Tuple[float, float]],
+                   paper_stds: float) -> str:
+    r"""Which scales of :obj:`runs` (scale, mean, text) come within
+    :obj:`paper_stds` paper stds of :obj:`paper` (mean, std), as a clause;
+    empty without the paper's value."""
+    if not paper or paper[0] is None or not paper[1]:
+        return ''
+    close = [f'{s:g}' for s, mean, _ in runs
+             if abs(mean - paper[0]) <= paper_stds * paper[1]]
+    within = (f" {paper_stds:g} paper stds of the paper's "
+              f"{paper[0]:.2f} ± {paper[1]:.2f}")
+    if len(runs) == 1:
+        return (': this comes within' if close
+                else ': this does not come within') + within
+    return (f': of these {len(runs)} scales, '
+            + (f"s = {', '.join(close)} "
+               + ('comes' if len(close) == 1 else 'come') + ' within'
+               if close else 'none comes within') + within)
 
 
 def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
@@ -1120,11 +1148,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             found = index(load_runs(runs_dir))
     if args.dry_run:
         return 0
-    records = summarise(report, found, read_paper(ROOT / spec['paper']),
-                        spec.get('flag'), with_authors_runs(read_notes(
-                            ROOT / spec['notes'] if spec.get('notes')
-                            else None), ROOT / spec['authors']
-                            if spec.get('authors') else None))
+    paper = read_paper(ROOT / spec['paper'])
+    notes = with_authors_runs(
+        read_notes(ROOT / spec['notes'] if spec.get('notes') else None),
+        ROOT / spec['authors'] if spec.get('authors') else None, paper,
+        (spec.get('flag') or {}).get('paper_stds', 2.0))
+    records = summarise(report, found, paper, spec.get('flag'), notes)
     counted = [found[r['key']] for c in report for r in c['runs']
                if r['key'] in found]
     path = write_report(args.protocol, spec, records, counted, sets,

@@ -644,3 +644,33 @@ def test_the_authors_runs_lead_the_footnote_of_their_cell(tmp_path):
         f"{tmp_path / 'cora_L16_s0.2.json'}); known before")
     assert notes['citeseer', 'contranorm', 8] == 'untouched'
     assert table3.with_authors_runs(notes, tmp_path / 'none') == notes
+
+
+def test_the_authors_runs_are_held_against_the_paper(tmp_path):
+    r"""With the paper's value, the footnote says which of the authors'
+    scales come within the flag's paper stds of it, highest scale first."""
+    for scale, accuracy in ((0.2, 40.0), (1.0, 67.0), (0.5, 60.0)):
+        (tmp_path / f'cora_L16_s{scale}.json').write_text(json.dumps({
+            'config': {'dataset': 'cora', 'layers': 16, 'scale': scale,
+                       'norm_mode': 'CN'},
+            'summary': {'n': 3, 'test_acc_last_pct':
+                        {'mean': accuracy, 'std': 1.0}},
+            'authors': {'commit': 'c9bed6a67bedb813717de07a'}}))
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    note = table3.with_authors_runs({}, tmp_path, paper, 2.0)[
+        'cora', 'contranorm', 16]
+    assert note.index('at s = 1 ') < note.index('at s = 0.5 ') \
+        < note.index('at s = 0.2 ')
+    assert note.endswith(": of these 3 scales, s = 1 comes within 2 paper "
+                         "stds of the paper's 68.75 ± 2.10")
+    paper = {('cora', 'contranorm', 16): (80.0, 2.0)}
+    assert table3.with_authors_runs({}, tmp_path, paper, 2.0)[
+        'cora', 'contranorm', 16].endswith(
+        ": of these 3 scales, none comes within 2 paper stds of the "
+        "paper's 80.00 ± 2.00")
+    for path in sorted(tmp_path.glob('*_s0.[25].json')):
+        path.unlink()
+    assert table3.with_authors_runs({}, tmp_path, paper, 2.0)[
+        'cora', 'contranorm', 16].endswith(
+        ": this does not come within 2 paper stds of the paper's "
+        "80.00 ± 2.00")
