@@ -670,15 +670,16 @@ VERDICTS = ('beats', 'loses', 'within the spread')
 def in_words(row: str, verdicts: Dict[str, Dict[str, List[str]]]) -> str:
     r"""The comparison's table in one paragraph (the README quotes it):
     per other row, the cells where :obj:`row` beats it, loses, or is within
-    the spread, and how many cells are not compared yet."""
+    the spread, and which cells are not compared yet."""
     parts = []
     for other, found in verdicts.items():
         said = [f"{verdict} at {', '.join(found[verdict])}"
                 for verdict in VERDICTS if found.get(verdict)]
-        left = sum(len(v) for k, v in found.items() if k not in VERDICTS)
+        left = [cell for verdict, cells in found.items()
+                if verdict not in VERDICTS for cell in cells]
         parts.append(f"against {other}, {row} "
                      + ('; '.join(said) if said else 'has no complete cell')
-                     + (f" ({left} cells not compared: incomplete)"
+                     + (f" (not compared yet, incomplete: {', '.join(left)})"
                         if left else ''))
     return 'In words: ' + '. '.join(
         p[0].upper() + p[1:] if i else p for i, p in enumerate(parts)) + '.'

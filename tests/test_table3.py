@@ -534,6 +534,10 @@ def test_contranorm_beats_a_row_only_by_more_than_the_seeds_spread():
                    'the spread (Δ +1.50, spread 2.00) |')
     assert four == ('| cora | 4 | **loses** (Δ -2.00, spread 1.00) | not '
                     'compared: layernorm partial (1 of 4 settings) |')
+    assert lines[-1] == (
+        'In words: against pairnorm, contranorm beats at cora L=2; loses at '
+        'cora L=4. Against layernorm, contranorm within the spread at cora '
+        'L=2 (not compared yet, incomplete: cora L=4).')
     assert table3.comparison([r for r in records
                               if r['row'] != 'contranorm']) == []
 
