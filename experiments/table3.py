@@ -387,58 +387,72 @@ def read_notes(path: Optional[Path],
 AUTHORS_ROWS = {'CN': 'contranorm', 'PN': 'pairnorm', 'None': 'none'}
 
 
-def with_authors_runs(notes: Dict[Tuple[str, str, Optional[int]], str],
-                      folder: Optional[Path], paper: Optional[Dict] = None,
-                      paper_stds: float = 2.0,
-                      ) -> Dict[Tuple[str, str, Optional[int]], str]:
-    r""":obj:`notes` with, for every cell that the authors' code ran at
-    (the records ``*.json`` of ``experiments/authors_gcn.py`` in
-    :obj:`folder`, one per cell and scale), a first sentence generated from
-    those records: their last-epoch test accuracy, mean ± std (ddof=0) over
-    the seeds run, per scale; and, where :obj:`paper` has the cell, which of
-    those scales come within :obj:`paper_stds` paper stds of the paper."""
+def read_authors(folder: Optional[Path],
+                 ) -> Dict[Tuple[str, str, int], List[Dict[str, Any]]]:
+    r"""(dataset, row, layers) -> the runs of the authors' code there (the
+    records ``*.json`` of ``experiments/authors_gcn.py`` in :obj:`folder`,
+    one per cell and scale), highest scale first: ``scale``, last-epoch test
+    accuracy ``mean`` and ``std`` (%, ddof=0), seeds ``n``, ``path``,
+    their ``commit``."""
+    found: Dict[Tuple[str, str, int], List[Dict[str, Any]]] = {}
     if folder is None or not folder.is_dir():
-        return notes
-    found: Dict[Tuple[str, str, int], List[Tuple[float, float, str]]] = {}
-    commits = {}
+        return found
     for path in sorted(folder.glob('*.json')):
         record = json.loads(path.read_text())
         config, summary = record['config'], record['summary']
         key = (config['dataset'], AUTHORS_ROWS[config['norm_mode']],
                int(config['layers']))
         accuracy = summary['test_acc_last_pct']
-        found.setdefault(key, []).append((
-            config['scale'], accuracy['mean'],
-            f"{accuracy['mean']:.2f} ± {accuracy['std']:.2f} at s = "
-            f"{config['scale']:g} ({summary['n']} "
-            f"seed{'' if summary['n'] == 1 else 's'}, "
-            f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
-            f")"))
-        commits[key] = record['authors']['commit'][:7]
+        found.setdefault(key, []).append(dict(
+            scale=config['scale'], mean=accuracy['mean'],
+            std=accuracy['std'], n=summary['n'],
+            path=path.relative_to(ROOT) if path.is_relative_to(ROOT)
+            else path, commit=record['authors']['commit'][:7]))
+    for runs in found.values():
+        runs.sort(key=lambda run: -run['scale'])
+    return found
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed{'' if n == 1 else 's'}"
+
+
+def with_authors_runs(
+    notes: Dict[Tuple[str, str, Optional[int]], str],
+    authors: Dict[Tuple[str, str, int], List[Dict[str, Any]]],
+    paper: Optional[Dict] = None, paper_stds: float = 2.0,
+) -> Dict[Tuple[str, str, Optional[int]], str]:
+    r""":obj:`notes` with, for every cell of :obj:`authors`
+    (:func:`read_authors`), a first sentence generated from those runs:
+    their last-epoch test accuracy, mean ± std over the seeds run, per
+    scale; and, where :obj:`paper` has the cell, which of those scales come
+    within :obj:`paper_stds` paper stds of the paper."""
     notes = dict(notes)
-    for key, runs in found.items():
-        runs.sort(key=lambda run: -run[0])
+    for key, runs in authors.items():
         rest = notes.get(key, notes.get((*key[:2], None)))
+        said = '; '.join(f"{r['mean']:.2f} ± {r['std']:.2f} at s = "
+                         f"{r['scale']:g} ({_seeds(r['n'])}, {r['path']})"
+                         for r in runs)
         notes[key] = (f"the authors' published GCN code "
-                      f"(PKU-ML/ContraNorm {commits[key]}, their recipe, run "
-                      f"by experiments/authors_gcn.py; last-epoch test "
-                      f"accuracy) gives {'; '.join(r[2] for r in runs)}"
+                      f"(PKU-ML/ContraNorm {runs[0]['commit']}, their "
+                      f"recipe, run by experiments/authors_gcn.py; "
+                      f"last-epoch test accuracy) gives {said}"
                       + _against_paper(runs, (paper or {}).get(key),
                                        paper_stds)
                       + (f'; {rest}' if rest else ''))
     return notes
 
 
-def _against_paper(runs: List[Tuple[float, float, str]],
+def _against_paper(runs: List[Dict[str, Any]],
                    paper: Optional[Tuple[float, float]],
                    paper_stds: float) -> str:
-    r"""Which scales of :obj:`runs` (scale, mean, text) come within
+    r"""Which scales of :obj:`runs` (:func:`read_authors`) come within
     :obj:`paper_stds` paper stds of :obj:`paper` (mean, std), as a clause;
     empty without the paper's value."""
     if not paper or paper[0] is None or not paper[1]:
         return ''
-    close = [f'{s:g}' for s, mean, _ in runs
-             if abs(mean - paper[0]) <= paper_stds * paper[1]]
+    close = [f"{r['scale']:g}" for r in runs
+             if abs(r['mean'] - paper[0]) <= paper_stds * paper[1]]
     within = (f" {paper_stds:g} paper stds of the paper's "
               f"{paper[0]:.2f} ± {paper[1]:.2f}")
     if len(runs) == 1:
@@ -448,6 +462,21 @@ def _against_paper(runs: List[Tuple[float, float, str]],
             + (f"s = {', '.join(close)} "
                + ('comes' if len(close) == 1 else 'come') + ' within'
                if close else 'none comes within') + within)
+
+
+def _at_scales(groups: Dict[str, List[Dict[str, Any]]],
+               runs: List[Dict[str, Any]]) -> str:
+    r"""gnorm's test accuracy at the scales of the authors' :obj:`runs`
+    (:obj:`groups`: gnorm's finished runs of the cell by setting), as a
+    clause; empty where gnorm ran none of them."""
+    said = []
+    for run in runs:
+        ours = groups.get(setting_label({'norm.scale': run['scale']}), [])
+        if ours:
+            mean, std = mean_std([100 * r['test_acc'] for r in ours])
+            said.append(f"{mean:.2f} ± {std:.2f} at s = {run['scale']:g} "
+                        f"({_seeds(len(ours))})")
+    return f"; gnorm at the same scales: {'; '.join(said)}" if said else ''
 
 
 def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
@@ -462,7 +491,8 @@ def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
 
 def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
               paper: Dict, flag: Optional[Dict[str, Any]] = None,
-              notes: Optional[Dict] = None) -> List[Dict[str, Any]]:
+              notes: Optional[Dict] = None,
+              authors: Optional[Dict] = None) -> List[Dict[str, Any]]:
     r"""One record per (dataset, row, depth, selection) of the cells
     :obj:`todo` (with their composed ``runs``): test accuracy mean and std
     over the seeds of the selected setting, counting only the finished
@@ -471,9 +501,11 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
     selections: ``val`` (best mean validation accuracy) and ``test`` (best
     mean test accuracy: optimistic). A record of a row in
     ``flag['rows']`` more than ``flag['paper_stds']`` paper stds from the
-    paper gets a ``note`` (from :obj:`notes`, or that none is known)."""
+    paper gets a ``note`` (from :obj:`notes`, or that none is known), and,
+    where :obj:`authors` (:func:`read_authors`) ran the cell, gnorm's
+    accuracy at the scales they ran."""
     flag = flag or {}
-    notes = notes or {}
+    notes, authors = notes or {}, authors or {}
     records = []
     # In the table's order: datasets, rows, depths as the spec lists them.
     for cell in sorted(todo, key=lambda c: c.get('position', 0)):
@@ -500,6 +532,8 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 note = notes.get(where, notes.get(
                     (*where[:2], None), 'no explanation known yet: the '
                     "authors' code was not run at this cell"))
+                if where in authors:
+                    note += _at_scales(groups, authors[where])
             cell_runs = sum(len(g) for g in groups.values())
             cell_expected = len(cell['settings']) * cell['expected']
             erank = [r.get('collapse', {}).get('effective_rank')
@@ -1150,11 +1184,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.dry_run:
         return 0
     paper = read_paper(ROOT / spec['paper'])
+    authors = read_authors(ROOT / spec['authors'] if spec.get('authors')
+                           else None)
     notes = with_authors_runs(
         read_notes(ROOT / spec['notes'] if spec.get('notes') else None),
-        ROOT / spec['authors'] if spec.get('authors') else None, paper,
-        (spec.get('flag') or {}).get('paper_stds', 2.0))
-    records = summarise(report, found, paper, spec.get('flag'), notes)
+        authors, paper, (spec.get('flag') or {}).get('paper_stds', 2.0))
+    records = summarise(report, found, paper, spec.get('flag'), notes,
+                        authors)
     counted = [found[r['key']] for c in report for r in c['runs']
                if r['key'] in found]
     path = write_report(args.protocol, spec, records, counted, sets,

@@ -240,8 +240,7 @@ def test_flagged_cells_get_their_explanation():
     cell, found = _cell('contranorm', [{}], [(0.5, 0.52)])
     paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
     flag = {'rows': ['contranorm'], 'paper_stds': 2}
-    notes = table3.read_notes(ROOT / table3.table_spec('paper')['notes'])
-    assert 'does not reproduce' in notes['cora', 'contranorm', 16]
+    notes = {('cora', 'contranorm', 16): 'known'}
     record, = table3.summarise([cell], found, paper, flag, notes)
     assert record['note'] == notes['cora', 'contranorm', 16]
     found = {k: {**r, 'test_acc': 0.68} for k, r in found.items()}
@@ -640,14 +639,14 @@ def test_the_authors_runs_lead_the_footnote_of_their_cell(tmp_path):
         json.dumps(record('cora', 16, 0.2, [50.0, 54.0])))
     notes = {('cora', 'contranorm', 16): 'known before',
              ('citeseer', 'contranorm', 8): 'untouched'}
-    notes = table3.with_authors_runs(notes, tmp_path)
+    notes = table3.with_authors_runs(notes, table3.read_authors(tmp_path))
     assert notes['cora', 'contranorm', 16] == (
         "the authors' published GCN code (PKU-ML/ContraNorm c9bed6a, their "
         "recipe, run by experiments/authors_gcn.py; last-epoch test "
         f"accuracy) gives 52.00 ± 2.00 at s = 0.2 (2 seeds, "
         f"{tmp_path / 'cora_L16_s0.2.json'}); known before")
     assert notes['citeseer', 'contranorm', 8] == 'untouched'
-    assert table3.with_authors_runs(notes, tmp_path / 'none') == notes
+    assert table3.read_authors(tmp_path / 'none') == {}
 
 
 def test_the_authors_runs_are_held_against_the_paper(tmp_path):
@@ -661,20 +660,42 @@ def test_the_authors_runs_are_held_against_the_paper(tmp_path):
                         {'mean': accuracy, 'std': 1.0}},
             'authors': {'commit': 'c9bed6a67bedb813717de07a'}}))
     paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
-    note = table3.with_authors_runs({}, tmp_path, paper, 2.0)[
+    note = table3.with_authors_runs({}, table3.read_authors(tmp_path),
+                                    paper, 2.0)[
         'cora', 'contranorm', 16]
     assert note.index('at s = 1 ') < note.index('at s = 0.5 ') \
         < note.index('at s = 0.2 ')
     assert note.endswith(": of these 3 scales, s = 1 comes within 2 paper "
                          "stds of the paper's 68.75 ± 2.10")
     paper = {('cora', 'contranorm', 16): (80.0, 2.0)}
-    assert table3.with_authors_runs({}, tmp_path, paper, 2.0)[
+    assert table3.with_authors_runs({}, table3.read_authors(tmp_path),
+                                    paper, 2.0)[
         'cora', 'contranorm', 16].endswith(
         ": of these 3 scales, none comes within 2 paper stds of the "
         "paper's 80.00 ± 2.00")
     for path in sorted(tmp_path.glob('*_s0.[25].json')):
         path.unlink()
-    assert table3.with_authors_runs({}, tmp_path, paper, 2.0)[
+    assert table3.with_authors_runs({}, table3.read_authors(tmp_path),
+                                    paper, 2.0)[
         'cora', 'contranorm', 16].endswith(
         ": this does not come within 2 paper stds of the paper's "
         "80.00 ± 2.00")
+
+
+def test_a_footnote_gives_gnorm_at_the_scales_the_authors_ran():
+    cell, found = _cell('contranorm', table3.settings(
+        {'grid': {'contranorm': {'norm.scale': [0.2, 0.5, 1.0]}}},
+        'contranorm'), [(0.70, 0.50), (0.60, 0.40), (0.65, 0.55)])
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    flag = {'rows': ['contranorm'], 'paper_stds': 2}
+    authors = {('cora', 'contranorm', 16): [
+        dict(scale=1.0, mean=51.0, std=7.7, n=3, path='a', commit='c'),
+        dict(scale=0.8, mean=54.4, std=2.2, n=3, path='b', commit='c'),
+        dict(scale=0.2, mean=26.2, std=6.3, n=3, path='c', commit='c')]}
+    notes = table3.with_authors_runs({}, authors, paper)
+    record = table3.summarise([cell], found, paper, flag, notes,
+                              authors)[0]
+    assert record['note'].startswith(notes['cora', 'contranorm', 16])
+    assert record['note'].endswith(  # gnorm ran no s = 0.8
+        '; gnorm at the same scales: 55.00 ± 0.00 at s = 1 (2 seeds); '
+        '50.00 ± 0.00 at s = 0.2 (2 seeds)')
