@@ -66,6 +66,13 @@ def test_train_writes_results(tmp_path):
                 'dirichlet_energy'):
         assert len(collapse[key]) == 3
     assert 1.0 <= collapse['effective_rank'][-1] <= 3.0  # 3 classes
+    # The code that made the run: this checkout's commit.
+    root = Path(__file__).resolve().parents[1]
+    if (root / '.git').exists():
+        head = subprocess.run(['git', '-C', str(root), 'rev-parse', 'HEAD'],
+                              capture_output=True, text=True).stdout.strip()
+        assert results['source']['commit'] == head
+        assert isinstance(results['source']['modified'], bool)
 
 
 def test_select_last(tmp_path):

@@ -15,11 +15,13 @@ early (an error, Ctrl-C, SIGTERM), :func:`train_runs` writes what it holds
 to ``results.json`` with ``status: failed`` or ``interrupted``.
 """
 import contextlib
+import functools
 import logging
 import os
 import platform
 import random
 import signal
+import subprocess
 import time
 import traceback
 from pathlib import Path
@@ -147,6 +149,27 @@ def machine(device: torch.device) -> Dict[str, Any]:
     return info
 
 
+@functools.lru_cache(maxsize=None)
+def source() -> Optional[Dict[str, Any]]:
+    r"""The git commit of the gnorm checkout this process runs and whether
+    its code (``gnorm/``, ``conf/``, ``hydra_plugins/``) differs from that
+    commit; :obj:`None` for an installed package, outside a checkout. It
+    says which code made a run."""
+    root = Path(gnorm.__file__).resolve().parent.parent
+    if not (root / '.git').exists():
+        return None
+    try:
+        def git(*args):
+            return subprocess.run(['git', '-C', str(root), *args],
+                                  capture_output=True, text=True, timeout=30,
+                                  check=True).stdout.strip()
+        return {'commit': git('rev-parse', 'HEAD'),
+                'modified': bool(git('status', '--porcelain', '--', 'gnorm',
+                                     'conf', 'hydra_plugins'))}
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def base_results(cfg: DictConfig, device: torch.device, path: Path,
                  info: Optional[Dict[str, Any]] = None,
                  batch_runs: int = 1) -> Dict[str, Any]:
@@ -165,6 +188,7 @@ def base_results(cfg: DictConfig, device: torch.device, path: Path,
         'path': str(path),
         'versions': {'gnorm': gnorm.__version__, 'torch': torch.__version__,
                      'torch_geometric': torch_geometric.__version__},
+        'source': source(),
     }
 
 
