@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.results import (  # noqa: E402
-    NOT_CONFIG_KEYS, load_runs, machines, mean_std, write_records)
+    NOT_CONFIG_KEYS, code, load_runs, machines, mean_std, write_records)
 from gnorm.run_keys import result_config  # noqa: E402
 
 RUNS = ROOT / 'experiments' / 'runs'
@@ -694,6 +694,8 @@ def comparison(records: List[Dict[str, Any]],
         lines.append(f'| {dataset} | {depth} | ' + ' | '.join(texts) + ' |')
         for o, text in zip(against, texts):
             verdict = text.split(' (')[0].strip('*')
+            if verdict not in VERDICTS:  # not compared, for any reason
+                verdict = 'not compared'
             verdicts[o].setdefault(verdict, []).append(f'{dataset} L={depth}')
     return lines + ['', in_words(row, verdicts)]
 
@@ -709,8 +711,7 @@ def in_words(row: str, verdicts: Dict[str, Dict[str, List[str]]]) -> str:
     for other, found in verdicts.items():
         said = [f"{verdict} at {', '.join(found[verdict])}"
                 for verdict in VERDICTS if found.get(verdict)]
-        left = [cell for verdict, cells in found.items()
-                if verdict not in VERDICTS for cell in cells]
+        left = found.get('not compared', [])
         parts.append(f"against {other}, {row} "
                      + ('; '.join(said) if said else 'has no complete cell')
                      + (f" (not compared yet, incomplete: {', '.join(left)})"
@@ -775,7 +776,8 @@ def write_report(protocol: str, spec: Dict[str, Any],
         f"table's (protocol: `conf/experiment/table3_{protocol}.yaml`"
         + (f" plus `{' '.join(sets)}`" if sets else '') + '). '
         f'{_coverage(spec, records)} '
-        f'Machines: {machines(counted) or "none yet"}.',
+        f'Machines: {machines(counted) or "none yet"}.'
+        + (f' Code: {code(counted)}.' if code(counted) else ''),
         '',
         completeness(records),
         '',

@@ -239,6 +239,34 @@ def machines(runs: List[Dict[str, Any]]) -> str:
     return '; '.join(f'{k} ({n} runs)' for k, n in seen.most_common())
 
 
+def code(runs: List[Dict[str, Any]]) -> str:
+    r"""Which code made the runs, for a report's header: how many name
+    their commit (``source``), and how many were made before every run had
+    its own random generators (records without ``batch_runs``), whose seeds
+    draw other numbers with today's code. Empty when neither applies."""
+    named = [run for run in runs if run.get('source')]
+    commits = {run['source']['commit'] for run in named}
+    modified = sum(bool(run['source'].get('modified')) for run in named)
+    older = sum('batch_runs' not in run for run in runs)
+    parts = []
+    if named:
+        parts.append(f"{_count(len(named), 'run')} name the commit that "
+                     f"made them ({_count(len(commits), 'commit')}"
+                     + (f", {_count(modified, 'run')} with modified code"
+                        if modified else '') + ')')
+    if older:
+        parts.append(f"{_count(older, 'run')} made before every run had "
+                     'its own random generators (their records have no '
+                     '`batch_runs`): today\'s code draws other numbers for '
+                     'their seeds, so rerunning them gives another draw of '
+                     'the same experiment')
+    return '; '.join(parts)
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'s' * (n != 1)}"
+
+
 def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
                                                Optional[float]]:
     r"""Mean and standard deviation (ddof=0) of :obj:`values`;

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gnorm.results import aggregate, label, load_runs, main
+from gnorm.results import aggregate, code, label, load_runs, main
 from gnorm.train import train
 from conftest import compose_train
 
@@ -374,3 +374,18 @@ def test_logging_keys_are_no_columns(tmp_path, capsys):
     code, out, err = _cli(capsys, tmp_path)
     header, rows = _table(out)
     assert header[:3] == ['dataset', 'model', 'runs'] and len(rows) == 1
+
+
+def test_code_says_which_code_made_the_runs():
+    older = {'status': 'ok'}  # no batch_runs: before per-run generators
+    plain = {'status': 'ok', 'batch_runs': 5, 'source': None}
+    named = [{'status': 'ok', 'batch_runs': 1,
+              'source': {'commit': c, 'modified': m}}
+             for c, m in (('a' * 40, False), ('a' * 40, True),
+                          ('b' * 40, False))]
+    assert code([plain]) == ''
+    said = code([older, plain, *named])
+    assert said.startswith('3 runs name the commit that made them '
+                           '(2 commits, 1 run with modified code); 1 run '
+                           'made before every run had its own random '
+                           'generators')
