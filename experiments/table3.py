@@ -746,7 +746,8 @@ def _coverage(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
 
 def write_report(protocol: str, spec: Dict[str, Any],
                  records: List[Dict[str, Any]], counted: List[Dict],
-                 sets: Sequence[str], runs_dir: Path, out: Path) -> Path:
+                 sets: Sequence[str], runs_dir: Path, out: Path,
+                 authors: Optional[Dict] = None) -> Path:
     r"""Writes ``<name>.md``, ``<name>.csv`` and the plots (``<name>``: the
     table's name, plus ``+<override>`` for each of :obj:`sets`); returns
     the path of the ``.md``. The files depend on the records, runs and
@@ -827,7 +828,8 @@ def write_report(protocol: str, spec: Dict[str, Any],
         lines += [''] + footnotes
     lines += ['', f'![accuracy vs depth]({name}_depth.png)', '']
     plot_depth(records, out / f'{name}_depth.png',
-               paper_lines=protocol == 'paper')
+               paper_lines=protocol == 'paper',
+               authors=authors if protocol == 'paper' else None)
     if plot_erank(records, out / f'{name}_erank.png'):
         lines += [f'![effective rank vs layer]({name}_erank.png)', '']
     else:
@@ -857,12 +859,15 @@ def _notes(ax, notes: List[str]) -> None:
 
 
 def plot_depth(records: List[Dict[str, Any]], path: Path,
-               paper_lines: bool) -> None:
+               paper_lines: bool, authors: Optional[Dict] = None) -> None:
     r"""Test accuracy vs depth, a panel per dataset: per row a line with a
     std band through its complete cells only; a partial cell is an open
     marker labelled ``k of n settings``; a missing cell is not drawn and
     is listed under the panel. :obj:`paper_lines`: the paper's values too
-    (dashed, crosses); only where the splits are the paper's."""
+    (dashed, crosses); only where the splits are the paper's. :obj:`authors`
+    (:func:`read_authors`): the authors' code's mean at every scale it ran,
+    a diamond each, in the row's colour."""
+    authors = authors or {}
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
@@ -901,6 +906,12 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
             none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0])
             if none:
                 lacking.setdefault(none, []).append(row)
+            theirs = [(layers, run['mean'])
+                      for (d, name, layers), runs in authors.items()
+                      if d == dataset and name == row for run in runs]
+            if theirs:
+                ax.plot(*zip(*theirs), 'D', color=color, mec='black',
+                        ms=5, ls='none')
             paper = [r for r in rs if r['paper_mean'] is not None]
             if paper_lines and paper:
                 ax.plot([r['layers'] for r in paper],
@@ -925,6 +936,10 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
     if paper_lines:
         handles.append(Line2D([], [], color='0.4', marker='x', ls='--',
                               label='paper'))
+    if authors:
+        handles.append(Line2D([], [], color='0.4', marker='D', mec='black',
+                              ls='none', label="authors' code, their recipe "
+                              '(one per scale run)'))
     title = ('gnorm: mean ± std over seeds (error bar and band); the '
              'setting chosen by validation')
     if not paper_lines:
@@ -1196,7 +1211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     counted = [found[r['key']] for c in report for r in c['runs']
                if r['key'] in found]
     path = write_report(args.protocol, spec, records, counted, sets,
-                        runs_dir, out)
+                        runs_dir, out, authors)
     print(f'report: {path} ({len(counted)} runs counted)')
     return 1 if failed else 0
 

@@ -573,6 +573,16 @@ def test_partial_cells_are_counted_and_not_points_of_the_curve(
     assert [t.get_text() for t in ax.texts] == [
         '1 of 2 settings', 'contranorm: no runs at L=64']
     assert not [line for line in ax.lines if line.get_marker() == 'x']
+    # The authors' code: a diamond per scale run, at its cell's depth.
+    figures.clear()
+    authors = {('cora', 'contranorm', 16): [
+        dict(scale=1.0, mean=51.0), dict(scale=0.2, mean=26.0)]}
+    table3.plot_depth(records, tmp_path / 'depth.png', paper_lines=True,
+                      authors=authors)
+    ax, = figures[0].axes
+    diamond, = [line for line in ax.lines if line.get_marker() == 'D']
+    assert list(diamond.get_xdata()) == [16, 16]
+    assert list(diamond.get_ydata()) == [51.0, 26.0]
 
 
 def _tiny_spec(protocol):
