@@ -430,7 +430,9 @@ def with_authors_runs(
     notes = dict(notes)
     for key, runs in authors.items():
         rest = notes.get(key, notes.get((*key[:2], None)))
-        said = '; '.join(f"{r['mean']:.2f} ± {r['std']:.2f} at s = "
+        said = '; '.join(f"{r['mean']:.2f}"
+                         + (f" ± {r['std']:.2f}" if r['n'] > 1 else '')
+                         + " at s = "
                          f"{r['scale']:g} ({_seeds(r['n'])}, {r['path']})"
                          for r in runs)
         notes[key] = (f"the authors' published GCN code "
