@@ -54,7 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.results import (  # noqa: E402
-    NOT_CONFIG_KEYS, code, load_runs, machines, mean_std, write_records)
+    NOT_CONFIG_KEYS, code, load_runs, machines, mean_std, plural,
+    write_records)
 from gnorm.run_keys import result_config  # noqa: E402
 
 RUNS = ROOT / 'experiments' / 'runs'
@@ -413,10 +414,6 @@ def read_authors(folder: Optional[Path],
     return found
 
 
-def _seeds(n: int) -> str:
-    return f"{n} seed{'' if n == 1 else 's'}"
-
-
 def with_authors_runs(
     notes: Dict[Tuple[str, str, Optional[int]], str],
     authors: Dict[Tuple[str, str, int], List[Dict[str, Any]]],
@@ -433,7 +430,8 @@ def with_authors_runs(
         said = '; '.join(f"{r['mean']:.2f}"
                          + (f" ± {r['std']:.2f}" if r['n'] > 1 else '')
                          + " at s = "
-                         f"{r['scale']:g} ({_seeds(r['n'])}, {r['path']})"
+                         f"{r['scale']:g} ({plural(r['n'], 'seed')}, "
+                         f"{r['path']})"
                          for r in runs)
         notes[key] = (f"the authors' published GCN code "
                       f"(PKU-ML/ContraNorm {runs[0]['commit']}, their "
@@ -477,7 +475,7 @@ def _at_scales(groups: Dict[str, List[Dict[str, Any]]],
         if ours:
             mean, std = mean_std([100 * r['test_acc'] for r in ours])
             said.append(f"{mean:.2f} ± {std:.2f} at s = {run['scale']:g} "
-                        f"({_seeds(len(ours))})")
+                        f"({plural(len(ours), 'seed')})")
     return f"; gnorm at the same scales: {'; '.join(said)}" if said else ''
 
 
@@ -768,6 +766,7 @@ def write_report(protocol: str, spec: Dict[str, Any],
     scratch.unlink()
 
     depths = sorted({r['layers'] for r in records})
+    made_by = code(counted)
     title = f"# {spec['name']}: accuracy vs depth, ContraNorm paper Table 3"
     if sets:
         title += f" — with {' '.join(sets)}"
@@ -780,7 +779,7 @@ def write_report(protocol: str, spec: Dict[str, Any],
         + (f" plus `{' '.join(sets)}`" if sets else '') + '). '
         f'{_coverage(spec, records)} '
         f'Machines: {machines(counted) or "none yet"}.'
-        + (f' Code: {code(counted)}.' if code(counted) else ''),
+        + (f' Code: {made_by}.' if made_by else ''),
         '',
         completeness(records),
         '',

@@ -250,12 +250,13 @@ def code(runs: List[Dict[str, Any]]) -> str:
     older = sum('batch_runs' not in run for run in runs)
     parts = []
     if named:
-        parts.append(f"{_count(len(named), 'run')} name the commit that "
-                     f"made them ({_count(len(commits), 'commit')}"
-                     + (f", {_count(modified, 'run')} with modified code"
-                        if modified else '') + ')')
+        with_modified = (f", {plural(modified, 'run')} with modified code"
+                         if modified else '')
+        parts.append(f"{plural(len(named), 'run')} name the commit that "
+                     f"made them ({plural(len(commits), 'commit')}"
+                     f"{with_modified})")
     if older:
-        parts.append(f"{_count(older, 'run')} made before every run had "
+        parts.append(f"{plural(older, 'run')} made before every run had "
                      'its own random generators (their records have no '
                      '`batch_runs`): today\'s code draws other numbers for '
                      'their seeds, so rerunning them gives another draw of '
@@ -263,7 +264,9 @@ def code(runs: List[Dict[str, Any]]) -> str:
     return '; '.join(parts)
 
 
-def _count(n: int, thing: str) -> str:
+def plural(n: int, thing: str) -> str:
+    r"""``1 run``, ``2 runs``: :obj:`n` and :obj:`thing`, plural unless
+    one."""
     return f"{n} {thing}{'s' * (n != 1)}"
 
 
