@@ -912,7 +912,7 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
                       if d == dataset and name == row for run in runs]
             if theirs:
                 ax.plot(*zip(*theirs), 'D', color=color, mec='black',
-                        ms=5, ls='none')
+                        ms=7, ls='none', zorder=4)  # over gnorm's markers
             paper = [r for r in rs if r['paper_mean'] is not None]
             if paper_lines and paper:
                 ax.plot([r['layers'] for r in paper],
