@@ -1,0 +1,196 @@
+r"""Compares the authors' published GCN code and gnorm run by run, at every
+Table 3 cell and scale where both have runs under the authors' protocol:
+each side's per-seed last-epoch test accuracies, their means and stds, the
+difference of the means and an exact two-sided permutation test of it (are
+the two sets of runs draws of one distribution?).
+
+    python experiments/authors_spread.py
+    # -> experiments/results/authors_vs_gnorm.md
+
+The authors' side is the records of ``experiments/authors_gcn.py``
+(``experiments/results/authors_gcn/*.json``); gnorm's side is every
+finished ContraNorm run of ``experiment=table3_paper`` at the same dataset,
+depth and scale below the runs folders (``experiments/runs/table3_paper``,
+the table's 5 seeds, and ``experiments/runs/table3_paper_seeds``, more
+seeds of a cell: ``python -m gnorm.train -m experiment=table3_paper ...
+seed=5,6,7,8,9 hydra.sweep.dir=experiments/runs/table3_paper_seeds``). Runs
+of a cell whose configs differ in anything but the seed (and the keys that
+change no result) are an error, never averaged. The two sides draw other
+random numbers, so a seed of one is no match for the same seed of the
+other: only the distributions compare.
+"""
+import argparse
+import itertools
+import json
+import math
+import random
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
+from gnorm.run_keys import drop_keys, result_config  # noqa: E402
+
+AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
+RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
+        ROOT / 'experiments' / 'runs' / 'table3_paper_seeds']
+OUT = ROOT / 'experiments' / 'results' / 'authors_vs_gnorm.md'
+# Above this many splits of the pooled runs, the test samples them.
+EXACT_LIMIT = 200_000
+SAMPLES = 100_000
+
+
+def permutation_p(a: Sequence[float], b: Sequence[float],
+                  samples: int = SAMPLES, seed: int = 0) -> Tuple[float, bool]:
+    r"""Two-sided permutation p-value of the difference of the means of
+    :obj:`a` and :obj:`b`: the share of the splits of the pooled values into
+    groups of their sizes whose difference is at least as large in absolute
+    value (every split when there are at most :data:`EXACT_LIMIT`, else
+    :obj:`samples` random ones, the observed split counted once). Returns
+    (p, exact)."""
+    pooled, n = list(a) + list(b), len(a)
+    total = sum(pooled)
+    observed = abs(sum(a) / n - (total - sum(a)) / len(b))
+    tolerance = 1e-9 * max(1.0, observed)
+
+    def extreme(first: float) -> bool:
+        return abs(first / n - (total - first) / len(b)) >= \
+            observed - tolerance
+
+    if math.comb(len(pooled), n) <= EXACT_LIMIT:
+        splits = [sum(c) for c in itertools.combinations(pooled, n)]
+        return sum(map(extreme, splits)) / len(splits), True
+    rng = random.Random(seed)
+    hits = sum(extreme(sum(rng.sample(pooled, n))) for _ in range(samples))
+    return (hits + 1) / (samples + 1), False
+
+
+def read_authors(folder: Path) -> List[Dict[str, Any]]:
+    r"""The records of ``experiments/authors_gcn.py`` in :obj:`folder`:
+    dataset, layers, scale, per-seed last-epoch test accuracy (%), path."""
+    records = []
+    for path in sorted(folder.glob('*.json')):
+        record = json.loads(path.read_text())
+        config = record['config']
+        if config.get('norm_mode') != 'CN':
+            continue
+        records.append(dict(
+            dataset=config['dataset'], layers=int(config['layers']),
+            scale=float(config['scale']), path=path,
+            runs={int(s): 100 * r['test_acc_last']
+                  for s, r in record['runs'].items()}))
+    return records
+
+
+def _is_cell(run: Dict[str, Any], dataset: str, layers: int,
+             scale: float) -> bool:
+    return (run.get('status') == 'ok'
+            and run.get('choices', {}).get('experiment') == 'table3_paper'
+            and value(run, 'tag') == 'contranorm'
+            and value(run, 'dataset.name') == dataset
+            and value(run, 'layers') == layers
+            and value(run, 'norm.scale') == scale)
+
+
+def gnorm_runs(runs: List[Dict[str, Any]], dataset: str, layers: int,
+               scale: float) -> Dict[int, float]:
+    r"""Seed -> last-epoch test accuracy (%) of gnorm's ContraNorm runs of
+    the cell; an error if their configs differ in more than the seed or a
+    seed is there twice."""
+    found = [r for r in runs if _is_cell(r, dataset, layers, scale)]
+    configs = {json.dumps(drop_keys(result_config(r['config']), ['seed']),
+                          sort_keys=True) for r in found}
+    if len(configs) > 1:
+        raise SystemExit(
+            f'error: gnorm runs of {dataset} L={layers} s={scale:g} differ '
+            f'in more than the seed: ' + ', '.join(r['_path'] for r in found))
+    by_seed: Dict[int, float] = {}
+    for run in found:
+        seed = value(run, 'seed')
+        if seed in by_seed:
+            raise SystemExit(f'error: gnorm has seed {seed} of {dataset} '
+                             f'L={layers} s={scale:g} twice: {run["_path"]}')
+        by_seed[seed] = 100 * run['test_acc']
+    return dict(sorted(by_seed.items()))
+
+
+def _values(runs: Dict[int, float]) -> str:
+    return ', '.join(f'{v:.2f}' for v in runs.values())
+
+
+def _mean(runs: Dict[int, float]) -> str:
+    mean, std = mean_std(list(runs.values()))
+    return f'{mean:.2f} ± {std:.2f} ({len(runs)})'
+
+
+def _relative(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
+           folders: Sequence[Path]) -> str:
+    r"""The markdown comparison of :obj:`authors` (:func:`read_authors`)
+    with gnorm's :obj:`runs` (read from :obj:`folders`)."""
+    lines = [
+        "# The authors' GCN code and gnorm, run by run",
+        '',
+        "Table 3 cells (ContraNorm + the shared LayerNorm, the authors' "
+        "protocol) where both the authors' published code "
+        "(experiments/authors_gcn.py) and gnorm (experiment=table3_paper) "
+        'have runs: last-epoch test accuracy (%), mean ± std (ddof=0; '
+        'runs). The two sides draw other random numbers, so only the '
+        'distributions compare: p is the two-sided permutation test of the '
+        'difference of the means (exact: every split of the pooled runs). '
+        'gnorm runs from ' + ', '.join(str(_relative(f)) for f in folders)
+        + '. Written by `python experiments/authors_spread.py`.',
+        '',
+        "| dataset | L | s | authors' code | gnorm | gnorm − authors | p |",
+        '|---|---|---|---|---|---|---|',
+    ]
+    details = []
+    for a in sorted(authors, key=lambda r: (r['dataset'], r['layers'],
+                                            r['scale'])):
+        ours = gnorm_runs(runs, a['dataset'], a['layers'], a['scale'])
+        cell = f"{a['dataset']} | {a['layers']} | {a['scale']:g}"
+        if not ours:
+            lines.append(f"| {cell} | {_mean(a['runs'])} | no runs | | |")
+            continue
+        diff = (sum(ours.values()) / len(ours)
+                - sum(a['runs'].values()) / len(a['runs']))
+        p = '' if len(ours) + len(a['runs']) < 3 else '{:.3f}{}'.format(
+            *(lambda p, exact: (p, '' if exact else ' (sampled)'))(
+                *permutation_p(list(ours.values()),
+                               list(a['runs'].values()))))
+        lines.append(f"| {cell} | {_mean(a['runs'])} | {_mean(ours)} | "
+                     f'{diff:+.2f} | {p} |')
+        details.append(
+            f"- {a['dataset']} L={a['layers']} s={a['scale']:g}: the "
+            f"authors' code {_values(a['runs'])} "
+            f"(seeds {', '.join(map(str, a['runs']))}; "
+            f"{_relative(a['path'])}); gnorm {_values(ours)} "
+            f"(seeds {', '.join(map(str, ours))}).")
+    return '\n'.join(lines + ['', 'Per seed:', ''] + details) + '\n'
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--authors', type=Path, default=AUTHORS,
+                        help="folder of experiments/authors_gcn.py records")
+    parser.add_argument('--runs', type=Path, nargs='+', default=RUNS,
+                        help="gnorm's runs folders")
+    parser.add_argument('--out', type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    folders = [f for f in args.runs if f.is_dir()]
+    text = report(read_authors(args.authors), load_runs(*folders), folders)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text, end='')
+    print(f'-> {_relative(args.out)}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,223 @@
+r"""Trains the authors' DeepGCN (their published GCN code, PKU-ML/ContraNorm
+``gnn/``) and gnorm's DeepGCN (``experiment=table3_paper``) side by side
+on the same random numbers, and records how far apart they drift: their
+training losses, test accuracies and the largest difference of their
+weights every few epochs.
+
+Both start from the same weights (theirs, drawn as their code draws them
+after ``torch.manual_seed(seed)``, copied into gnorm's model) and every
+epoch both dropout passes start from the same state of torch's generator.
+For the two to draw the same masks, their model's dropout draws its masks
+as gnorm's does (:func:`gnorm.models.deep_gcn.dropout`: uniform numbers
+``>= p``, the same distribution as their Bernoulli masks, other numbers)
+and gnorm's model takes its input dense (its sparse-input path draws
+numbers for the non-zero entries only). Everything else is each side's own
+code: their propagation, ContraNorm, LayerNorm and training step; gnorm's
+model. So the two agree as long as rounding lets them: a difference that
+grows from rounding (float32: ~1e-7) is the training's own sensitivity,
+not a difference of the methods. ``--dtype float64`` runs both in float64.
+
+    python experiments/authors_twin.py --code ContraNorm/gnn --dataset cora \
+        --layers 16 --scale 0.5 --seed 0 \
+        --out experiments/results/authors_twin/cora_L16_s0.5_seed0.json
+
+Their code runs as ``experiments/authors_gcn.py`` runs it (stand-in
+modules, offline data); see there.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import authors_gcn as ag  # noqa: E402
+
+CONF_DIR = ROOT / 'conf'
+
+
+def gnorm_config(dataset: str, layers: int, scale: float, mirror: str):
+    r"""The config of gnorm's run of the cell: ContraNorm + the shared
+    LayerNorm under ``experiment=table3_paper``."""
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        return compose('train', overrides=[
+            'experiment=table3_paper', f'dataset={dataset}',
+            f'layers={layers}', 'norm=contranorm', 'norm.layer_norm=false',
+            'model.shared_layer_norm=true', f'norm.scale={scale}',
+            f'data.mirror={mirror}', 'tag=contranorm'])
+
+
+def check_same_data(theirs, ours) -> None:
+    r"""Raises unless the two graphs have the same labels, splits and
+    features (to float rounding)."""
+    import torch
+    same = (torch.equal(theirs.y, ours.y)
+            and all(torch.equal(theirs[m], ours[m])
+                    for m in ('train_mask', 'val_mask', 'test_mask'))
+            and torch.allclose(theirs.x, ours.x, atol=1e-6))
+    if not same:
+        raise SystemExit('error: their data and gnorm\'s differ (labels, '
+                         'splits or features)')
+
+
+def gnorm_dropout():
+    r"""A dropout module drawing its masks as gnorm's DeepGCN does."""
+    import torch
+    from gnorm.models.deep_gcn import dropout
+
+    class Dropout(torch.nn.Module):
+        def __init__(self, p: float):
+            super().__init__()
+            self.p = p
+
+        def forward(self, x):
+            return dropout(x, self.p, self.training)
+    return Dropout
+
+
+def copy_weights(theirs, ours) -> None:
+    r"""Their DeepGCN's weights into gnorm's (their weight is
+    ``[in, out]``, gnorm's ``[out, in]``)."""
+    import torch
+    with torch.no_grad():
+        for mine, conv in zip(ours.convs, _their_convs(theirs)):
+            mine.weight.copy_(conv.weight.T)
+            mine.bias.copy_(conv.bias.view(-1))
+        ours.shared_norm.weight.copy_(theirs.layer_norm.weight)
+        ours.shared_norm.bias.copy_(theirs.layer_norm.bias)
+
+
+def _their_convs(theirs):
+    return [*theirs.hidden_layers, theirs.out_layer]
+
+
+def weight_difference(theirs, ours) -> float:
+    r"""The largest absolute difference of the two models' weights."""
+    return max(float((conv.weight.T - mine.weight).abs().max())
+               for mine, conv in zip(ours.convs, _their_convs(theirs)))
+
+
+def twin(their, targs, tdata, cfg, data, seed: int, dtype: str = 'float32',
+         every: int = 10, log: bool = True) -> Dict[str, Any]:
+    r"""Trains their DeepGCN and gnorm's for ``targs.epochs`` epochs on the
+    same random numbers (see the module's doc); every :obj:`every` epochs
+    and at the last, records both training losses, both test accuracies
+    and :func:`weight_difference`."""
+    import torch
+    from gnorm.train import node
+    torch.manual_seed(seed)
+    theirs = getattr(their.models, targs.model)(
+        targs, tdata.x.size(1), int(tdata.y.max()) + 1)
+    theirs.dropout = gnorm_dropout()(targs.dropout)
+    ours = node.build_model(cfg, data.x.size(1), int(data.y.max()) + 1)
+    copy_weights(theirs, ours)
+    to = getattr(torch, dtype)
+    theirs, ours = theirs.to(to), ours.to(to)
+    tdata = tdata.clone()
+    tdata.x, tdata.adj = tdata.x.to(to), tdata.adj.to(to)
+    x = data.x.to(to)
+    graph = ours.prepare(x, data.edge_index)._replace(entries=None)
+    criterion = torch.nn.CrossEntropyLoss()
+    their_opt = torch.optim.Adam(theirs.parameters(), targs.lr,
+                                 weight_decay=targs.wd)
+    our_opt = torch.optim.Adam(ours.parameters(), targs.lr,
+                               weight_decay=targs.wd)
+    rows = {k: [] for k in ('epoch', 'their_loss', 'gnorm_loss',
+                            'their_test_acc', 'gnorm_test_acc',
+                            'weight_difference')}
+    start = time.perf_counter()
+    for epoch in range(1, targs.epochs + 1):
+        state = torch.get_rng_state()
+        their_loss = their.utils.train(theirs, their_opt, criterion,
+                                       tdata)[0]
+        torch.set_rng_state(state)  # the same dropout masks for gnorm
+        ours.train()
+        our_opt.zero_grad()
+        our_loss = criterion(ours(x, graph)[data.train_mask],
+                             data.y[data.train_mask])
+        our_loss.backward()
+        our_opt.step()
+        if epoch % every and epoch != targs.epochs:
+            continue
+        ours.eval()
+        with torch.no_grad():
+            pred = ours(x, graph).argmax(-1)
+        row = dict(
+            epoch=epoch, their_loss=float(their_loss),
+            gnorm_loss=float(our_loss),
+            their_test_acc=float(their.utils.test(theirs, criterion,
+                                                  tdata)[1]),
+            gnorm_test_acc=float((pred == data.y)[data.test_mask]
+                                 .float().mean()),
+            weight_difference=weight_difference(theirs, ours))
+        for k, v in row.items():
+            rows[k].append(v)
+        if log:
+            print(f'  seed {seed} epoch {epoch}: loss {row["their_loss"]:.6f}'
+                  f' / {row["gnorm_loss"]:.6f}, test acc '
+                  f'{100 * row["their_test_acc"]:.2f} / '
+                  f'{100 * row["gnorm_test_acc"]:.2f}, weights differ by '
+                  f'{row["weight_difference"]:.2e} '
+                  f'({time.perf_counter() - start:.0f} s)', flush=True)
+    return dict(rows, seconds=round(time.perf_counter() - start, 2))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--code', required=True,
+                        help="their gnn/ folder (PKU-ML/ContraNorm)")
+    parser.add_argument('--dataset', default='cora',
+                        choices=sorted(ag.DATASETS))
+    parser.add_argument('--layers', type=int, default=16)
+    parser.add_argument('--scale', type=float, default=0.5)
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--epochs', type=int, default=200)
+    parser.add_argument('--dtype', default='float32',
+                        choices=['float32', 'float64'])
+    parser.add_argument('--every', type=int, default=10,
+                        help='record every this many epochs')
+    parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--out', required=True, help='the JSON file')
+    parser.add_argument('--mirror',
+                        default=os.environ.get('GNORM_DATA_MIRROR'),
+                        help='the data mirror (default: $GNORM_DATA_MIRROR)')
+    args = parser.parse_args(argv)
+    if not args.mirror:
+        parser.error('no data mirror: set GNORM_DATA_MIRROR or --mirror')
+    for var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
+        os.environ[var] = str(args.threads)
+    import torch
+    from gnorm.train import node
+    torch.set_num_threads(args.threads)
+
+    code = Path(args.code).resolve()
+    targv = ag.their_argv(args.dataset, args.layers, args.scale, args.epochs)
+    targs = ag.their_parser(code).parse_args(targv)
+    cfg = gnorm_config(args.dataset, args.layers, args.scale, args.mirror)
+    data = node.load_data(cfg)
+    with ag.their_code(code, args.dataset, args.mirror) as their:
+        tdata = ag.load_their_data(their, targs)
+        check_same_data(tdata, data)
+        result = twin(their, targs, tdata, cfg, data, args.seed, args.dtype,
+                      args.every)
+    ag.write_record(args.out, dict(
+        config=dict(dataset=args.dataset, layers=args.layers,
+                    scale=args.scale, seed=args.seed, epochs=args.epochs,
+                    dtype=args.dtype, their_argv=targv),
+        twin=result,
+        authors=dict(repo=ag.REPO, commit=ag.authors_commit(code)),
+        script=dict(path='experiments/authors_twin.py',
+                    gnorm_commit=ag._git(ROOT, 'rev-parse', 'HEAD'),
+                    argv=sys.argv[1:] if argv is None else list(argv)),
+        machine=ag.machine(args.threads, 'cpu')))
+    print(f'-> {args.out}')
+
+
+if __name__ == '__main__':
+    main()
