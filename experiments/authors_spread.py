@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
 from gnorm.run_keys import drop_keys, result_config  # noqa: E402
+from experiments.authors_gcn import read_records  # noqa: E402
 
 AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
 RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
@@ -69,20 +70,9 @@ def permutation_p(a: Sequence[float], b: Sequence[float],
 
 
 def read_authors(folder: Path) -> List[Dict[str, Any]]:
-    r"""The records of ``experiments/authors_gcn.py`` in :obj:`folder`:
-    dataset, layers, scale, per-seed last-epoch test accuracy (%), path."""
-    records = []
-    for path in sorted(folder.glob('*.json')):
-        record = json.loads(path.read_text())
-        config = record['config']
-        if config.get('norm_mode') != 'CN':
-            continue
-        records.append(dict(
-            dataset=config['dataset'], layers=int(config['layers']),
-            scale=float(config['scale']), path=path,
-            runs={int(s): 100 * r['test_acc_last']
-                  for s, r in record['runs'].items()}))
-    return records
+    r"""The ContraNorm records of ``experiments/authors_gcn.py`` in
+    :obj:`folder` (:func:`read_records`)."""
+    return [r for r in read_records(folder) if r['norm_mode'] == 'CN']
 
 
 def _is_cell(run: Dict[str, Any], dataset: str, layers: int,
@@ -150,7 +140,7 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
         "| dataset | L | s | authors' code | gnorm | gnorm − authors | p |",
         '|---|---|---|---|---|---|---|',
     ]
-    details = []
+    details, tests = [], 0
     for a in sorted(authors, key=lambda r: (r['dataset'], r['layers'],
                                             r['scale'])):
         ours = gnorm_runs(runs, a['dataset'], a['layers'], a['scale'])
@@ -160,10 +150,12 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
             continue
         diff = (sum(ours.values()) / len(ours)
                 - sum(a['runs'].values()) / len(a['runs']))
-        p = '' if len(ours) + len(a['runs']) < 3 else '{:.3f}{}'.format(
-            *(lambda p, exact: (p, '' if exact else ' (sampled)'))(
-                *permutation_p(list(ours.values()),
-                               list(a['runs'].values()))))
+        p = ''
+        if len(ours) + len(a['runs']) >= 3:
+            tests += 1
+            chance, exact = permutation_p(list(ours.values()),
+                                          list(a['runs'].values()))
+            p = f'{chance:.3f}' + ('' if exact else ' (sampled)')
         lines.append(f"| {cell} | {_mean(a['runs'])} | {_mean(ours)} | "
                      f'{diff:+.2f} | {p} |')
         details.append(
@@ -172,6 +164,11 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
             f"(seeds {', '.join(map(str, a['runs']))}; "
             f"{_relative(a['path'])}); gnorm {_values(ours)} "
             f"(seeds {', '.join(map(str, ours))}).")
+    if tests:
+        lines += ['', f'{plural(tests, "test")}: by chance alone, about one '
+                  f'in 20 gives p < 0.05; a p below 0.05 / {tests} = '
+                  f'{0.05 / tests:.4f} (Bonferroni) is a difference that '
+                  f'chance does not explain at the 5 % level.']
     return '\n'.join(lines + ['', 'Per seed:', ''] + details) + '\n'
 
 

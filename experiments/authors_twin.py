@@ -34,9 +34,8 @@ from typing import Any, Dict, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import authors_gcn as ag  # noqa: E402
+from experiments import authors_gcn as ag  # noqa: E402
 
 CONF_DIR = ROOT / 'conf'
 

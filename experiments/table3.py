@@ -57,6 +57,7 @@ from gnorm.results import (  # noqa: E402
     NOT_CONFIG_KEYS, code, load_runs, machines, mean_std, plural,
     write_records)
 from gnorm.run_keys import result_config  # noqa: E402
+from experiments.authors_gcn import read_records  # noqa: E402
 
 RUNS = ROOT / 'experiments' / 'runs'
 RESULTS = ROOT / 'experiments' / 'results'
@@ -398,17 +399,16 @@ def read_authors(folder: Optional[Path],
     found: Dict[Tuple[str, str, int], List[Dict[str, Any]]] = {}
     if folder is None or not folder.is_dir():
         return found
-    for path in sorted(folder.glob('*.json')):
-        record = json.loads(path.read_text())
-        config, summary = record['config'], record['summary']
-        key = (config['dataset'], AUTHORS_ROWS[config['norm_mode']],
-               int(config['layers']))
-        accuracy = summary['test_acc_last_pct']
+    for record in read_records(folder):
+        key = (record['dataset'], AUTHORS_ROWS[record['norm_mode']],
+               record['layers'])
+        mean, std = mean_std(list(record['runs'].values()))
+        path = record['path']
         found.setdefault(key, []).append(dict(
-            scale=config['scale'], mean=accuracy['mean'],
-            std=accuracy['std'], n=summary['n'],
+            scale=record['scale'], mean=mean, std=std,
+            n=len(record['runs']), commit=record['commit'],
             path=path.relative_to(ROOT) if path.is_relative_to(ROOT)
-            else path, commit=record['authors']['commit'][:7]))
+            else path))
     for runs in found.values():
         runs.sort(key=lambda run: -run['scale'])
     return found

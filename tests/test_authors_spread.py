@@ -45,6 +45,7 @@ def _authors(folder, accs, scale=0.5, layers=16):
                               norm_mode='CN'),
                   runs={str(s): dict(test_acc_last=a)
                         for s, a in enumerate(accs)})
+    record['authors'] = dict(commit='c9bed6a6')
     (folder / f'cora_L{layers}_s{scale}.json').write_text(json.dumps(record))
 
 
