@@ -431,28 +431,27 @@ def machine(threads, device):
                 python=platform.python_version())
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cell_arguments(parser: argparse.ArgumentParser, scale: float) -> None:
+    r"""The arguments of a script that runs their code at one cell: their
+    ``--code``, the cell, epochs, threads, the output and the data mirror
+    (parsed by :func:`parse_cell_arguments`)."""
     parser.add_argument('--code', required=True,
                         help="their gnn/ folder (PKU-ML/ContraNorm)")
     parser.add_argument('--dataset', default='cora', choices=sorted(DATASETS))
     parser.add_argument('--layers', type=int, default=16)
-    parser.add_argument('--scale', type=float, default=0.2,
+    parser.add_argument('--scale', type=float, default=scale,
                         help='their --norm_scale (ContraNorm s)')
-    parser.add_argument('--norm-mode', default='CN',
-                        help="their --norm_mode (None, PN, PN-SI, PN-SCS, CN)")
-    parser.add_argument('--no-layer-norm', action='store_true',
-                        help='leave out their --use_layer_norm')
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     parser.add_argument('--epochs', type=int, default=200)
     parser.add_argument('--threads', type=int, default=1)
-    parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
     parser.add_argument('--out', required=True, help='the JSON file')
     parser.add_argument('--mirror',
                         default=os.environ.get('GNORM_DATA_MIRROR'),
                         help='the data mirror (default: $GNORM_DATA_MIRROR)')
-    parser.add_argument('--log-every', type=int, default=25,
-                        help='print progress every this many epochs')
+
+
+def parse_cell_arguments(parser: argparse.ArgumentParser, argv=None):
+    r"""Parses :obj:`argv` (:func:`cell_arguments`): an error without a
+    data mirror; sets torch's threads (and OpenMP's, MKL's)."""
     args = parser.parse_args(argv)
     if not args.mirror:
         parser.error('no data mirror: set GNORM_DATA_MIRROR or --mirror')
@@ -460,6 +459,21 @@ def main(argv=None):
         os.environ[var] = str(args.threads)
     import torch
     torch.set_num_threads(args.threads)
+    return args
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cell_arguments(parser, scale=0.2)
+    parser.add_argument('--norm-mode', default='CN',
+                        help="their --norm_mode (None, PN, PN-SI, PN-SCS, CN)")
+    parser.add_argument('--no-layer-norm', action='store_true',
+                        help='leave out their --use_layer_norm')
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
+    parser.add_argument('--log-every', type=int, default=25,
+                        help='print progress every this many epochs')
+    args = parse_cell_arguments(parser, argv)
 
     code = Path(args.code).resolve()
     targv = their_argv(args.dataset, args.layers, args.scale, args.epochs,

@@ -25,8 +25,6 @@ Their code runs as ``experiments/authors_gcn.py`` runs it (stand-in
 modules, offline data); see there.
 """
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -169,31 +167,14 @@ def twin(their, targs, tdata, cfg, data, seed: int, dtype: str = 'float32',
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--code', required=True,
-                        help="their gnn/ folder (PKU-ML/ContraNorm)")
-    parser.add_argument('--dataset', default='cora',
-                        choices=sorted(ag.DATASETS))
-    parser.add_argument('--layers', type=int, default=16)
-    parser.add_argument('--scale', type=float, default=0.5)
+    ag.cell_arguments(parser, scale=0.5)
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--epochs', type=int, default=200)
     parser.add_argument('--dtype', default='float32',
                         choices=['float32', 'float64'])
     parser.add_argument('--every', type=int, default=10,
                         help='record every this many epochs')
-    parser.add_argument('--threads', type=int, default=1)
-    parser.add_argument('--out', required=True, help='the JSON file')
-    parser.add_argument('--mirror',
-                        default=os.environ.get('GNORM_DATA_MIRROR'),
-                        help='the data mirror (default: $GNORM_DATA_MIRROR)')
-    args = parser.parse_args(argv)
-    if not args.mirror:
-        parser.error('no data mirror: set GNORM_DATA_MIRROR or --mirror')
-    for var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
-        os.environ[var] = str(args.threads)
-    import torch
+    args = ag.parse_cell_arguments(parser, argv)
     from gnorm.train import node
-    torch.set_num_threads(args.threads)
 
     code = Path(args.code).resolve()
     targv = ag.their_argv(args.dataset, args.layers, args.scale, args.epochs)

@@ -18,6 +18,21 @@ needs_mirror = pytest.mark.skipif(
     reason="needs the offline dataset mirror (GNORM_DATA_MIRROR)")
 
 
+def experiment(name):
+    r"""The script ``experiments/<name>.py`` as a module (the folder on
+    ``sys.path``: the scripts import each other): `from conftest import
+    experiment`."""
+    import importlib.util
+    import sys
+    folder = Path(__file__).resolve().parents[1] / "experiments"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def compose_train(*overrides):
     r"""The config of ``python -m gnorm.train <overrides>``:
     `from conftest import compose_train`."""

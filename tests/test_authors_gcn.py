@@ -2,7 +2,6 @@ r"""``experiments/authors_gcn.py``: the stand-ins for torch_sparse and
 torch_scatter against dense torch, the JSON record and its resume logic,
 and (when their code is here: ``AUTHORS_GCN_CODE=<ContraNorm>/gnn``) that
 the script's run of a seed equals their ``main.py``'s first run."""
-import importlib.util
 import json
 import os
 import sys
@@ -11,13 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import MIRROR, needs_mirror
+from conftest import MIRROR, experiment, needs_mirror
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    'authors_gcn', ROOT / 'experiments' / 'authors_gcn.py')
-ag = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ag)
+ag = experiment('authors_gcn')
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 CODE = os.environ.get('AUTHORS_GCN_CODE')

@@ -1,17 +1,13 @@
 r"""``experiments/authors_spread.py``: the permutation test against hand
 counts, the pairing of the authors' records with gnorm's runs of the same
 cell, and its refusal to pool runs whose configs differ."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    'authors_spread', ROOT / 'experiments' / 'authors_spread.py')
-spread = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(spread)
+from conftest import experiment
+
+spread = experiment('authors_spread')
 
 
 def test_permutation_p_counts_every_split():

@@ -1,19 +1,14 @@
 r"""``experiments/authors_twin.py`` (when their code is here:
 ``AUTHORS_GCN_CODE=<ContraNorm>/gnn``): their DeepGCN and gnorm's, trained
 on the same random numbers in float64, take the same steps."""
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
-from conftest import MIRROR, needs_mirror
+from conftest import MIRROR, experiment, needs_mirror
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    'authors_twin', ROOT / 'experiments' / 'authors_twin.py')
-twin = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(twin)
+twin = experiment('authors_twin')
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 CODE = os.environ.get('AUTHORS_GCN_CODE')

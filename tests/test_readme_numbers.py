@@ -1,16 +1,14 @@
 r"""The main command's report and the README's numbers come from the
 committed runs."""
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from conftest import experiment
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    'main_command', ROOT / 'experiments' / 'main_command.py')
-main_command = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(main_command)
+main_command = experiment('main_command')
 
 
 def test_committed_report_is_generated_from_the_committed_runs():

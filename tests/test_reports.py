@@ -2,25 +2,15 @@ r"""The generated reports of the experiment scripts (``experiments/``):
 the same runs or measurements give the same bytes, and the figures draw
 what the records hold."""
 import csv
-import importlib.util
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import experiment
 
-
-def _script(name):
-    sys.path.insert(0, str(ROOT / 'experiments'))  # bench_* import each other
-    spec = importlib.util.spec_from_file_location(
-        name, ROOT / 'experiments' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_script = experiment
 
 
 def _files(folder):

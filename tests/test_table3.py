@@ -3,7 +3,6 @@ r"""Table 3 of the ContraNorm paper: the authors' protocol point by point
 and the resumable table driver."""
 import copy
 import csv
-import importlib.util
 import json
 import logging
 import re
@@ -17,15 +16,11 @@ from torch_geometric.utils import is_undirected, to_undirected
 from gnorm.results import aggregate, default_keys, load_runs
 from gnorm.results import main as results_main
 from gnorm.train import build_model, load_data
-from conftest import compose_train, needs_mirror
+from conftest import compose_train, experiment, needs_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
 
-spec = importlib.util.spec_from_file_location('table3',
-                                              ROOT / 'experiments' /
-                                              'table3.py')
-table3 = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(table3)
+table3 = experiment('table3')
 
 PAPER_ROWS = table3.table_spec('paper')['rows']
 
@@ -392,11 +387,7 @@ def test_help_of_every_option_and_installed_launchers(monkeypatch, capsys):
 
 
 def _sepnorm():
-    spec = importlib.util.spec_from_file_location(
-        'sepnorm', ROOT / 'experiments' / 'sepnorm.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment('sepnorm')
 
 
 def _help(script) -> str:
