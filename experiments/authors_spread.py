@@ -5,7 +5,7 @@ difference of the means and an exact two-sided permutation test of it (are
 the two sets of runs draws of one distribution?).
 
     python experiments/authors_spread.py
-    # -> experiments/results/authors_vs_gnorm.md
+    # -> experiments/results/authors_vs_gnorm.md (and authors_twin.png)
 
 The authors' side is the records of ``experiments/authors_gcn.py``
 (``experiments/results/authors_gcn/*.json``); gnorm's side is every
@@ -17,7 +17,11 @@ seed=5,6,7,8,9 hydra.sweep.dir=experiments/runs/table3_paper_seeds``). Runs
 of a cell whose configs differ in anything but the seed (and the keys that
 change no result) are an error, never averaged. The two sides draw other
 random numbers, so a seed of one is no match for the same seed of the
-other: only the distributions compare.
+other: only the distributions compare. The report ends with the records of
+``experiments/authors_twin.py`` (``experiments/results/authors_twin/``):
+their model and gnorm's trained on the same random numbers, how far apart
+their weights drift (plotted in ``authors_twin.png``) and where each run
+ends.
 """
 import argparse
 import itertools
@@ -34,10 +38,12 @@ sys.path.insert(0, str(ROOT))
 from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
 from gnorm.run_keys import drop_keys, result_config  # noqa: E402
 from experiments.authors_gcn import read_records  # noqa: E402
+from experiments.table3 import _save, _save_figure  # noqa: E402
 
 AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
 RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
         ROOT / 'experiments' / 'runs' / 'table3_paper_seeds']
+TWINS = ROOT / 'experiments' / 'results' / 'authors_twin'
 OUT = ROOT / 'experiments' / 'results' / 'authors_vs_gnorm.md'
 # Above this many splits of the pooled runs, the test samples them.
 EXACT_LIMIT = 200_000
@@ -172,18 +178,90 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
     return '\n'.join(lines + ['', 'Per seed:', ''] + details) + '\n'
 
 
+def read_twins(folder: Path) -> List[Dict[str, Any]]:
+    r"""The records of ``experiments/authors_twin.py`` in :obj:`folder`
+    (by name), each with its ``path``."""
+    return [dict(json.loads(path.read_text()), path=path)
+            for path in sorted(folder.glob('*.json'))]
+
+
+def _twin_label(config: Dict[str, Any]) -> str:
+    return (f"{config['dataset']} L={config['layers']} "
+            f"s={config['scale']:g} seed {config['seed']} {config['dtype']}")
+
+
+def twin_lines(twins: List[Dict[str, Any]], plot: Optional[str]) -> List[str]:
+    r"""The report's section on :obj:`twins` (:func:`read_twins`)."""
+    if not twins:
+        return []
+    lines = [
+        '', '## On the same random numbers', '',
+        "experiments/authors_twin.py trains the authors' DeepGCN and "
+        "gnorm's from the same weights with the same dropout masks: where "
+        'their weights drift apart, rounding moved them (the largest '
+        'difference of any weight; their test accuracies, %).', '',
+        '| run | epochs | weights apart after 10 epochs | at the end | '
+        "authors' model | gnorm |", '|---|---|---|---|---|---|']
+    for twin in twins:
+        rows, config = twin['twin'], twin['config']
+        at10 = rows['weight_difference'][rows['epoch'].index(10)] \
+            if 10 in rows['epoch'] else None
+        lines.append(
+            f"| {_twin_label(config)} ({_relative(twin['path'])}) | "
+            f"{rows['epoch'][-1]} | "
+            + (f'{at10:.1e}' if at10 is not None else '') + ' | '
+            f"{rows['weight_difference'][-1]:.1e} | "
+            f"{100 * rows['their_test_acc'][-1]:.2f} | "
+            f"{100 * rows['gnorm_test_acc'][-1]:.2f} |")
+    if plot:
+        lines += ['', f'![weights apart vs epoch]({plot})']
+    return lines
+
+
+def plot_twins(twins: List[Dict[str, Any]], path: Path) -> bool:
+    r"""The largest weight difference vs epoch of every twin record, on a
+    log scale; :obj:`False` (no file) without records."""
+    if not twins:
+        return False
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for twin in twins:
+        rows = twin['twin']
+        ax.plot(rows['epoch'], rows['weight_difference'], marker='o', ms=3,
+                label=_twin_label(twin['config']))
+    ax.set_yscale('log')
+    ax.set_xlabel('epoch')
+    ax.set_ylabel("largest |weight(authors') - weight(gnorm)|")
+    ax.set_title("The authors' DeepGCN and gnorm's on the same random "
+                 'numbers', fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    _save_figure(fig, path)
+    return True
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--authors', type=Path, default=AUTHORS,
                         help="folder of experiments/authors_gcn.py records")
     parser.add_argument('--runs', type=Path, nargs='+', default=RUNS,
                         help="gnorm's runs folders")
+    parser.add_argument('--twins', type=Path, default=TWINS,
+                        help='folder of experiments/authors_twin.py records')
     parser.add_argument('--out', type=Path, default=OUT)
     args = parser.parse_args(argv)
     folders = [f for f in args.runs if f.is_dir()]
     text = report(read_authors(args.authors), load_runs(*folders), folders)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    twins = read_twins(args.twins) if args.twins.is_dir() else []
+    figure = args.out.with_name('authors_twin.png')
+    plotted = plot_twins(twins, figure)
+    if twins:
+        text += '\n'.join(twin_lines(twins, figure.name if plotted
+                                      else None)) + '\n'
+    _save(args.out, text.encode())
     print(text, end='')
     print(f'-> {_relative(args.out)}')
     return 0

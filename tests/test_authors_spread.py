@@ -72,3 +72,25 @@ def test_report_pairs_each_record_with_gnorm(tmp_path):
     assert '-10.00' in row and row.endswith('| 0.100 |')
     assert '| cora | 16 | 1 | 50.00 ± 0.00 (1) | no runs |' in text
     assert 'gnorm 30.00, 32.00, 34.00 (seeds 0, 1, 2)' in text
+
+
+def test_twin_records_are_tabled_and_plotted(tmp_path):
+    folder = tmp_path / 'twins'
+    folder.mkdir()
+    for dtype, apart in (('float32', [1e-4, 3e-2, 0.5]),
+                         ('float64', [1e-9, 1e-6, 1e-4])):
+        (folder / f'cora_{dtype}.json').write_text(json.dumps(dict(
+            config=dict(dataset='cora', layers=16, scale=0.5, seed=0,
+                        dtype=dtype),
+            twin=dict(epoch=[1, 10, 20], weight_difference=apart,
+                      their_test_acc=[0.1, 0.2, 0.4],
+                      gnorm_test_acc=[0.1, 0.2, 0.45]))))
+    twins = spread.read_twins(folder)
+    lines = spread.twin_lines(twins, 'authors_twin.png')
+    row = next(line for line in lines if 'float64' in line)
+    assert row.endswith('| 20 | 1.0e-06 | 1.0e-04 | 40.00 | 45.00 |')
+    assert lines[-1] == '![weights apart vs epoch](authors_twin.png)'
+    assert spread.plot_twins(twins, tmp_path / 'twin.png')
+    assert (tmp_path / 'twin.png').read_bytes().startswith(b'\x89PNG')
+    assert spread.twin_lines([], None) == [] and \
+        not spread.plot_twins([], tmp_path / 'none.png')
