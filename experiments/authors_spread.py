@@ -126,6 +126,22 @@ def _relative(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
+def verdict(tested: List[Tuple[str, float]], level: float = 0.05) -> str:
+    r"""In words, which of the :obj:`tested` cells (cell, p) differ beyond
+    chance: p below :obj:`level` over the number of tests (Bonferroni)."""
+    bound = level / len(tested)
+    beyond = [cell for cell, p in tested if p < bound]
+    below = [cell for cell, p in tested if bound <= p < level]
+    return (f'{plural(len(tested), "test")}: a p below {level:g} / '
+            f'{len(tested)} = {bound:.4f} (Bonferroni) marks a difference '
+            f'that chance does not explain at the {100 * level:g} % level. '
+            + (f"Beyond chance: {', '.join(beyond)}." if beyond else
+               'No cell differs beyond chance.')
+            + (f" Below {level:g} but not beyond chance (by chance alone "
+               f"about one test in {round(1 / level)} is): "
+               f"{', '.join(below)}." if below else ''))
+
+
 def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
            folders: Sequence[Path]) -> str:
     r"""The markdown comparison of :obj:`authors` (:func:`read_authors`)
@@ -146,7 +162,7 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
         "| dataset | L | s | authors' code | gnorm | gnorm − authors | p |",
         '|---|---|---|---|---|---|---|',
     ]
-    details, tests = [], 0
+    details, tested = [], []  # (cell, p)
     for a in sorted(authors, key=lambda r: (r['dataset'], r['layers'],
                                             r['scale'])):
         ours = gnorm_runs(runs, a['dataset'], a['layers'], a['scale'])
@@ -158,9 +174,10 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
                 - sum(a['runs'].values()) / len(a['runs']))
         p = ''
         if len(ours) + len(a['runs']) >= 3:
-            tests += 1
             chance, exact = permutation_p(list(ours.values()),
                                           list(a['runs'].values()))
+            tested.append((f"{a['dataset']} L={a['layers']} "
+                           f"s={a['scale']:g}", chance))
             p = f'{chance:.3f}' + ('' if exact else ' (sampled)')
         lines.append(f"| {cell} | {_mean(a['runs'])} | {_mean(ours)} | "
                      f'{diff:+.2f} | {p} |')
@@ -170,11 +187,8 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
             f"(seeds {', '.join(map(str, a['runs']))}; "
             f"{_relative(a['path'])}); gnorm {_values(ours)} "
             f"(seeds {', '.join(map(str, ours))}).")
-    if tests:
-        lines += ['', f'{plural(tests, "test")}: by chance alone, about one '
-                  f'in 20 gives p < 0.05; a p below 0.05 / {tests} = '
-                  f'{0.05 / tests:.4f} (Bonferroni) is a difference that '
-                  f'chance does not explain at the 5 % level.']
+    if tested:
+        lines += ['', verdict(tested)]
     return '\n'.join(lines + ['', 'Per seed:', ''] + details) + '\n'
 
 

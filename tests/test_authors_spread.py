@@ -94,3 +94,13 @@ def test_twin_records_are_tabled_and_plotted(tmp_path):
     assert (tmp_path / 'twin.png').read_bytes().startswith(b'\x89PNG')
     assert spread.twin_lines([], None) == [] and \
         not spread.plot_twins([], tmp_path / 'none.png')
+
+
+def test_verdict_names_what_chance_does_not_explain():
+    assert spread.verdict([('a', 0.5), ('b', 0.001)]) == (
+        '2 tests: a p below 0.05 / 2 = 0.0250 (Bonferroni) marks a '
+        'difference that chance does not explain at the 5 % level. Beyond '
+        'chance: b.')
+    said = spread.verdict([('a', 0.04), ('b', 0.3)])
+    assert 'No cell differs beyond chance. Below 0.05 but not beyond ' \
+        'chance (by chance alone about one test in 20 is): a.' in said
