@@ -11,11 +11,15 @@ For the two to draw the same masks, their model's dropout draws its masks
 as gnorm's does (:func:`gnorm.models.deep_gcn.dropout`: uniform numbers
 ``>= p``, the same distribution as their Bernoulli masks, other numbers)
 and gnorm's model takes its input dense (its sparse-input path draws
-numbers for the non-zero entries only). Everything else is each side's own
-code: their propagation, ContraNorm, LayerNorm and training step; gnorm's
-model. So the two agree as long as rounding lets them: a difference that
-grows from rounding (float32: ~1e-7) is the training's own sensitivity,
-not a difference of the methods. ``--dtype float64`` runs both in float64.
+numbers for the non-zero entries only). Both read their features (gnorm's
+own row normalisation agrees with theirs to float32 rounding, checked
+first), and their adjacency's entries are recomputed in the run's dtype
+(their data code computes them in float32). Everything else is each side's own code: their propagation,
+ContraNorm, LayerNorm and training step; gnorm's model. The two sum the
+same numbers in other orders, so they agree as long as rounding lets them:
+a difference that grows from rounding (float32: ~1e-7 of a value,
+``--dtype float64``: ~1e-16) is the training's own sensitivity, not a
+difference of the methods.
 
     python experiments/authors_twin.py --code ContraNorm/gnn --dataset cora \
         --layers 16 --scale 0.5 --seed 0 \
@@ -78,6 +82,21 @@ def gnorm_dropout():
     return Dropout
 
 
+def adjacency_in(adj, dtype):
+    r"""Their row-normalised adjacency (a sparse COO matrix whose entries are
+    1 / the row's number of entries, computed by their data code in
+    float32) with those entries computed in :obj:`dtype`; an error if
+    :obj:`adj` is not such a matrix."""
+    import torch
+    adj = adj.coalesce()
+    row = adj.indices()[0]
+    count = torch.bincount(row, minlength=adj.size(0)).to(dtype)
+    values = 1.0 / count[row]
+    if not torch.allclose(adj.values().to(dtype), values, rtol=1e-6):
+        raise SystemExit("error: their adjacency is not D^-1 (A + I)")
+    return torch.sparse_coo_tensor(adj.indices(), values, adj.shape)
+
+
 def copy_weights(theirs, ours) -> None:
     r"""Their DeepGCN's weights into gnorm's (their weight is
     ``[in, out]``, gnorm's ``[out, in]``)."""
@@ -117,8 +136,8 @@ def twin(their, targs, tdata, cfg, data, seed: int, dtype: str = 'float32',
     to = getattr(torch, dtype)
     theirs, ours = theirs.to(to), ours.to(to)
     tdata = tdata.clone()
-    tdata.x, tdata.adj = tdata.x.to(to), tdata.adj.to(to)
-    x = data.x.to(to)
+    tdata.x, tdata.adj = tdata.x.to(to), adjacency_in(tdata.adj, to)
+    x = tdata.x  # their features: gnorm's own agree to float32 rounding
     graph = ours.prepare(x, data.edge_index)._replace(entries=None)
     criterion = torch.nn.CrossEntropyLoss()
     their_opt = torch.optim.Adam(theirs.parameters(), targs.lr,
