@@ -38,13 +38,14 @@ sys.path.insert(0, str(ROOT))
 from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
 from gnorm.run_keys import drop_keys, result_config  # noqa: E402
 from experiments.authors_gcn import read_records  # noqa: E402
-from experiments.table3 import _save, _save_figure  # noqa: E402
+from experiments.table3 import (  # noqa: E402
+    AUTHORS_COMPARED, save_bytes, save_figure)
 
 AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
 RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
         ROOT / 'experiments' / 'runs' / 'table3_paper_seeds']
 TWINS = ROOT / 'experiments' / 'results' / 'authors_twin'
-OUT = ROOT / 'experiments' / 'results' / 'authors_vs_gnorm.md'
+OUT = ROOT / AUTHORS_COMPARED
 # Above this many splits of the pooled runs, the test samples them.
 EXACT_LIMIT = 200_000
 SAMPLES = 100_000
@@ -252,7 +253,7 @@ def plot_twins(twins: List[Dict[str, Any]], path: Path) -> bool:
                  'numbers', fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    _save_figure(fig, path)
+    save_figure(fig, path)
     return True
 
 
@@ -275,7 +276,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if twins:
         text += '\n'.join(twin_lines(twins, figure.name if plotted
                                       else None)) + '\n'
-    _save(args.out, text.encode())
+    save_bytes(args.out, text.encode())
     print(text, end='')
     print(f'-> {_relative(args.out)}')
     return 0

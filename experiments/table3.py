@@ -387,6 +387,8 @@ def read_notes(path: Optional[Path],
 
 # The authors' norm_mode (experiments/authors_gcn.py) -> the table's row.
 AUTHORS_ROWS = {'CN': 'contranorm', 'PN': 'pairnorm', 'None': 'none'}
+# The authors' runs beside gnorm's, seed by seed (experiments/authors_spread.py).
+AUTHORS_COMPARED = 'experiments/results/authors_vs_gnorm.md'
 
 
 def read_authors(folder: Optional[Path],
@@ -476,7 +478,8 @@ def _at_scales(groups: Dict[str, List[Dict[str, Any]]],
             mean, std = mean_std([100 * r['test_acc'] for r in ours])
             said.append(f"{mean:.2f} ± {std:.2f} at s = {run['scale']:g} "
                         f"({plural(len(ours), 'seed')})")
-    return f"; gnorm at the same scales: {'; '.join(said)}" if said else ''
+    return (f"; gnorm at the same scales: {'; '.join(said)} (seed by seed, "
+            f"with a permutation test: {AUTHORS_COMPARED})" if said else '')
 
 
 def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
@@ -600,14 +603,14 @@ def _cell(r: Dict[str, Any]) -> str:
 COMPARED = ('pairnorm', 'layernorm')
 
 
-def _save(path: Path, data: bytes) -> None:
+def save_bytes(path: Path, data: bytes) -> None:
     r"""Writes :obj:`data` to :obj:`path` unless it already holds exactly
     that (a regenerated report leaves an unchanged file untouched)."""
     if not (path.is_file() and path.read_bytes() == data):
         path.write_bytes(data)
 
 
-def _save_figure(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     r"""Saves :obj:`fig` as PNG without the metadata that changes between
     matplotlib versions, so the same records give the same bytes."""
     import io
@@ -616,7 +619,7 @@ def _save_figure(fig, path: Path) -> None:
     fig.savefig(buffer, format='png', dpi=110, bbox_inches='tight',
                 metadata={'Software': None})
     plt.close(fig)
-    _save(path, buffer.getvalue())
+    save_bytes(path, buffer.getvalue())
 
 
 def _shown(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -762,7 +765,7 @@ def write_report(protocol: str, spec: Dict[str, Any],
                'diff_paper_stds', 'note']
     scratch = out / f'.{name}.csv.new'
     write_records(scratch, records, columns)
-    _save(out / f'{name}.csv', scratch.read_bytes())
+    save_bytes(out / f'{name}.csv', scratch.read_bytes())
     scratch.unlink()
 
     depths = sorted({r['layers'] for r in records})
@@ -836,7 +839,7 @@ def write_report(protocol: str, spec: Dict[str, Any],
     else:
         lines += ['No run of this report recorded effective ranks '
                   '(`collapse_metrics`), so there is no plot of them.', '']
-    _save(out / f'{name}.md', '\n'.join(lines).encode())
+    save_bytes(out / f'{name}.md', '\n'.join(lines).encode())
     return out / f'{name}.md'
 
 
@@ -952,7 +955,7 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
                fontsize=8, title=title, title_fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
     fig.tight_layout()
-    _save_figure(fig, path)
+    save_figure(fig, path)
 
 
 def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
@@ -1007,7 +1010,7 @@ def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
                title='mean over seeds of the setting chosen by validation; '
                'band: min to max over seeds', title_fontsize=8)
     fig.tight_layout()
-    _save_figure(fig, path)
+    save_figure(fig, path)
     return True
 
 
