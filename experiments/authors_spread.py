@@ -39,7 +39,7 @@ from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
 from gnorm.run_keys import drop_keys, result_config  # noqa: E402
 from experiments.authors_gcn import read_records  # noqa: E402
 from experiments.table3 import (  # noqa: E402
-    AUTHORS_COMPARED, save_bytes, save_figure)
+    AUTHORS_COMPARED, relative, save_bytes, save_figure)
 
 AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
 RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
@@ -123,10 +123,6 @@ def _mean(runs: Dict[int, float]) -> str:
     return f'{mean:.2f} ± {std:.2f} ({len(runs)})'
 
 
-def _relative(path: Path) -> Path:
-    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-
-
 def verdict(tested: List[Tuple[str, float]], level: float = 0.05) -> str:
     r"""In words, which of the :obj:`tested` cells (cell, p) differ beyond
     chance: p below :obj:`level` over the number of tests (Bonferroni)."""
@@ -157,7 +153,7 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
         'runs). The two sides draw other random numbers, so only the '
         'distributions compare: p is the two-sided permutation test of the '
         'difference of the means (exact: every split of the pooled runs). '
-        'gnorm runs from ' + ', '.join(str(_relative(f)) for f in folders)
+        'gnorm runs from ' + ', '.join(str(relative(f)) for f in folders)
         + '. Written by `python experiments/authors_spread.py`.',
         '',
         "| dataset | L | s | authors' code | gnorm | gnorm − authors | p |",
@@ -186,7 +182,7 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
             f"- {a['dataset']} L={a['layers']} s={a['scale']:g}: the "
             f"authors' code {_values(a['runs'])} "
             f"(seeds {', '.join(map(str, a['runs']))}; "
-            f"{_relative(a['path'])}); gnorm {_values(ours)} "
+            f"{relative(a['path'])}); gnorm {_values(ours)} "
             f"(seeds {', '.join(map(str, ours))}).")
     if tested:
         lines += ['', verdict(tested)]
@@ -222,7 +218,7 @@ def twin_lines(twins: List[Dict[str, Any]], plot: Optional[str]) -> List[str]:
         at10 = rows['weight_difference'][rows['epoch'].index(10)] \
             if 10 in rows['epoch'] else None
         lines.append(
-            f"| {_twin_label(config)} ({_relative(twin['path'])}) | "
+            f"| {_twin_label(config)} ({relative(twin['path'])}) | "
             f"{rows['epoch'][-1]} | "
             + (f'{at10:.1e}' if at10 is not None else '') + ' | '
             f"{rows['weight_difference'][-1]:.1e} | "
@@ -271,14 +267,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     text = report(read_authors(args.authors), load_runs(*folders), folders)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     twins = read_twins(args.twins) if args.twins.is_dir() else []
-    figure = args.out.with_name('authors_twin.png')
-    plotted = plot_twins(twins, figure)
     if twins:
-        text += '\n'.join(twin_lines(twins, figure.name if plotted
-                                      else None)) + '\n'
+        figure = args.out.with_name('authors_twin.png')
+        plot_twins(twins, figure)
+        text += '\n'.join(twin_lines(twins, figure.name)) + '\n'
     save_bytes(args.out, text.encode())
     print(text, end='')
-    print(f'-> {_relative(args.out)}')
+    print(f'-> {relative(args.out)}')
     return 0
 
 

@@ -38,8 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments import authors_gcn as ag  # noqa: E402
-
-CONF_DIR = ROOT / 'conf'
+from gnorm.train import CONF_DIR  # noqa: E402
 
 
 def gnorm_config(dataset: str, layers: int, scale: float, mirror: str):

@@ -391,6 +391,12 @@ AUTHORS_ROWS = {'CN': 'contranorm', 'PN': 'pairnorm', 'None': 'none'}
 AUTHORS_COMPARED = 'experiments/results/authors_vs_gnorm.md'
 
 
+def relative(path: Path) -> Path:
+    r""":obj:`path` relative to the repository's root when it lies in it
+    (as reports name files), else as it is."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def read_authors(folder: Optional[Path],
                  ) -> Dict[Tuple[str, str, int], List[Dict[str, Any]]]:
     r"""(dataset, row, layers) -> the runs of the authors' code there (the
@@ -405,12 +411,10 @@ def read_authors(folder: Optional[Path],
         key = (record['dataset'], AUTHORS_ROWS[record['norm_mode']],
                record['layers'])
         mean, std = mean_std(list(record['runs'].values()))
-        path = record['path']
         found.setdefault(key, []).append(dict(
             scale=record['scale'], mean=mean, std=std,
             n=len(record['runs']), commit=record['commit'],
-            path=path.relative_to(ROOT) if path.is_relative_to(ROOT)
-            else path))
+            path=relative(record['path'])))
     for runs in found.values():
         runs.sort(key=lambda run: -run['scale'])
     return found
