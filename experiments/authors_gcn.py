@@ -76,7 +76,6 @@ import types
 from pathlib import Path
 
 REPO = 'PKU-ML/ContraNorm'
-ROOT = Path(__file__).resolve().parents[1]
 # Their modules, imported from --code under these top-level names.
 THEIR_MODULES = ('data', 'layers', 'metrics', 'models', 'utils')
 # Data set (their name) -> (raw folder in the mirror, raw folder under their
@@ -405,6 +404,13 @@ def _git(folder, *args):
         return None
 
 
+def gnorm_source():
+    r"""The commit of the gnorm checkout that runs and whether its code
+    differs from it (as every run's ``results.json`` records)."""
+    from gnorm.train.run import source
+    return source()
+
+
 def authors_commit(code):
     r"""Their commit: git, else a ``COMMIT`` file in or above :obj:`code`."""
     commit = _git(code, 'rev-parse', 'HEAD')
@@ -490,7 +496,7 @@ def main(argv=None):
                              sorted(f'{m}.py' for m in (*THEIR_MODULES,
                                                         'main'))}),
         script=dict(path='experiments/authors_gcn.py',
-                    gnorm_commit=_git(ROOT, 'rev-parse', 'HEAD'),
+                    gnorm=gnorm_source(),
                     argv=sys.argv[1:] if argv is None else list(argv)),
         protocol=('their run_baselines.sh recipe; one run of main.py\'s loop '
                   'body per seed after torch.manual_seed(seed); accuracy = '

@@ -211,7 +211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         twin=result,
         authors=dict(repo=ag.REPO, commit=ag.authors_commit(code)),
         script=dict(path='experiments/authors_twin.py',
-                    gnorm_commit=ag._git(ROOT, 'rev-parse', 'HEAD'),
+                    gnorm=ag.gnorm_source(),
                     argv=sys.argv[1:] if argv is None else list(argv)),
         machine=ag.machine(args.threads, 'cpu')))
     print(f'-> {args.out}')
