@@ -517,6 +517,10 @@ def main(argv=None):
             result = train_seed(their, targs, data, seed, args.device,
                                 args.log_every)
             meta['stand_in_calls'] = dict(STAND_IN_CALLS)
+            # The record's meta is the last invocation's; a record extended
+            # with more seeds keeps, per run, what made that run.
+            result['made_by'] = dict(gnorm=meta['script']['gnorm'],
+                                     machine=meta['machine'])
             return result
         record = run_seeds(args.out, config, args.seeds, train, meta)
     s = record['summary']

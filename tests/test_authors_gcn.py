@@ -175,3 +175,19 @@ def test_a_seed_is_their_main_first_run():
     # Their modules and the stand-ins are gone again.
     assert not {'torch_sparse', 'models', 'layers'} & (set(sys.modules)
                                                        - modules)
+
+
+@pytest.mark.skipif(not CODE or not Path(CODE, 'main.py').is_file(),
+                    reason='their gnn/ code: set AUTHORS_GCN_CODE')
+@needs_mirror
+def test_main_records_what_made_each_run(tmp_path):
+    out = tmp_path / 'cell.json'
+    cell = ['--code', CODE, '--dataset', 'cora', '--layers', '2',
+            '--epochs', '2', '--out', str(out), '--log-every', '0']
+    ag.main([*cell, '--seeds', '0'])
+    ag.main([*cell, '--seeds', '0', '1'])  # extended by one seed
+    record = json.loads(out.read_text())
+    assert list(record['runs']) == ['0', '1']
+    for run in record['runs'].values():
+        assert run['made_by']['machine'] == record['machine']
+        assert run['made_by']['gnorm'] == record['script']['gnorm']
