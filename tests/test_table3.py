@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch_geometric.utils import is_undirected, to_undirected
 
 from gnorm.results import aggregate, default_keys, load_runs
+from gnorm.results import overrides as run_overrides
 from gnorm.results import main as results_main
 from gnorm.run_keys import NOT_RESULT_KEYS
 from gnorm.train import build_model, load_data
@@ -258,9 +259,9 @@ def test_a_note_without_layers_covers_every_depth():
     assert record['note'] == 'this depth'
 
 
-def _result_overrides(overrides):
-    return [o for o in overrides
-            if o.split('=', 1)[0].lstrip('+~') not in NOT_RESULT_KEYS]
+def _result_overrides(run):
+    return {k: v for k, v in run_overrides(run).items()
+            if k not in NOT_RESULT_KEYS}
 
 
 def test_composed_runs_are_those_of_the_committed_multirun():
@@ -278,8 +279,7 @@ def test_composed_runs_are_those_of_the_committed_multirun():
         assert table3.run_key(stored['config']) == run['key']
         # The same overrides, but for keys that do not change a result
         # (a unit of several runs was made with batch_runs=5).
-        assert (_result_overrides(stored['overrides'])
-                == _result_overrides(run['info']['overrides']))
+        assert _result_overrides(stored) == _result_overrides(run['info'])
     run = runs[-1]
     assert (composer.config(run) == compose_train(*run['info']['overrides']))
     # A run with a result-changing override is another run.
