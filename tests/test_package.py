@@ -49,9 +49,24 @@ def _requirements(wheel):
     return found
 
 
+def _site_files(dist):
+    r"""The files :obj:`dist` installed inside the site folder, as paths
+    relative to it; files outside it (scripts) are left out. A legacy
+    egg-info install names them in ``installed-files.txt``, relative to its
+    metadata folder (``../pkg/mod.py``), which lies in the site folder
+    (Python 3.11's ``files`` reads its ``SOURCES.txt``, paths of the source
+    tree, instead)."""
+    installed = dist.read_text('installed-files.txt')
+    if installed is None:
+        files = [Path(f).parts for f in dist.files or ()]
+    else:
+        files = [Path(f).parts[1:] for f in installed.splitlines()
+                 if Path(f).parts[:1] == ('..',)]
+    return [Path(*parts) for parts in files if parts and parts[0] != '..']
+
+
 def _top_level(dist):
-    return {Path(f).parts[0] for f in dist.files or ()
-            if Path(f).parts[0] != '..'}
+    return {file.parts[0] for file in _site_files(dist)}
 
 
 def _fresh_environment(path, wheel):
@@ -75,13 +90,34 @@ def _fresh_environment(path, wheel):
                 if not (site / top).exists():
                     (site / top).symlink_to(dist.locate_file(top))
                 continue
-            for file in dist.files:  # shared with others: its files only
-                if Path(file).parts[0] == top:
+            for file in _site_files(dist):  # shared: its files only
+                if file.parts[0] == top:
                     (site / file).parent.mkdir(parents=True, exist_ok=True)
                     (site / file).symlink_to(dist.locate_file(file))
     _run(sys.executable, '-m', 'pip', '--python', python, 'install',
          '--no-deps', '--no-index', wheel, cwd=path)
     return python, site
+
+
+
+def test_site_files_of_egg_info_and_dist_info(tmp_path):
+    egg = tmp_path / 'old-1.0.egg-info'
+    egg.mkdir()
+    (egg / 'PKG-INFO').write_text('Name: old\nVersion: 1.0\n')
+    (egg / 'SOURCES.txt').write_text('setup.py\nsrc/old/__init__.py\n')
+    (egg / 'installed-files.txt').write_text(
+        '../old/__init__.py\n../old_mod.py\nPKG-INFO\n../../../bin/old\n')
+    wheel = tmp_path / 'new-1.0.dist-info'
+    wheel.mkdir()
+    (wheel / 'METADATA').write_text('Name: new\nVersion: 1.0\n')
+    (wheel / 'RECORD').write_text(
+        'new/__init__.py,,\nnew-1.0.dist-info/RECORD,,\n../../../bin/new,,\n')
+    old = importlib.metadata.PathDistribution(egg)
+    assert _top_level(old) == {'old', 'old_mod.py'}
+    assert [old.locate_file(f) for f in _site_files(old)] == [
+        tmp_path / 'old' / '__init__.py', tmp_path / 'old_mod.py']
+    new = importlib.metadata.PathDistribution(wheel)
+    assert _top_level(new) == {'new', 'new-1.0.dist-info'}
 
 
 @needs_mirror
