@@ -99,7 +99,6 @@ def _fresh_environment(path, wheel):
     return python, site
 
 
-
 def test_site_files_of_egg_info_and_dist_info(tmp_path):
     egg = tmp_path / 'old-1.0.egg-info'
     egg.mkdir()
