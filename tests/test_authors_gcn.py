@@ -148,6 +148,26 @@ def test_record_is_written_after_each_seed_and_resumed(tmp_path):
     assert calls == [0, 2, 1]
 
 
+def test_processes_sharing_a_record_keep_each_others_seeds(tmp_path):
+    # While this process trains seed 0, "another process" (a nested call)
+    # finishes seeds 1 and 0 into the same file: nothing of it is lost and
+    # its seed 0 is kept.
+    path, config = tmp_path / 'cell.json', dict(layers=16, scale=0.2)
+    other = []
+
+    def train(seed):
+        ag.run_seeds(path, config, [1, 0], _fake(other))
+        return dict(test_acc_last=0.9, test_acc_best_val=0.9, seconds=1.0)
+    record = ag.run_seeds(path, config, [0, 2], train)
+    assert other == [1, 0]
+    assert list(record['runs']) == ['0', '1', '2']
+    assert record['runs']['0']['test_acc_last'] == 0.5  # the first writer's
+    assert record['runs']['2']['test_acc_last'] == 0.9
+    assert record == json.loads(path.read_text())
+    assert record['summary']['n'] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['cell.json']
+
+
 def test_their_argv_is_their_run_baselines_line():
     assert ag.their_argv('cora', 16, 0.2, 200) == [
         '--data', 'cora', '--norm_mode', 'CN', '--norm_scale', '0.2',
