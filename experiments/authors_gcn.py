@@ -479,10 +479,14 @@ def cell_arguments(parser: argparse.ArgumentParser, scale: float) -> None:
 
 def parse_cell_arguments(parser: argparse.ArgumentParser, argv=None):
     r"""Parses :obj:`argv` (:func:`cell_arguments`): an error without a
-    data mirror; sets torch's threads (and OpenMP's, MKL's)."""
+    data mirror; the paths made absolute (their code runs in a temporary
+    working folder, where a relative ``--out`` would be written and lost);
+    sets torch's threads (and OpenMP's, MKL's)."""
     args = parser.parse_args(argv)
     if not args.mirror:
         parser.error('no data mirror: set GNORM_DATA_MIRROR or --mirror')
+    for name in ('code', 'out', 'mirror'):
+        setattr(args, name, str(Path(getattr(args, name)).resolve()))
     for var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
         os.environ[var] = str(args.threads)
     import torch

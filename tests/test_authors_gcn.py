@@ -168,6 +168,22 @@ def test_processes_sharing_a_record_keep_each_others_seeds(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['cell.json']
 
 
+def test_relative_paths_are_made_absolute(tmp_path, monkeypatch):
+    # Their code runs in a temporary working folder: a relative --out must
+    # name the file beside the caller, not one inside that folder.
+    import argparse
+    monkeypatch.chdir(tmp_path)
+    for var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):  # it sets them
+        monkeypatch.setenv(var, os.environ.get(var, '1'))
+    parser = argparse.ArgumentParser()
+    ag.cell_arguments(parser, scale=0.2)
+    args = ag.parse_cell_arguments(parser, [
+        '--code', 'gnn', '--out', 'r/cell.json', '--mirror', 'data'])
+    assert args.out == str(tmp_path / 'r' / 'cell.json')
+    assert args.code == str(tmp_path / 'gnn')
+    assert args.mirror == str(tmp_path / 'data')
+
+
 def test_their_argv_is_their_run_baselines_line():
     assert ag.their_argv('cora', 16, 0.2, 200) == [
         '--data', 'cora', '--norm_mode', 'CN', '--norm_scale', '0.2',
