@@ -51,8 +51,9 @@ saves that checkpoint but never reloads it, so it is not their number).
 The JSON is rewritten after every seed; a rerun with the same arguments
 skips the seeds already in it (other arguments: an error, choose another
 ``--out``), and processes running other seeds may share one ``--out``
-(e.g. ``--seeds 0`` and ``--seeds 1`` side by side, one thread each). Accuracies are fractions (as their code returns them), the
-summary in percent. Cora at 16 layers takes about 2.5 s an epoch on one
+(e.g. ``--seeds 0`` and ``--seeds 1`` side by side, one thread each).
+Accuracies are fractions (as their code returns them), the summary in
+percent. Cora at 16 layers takes about 2.5 s an epoch on one
 CPU thread (AMD EPYC), about 9 minutes a seed. The tests
 (``tests/test_authors_gcn.py``) compare with their ``main.py`` when
 ``AUTHORS_GCN_CODE`` names their ``gnn/`` folder.
@@ -384,9 +385,8 @@ def run_seeds(path, config, seeds, train, meta=None):
         result = train(seed)
         with locked_folder(path):
             record = load_record(path, config)
-            runs = dict(record['runs'])
-            runs.setdefault(str(seed), result)
-            record['runs'] = dict(sorted(runs.items(),
+            record['runs'].setdefault(str(seed), result)
+            record['runs'] = dict(sorted(record['runs'].items(),
                                          key=lambda kv: int(kv[0])))
             record['summary'] = summarize(record['runs'])
             record.update(meta or {})
@@ -507,7 +507,7 @@ def main(argv=None):
                         help='print progress every this many epochs')
     args = parse_cell_arguments(parser, argv)
 
-    code = Path(args.code).resolve()
+    code = Path(args.code)
     targv = their_argv(args.dataset, args.layers, args.scale, args.epochs,
                        args.norm_mode, layer_norm=not args.no_layer_norm)
     targs = their_parser(code).parse_args(targv)

@@ -194,7 +194,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = ag.parse_cell_arguments(parser, argv)
     from gnorm.train import node
 
-    code = Path(args.code).resolve()
+    code = Path(args.code)
     targv = ag.their_argv(args.dataset, args.layers, args.scale, args.epochs)
     targs = ag.their_parser(code).parse_args(targv)
     cfg = gnorm_config(args.dataset, args.layers, args.scale, args.mirror)
