@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
-from gnorm.run_keys import drop_keys, result_config  # noqa: E402
+from gnorm.run_keys import drop_keys, record_identity  # noqa: E402
 from experiments.authors_gcn import read_records  # noqa: E402
 from experiments.table3 import (  # noqa: E402
     AUTHORS_COMPARED, relative, save_bytes, save_figure)
@@ -98,7 +98,7 @@ def gnorm_runs(runs: List[Dict[str, Any]], dataset: str, layers: int,
     the cell; an error if their configs differ in more than the seed or a
     seed is there twice."""
     found = [r for r in runs if _is_cell(r, dataset, layers, scale)]
-    configs = {json.dumps(drop_keys(result_config(r['config']), ['seed']),
+    configs = {json.dumps(drop_keys(record_identity(r), ['seed']),
                           sort_keys=True) for r in found}
     if len(configs) > 1:
         raise SystemExit(

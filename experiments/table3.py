@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 from gnorm.results import (  # noqa: E402
     NOT_CONFIG_KEYS, code, load_runs, machines, mean_std, plural,
     write_records)
-from gnorm.run_keys import result_config  # noqa: E402
+from gnorm.run_keys import identity, record_identity  # noqa: E402
 from experiments.authors_gcn import read_records  # noqa: E402
 
 RUNS = ROOT / 'experiments' / 'runs'
@@ -144,10 +144,11 @@ def command(protocol: str, cell: Dict[str, Any], runs_dir: Path,
             *([f'hydra/launcher={launcher}'] if launcher else [])]
 
 
-def run_key(config: Dict[str, Any]) -> str:
-    r"""What identifies a run: its resolved config without the keys that do
-    not change results (:func:`gnorm.run_keys.result_config`)."""
-    return json.dumps(result_config(config), sort_keys=True)
+def run_key(found: Dict[str, Any]) -> str:
+    r"""The identity :obj:`found` of a run (:func:`gnorm.run_keys.identity`
+    of a composed config, :func:`gnorm.run_keys.record_identity` of a
+    record) as text."""
+    return json.dumps(found, sort_keys=True)
 
 
 class Composer:
@@ -232,7 +233,7 @@ class Composer:
         return dict(fixed=fixed, values=values,
                     dir=runs_dir / str(full.hydra.sweep.subdir),
                     info={'choices': dict(choices), 'overrides': list(job)},
-                    key=run_key(config))
+                    key=run_key(identity(config)))
 
     def config(self, run: Dict[str, Any]):
         r"""The config of :obj:`run` (a :class:`DictConfig` of its own)."""
@@ -273,7 +274,7 @@ def index(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     found: Dict[str, Dict[str, Any]] = {}
     for run in runs:
         if run.get('status') == 'ok' and 'config' in run:
-            found.setdefault(run_key(run['config']), run)
+            found.setdefault(run_key(record_identity(run)), run)
     return found
 
 

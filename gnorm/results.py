@@ -13,12 +13,20 @@ A key names a field of the run: a top-level field of ``results.json``
 ``norm.scale``, ``dataset.name``). Without ``--by``, runs are grouped by
 every key their command lines set except ``--over`` (default: ``seed``).
 Runs whose configs differ elsewhere (apart from ``--over`` and the keys
-that cannot change a result, :func:`gnorm.run_keys.result_config`) never
-share a row: the keys that tell their rows apart become columns (the
-``experiment`` if it does), with a note on stderr when ``--by`` named the
-columns. A key or metric that no run has is refused, naming the closest
-ones. Each ``results.json`` counts once, however many of the folders hold
-it.
+that cannot change a result, :func:`gnorm.run_keys.identity`; the number
+of processes counts) never share a row: the keys that tell their rows
+apart become columns (the ``experiment`` if it does), with a note on
+stderr when ``--by`` named the columns. A key or metric that no run has is
+refused, naming the closest ones. Each ``results.json`` counts once,
+however many of the folders hold it.
+
+Runs that repeat a seed (of ``--over``: same split and initialisation)
+are not independent samples. A row whose runs repeat one is split by the
+code that made them (``code``: the commit a run records), else by the
+sweep folder that holds them (``sweep``), when that tells the repeats
+apart; a row whose seeds still repeat shows its ``seeds`` beside its runs
+and averages each seed's runs before the mean and std over seeds, so a
+repeat never shrinks a spread.
 
 The table shows each key by a short label (:func:`label`: ``cora``,
 ``contranorm``, ``DeepGCN``), rows sorted by the keys (numbers as
@@ -41,7 +49,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from gnorm.errors import ConfigError, GnormError
 from gnorm.folders import check_file
-from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys, result_config
+from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys, record_identity
 
 # Keys of a run's command line that never define a configuration.
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
@@ -122,12 +130,33 @@ def value(run: Dict[str, Any], key: str, default: Any = None) -> Any:
     return node
 
 
+def _code(run: Dict[str, Any]) -> str:
+    r"""The commit that made :obj:`run` (12 digits, ``+modified`` for
+    modified code), or ``unrecorded``."""
+    source = run.get('source') or {}
+    if not source.get('commit'):
+        return 'unrecorded'
+    return source['commit'][:12] + ('+modified' * bool(source.get('modified')))
+
+
+def _sweep(run: Dict[str, Any]) -> str:
+    r"""The folder holding :obj:`run`'s folder (a multirun's folder)."""
+    return Path(run['_path']).parent.parent.name
+
+
+# Keys derived from a run's record rather than read from it.
+DERIVED = {'code': _code, 'sweep': _sweep}
+
+
 def label(run: Dict[str, Any], key: str) -> Any:
     r"""The field :obj:`key` of :obj:`run` as a short table cell: a
     dataset by its name (``cora``), a model by its class (``DeepGCN``,
     ``Graphormer``, not its repr), another config group by the option
     chosen (``contranorm``; without choices, as for a run trained outside
-    Hydra, the class it builds); any other dict as compact JSON."""
+    Hydra, the class it builds); any other dict as compact JSON; the
+    derived keys :data:`DERIVED` (``code``, ``sweep``)."""
+    if key in DERIVED:
+        return DERIVED[key](run)
     config = run.get('config')
     node = config.get(key) if isinstance(config, dict) else None
     if isinstance(node, dict):
@@ -283,13 +312,12 @@ def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
 
 def identity(run: Dict[str, Any], over: Sequence[str] = ('seed', ),
              ) -> Dict[str, Any]:
-    r"""What :obj:`run` computes, apart from the keys :obj:`over`: its
-    config without the keys that cannot change a result
-    (:func:`gnorm.run_keys.result_config`, the rule a table uses to find a
-    cell's runs), as dotted keys and their values (JSON)."""
-    config = run.get('config')
-    config = drop_keys(result_config(config if isinstance(config, dict)
-                                     else {}), over)
+    r"""What :obj:`run` computes, apart from the keys :obj:`over`: the
+    identity of its record (:func:`gnorm.run_keys.record_identity`, the
+    rule a table uses to find a cell's runs: its config without the keys
+    that cannot change a result, and its number of processes), as dotted
+    keys and their values (JSON)."""
+    config = drop_keys(record_identity(run), over)
     flat: Dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -341,6 +369,36 @@ def split_keys(runs: Sequence[Dict[str, Any]], by: Sequence[str],
     return keys
 
 
+def _seed(run: Dict[str, Any], over: Sequence[str]) -> str:
+    r"""What :obj:`run` repeats when another run has it too: its values of
+    :obj:`over`; a run that lacks one repeats nothing (its own path)."""
+    values = [value(run, k) for k in over]
+    return json.dumps(run['_path'] if None in values else values,
+                      sort_keys=True)
+
+
+def _repeats(group: Sequence[Dict[str, Any]], over: Sequence[str]) -> bool:
+    r"""Whether two finished runs of :obj:`group` have one seed."""
+    seeds = [_seed(run, over) for run in group if run.get('status') == 'ok']
+    return len(set(seeds)) < len(seeds)
+
+
+def repeat_keys(runs: Sequence[Dict[str, Any]], by: Sequence[str],
+                over: Sequence[str] = ('seed', )) -> List[str]:
+    r"""The derived key (``code``, else ``sweep``: :data:`DERIVED`) to add
+    to :obj:`by` so that no row's finished runs repeat a seed of
+    :obj:`over`; none when no row repeats one, or when neither tells the
+    repeats apart (:func:`aggregate` then averages a seed's runs
+    first)."""
+    if not any(_repeats(g, over) for g in _groups(runs, by).values()):
+        return []
+    for key in DERIVED:
+        if key not in by and not any(
+                _repeats(g, over) for g in _groups(runs, [*by, key]).values()):
+            return [key]
+    return []
+
+
 def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
               metrics: Sequence[str] = METRICS,
               over: Sequence[str] = ('seed', )) -> List[Dict[str, Any]]:
@@ -348,12 +406,15 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
     distinct :func:`identity` apart from :obj:`over`: runs of different
     configs never share a row; :func:`split_keys` names the keys that tell
     such rows apart), sorted by the labels (numbers by value): the labels,
-    ``runs`` (finished),
-    ``failed`` (any other status), and ``<column>_mean`` / ``<column>_std``
-    over the finished runs for each of :obj:`metrics` that they report
-    (``test_metric`` under :func:`column`: ``test_rocauc_mean``...), in
-    the metric's own unit (accuracy as a fraction). Unreadable runs
-    (:func:`load_runs`) belong to no configuration and are left out."""
+    ``runs`` (finished), ``seeds`` (distinct values of :obj:`over` among
+    them), ``failed`` (any other status), and ``<column>_mean`` /
+    ``<column>_std`` over the seeds for each of :obj:`metrics` that the
+    finished runs report (``test_metric`` under :func:`column`:
+    ``test_rocauc_mean``...), in the metric's own unit (accuracy as a
+    fraction); runs that repeat a seed are averaged first, so that a seed
+    counts once (:func:`repeat_keys` names a key that keeps them apart).
+    Unreadable runs (:func:`load_runs`) belong to no configuration and
+    are left out."""
     groups: Dict[tuple, Dict[str, Any]] = {}
     for run in runs:
         if run.get('status') == 'unreadable':
@@ -362,23 +423,33 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
         key = tuple(json.dumps(v, sort_keys=True) for v in labels.values())
         key += (json.dumps(identity(run, over), sort_keys=True), )
         group = groups.setdefault(key, {**labels, 'runs': 0, 'failed': 0,
-                                        '_values': {}, 'paths': []})
+                                        '_values': {}, '_seeds': set(),
+                                        'paths': []})
         if run.get('status') != 'ok':
             group['failed'] += 1
             continue
         group['runs'] += 1
+        group['_seeds'].add(_seed(run, over))
         group['paths'].append(run['_path'])
         for m in metrics:
             v = run.get(m)
             if _number(v) and math.isfinite(v):
-                group['_values'].setdefault(column(run, m), []).append(
-                    float(v))
+                group['_values'].setdefault(column(run, m), {}).setdefault(
+                    _seed(run, over), []).append(float(v))
     rows = sorted(groups.values(),
                   key=lambda g: [_order(g[k]) for k in by])
     for row in rows:
-        for c, values in row.pop('_values').items():
-            row[f'{c}_mean'], row[f'{c}_std'] = mean_std(values)
+        row['seeds'] = len(row.pop('_seeds'))
+        for c, by_seed in row.pop('_values').items():
+            row[f'{c}_mean'], row[f'{c}_std'] = mean_std(
+                [v[0] if len(v) == 1 else sum(v) / len(v)
+                 for v in by_seed.values()])
     return rows
+
+
+def repeated(rows: Sequence[Dict[str, Any]]) -> bool:
+    r"""Whether a row of :func:`aggregate` has runs that repeat a seed."""
+    return any(r['seeds'] != r['runs'] for r in rows)
 
 
 def unit(column: str) -> Tuple[str, float]:
@@ -409,14 +480,22 @@ def _cell(v: Any) -> str:
     return '' if v is None else str(v)
 
 
+def _counted(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    r"""The count columns of a table of :obj:`rows`: runs, seeds (only when
+    a row repeats a seed) and failed."""
+    return ['runs', *(['seeds'] if repeated(rows) else []), 'failed']
+
+
 def to_markdown(rows: Sequence[Dict[str, Any]], by: Sequence[str],
                 columns: Sequence[str]) -> str:
     r"""A markdown table of :obj:`rows`: the :obj:`by` labels, runs,
-    failed, and ``mean ± std`` of each metric column, in its unit."""
-    headers = [*by, 'runs', 'failed', *(unit(c)[0] for c in columns)]
+    seeds (when a row repeats one), failed, and ``mean ± std`` of each
+    metric column, in its unit."""
+    counted = _counted(rows)
+    headers = [*by, *counted, *(unit(c)[0] for c in columns)]
     lines = ['| ' + ' | '.join(headers) + ' |', '|' + '---|' * len(headers)]
     for r in rows:
-        cells = [_cell(r[k]) for k in (*by, 'runs', 'failed')]
+        cells = [_cell(r[k]) for k in (*by, *counted)]
         for c in columns:
             factor = unit(c)[1]
             digits = 2 if factor == 100 else 4
@@ -429,18 +508,19 @@ def to_markdown(rows: Sequence[Dict[str, Any]], by: Sequence[str],
 
 def write_csv(path: Any, rows: Sequence[Dict[str, Any]], by: Sequence[str],
               columns: Sequence[str]) -> None:
-    r"""Writes :obj:`rows` as CSV: the :obj:`by` labels, runs, failed, and
-    ``<header> mean`` / ``<header> std`` of each metric column, in its unit
-    (as in the markdown table)."""
+    r"""Writes :obj:`rows` as CSV: the :obj:`by` labels, the count columns
+    and ``<header> mean`` / ``<header> std`` of each metric column, in its
+    unit (as in the markdown table)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    counted = _counted(rows)
     with open(path, 'w', newline='') as f:
         writer = csv.writer(f)
-        writer.writerow([*by, 'runs', 'failed',
+        writer.writerow([*by, *counted,
                          *(f'{unit(c)[0]} {s}' for c in columns
                            for s in ('mean', 'std'))])
         for r in rows:
-            writer.writerow([*(r[k] for k in (*by, 'runs', 'failed')),
+            writer.writerow([*(r[k] for k in (*by, *counted)),
                              *(None if f'{c}_{s}' not in r else
                                unit(c)[1] * r[f'{c}_{s}']
                                for c in columns for s in ('mean', 'std'))])
@@ -531,12 +611,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{', '.join(extra)}; pass --over KEY to average over a key)",
               file=sys.stderr)
     by = [*by, *extra]
+    apart = repeat_keys(runs, by, args.over)
+    if apart:
+        print(f"note: runs of one row repeat a seed ({' '.join(args.over)}"
+              f"); their rows split by {apart[0]}", file=sys.stderr)
+    by = [*by, *apart]
     rows = aggregate(runs, by, args.metrics, args.over)
     columns = metric_columns(rows, args.metrics)
     print(to_markdown(rows, by, columns))
     bad = any(r.get('status') != 'ok' for r in runs)
-    print(f'\ncells: mean ± std over the ok runs of a row; {STD_NOTE}\n'
-          f"{counts(runs)}{'; --failed lists them' if bad else ''}")
+    seeds = ('; rows with fewer seeds than runs repeat a seed: each seed\'s '
+             'runs are averaged first, mean ± std over the seeds'
+             if repeated(rows) else '')
+    print(f'\ncells: mean ± std over the ok runs of a row; {STD_NOTE}'
+          f"{seeds}\n{counts(runs)}{'; --failed lists them' if bad else ''}")
     if args.csv:
         write_csv(args.csv, rows, by, columns)
     return 0

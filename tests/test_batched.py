@@ -231,7 +231,10 @@ def test_batch_key_groups_runs():
     from gnorm.train.node import batch_key
     base = batch_key(compose_train(*TINY, 'norm=contranorm', 'seed=0'))
     assert batch_key(compose_train(*TINY, 'norm=contranorm', 'seed=3',
-                              'norm.scale=0.2', 'batch_runs=4')) == base
+                              'norm.scale=0.2')) == base
+    # How many runs a batch holds is one value for the whole batch.
+    assert batch_key(compose_train(*TINY, 'norm=contranorm',
+                              'batch_runs=4')) != base
     assert batch_key(compose_train(*TINY, 'norm=contranorm', 'layers=4')) != base
     assert batch_key(compose_train(*TINY, 'norm=contranorm',
                               'train.lr=0.1')) != base

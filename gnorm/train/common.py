@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError
 from gnorm.folders import check_folder
-from gnorm.run_keys import NOT_RESULT_KEYS, result_config
+from gnorm.run_keys import NOT_RESULT_KEYS, finished, world_size
 
 # The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
 # them there), else conf/ at the top of the repository (a checkout or an
@@ -160,22 +160,18 @@ def write_json(path: Path, obj: Dict[str, Any]) -> Dict[str, Any]:
 
 def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
     r"""The results in :obj:`path` if they are those of a finished run of
-    :obj:`cfg` (``status: ok``), else :obj:`None`. Raises
-    :class:`ConfigError` if a finished run of another config lies there."""
+    :obj:`cfg` trained by as many processes as this one
+    (:func:`gnorm.run_keys.finished`), else :obj:`None`. Raises
+    :class:`ConfigError` if a finished run of another config lies
+    there."""
     if not path.is_file():
         return None
     try:
         results = json.loads(path.read_text())
     except (OSError, ValueError):
         return None  # unreadable: run again
-    if results.get('status') != 'ok':
-        return None
-    asked = result_config(json_safe(OmegaConf.to_container(cfg,
-                                                             resolve=True)))
-    if result_config(results.get('config', {})) != asked:
-        raise ConfigError(f"{path} holds a finished run of another config; "
-                          f"pass resume=false or another output folder")
-    return results
+    asked = json_safe(OmegaConf.to_container(cfg, resolve=True))
+    return results if finished(results, asked, world_size(), path) else None
 
 
 def free_memory(device: torch.device) -> int:

@@ -43,7 +43,6 @@ import contextlib
 import copy
 import importlib
 import inspect
-import json
 import logging
 import math
 import os
@@ -65,8 +64,8 @@ from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer, StackedGraphormer
 from gnorm.models.stacked_graphormer import STACKED_NORMS, runs_of
 from gnorm.models.token_layout import layout_of
-from gnorm.run_keys import drop_keys
-from gnorm.train.common import is_int, one_line, option, result_config
+from gnorm.run_keys import batch_key as runs_key, check_resume, world_size
+from gnorm.train.common import is_int, one_line, option
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import Loaders, build_loaders
 from gnorm.train.progress import Progress, shown
@@ -79,6 +78,8 @@ _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 # Norms that read a value of the batch on the host (no fullgraph compile).
 _HOST_NORMS = ('gnorm.nn.ContraNorm', 'gnorm.nn.DualContraNorm')
+# The keys each run of a StackedGraphormer has its own value of (batch_key).
+STACKED_KEYS = ('seed', 'tag')
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -248,7 +249,7 @@ def _process_group(device: torch.device):
     r"""Rank, world size and device of this process: under ``torchrun``
     (``WORLD_SIZE`` > 1) joins the process group for the duration (one
     the caller made stays), one GPU per process."""
-    world = int(os.environ.get('WORLD_SIZE', 1))
+    world = world_size()
     if world == 1:
         yield 0, 1, device
         return
@@ -326,11 +327,9 @@ def batch_key(cfg: DictConfig) -> Optional[str]:
     nor under ``torchrun``. :obj:`None` for a run that trains alone."""
     t = cfg.train
     if t.get('data_seed') is None or t.get('compile', False) or \
-            int(os.environ.get('WORLD_SIZE', 1)) > 1 or \
-            not _stacks(cfg.norm.get('_target_')):
+            world_size() > 1 or not _stacks(cfg.norm.get('_target_')):
         return None
-    config = result_config(OmegaConf.to_container(cfg, resolve=True))
-    return json.dumps(drop_keys(config, ('seed', )), sort_keys=True)
+    return runs_key(OmegaConf.to_container(cfg, resolve=True), STACKED_KEYS)
 
 
 def max_runs(cfgs, device: torch.device) -> int:
@@ -355,7 +354,7 @@ def run(cfgs, device: torch.device, results: List[Dict[str, Any]],
     cfg = cfgs[0]
     with _process_group(device) as (rank, world, device):
         checkpoints = [p.parent / CHECKPOINT for p in paths]
-        states = load_checkpoints(cfgs, checkpoints, device)
+        states = load_checkpoints(cfgs, checkpoints, device, world)
         splits = load_splits(cfg)
         models = [init_model(c).to(device) for c in cfgs]
         for res, c, model in zip(results, cfgs, models):
@@ -413,7 +412,7 @@ def _generators(model: torch.nn.Module) -> List[Optional[torch.Generator]]:
 
 
 def load_checkpoints(cfgs, checkpoints: List[Path], device: torch.device,
-                     ) -> Optional[List[Dict[str, Any]]]:
+                     world: int = 1) -> Optional[List[Dict[str, Any]]]:
     r"""The states saved in :obj:`checkpoints` (one per run) when the runs
     ask to resume and every run has one, from one epoch (:obj:`None` when
     none has one); refuses the checkpoint of another config, and runs that
@@ -427,10 +426,8 @@ def load_checkpoints(cfgs, checkpoints: List[Path], device: torch.device,
             continue
         state = torch.load(checkpoint, map_location=device,
                            weights_only=False)
-        asked = result_config(OmegaConf.to_container(cfg, resolve=True))
-        if result_config(state['config']) != asked:
-            raise ConfigError(f"{checkpoint} belongs to another config; pass "
-                              f"resume=false or another output folder")
+        check_resume(state, OmegaConf.to_container(cfg, resolve=True), world,
+                     checkpoint)
         states.append(state)
     if all(state is None for state in states):
         return None
@@ -632,6 +629,7 @@ def save_checkpoints(checkpoints: List[Path], cfgs, training: Training,
         _save(checkpoint, {
             'epoch': epoch, 'config': OmegaConf.to_container(cfg,
                                                              resolve=True),
+            'world_size': training.world,
             'model': training.run_state(run),
             'optimizer': _run_optimizer_state(optimizer, run, runs),
             'scheduler': training.scheduler.state_dict(),

@@ -26,10 +26,9 @@ from gnorm.metrics import (
     feature_cosine_similarity,
     feature_variance,
 )
-from gnorm.run_keys import drop_keys
+from gnorm.run_keys import batch_key as runs_key
 from gnorm.train.progress import Progress
-from gnorm.train.common import (free_memory, is_int, one_line, option,
-                                 result_config)
+from gnorm.train.common import free_memory, is_int, one_line, option
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +163,11 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int,
 
 def batch_key(cfg: DictConfig) -> Optional[str]:
     r"""Runs with the same key can train as one model (they differ only in
-    seed, split and norm scale); :obj:`None` for a run that trains alone."""
+    seed, split and norm scale: :func:`gnorm.run_keys.batch_key`);
+    :obj:`None` for a run that trains alone."""
     if cfg.model.get('fusion') is not None:
         return None
-    config = result_config(OmegaConf.to_container(cfg, resolve=True))
-    return json.dumps(drop_keys(config, BATCHED_KEYS), sort_keys=True)
+    return runs_key(OmegaConf.to_container(cfg, resolve=True), BATCHED_KEYS)
 
 
 def memory_per_run(cfg: DictConfig, num_nodes: int, num_entries: int,
