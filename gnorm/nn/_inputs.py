@@ -4,9 +4,9 @@ the fix, before torch or PyG fail with an error about their internals.
 
 One rule, the same on every device: the type and shape of an input are
 always checked (this reads nothing back from the device); its *values*
-(graph ids in range and sorted, node indices in range, edges inside one
-graph) only under :class:`validate_inputs`, because reading them costs a
-host round-trip in every call and breaks
+(graph ids in range, and sorted for the layers that need it, node indices
+in range, edges inside one graph) only under :class:`validate_inputs`,
+because reading them costs a host round-trip in every call and breaks
 :func:`torch.compile(fullgraph=True) <torch.compile>`, as PyG's own layers
 do no such checks. :meth:`gnorm.models.DeepGCN.prepare` checks the values
 always, once per graph."""
@@ -20,11 +20,12 @@ _INDEX_DTYPES = (torch.int64, torch.int32)
 
 class validate_inputs:
     r"""Makes gnorm's layers check the values of their graph inputs too
-    (graph ids in range and sorted, node indices in range, edges inside one
-    graph), a :class:`ValueError` naming the layer for bad ones, at the
-    cost of host round-trips in every forward pass: for debugging, in eager
-    mode. A context manager (``with validate_inputs(): ...``), or switched
-    for the process with :meth:`enable` / :meth:`disable`, as
+    (graph ids in range, and sorted for the layers that need it, node
+    indices in range, edges inside one graph), a :class:`ValueError`
+    naming the layer for bad ones, at the cost of host round-trips in
+    every forward pass: for debugging, in eager mode. A context manager
+    (``with validate_inputs(): ...``), or switched for the process with
+    :meth:`enable` / :meth:`disable`, as
     :class:`torch.sparse.check_sparse_tensor_invariants`. Off by default.
 
     Args:

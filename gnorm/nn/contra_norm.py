@@ -58,8 +58,7 @@ def masked_pairs(edge_index: Tensor, num_nodes: int,
     # A row (column) whose whole graph is masked out has no negatives.
     ones = torch.ones_like(dst) if keep is None else keep.long()
     size = (dst.new_full((num_nodes, ), num_nodes) if batch is None else
-            torch.searchsorted(batch, batch, right=True) -
-            torch.searchsorted(batch, batch))  # sorted batch: graph sizes
+            graph_places(batch)[1])  # each node's graph size
     valid = size > scatter(ones, dst, 0, dim_size=num_nodes)
     col_valid = size > scatter(ones, src, 0, dim_size=num_nodes)
     return MaskedPairs(src, dst, valid.unsqueeze(-1), col_valid.unsqueeze(-1),
@@ -84,20 +83,36 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float,
     return out.squeeze(1)[..., :c]  # [B, N, c]
 
 
+def graph_places(batch: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""Every node's place among the nodes of its graph (counted in the
+    order of :obj:`batch`) and its graph's node count, :obj:`[num_nodes]`
+    each, for graph ids :obj:`batch` in any order, as PyG's norms take
+    them. Computed on the stable sort of :obj:`batch` (the identity order
+    for a sorted one) and put back in the order of the nodes: index ops
+    only, no value read."""
+    ids, order = torch.sort(batch, stable=True)  # the nodes graph by graph
+    first = torch.searchsorted(ids, ids)  # each graph's first sorted place
+    count = torch.searchsorted(ids, ids, right=True) - first
+    nodes = torch.arange(batch.numel(), device=batch.device)
+    places = torch.stack([nodes - first, count])  # [2, num_nodes], sorted
+    # places[:, j] belongs to node order[j]
+    return places.scatter(1, order.expand(2, -1), places).unbind()
+
+
 def _dense_index(batch: Tensor, batch_size: Optional[int],
                  ) -> Tuple[Tensor, Tensor]:
     r"""The place of every node in a dense batch :obj:`[B, M]` (:obj:`M`
-    the largest graph), as flat indices :obj:`[num_nodes]` into
-    :obj:`B * M`, and the mask of real nodes :obj:`[B, M]`, for a sorted
-    :obj:`batch`: index ops only (no boolean indexing), so that
+    the largest graph; the nodes of a graph in their order in
+    :obj:`batch`, which may be in any order), as flat indices
+    :obj:`[num_nodes]` into :obj:`B * M`, and the mask of real nodes
+    :obj:`[B, M]`: index ops only (no boolean indexing), so that
     :func:`torch.compile` takes it; :obj:`M` (and :obj:`B` without
     :obj:`batch_size`) are the only values read."""
-    nodes = torch.arange(batch.numel(), device=batch.device)
-    pos = nodes - torch.searchsorted(batch, batch)  # place in its graph
+    pos = graph_places(batch)[0]  # place in its graph
     if batch.numel() == 0:
         B, M = batch_size or 0, 0
     else:
-        B = batch_size if batch_size is not None else int(batch[-1]) + 1
+        B = batch_size if batch_size is not None else int(batch.max()) + 1
         M = int(pos.max()) + 1
         torch._check(M >= 1)  # for torch.compile: M is a dynamic size
     index = batch * M + pos
@@ -408,9 +423,7 @@ class ContraNorm(torch.nn.Module):
             x (torch.Tensor): Node features of shape
                 :obj:`[(runs,) num_nodes, in_channels]`.
             batch (torch.Tensor, optional): Graph assignment vector of shape
-                :obj:`[num_nodes]`, sorted (as in PyG's batches; checked
-                under :class:`~gnorm.nn.validate_inputs`).
-                (default: :obj:`None`)
+                :obj:`[num_nodes]`, in any order. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
                 (default: :obj:`None`)
             edge_index (torch.Tensor, optional): Edges :obj:`[2, num_edges]`,
@@ -487,7 +500,8 @@ def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
                  edge_index: OptTensor = None):
     r"""Raises a :class:`ValueError` naming :obj:`module` for inputs of the
     wrong shape or type, and of the wrong values under
-    :class:`~gnorm.nn.validate_inputs` (:obj:`batch` must be sorted)."""
+    :class:`~gnorm.nn.validate_inputs` (graph ids in range, in any order;
+    edges inside one graph)."""
     channels = getattr(module, 'in_channels', None)
     if x.dim() not in (2, 3) or (channels is not None
                                  and x.size(-1) != channels):
@@ -496,6 +510,6 @@ def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
             f"[runs, num_nodes, {channels}]), got {list(x.shape)}; pass "
             f"node features with {channels} columns "
             f"(in_channels={channels})")
-    check_batch(module, batch, x.size(-2), batch_size, sorted=True)
+    check_batch(module, batch, x.size(-2), batch_size)
     if not isinstance(edge_index, MaskedPairs):  # else checked when built
         check_edge_index(module, edge_index, x.size(-2), batch)

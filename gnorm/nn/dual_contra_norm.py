@@ -94,9 +94,7 @@ class DualContraNorm(torch.nn.Module):
             x (torch.Tensor): Node features
                 :obj:`[(runs,) num_nodes, in_channels]`.
             batch (torch.Tensor, optional): Graph assignment vector of shape
-                :obj:`[num_nodes]`, sorted (as in PyG's batches; checked
-                under :class:`~gnorm.nn.validate_inputs`).
-                (default: :obj:`None`)
+                :obj:`[num_nodes]`, in any order. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
                 (default: :obj:`None`)
         """

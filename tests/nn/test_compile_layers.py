@@ -7,7 +7,7 @@ from torch_geometric.nn.models import GCN
 
 from gnorm.nn import (ContraNorm, DualContraNorm, IsoBN, PairNorm, SepNorm,
                       validate_inputs)
-from test_contra_norm import random_batch
+from test_contra_norm import UNSORTED, inputs_for, per_graph, random_batch
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -96,13 +96,19 @@ class _NonNeighborModel(torch.nn.Module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('batched', [False, True])
+@pytest.mark.parametrize('batched', ['no', 'sorted', 'unsorted'])
 def test_model_with_non_neighbor_contra_norm_compiles_with_fullgraph(
         batched):
     x, batch, edge_index = random_batch(dtype=torch.float32)
-    kwargs = dict(batch=batch, batch_size=4) if batched else {}
+    if batched == 'unsorted':
+        batch = UNSORTED['random0']
+        x, edge_index = inputs_for(batch, dtype=torch.float32)
+    kwargs = {} if batched == 'no' else dict(
+        batch=batch, batch_size=int(batch.max()) + 1)
     model = _NonNeighborModel()
     compiled = torch.compile(model, fullgraph=True, backend='aot_eager')
     out = compiled(x, edge_index, **kwargs)
     torch.testing.assert_close(out, model(x, edge_index, **kwargs))
+    if batched == 'unsorted':  # each graph as if alone
+        torch.testing.assert_close(out, per_graph(model, x, batch, edge_index))
     out.sum().backward()

@@ -7,6 +7,7 @@ from torch_geometric.nn.models import GCN
 from torch_geometric.utils import erdos_renyi_graph
 
 from gnorm.nn import ContraNorm, validate_inputs
+from gnorm.nn.contra_norm import graph_places, masked_pairs
 from conftest import saved_bytes
 
 
@@ -23,6 +24,45 @@ def random_batch(sizes=(5, 1, 7, 3), channels=6, p=0.4, seed=0,
         edges.append(erdos_renyi_graph(n, p, directed=True) + offset)
         offset += n
     return x, batch, torch.cat(edges, dim=1)
+
+
+# Graph ids in any order, as PyG's norms take them.
+UNSORTED = {
+    'interleaved': torch.tensor([0, 1, 0, 1, 1, 0, 2, 2, 0, 1]),  # the issue's
+    'descending': torch.tensor([3] * 4 + [2] * 2 + [1] * 5 + [0] * 3),
+    **{f'random{seed}': torch.tensor([0] * 5 + [1] + [2] * 7 + [4] * 3)[
+        torch.randperm(16, generator=torch.Generator().manual_seed(seed))]
+       for seed in range(3)},  # graph 3 empty, graph 1 a single node
+}
+
+
+def inputs_for(batch, channels=6, p=0.4, seed=0, dtype=torch.float64):
+    """Node features and random directed edges inside each graph (no
+    self-loops, in random order) for the graph ids :obj:`batch`, in any
+    order."""
+    gen = torch.Generator().manual_seed(seed)
+    n = batch.numel()
+    x = torch.randn(n, channels, generator=gen, dtype=dtype)
+    same = (batch[:, None] == batch[None, :]).fill_diagonal_(False)
+    edge_index = (same & (torch.rand(n, n, generator=gen) < p)).nonzero().t()
+    return x, edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
+
+
+def per_graph(norm, x, batch, edge_index=None):
+    """The layer applied to each graph of :obj:`batch` alone (no batch), its
+    nodes in their order in :obj:`batch`."""
+    outs, order = [], []
+    for g in batch.unique():
+        nodes = (batch == g).nonzero().view(-1)
+        kwargs = {}
+        if edge_index is not None:
+            local = torch.full_like(batch, -1)
+            local[nodes] = torch.arange(nodes.numel())
+            kwargs['edge_index'] = local[edge_index[:, batch[edge_index[0]]
+                                                    == g]]
+        outs.append(norm(x[nodes], **kwargs))
+        order.append(nodes)
+    return torch.cat(outs)[torch.cat(order).argsort()]  # in the nodes' order
 
 
 def reference(norm, x, batch, edge_index):
@@ -109,6 +149,66 @@ def test_contra_norm_batched_equals_per_graph(negatives, symmetric):
         sub = edge_index[:, mask[edge_index[0]]] - start
         assert torch.allclose(out[mask], norm(x[mask], edge_index=sub),
                               atol=1e-10)
+
+
+@pytest.mark.parametrize('order', UNSORTED)
+def test_graph_places_of_any_order(order):
+    # Against the definition: a node's place is the number of nodes of its
+    # graph before it, its count the number of nodes of its graph.
+    batch = UNSORTED[order]
+    place, count = graph_places(batch)
+    ids = batch.tolist()
+    assert place.tolist() == [ids[:i].count(g) for i, g in enumerate(ids)]
+    assert count.tolist() == [ids.count(g) for g in ids]
+
+
+@pytest.mark.parametrize('order', UNSORTED)
+@pytest.mark.parametrize('negatives,symmetric', [
+    ('all', False), ('all', True), ('non_neighbors', False),
+    ('non_neighbors', True)])
+def test_contra_norm_unsorted_batch_equals_per_graph(order, negatives,
+                                                     symmetric):
+    batch = UNSORTED[order]
+    x, edge_index = inputs_for(batch, p=0.5)
+    norm = ContraNorm(6, scale=0.7, negatives=negatives,
+                      symmetric=symmetric).double()
+    expected = per_graph(norm, x, batch, edge_index)
+    assert torch.allclose(expected, reference(norm, x, batch, edge_index),
+                          atol=1e-10)
+    for batch_size in (None, 5):
+        out = norm(x, batch, batch_size, edge_index=edge_index)
+        assert torch.allclose(out, expected, rtol=0, atol=1e-10)
+    if negatives == 'non_neighbors':  # pairs built once, as DeepGCN does
+        pairs = masked_pairs(edge_index, x.size(0), batch)
+        assert torch.allclose(norm(x, batch, edge_index=pairs), expected,
+                              rtol=0, atol=1e-10)
+    runs = norm(torch.stack([x, 2 * x]), batch, edge_index=edge_index)
+    assert torch.allclose(runs[1], per_graph(norm, 2 * x, batch, edge_index),
+                          rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize('negatives,symmetric', [
+    ('all', False), ('all', True), ('non_neighbors', False),
+    ('non_neighbors', True)])
+def test_contra_norm_gradients_unsorted_batch(negatives, symmetric):
+    batch = torch.tensor([1, 0, 1, 0, 0, 1, 1])
+    x, edge_index = inputs_for(batch, channels=3, p=0.5, seed=2)
+    x.requires_grad_()
+    norm = ContraNorm(3, scale=0.8, negatives=negatives, symmetric=symmetric,
+                      learnable_scale=True).double()
+    assert torch.autograd.gradcheck(
+        lambda x, s: norm(x, batch, edge_index=edge_index),
+        (x, norm.scale_param))
+    # and they are the gradients of the graphs one at a time
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(x.shape, generator=gen, dtype=x.dtype)
+    inputs = (x, norm.scale_param)
+    grads = torch.autograd.grad(
+        (weight * norm(x, batch, edge_index=edge_index)).sum(), inputs)
+    expected = torch.autograd.grad(
+        (weight * per_graph(norm, x, batch, edge_index)).sum(), inputs)
+    for grad, grad_expected in zip(grads, expected):
+        assert torch.allclose(grad, grad_expected, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize('identity,negatives,symmetric,pre_norm,scale_mode',
@@ -283,12 +383,12 @@ def test_contra_norm_torch_compile(negatives):
     x, batch, edge_index = random_batch(dtype=torch.float32)
     norm = ContraNorm(6, negatives=negatives, symmetric=True)
     compiled = torch.compile(norm)
-    for b in (None, batch):
-        expected = norm(x, b, edge_index=edge_index) if b is not None else \
-            norm(x[batch == 0], edge_index=edge_index[:, :0])
-        out = compiled(x, b, edge_index=edge_index) if b is not None else \
-            compiled(x[batch == 0], edge_index=edge_index[:, :0])
-        assert torch.allclose(out, expected, atol=1e-5)
+    x_u, edge_index_u = inputs_for(UNSORTED['random0'], dtype=torch.float32)
+    for xb, b, e in [(x[batch == 0], None, edge_index[:, :0]),
+                     (x, batch, edge_index),
+                     (x_u, UNSORTED['random0'], edge_index_u)]:
+        assert torch.allclose(compiled(xb, b, edge_index=e),
+                              norm(xb, b, edge_index=e), atol=1e-5)
 
 
 # --- Issue 17: non-neighbour pairs built once, fused-kernel head sizes ---

@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from gnorm.nn import DualContraNorm
+from test_contra_norm import UNSORTED, per_graph
 
 
 def reference(norm, x, batch):
@@ -57,6 +58,24 @@ def test_dual_contra_norm_matches_reference(identity, center, layer_norm,
                               atol=1e-10)
 
 
+@pytest.mark.parametrize('order', UNSORTED)
+@pytest.mark.parametrize('center', [False, True])
+def test_dual_contra_norm_unsorted_batch_equals_per_graph(order, center):
+    batch = UNSORTED[order]
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(batch.numel(), 5, generator=gen, dtype=torch.float64)
+    norm = DualContraNorm(5, scale=0.6, temperature=0.5,
+                          center=center).double()
+    expected = per_graph(norm, x, batch)
+    assert torch.allclose(expected, reference(norm, x, batch), atol=1e-10)
+    for batch_size in (None, 5):
+        assert torch.allclose(norm(x, batch, batch_size), expected, rtol=0,
+                              atol=1e-10)
+    runs = norm(torch.stack([x, 2 * x]), batch)
+    assert torch.allclose(runs[1], per_graph(norm, 2 * x, batch), rtol=0,
+                          atol=1e-10)
+
+
 def test_dual_contra_norm_runs_dimension_is_each_run():
     torch.manual_seed(0)
     x = torch.randn(3, 10, 4, dtype=torch.float64)
@@ -74,6 +93,21 @@ def test_dual_contra_norm_gradcheck():
     norm = DualContraNorm(3, scale=0.9, temperature=0.5).double()
     assert torch.autograd.gradcheck(lambda x: norm(x, batch), (x, ))
     assert torch.autograd.gradcheck(lambda x: norm(x), (x, ))
+
+
+def test_dual_contra_norm_gradients_unsorted_batch():
+    batch = torch.tensor([1, 0, 1, 0, 0, 1, 1])
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(7, 3, generator=gen, dtype=torch.float64,
+                    requires_grad=True)
+    norm = DualContraNorm(3, scale=0.9, temperature=0.5).double()
+    assert torch.autograd.gradcheck(lambda x: norm(x, batch), (x, ))
+    # and they are the gradients of the graphs one at a time
+    weight = torch.randn(x.shape, generator=gen, dtype=x.dtype)
+    grad, = torch.autograd.grad((weight * norm(x, batch)).sum(), x)
+    expected, = torch.autograd.grad(
+        (weight * per_graph(norm, x, batch)).sum(), x)
+    assert torch.allclose(grad, expected, rtol=0, atol=1e-10)
 
 
 def test_dual_contra_norm_scale_zero_is_layer_norm():
