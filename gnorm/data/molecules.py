@@ -80,13 +80,13 @@ def shortest_paths(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor,
                                                                  Tensor]:
     r"""Hop distances and first edges of shortest paths of one graph.
 
-    Distances come from :func:`scipy.sparse.csgraph.shortest_path`
-    (breadth-first search from every node). Edge :math:`e = (i \to u)`
-    starts a shortest path from :math:`i` to :math:`j` when
-    :math:`d(u, j) = d(i, j) - 1`; of those, the edge with the smallest id is
-    kept. Following these first edges from :math:`i` to :math:`j` gives
-    *the* path of the pair (:func:`path_edges`): at every node, the
-    smallest-id edge that stays on a shortest path to :math:`j`.
+    Distances are breadth-first levels (:func:`_distances`). Edge
+    :math:`e = (i \to u)` starts a shortest path from :math:`i` to :math:`j`
+    when :math:`d(u, j) = d(i, j) - 1`; of those, the edge with the smallest
+    id is kept (:func:`_first_edges`). Following these first edges from
+    :math:`i` to :math:`j` gives *the* path of the pair (:func:`path_edges`):
+    at every node, the smallest-id edge that stays on a shortest path to
+    :math:`j`.
 
     Args:
         edge_index (torch.Tensor): Directed edges :obj:`[2, num_edges]`.
@@ -99,33 +99,21 @@ def shortest_paths(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor,
         id of the first edge of a shortest path from :math:`i` to :math:`j`,
         :obj:`-1` where there is none).
     """
-    dist, first = _shortest_paths(edge_index.cpu().numpy(), num_nodes)
-    return torch.from_numpy(dist), torch.from_numpy(first)
-
-
-def _shortest_paths(edge_index: np.ndarray,
-                    n: int) -> Tuple[np.ndarray, np.ndarray]:
-    r""":func:`shortest_paths` on numpy arrays."""
-    from scipy.sparse import csr_array
-    from scipy.sparse.csgraph import shortest_path
-    src, dst = edge_index
-    num_edges = src.size
-    adj = csr_array((np.ones(num_edges), (src, dst)), shape=(n, n))
-    dist = shortest_path(adj, directed=True, unweighted=True)  # [n, n]
-    dist = np.where(np.isinf(dist), -1, dist).astype(np.int64)
-
-    # Candidate (edge e = i -> u, target j) where d(u, j) = d(i, j) - 1.
-    ok = (dist[dst] >= 0) & (dist[dst] == dist[src] - 1)  # [E, n]
-    edge_id, target = ok.nonzero()  # ascending edge ids
-    first = np.full(n * n, num_edges, dtype=np.int64)
-    np.minimum.at(first, src[edge_id] * n + target, edge_id)  # i * n + j
-    first[first == num_edges] = -1
-    return dist, first.reshape(n, n)  # [n, n], [n, n]
+    n, num_edges = num_nodes, edge_index.size(1)
+    if n == 0:
+        return (torch.empty(0, 0, dtype=torch.long),
+                torch.empty(0, 0, dtype=torch.long))
+    src, dst = _batch_edges(edge_index.cpu().long().numpy(),
+                            np.array([0, num_edges]), np.array([0]))
+    dist = _distances(src, dst, n).view(1, n, n)  # [1, n, n]
+    first, _ = _first_edges(dist, src, dst)  # [n * n], num_edges: none
+    first = first.long().masked_fill(first == num_edges, -1)
+    return dist.view(n, n), first.view(n, n)
 
 
 def path_edges(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
     r"""Hop distances and the edges along one shortest path of every ordered
-    node pair of a graph, flat.
+    node pair of a graph, flat (:func:`path_edges_many` of one graph).
 
     The path of :math:`(i, j)` follows the first edges of
     :func:`shortest_paths` from :math:`i` until :math:`j` (at every node,
@@ -139,25 +127,8 @@ def path_edges(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
         :obj:`-1` unreachable) and :obj:`edges` :obj:`[sum of the
         distances]` (int64 local edge ids).
     """
-    dist, edges = _path_edges(edge_index.cpu().numpy(), num_nodes)
-    return torch.from_numpy(dist), torch.from_numpy(edges)
-
-
-def _path_edges(edge_index: np.ndarray,
-                n: int) -> Tuple[np.ndarray, np.ndarray]:
-    r""":func:`path_edges` on numpy arrays."""
-    dist, first = _shortest_paths(edge_index, n)
-    dist, first = dist.reshape(-1), first.reshape(-1)  # [n * n]
-    hops = max(int(dist.max(initial=0)), 0)
-    target = np.tile(np.arange(n), n)  # [n * n]: j of pair i * n + j
-    cur = np.arange(n * n)  # pair (node on the path, j), row-major
-    steps = np.empty((n * n, hops), dtype=np.int64)  # [n * n, hops]
-    for k in range(hops):  # all pairs at once, one hop per step
-        edge = first[cur]  # [n * n], -1 once j is reached
-        steps[:, k] = edge
-        cur = np.where(edge >= 0, edge_index[1][edge] * n + target, cur)
-    on_path = np.arange(hops) < dist[:, None]  # [n * n, hops]
-    return dist, steps[on_path]  # pair-major, hop order
+    (out, ) = path_edges_many([edge_index], [num_nodes])
+    return out
 
 
 # Elements of the largest tensor of one batch of path_edges_many
@@ -167,11 +138,9 @@ _BATCH_ELEMENTS = 1 << 19
 
 def path_edges_many(edge_indices: Sequence[Tensor],
                     num_nodes: Sequence[int]) -> List[Tuple[Tensor, Tensor]]:
-    r""":func:`path_edges` of many graphs at once: for every graph the same
-    tensors, bit for bit, as :func:`path_edges` gives, computed for batches
-    of graphs of one size (:func:`_path_edges_flat`) rather than graph by
-    graph (about 3x faster on ogbg-molhiv at one thread,
-    ``experiments/results/bench_paths_cpu.md``).
+    r""":func:`path_edges` of many graphs at once, computed for batches of
+    graphs of one size (:func:`_path_edges_flat`): for every graph the same
+    tensors, bit for bit, as alone, in a fraction of the time.
 
     Args:
         edge_indices (list of torch.Tensor): Directed edges :obj:`[2,
@@ -204,7 +173,7 @@ def _ptr(counts: np.ndarray) -> np.ndarray:
 def _path_edges_flat(edge_index: np.ndarray, num_nodes: np.ndarray,
                      num_edges: np.ndarray, dtype=np.int64,
                      ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    r""":func:`_path_edges` of many graphs, graph after graph: the graphs of
+    r""":func:`path_edges` of many graphs, graph after graph: the graphs of
     one size are stacked into padded batches (:func:`_batches`); a batch's
     distances are breadth-first levels of batched adjacency products
     (:func:`_distances`), its first edges a scatter-min over its edges
@@ -222,7 +191,7 @@ def _path_edges_flat(edge_index: np.ndarray, num_nodes: np.ndarray,
     Returns:
         (numpy.ndarray, numpy.ndarray, numpy.ndarray): :obj:`dist`
         :obj:`[sum of n * n]` and :obj:`edges` :obj:`[sum of the
-        distances]`, the outputs of :func:`_path_edges` of all graphs
+        distances]`, the outputs of :func:`path_edges` of all graphs
         concatenated, and :obj:`path_ptr` :obj:`[G + 1]` (int64), where the
         edges of every graph start in :obj:`edges`.
     """
@@ -323,8 +292,8 @@ def _distances(src: Tensor, dst: Tensor, n: int) -> Tensor:
 
 def _first_edges(dist: Tensor, src: Tensor,
                  dst: Tensor) -> Tuple[Tensor, Tensor]:
-    r"""First edges of shortest paths of a batch of graphs (as
-    :func:`_shortest_paths`): for pair :math:`(i, j)`, the smallest id of an
+    r"""First edges of shortest paths of a batch of graphs (see
+    :func:`shortest_paths`): for pair :math:`(i, j)`, the smallest id of an
     edge :math:`i \to u` with :math:`d(u, j) = d(i, j) - 1`, by a scatter-min
     over the edges.
 
@@ -410,9 +379,11 @@ class ShortestPaths(BaseTransform):
     def forward(self, data: Data) -> Data:
         n, num_edges = data.num_nodes, data.edge_index.size(1)
         _check_int16(n, num_edges)
-        dist, edges = _path_edges(data.edge_index.numpy(), n)
-        data.spd = torch.from_numpy(dist.astype(np.int16))  # [n * n]
-        data.path_edge = torch.from_numpy(edges.astype(np.int16))  # [paths]
+        dist, edges, _ = _path_edges_flat(
+            data.edge_index.cpu().long().numpy(), np.array([n]),
+            np.array([num_edges]), dtype=np.int16)
+        data.spd = torch.from_numpy(dist)  # [n * n]
+        data.path_edge = torch.from_numpy(edges)  # [paths]
         return data
 
 
@@ -458,8 +429,8 @@ class _BatchedPaths:
     :func:`load_zinc`: with :class:`ShortestPaths` as ``pre_transform``,
     :meth:`process` runs the parent's without it and adds the paths of all
     graphs at once where the parent collates them
-    (:func:`add_shortest_paths`): the same files as graph by graph, about
-    3x faster. ogb collates with ``self.collate``, PyG's
+    (:func:`add_shortest_paths`): the same files as graph by graph, in a
+    fraction of the time. ogb collates with ``self.collate``, PyG's
     ZINC with ``self.save``; both are replaced while the parent's
     :meth:`process` runs, and a parent that calls neither is an error."""
     def process(self) -> None:
@@ -656,12 +627,15 @@ def zinc_fixture(mirror: Union[str, Path], split: str = 'val',
     edge_index = torch.from_numpy(arrays['edge_index'])
     bond = torch.from_numpy(arrays['bond_type'])
     y = torch.from_numpy(arrays['y'])
-    transform = ShortestPaths()
-    return [transform(Data(x=atom[nodes[g]:nodes[g + 1]].view(-1, 1),
-                           edge_index=edge_index[:, edges[g]:edges[g + 1]],
-                           edge_attr=bond[edges[g]:edges[g + 1]],
-                           y=y[g:g + 1]))
-            for g in range(len(nodes) - 1)[:limit]]
+    graphs = [Data(x=atom[nodes[g]:nodes[g + 1]].view(-1, 1),
+                   edge_index=edge_index[:, edges[g]:edges[g + 1]],
+                   edge_attr=bond[edges[g]:edges[g + 1]], y=y[g:g + 1])
+              for g in range(len(nodes) - 1)[:limit]]
+    paths = path_edges_many([g.edge_index for g in graphs],
+                            [g.num_nodes for g in graphs])
+    for g, (dist, edges) in zip(graphs, paths):  # as ShortestPaths stores
+        g.spd, g.path_edge = dist.short(), edges.short()
+    return graphs
 
 
 def graph_sizes(graphs) -> Tensor:
