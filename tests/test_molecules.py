@@ -13,18 +13,21 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.utils import from_networkx
 
 import gnorm.data.molecules as molecules
+import gnorm.data.paths as paths_module
 from gnorm.data.molecules import (
-    ShortestPaths,
-    add_shortest_paths,
     graph_sizes,
     import_ogb,
     load_graph_dataset,
     load_molhiv,
     load_zinc,
+    zinc_fixture,
+)
+from gnorm.data.paths import (
+    ShortestPaths,
+    add_shortest_paths,
     path_edges,
     path_edges_many,
     shortest_paths,
-    zinc_fixture,
 )
 from gnorm.errors import DataError
 from gnorm.models import Graphormer
@@ -182,7 +185,7 @@ def _random_graphs(seed, count=60):
 def test_path_edges_many_equal_networkx_on_every_kind_of_graph(
         seed, batch_elements, monkeypatch):
     # One graph per batch, a few, or all graphs of a size in one batch.
-    monkeypatch.setattr(molecules, '_BATCH_ELEMENTS', batch_elements)
+    monkeypatch.setattr(paths_module, '_BATCH_ELEMENTS', batch_elements)
     graphs = _random_graphs(seed)
     many = path_edges_many(*zip(*graphs))
     assert len(many) == len(graphs)

@@ -84,7 +84,8 @@ class Graphormer(torch.nn.Module):
     :func:`~torch_geometric.utils.to_dense_batch`, the graph token at index
     :obj:`0`. A node token is the sum of its atom-feature embeddings and its
     in-degree embedding. Each of the :obj:`num_layers` pre-LN layers
-    (:class:`GraphormerLayer`) attends with the per-head additive bias
+    (:class:`~gnorm.models.graphormer_layer.GraphormerLayer`) attends with
+    the per-head additive bias
 
     .. math::
         B_{ij} = b_{\phi(i, j)} + \frac{1}{\min(\max(\phi(i, j), 1), K)}
@@ -97,7 +98,7 @@ class Graphormer(torch.nn.Module):
     and no edge term), :math:`\mathbf{e}_k` the edge embedding (mean of the
     bond-feature embeddings, one value per head) of hop :math:`k` of one
     shortest path (at every node the smallest-id edge that stays on a
-    shortest path, see :func:`gnorm.data.molecules.path_edges`),
+    shortest path, see :func:`gnorm.data.path_edges`),
     :math:`\mathbf{W}_k` a learned :obj:`[heads, heads]` matrix per hop,
     :math:`K` = :obj:`max_dist`; :math:`t` is the learned virtual distance of
     the graph token's row and column (its diagonal entry included). Padded
@@ -250,7 +251,6 @@ class Graphormer(torch.nn.Module):
         for p in (self.graph_token, self.hop_weight, self.virtual_distance):
             torch.nn.init.normal_(p, std=0.02)
 
-
     @property
     def runs(self) -> int:
         r"""The number of runs its parameters hold (:obj:`1`, or :math:`R`
@@ -263,7 +263,7 @@ class Graphormer(torch.nn.Module):
         :obj:`[P, R heads]` (the spatial and the multi-hop edge encodings;
         runs one after the other within a pair, so that every index runs
         along the first dimension), from the flat distances :obj:`spd`
-        :obj:`[P]` of :class:`~gnorm.data.molecules.ShortestPaths`, the bond
+        :obj:`[P]` of :class:`~gnorm.data.ShortestPaths`, the bond
         features and the batch's
         :func:`~gnorm.models.token_layout.token_layout`: embedding look-ups
         and index sums whose shapes are the layout's."""

@@ -55,7 +55,7 @@ def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
             edges of each graph contiguous (as PyG batches them).
         spd (torch.Tensor): Flat shortest-path distances of every graph,
             :obj:`[P = sum_g n_g^2]` (row-major per graph, :obj:`-1`
-            unreachable), as :class:`~gnorm.data.molecules.ShortestPaths`
+            unreachable), as :class:`~gnorm.data.ShortestPaths`
             stores them.
         path_edge (torch.Tensor): Local edge ids along every pair's path,
             pair after pair, hops in order.
