@@ -72,7 +72,7 @@ def _steps(model, batches, part: str) -> list:
             with torch.no_grad():
                 ctx = model.layer_context(
                     model.pair_bias(b.spd, b.edge_attr, layout), layout)
-            h = torch.randn(b.num_graphs + b.num_nodes,
+            h = torch.randn(1, b.num_graphs + b.num_nodes,
                             model.hidden_channels, requires_grad=True)
         start = time.process_time()
         if part == 'full':

@@ -9,7 +9,7 @@ from torch_geometric.utils import from_networkx
 
 from gnorm.data.molecules import ShortestPaths
 from gnorm.models import Graphormer
-from gnorm.models.token_layout import token_layout
+from gnorm.models.token_layout import add_token_layout, layout_of, token_layout
 from gnorm.nn import ContraNorm, DualContraNorm, IsoBN, PairNorm, SepNorm
 
 NORMS = {
@@ -93,7 +93,7 @@ def test_batched_equals_one_graph_at_a_time(norm):
 def test_size_groups_equal_one_graph_at_a_time(norm):
     # More graphs than ATTENTION_CHUNK: the CPU attention runs in groups of
     # similar-size graphs, each with its own padding.
-    from gnorm.models.graphormer import ATTENTION_CHUNK
+    from gnorm.models.graphormer_attention import ATTENTION_CHUNK
     model = _model(norm).eval()
     sizes = [(3 * seed) % 17 + 1 for seed in range(ATTENTION_CHUNK + 9)]
     graphs = [_graph(n, seed, extra=seed % 2) for seed, n in enumerate(sizes)]
@@ -190,9 +190,9 @@ def test_sepnorm_sends_graph_token_to_virtual_norm():
     model.layers[0].register_forward_pre_hook(
         lambda m, args: captured.update(x=args[0].detach()))
     _run(model, graphs)
-    # The input of layer 0: the packed tokens [3 + 13, 16], the graph
-    # tokens first, then the nodes.
-    x = captured['x']
+    # The input of layer 0: the packed tokens [1 run, 3 + 13, 16], the
+    # graph tokens first, then the nodes.
+    (x, ) = captured['x']
     assert x.shape == (3 + 13, 16)
     assert torch.equal(seen['virtual'], x[:3])  # the graph tokens only
     assert torch.equal(seen['token'], x[3:])  # valid node tokens, no padding
@@ -264,7 +264,7 @@ def test_single_node_graphs_give_no_nan():
 def test_cpu_dropout_rate_scale_and_seed(p):
     r"""The explicit kernels' dropout (cheap masks) and the fused one
     (F.dropout): the rate, the scale of kept entries, the seed."""
-    from gnorm.models.graphormer import _dropout
+    from gnorm.models.graphormer_attention import dropout as _dropout
     x = torch.ones(200_000, dtype=torch.float64)
     for fused in (False, True):
         torch.manual_seed(0)
@@ -376,6 +376,69 @@ def test_layout_ahead_equals_layout_inside():
     assert torch.equal(inside, ahead)
 
 
+
+def test_a_layout_of_fewer_hops_than_the_model_reads_is_refused():
+    # A layout keeps the first max_dist hops of every path: one built with
+    # a smaller max_dist than the model's would silently drop hops.
+    model = _model(max_dist=3).eval()
+    graphs = [_graph(9, 0), _graph(7, 1, extra=3)]  # paths of > 3 hops
+    b = Batch.from_data_list(graphs)
+    args = (b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge)
+    for built in (1, 2):
+        layout = token_layout(b.edge_index, b.spd, b.path_edge, b.batch, 2,
+                              max_dist=built)
+        with pytest.raises(ValueError, match=f'max_dist=3 got a token layout '
+                                             f'built with max_dist={built} '):
+            model(*args, layout=layout)
+    # As many hops or more (None: all) give the model's own output.
+    expected = _run(model, graphs)
+    for built in (3, 5, None):
+        layout = token_layout(b.edge_index, b.spd, b.path_edge, b.batch, 2,
+                              max_dist=built)
+        assert torch.equal(model(*args, layout=layout), expected)
+    # A PyG batch records the max_dist of the layout stored on it.
+    assert layout_of(add_token_layout(b, 2))['max_dist'] == 2
+    with pytest.raises(ValueError, match='built with max_dist=2 '):
+        model(*args, layout=layout_of(b))
+    unrecorded = {k: v for k, v in layout.items() if k != 'max_dist'}
+    with pytest.raises(ValueError, match='records no max_dist'):
+        model(*args, layout=unrecorded)
+
+
+def test_batchnorm_over_graph_tokens_cancels_what_every_graph_shares():
+    r"""SepNorm with BatchNorm on the graph token (training mode, no
+    dropout, float64): a batch norm over the graph tokens cancels anything
+    added equally to every graph's token, so the graph token, the last
+    layer's ``out.bias`` and ``ffn2.bias`` (added to every graph token after
+    the last attention) and layer 0's first virtual BatchNorm weight (it
+    scales the normalised identical rows, zeros) have a true gradient of
+    zero: what they get is rounding. The norm parameters of the node tokens
+    after the last attention get an exact zero (the readout reads the graph
+    tokens only). With input dropout each graph's token differs and the
+    graph token learns."""
+    graphs = [_graph(n, s, extra=s % 2) for s, n in enumerate([3, 8, 5, 11])]
+    grads = {}
+    for p in (0.0, 0.1):
+        model = _model('sepnorm_bn_ln', num_layers=3, dropout=0.0,
+                       attention_dropout=0.0, input_dropout=p).double()
+        torch.manual_seed(1)
+        out = _run(model.train(), graphs)
+        (out - torch.randn_like(out)).square().sum().backward()
+        grads[p] = {n: float(q.grad.abs().max())
+                    for n, q in model.named_parameters()}
+    rounding = {'graph_token', 'layers.2.out.bias', 'layers.2.ffn2.bias',
+                'layers.0.norm1.norm_virtual.weight'}
+    unused = {f'{site}.norm_token.{w}' for site in ('layers.2.norm2',
+                                                     'final_norm')
+              for w in ('weight', 'bias')}
+    assert {n for n, g in grads[0.0].items() if g < 1e-12} == \
+        rounding | unused
+    assert all(grads[0.0][n] == 0.0 for n in unused)
+    assert min(g for n, g in grads[0.0].items()
+               if n not in rounding | unused) > 1e-7
+    assert grads[0.1]['graph_token'] > 1e-7
+
+
 @pytest.mark.slow
 def test_inductor_compiled_forward_equals_eager():
     model = _model('sepnorm_bn_ln', dropout=0.0, input_dropout=0.0,
@@ -393,17 +456,17 @@ def test_inductor_compiled_forward_equals_eager():
 def test_group_biases_are_the_dense_bias_of_their_graphs():
     # Each pair's bias goes straight to its attention group: a group's
     # bias is the batch's dense bias at its graphs, cut to its own width.
-    from gnorm.models.graphormer import ATTENTION_CHUNK
+    from gnorm.models.graphormer_attention import ATTENTION_CHUNK
     model = _model('layernorm')
     sizes = [(5 * seed) % 19 + 1 for seed in range(2 * ATTENTION_CHUNK + 3)]
     b, layout = _layout_batch([_graph(n, seed, extra=seed % 3)
                                for seed, n in enumerate(sizes)], max_dist=3)
     dense = model.attention_bias(b.spd, b.edge_attr, layout)
-    groups = model.layer_context(model.pair_bias(b.spd, b.edge_attr, layout),
-                                 layout)['groups']
-    assert len(groups['shapes']) == 3
+    ctx = model.layer_context(model.pair_bias(b.spd, b.edge_attr, layout),
+                              layout)
+    assert len(ctx.groups.shapes) == 3
     _, order = torch.sort(layout['mask'].sum(1), stable=True)
     for idx, (Bg, Tg), bias in zip(order.split(ATTENTION_CHUNK),
-                                   groups['shapes'], groups['bias']):
+                                   ctx.groups.shapes, ctx.bias):
         assert bias.is_contiguous() and bias.shape == (Bg, 2, Tg, Tg)
         assert torch.equal(bias, dense[idx][:, :, :Tg, :Tg])

@@ -13,19 +13,21 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.utils import from_networkx
 
 import gnorm.data.molecules as molecules
+import gnorm.data.paths as paths_module
 from gnorm.data.molecules import (
-    ShortestPaths,
-    _path_edges,
-    add_shortest_paths,
     graph_sizes,
     import_ogb,
     load_graph_dataset,
     load_molhiv,
     load_zinc,
+    zinc_fixture,
+)
+from gnorm.data.paths import (
+    ShortestPaths,
+    add_shortest_paths,
     path_edges,
     path_edges_many,
     shortest_paths,
-    zinc_fixture,
 )
 from gnorm.errors import DataError
 from gnorm.models import Graphormer
@@ -101,20 +103,29 @@ def _reference_paths(g, n):
     that stays on a networkx shortest path to the target."""
     edge_index = from_networkx(g).edge_index if g.number_of_edges() else \
         torch.empty(2, 0, dtype=torch.long)
+    return (edge_index, ) + _reference_edges(edge_index, n)
+
+
+def _reference_edges(edge_index, n):
+    r""":func:`_reference_paths` of the directed edges :obj:`edge_index`
+    (repeats and self-loops allowed)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(edge_index.t().tolist())
     lengths = dict(nx.all_pairs_shortest_path_length(g))
+    out = [[] for _ in range(n)]  # each node's edges, ascending ids
+    for e, (u, v) in enumerate(edge_index.t().tolist()):
+        out[u].append((e, v))
     dist, paths = [], []
     for i in range(n):
         for j in range(n):
             dist.append(lengths[i].get(j, -1))
             u = i
             while u != j and dist[-1] > 0:
-                e = min(e for e in range(edge_index.size(1))
-                        if int(edge_index[0, e]) == u and
-                        lengths[int(edge_index[1, e])].get(j, -1)
-                        == lengths[u][j] - 1)
+                e, u = next((e, v) for e, v in out[u]
+                            if lengths[v].get(j, -1) == lengths[u][j] - 1)
                 paths.append(e)
-                u = int(edge_index[1, e])
-    return edge_index, dist, paths
+    return dist, paths
 
 
 @pytest.mark.parametrize('seed', range(6))
@@ -171,10 +182,10 @@ def _random_graphs(seed, count=60):
 
 @pytest.mark.parametrize('batch_elements', [1, 2000, 1 << 20])
 @pytest.mark.parametrize('seed', range(3))
-def test_path_edges_many_equal_path_edges(seed, batch_elements,
-                                          monkeypatch):
+def test_path_edges_many_equal_networkx_on_every_kind_of_graph(
+        seed, batch_elements, monkeypatch):
     # One graph per batch, a few, or all graphs of a size in one batch.
-    monkeypatch.setattr(molecules, '_BATCH_ELEMENTS', batch_elements)
+    monkeypatch.setattr(paths_module, '_BATCH_ELEMENTS', batch_elements)
     graphs = _random_graphs(seed)
     many = path_edges_many(*zip(*graphs))
     assert len(many) == len(graphs)
@@ -182,11 +193,9 @@ def test_path_edges_many_equal_path_edges(seed, batch_elements,
         if n == 0:
             assert dist.numel() == edges.numel() == 0
             continue
-        expected = [torch.from_numpy(a) for a in _path_edges(
-            edge_index.numpy(), n)]
         assert dist.dtype == edges.dtype == torch.long
-        assert torch.equal(dist, expected[0])
-        assert torch.equal(edges, expected[1])
+        assert (dist.tolist(), edges.tolist()) == \
+            _reference_edges(edge_index, n)
 
 
 @pytest.mark.parametrize('seed', range(3))
@@ -204,13 +213,13 @@ def test_path_edges_many_equal_networkx(seed):
 
 
 @needs_mirror
-def test_path_edges_many_equal_the_transform_on_zinc():
-    graphs = zinc_fixture(MIRROR, 'val')  # ShortestPaths, graph by graph
-    many = path_edges_many([g.edge_index for g in graphs],
-                           [g.num_nodes for g in graphs])
-    for g, (dist, edges) in zip(graphs, many):
-        assert torch.equal(dist.short(), g.spd)
-        assert torch.equal(edges.short(), g.path_edge)
+def test_the_fixture_equals_the_transform_graph_by_graph():
+    graphs = zinc_fixture(MIRROR, 'val')  # path_edges_many, all at once
+    transform = ShortestPaths()
+    for g in graphs:
+        alone = transform(Data(edge_index=g.edge_index, num_nodes=g.num_nodes))
+        assert torch.equal(alone.spd, g.spd)
+        assert torch.equal(alone.path_edge, g.path_edge)
 
 
 def _collated(graphs):

@@ -3,7 +3,7 @@ import torch
 from torch_geometric.data import Batch
 
 from gnorm.models import Graphormer, StackedGraphormer
-from gnorm.models.graphormer import ATTENTION_CHUNK
+from gnorm.models.graphormer_attention import ATTENTION_CHUNK
 
 from test_graphormer import NORMS, _graph, _run
 

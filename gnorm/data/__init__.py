@@ -3,7 +3,8 @@ r"""Datasets, one module per kind of data.
 * :mod:`gnorm.data.nodes`: node classification on one graph (Planetoid,
   WikipediaNetwork, a synthetic CSBM), offline mirrors, splits.
 * :mod:`gnorm.data.molecules`: graph-level molecule datasets (ogbg-molhiv,
-  ZINC) with the shortest paths a Graphormer needs.
+  ZINC) with the shortest paths a Graphormer needs
+  (:mod:`gnorm.data.paths`).
 """
 from gnorm.data.nodes import (
     DATASETS,
@@ -21,17 +22,19 @@ from gnorm.data.nodes import (
 from gnorm.data.molecules import (
     GRAPH_DATASETS,
     GRAPH_EXTRA,
-    ShortestPaths,
-    add_shortest_paths,
     graph_sizes,
     import_ogb,
     load_graph_dataset,
     load_molhiv,
     load_zinc,
+    zinc_fixture,
+)
+from gnorm.data.paths import (
+    ShortestPaths,
+    add_shortest_paths,
     path_edges,
     path_edges_many,
     shortest_paths,
-    zinc_fixture,
 )
 
 __all__ = [

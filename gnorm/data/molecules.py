@@ -19,14 +19,12 @@ ZINC index files found in ``<mirror>/zinc_partial/index/``; nothing is
 downloaded then. :func:`zinc_fixture` reads the exact ZINC-subset val/test
 graphs of ``<mirror>/zinc_partial/`` (tests and smoke runs only).
 
-:class:`ShortestPaths` is the ``pre_transform``: it stores, per graph, the
-shortest-path distance of every ordered node pair and the edges along one
-shortest path of every pair (:func:`path_edges`; the sum of the distances,
-all hops), so that the model's attention bias is look-ups only. The molhiv
-and ZINC datasets compute them for all graphs at once when they process
-(:func:`add_shortest_paths`, :func:`path_edges_many`: the same values, in
-batches of graphs of one size). Processed files are named after
-:obj:`ShortestPaths.LAYOUT`, so that files of another layout are never read.
+:class:`~gnorm.data.ShortestPaths` is the ``pre_transform``
+(:mod:`gnorm.data.paths`); the molhiv and ZINC datasets compute
+the paths of all graphs at once when they process
+(:func:`~gnorm.data.add_shortest_paths`). Processed files
+are named after :obj:`ShortestPaths.LAYOUT`, so that files of another
+layout are never read.
 """
 import contextlib
 import importlib
@@ -34,7 +32,7 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -42,8 +40,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.datasets import ZINC
 from torch_geometric.io import fs
-from torch_geometric.transforms import BaseTransform
 
+from gnorm.data.paths import (ShortestPaths, add_shortest_paths,
+                              path_edges_many)
 from gnorm.errors import ConfigError, DataError
 
 # name -> (feature scheme of gnorm.models.Graphormer, outputs, metric,
@@ -56,7 +55,6 @@ GRAPH_DATASETS = {
 # Files PyG's ZINC reads from <root>/zinc/raw/.
 ZINC_RAW = ('train.pickle', 'val.pickle', 'test.pickle', 'train.index',
             'val.index', 'test.index')
-_INT16_MAX = 32767
 # The fix named when a graph task lacks its optional dependencies.
 GRAPH_EXTRA = ("pip install \"gnorm[graph]\" (in a checkout: pip install "
                "-e \".[graph]\")")
@@ -76,390 +74,13 @@ def import_ogb(name: str = 'ogb'):
                         f"{GRAPH_EXTRA}") from None
 
 
-def shortest_paths(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor,
-                                                                 Tensor]:
-    r"""Hop distances and first edges of shortest paths of one graph.
-
-    Distances come from :func:`scipy.sparse.csgraph.shortest_path`
-    (breadth-first search from every node). Edge :math:`e = (i \to u)`
-    starts a shortest path from :math:`i` to :math:`j` when
-    :math:`d(u, j) = d(i, j) - 1`; of those, the edge with the smallest id is
-    kept. Following these first edges from :math:`i` to :math:`j` gives
-    *the* path of the pair (:func:`path_edges`): at every node, the
-    smallest-id edge that stays on a shortest path to :math:`j`.
-
-    Args:
-        edge_index (torch.Tensor): Directed edges :obj:`[2, num_edges]`.
-        num_nodes (int): Number of nodes :math:`n`.
-
-    Returns:
-        (torch.Tensor, torch.Tensor): :obj:`dist` :obj:`[n, n]` (int64,
-        :obj:`-1` where :math:`j` is unreachable from :math:`i`, :obj:`0`
-        on the diagonal) and :obj:`first_edge` :obj:`[n, n]` (int64, the
-        id of the first edge of a shortest path from :math:`i` to :math:`j`,
-        :obj:`-1` where there is none).
-    """
-    dist, first = _shortest_paths(edge_index.cpu().numpy(), num_nodes)
-    return torch.from_numpy(dist), torch.from_numpy(first)
-
-
-def _shortest_paths(edge_index: np.ndarray,
-                    n: int) -> Tuple[np.ndarray, np.ndarray]:
-    r""":func:`shortest_paths` on numpy arrays."""
-    from scipy.sparse import csr_array
-    from scipy.sparse.csgraph import shortest_path
-    src, dst = edge_index
-    num_edges = src.size
-    adj = csr_array((np.ones(num_edges), (src, dst)), shape=(n, n))
-    dist = shortest_path(adj, directed=True, unweighted=True)  # [n, n]
-    dist = np.where(np.isinf(dist), -1, dist).astype(np.int64)
-
-    # Candidate (edge e = i -> u, target j) where d(u, j) = d(i, j) - 1.
-    ok = (dist[dst] >= 0) & (dist[dst] == dist[src] - 1)  # [E, n]
-    edge_id, target = ok.nonzero()  # ascending edge ids
-    first = np.full(n * n, num_edges, dtype=np.int64)
-    np.minimum.at(first, src[edge_id] * n + target, edge_id)  # i * n + j
-    first[first == num_edges] = -1
-    return dist, first.reshape(n, n)  # [n, n], [n, n]
-
-
-def path_edges(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
-    r"""Hop distances and the edges along one shortest path of every ordered
-    node pair of a graph, flat.
-
-    The path of :math:`(i, j)` follows the first edges of
-    :func:`shortest_paths` from :math:`i` until :math:`j` (at every node,
-    the smallest-id edge that stays on a shortest path to :math:`j`); the
-    pairs come in row-major order, the edges of a pair in hop order, so
-    pair :math:`(i, j)` owns the :math:`\max(d(i, j), 0)` entries after
-    those of the pairs before it.
-
-    Returns:
-        (torch.Tensor, torch.Tensor): :obj:`dist` :obj:`[n * n]` (int64,
-        :obj:`-1` unreachable) and :obj:`edges` :obj:`[sum of the
-        distances]` (int64 local edge ids).
-    """
-    dist, edges = _path_edges(edge_index.cpu().numpy(), num_nodes)
-    return torch.from_numpy(dist), torch.from_numpy(edges)
-
-
-def _path_edges(edge_index: np.ndarray,
-                n: int) -> Tuple[np.ndarray, np.ndarray]:
-    r""":func:`path_edges` on numpy arrays."""
-    dist, first = _shortest_paths(edge_index, n)
-    dist, first = dist.reshape(-1), first.reshape(-1)  # [n * n]
-    hops = max(int(dist.max(initial=0)), 0)
-    target = np.tile(np.arange(n), n)  # [n * n]: j of pair i * n + j
-    cur = np.arange(n * n)  # pair (node on the path, j), row-major
-    steps = np.empty((n * n, hops), dtype=np.int64)  # [n * n, hops]
-    for k in range(hops):  # all pairs at once, one hop per step
-        edge = first[cur]  # [n * n], -1 once j is reached
-        steps[:, k] = edge
-        cur = np.where(edge >= 0, edge_index[1][edge] * n + target, cur)
-    on_path = np.arange(hops) < dist[:, None]  # [n * n, hops]
-    return dist, steps[on_path]  # pair-major, hop order
-
-
-# Elements of the largest tensor of one batch of path_edges_many
-# ([B, n, max(n, edges)]): bounds its memory (int64: 4 MB).
-_BATCH_ELEMENTS = 1 << 19
-
-
-def path_edges_many(edge_indices: Sequence[Tensor],
-                    num_nodes: Sequence[int]) -> List[Tuple[Tensor, Tensor]]:
-    r""":func:`path_edges` of many graphs at once: for every graph the same
-    tensors, bit for bit, as :func:`path_edges` gives, computed for batches
-    of graphs of one size (:func:`_path_edges_flat`) rather than graph by
-    graph (about 3x faster on ogbg-molhiv at one thread,
-    ``experiments/results/bench_paths_cpu.md``).
-
-    Args:
-        edge_indices (list of torch.Tensor): Directed edges :obj:`[2,
-            num_edges]` (local node ids) of every graph.
-        num_nodes (list of int): Number of nodes of every graph.
-
-    Returns:
-        list of (torch.Tensor, torch.Tensor): :obj:`dist` :obj:`[n * n]` and
-        :obj:`edges` :obj:`[sum of the distances]` (int64) of every graph.
-    """
-    nodes = np.asarray(num_nodes, dtype=np.int64).reshape(-1)  # [G]
-    if len(edge_indices) != nodes.size:
-        raise ValueError(f"got {len(edge_indices)} edge indices for "
-                         f"{nodes.size} graphs")
-    edges = np.array([e.size(1) for e in edge_indices], dtype=np.int64)
-    edge_index = (torch.cat([e.cpu().long() for e in edge_indices], 1)
-                  .numpy() if edge_indices else np.zeros((2, 0), np.int64))
-    dist, paths, path_ptr = _path_edges_flat(edge_index, nodes, edges)
-    dist_ptr = _ptr(nodes * nodes)  # [G + 1]
-    return [(torch.from_numpy(dist[dist_ptr[g]:dist_ptr[g + 1]]),
-             torch.from_numpy(paths[path_ptr[g]:path_ptr[g + 1]]))
-            for g in range(nodes.size)]
-
-
-def _ptr(counts: np.ndarray) -> np.ndarray:
-    r"""Offsets :obj:`[len(counts) + 1]` of segments of these lengths."""
-    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-
-
-def _path_edges_flat(edge_index: np.ndarray, num_nodes: np.ndarray,
-                     num_edges: np.ndarray, dtype=np.int64,
-                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    r""":func:`_path_edges` of many graphs, graph after graph: the graphs of
-    one size are stacked into padded batches (:func:`_batches`); a batch's
-    distances are breadth-first levels of batched adjacency products
-    (:func:`_distances`), its first edges a scatter-min over its edges
-    (:func:`_first_edges`), its paths walked all pairs at once
-    (:func:`_walk`). The distances of all graphs come first, as they place
-    the paths in the output.
-
-    Args:
-        edge_index (numpy.ndarray): The edges of all graphs, graph after
-            graph, :obj:`[2, sum of num_edges]` (local node ids).
-        num_nodes (numpy.ndarray): Nodes of every graph :obj:`[G]`.
-        num_edges (numpy.ndarray): Edges of every graph :obj:`[G]`.
-        dtype: Of the outputs (int16 for datasets: the values are cast).
-
-    Returns:
-        (numpy.ndarray, numpy.ndarray, numpy.ndarray): :obj:`dist`
-        :obj:`[sum of n * n]` and :obj:`edges` :obj:`[sum of the
-        distances]`, the outputs of :func:`_path_edges` of all graphs
-        concatenated, and :obj:`path_ptr` :obj:`[G + 1]` (int64), where the
-        edges of every graph start in :obj:`edges`.
-    """
-    edge_ptr = _ptr(num_edges)  # [G + 1]
-    dist_ptr = _ptr(num_nodes * num_nodes)  # [G + 1]
-    dist = np.empty(int(dist_ptr[-1]), dtype=dtype)  # [sum of n * n]
-    length = np.zeros(num_nodes.size, dtype=np.int64)  # [G] path entries
-    batches = list(_batches(num_nodes, num_edges))
-    for n, graphs in batches:
-        src, dst = _batch_edges(edge_index, edge_ptr, graphs)
-        d = _distances(src, dst, n)  # [B, n * n]
-        dist[dist_ptr[graphs, None] + np.arange(n * n)] = d.numpy()
-        length[graphs] = d.clamp(min=0).sum(1).numpy()
-
-    path_ptr = _ptr(length)  # [G + 1]
-    paths = np.empty(int(path_ptr[-1]), dtype=dtype)  # [sum of distances]
-    for n, graphs in batches:
-        src, dst = _batch_edges(edge_index, edge_ptr, graphs)
-        d = torch.from_numpy(
-            dist[dist_ptr[graphs, None] + np.arange(n * n)]).long()
-        first, after = _first_edges(d.view(-1, n, n), src, dst)
-        _walk(d, first, after, path_ptr[graphs], paths)
-    return dist, paths, path_ptr
-
-
-def _batches(num_nodes: np.ndarray, num_edges: np.ndarray):
-    r"""Yields :obj:`(n, graphs)`: the ids of graphs of :obj:`n > 0` nodes,
-    in batches whose :obj:`[B, n, max(n, edges)]` tensors hold at most
-    :obj:`_BATCH_ELEMENTS` elements (one graph at least)."""
-    order = np.argsort(num_nodes, kind='stable')  # [G]
-    sizes, starts = np.unique(num_nodes[order], return_index=True)
-    for n, group in zip(sizes.tolist(), np.split(order, starts[1:])):
-        if n == 0:
-            continue
-        width = n * max(n, int(num_edges[group].max()))
-        per = max(1, _BATCH_ELEMENTS // width)
-        for start in range(0, group.size, per):
-            yield n, group[start:start + per]
-
-
-def _batch_edges(edge_index: np.ndarray, edge_ptr: np.ndarray,
-                 graphs: np.ndarray) -> Tuple[Tensor, Tensor]:
-    r"""The edges of :obj:`graphs`, padded to the most edges :math:`E` of
-    one of them: :obj:`src`, :obj:`dst` :obj:`[B, E]` (int64), edge
-    :obj:`e` of a graph in column :obj:`e`. The padding is self-loops of
-    node 0: never on a shortest path, and already in :math:`A + I`."""
-    counts = edge_ptr[graphs + 1] - edge_ptr[graphs]  # [B]
-    slot = np.arange(counts.max(initial=0))  # [E]
-    valid = slot < counts[:, None]  # [B, E]
-    ids = np.where(valid, edge_ptr[graphs, None] + slot, 0)  # [B, E]
-    src = np.where(valid, edge_index[0][ids], 0)
-    dst = np.where(valid, edge_index[1][ids], 0)
-    return torch.from_numpy(src), torch.from_numpy(dst)
-
-
-def _distances(src: Tensor, dst: Tensor, n: int) -> Tensor:
-    r"""Hop distances of a batch of graphs of :obj:`n` nodes (edges from
-    :func:`_batch_edges`), by breadth-first search from every node at once:
-    the nodes reached from :math:`i` within :math:`k` hops are row
-    :math:`i` of :math:`R_k = \min(R_{k - 1} (A + I), 1)`, :math:`R_0 = I`.
-    After :math:`K` products, :math:`(i, j)` was reached in :math:`c = K + 1
-    - d(i, j)` of them, so the sum of the :math:`R_k` gives the distances.
-    A graph is done once a product reaches no new pair; done graphs leave
-    the batch once they are a quarter of it.
-
-    Returns:
-        torch.Tensor: :obj:`[B, n * n]` (int64, row-major, :obj:`-1`
-        unreachable).
-    """
-    batch = src.size(0)
-    graph = torch.arange(batch)[:, None].expand_as(src)  # [B, E]
-    adj = torch.eye(n).repeat(batch, 1, 1)  # [B, n, n]: A + I
-    adj[graph, src, dst] = 1.0
-    reach = torch.eye(n).repeat(batch, 1, 1)  # [B, n, n]: R_k
-    count = reach.clone()  # [B, n, n]: sum of the R_k
-    exact = torch.float32 if n * n < 2**24 else torch.float64  # for sums
-    size = torch.full((batch, ), float(n), dtype=exact)  # sums of R_k
-    left = torch.arange(batch)  # [B'] the graphs not yet written
-    dist = torch.empty(batch, n * n, dtype=torch.long)
-    products = 0
-    while left.numel():
-        products += 1
-        reach = torch.bmm(reach, adj).clamp_(max=1.0)
-        count.add_(reach)
-        grown = reach.sum((1, 2), dtype=exact)  # [B']
-        done = grown == size
-        size = grown
-        if 4 * int(done.sum()) < max(left.numel(), 4):
-            continue
-        count_done = count[done].view(-1, n * n)  # [done, n * n]
-        dist[left[done]] = torch.where(count_done > 0,
-                                       products + 1 - count_done, -1).long()
-        keep = ~done
-        left, size = left[keep], size[keep]
-        reach, adj, count = reach[keep], adj[keep], count[keep]
-    return dist
-
-
-def _first_edges(dist: Tensor, src: Tensor,
-                 dst: Tensor) -> Tuple[Tensor, Tensor]:
-    r"""First edges of shortest paths of a batch of graphs (as
-    :func:`_shortest_paths`): for pair :math:`(i, j)`, the smallest id of an
-    edge :math:`i \to u` with :math:`d(u, j) = d(i, j) - 1`, by a scatter-min
-    over the edges.
-
-    Args:
-        dist (torch.Tensor): Hop distances :obj:`[B, n, n]` (int64).
-        src, dst (torch.Tensor): The edges of :func:`_batch_edges`
-            :obj:`[B, E]`.
-
-    Returns:
-        (torch.Tensor, torch.Tensor): :obj:`first` :obj:`[B * n * n]` (the
-        edge id, :math:`E` where there is none) and :obj:`after` :obj:`[B *
-        n * n]` (the flat index of pair :math:`(u, j)`, the rest of the
-        path; that of :math:`(0, j)` where there is none).
-    """
-    batch, n, num_edges = dist.size(0), dist.size(1), src.size(1)
-    dist = dist.int()  # int32: less to move
-    to_dst = dist.gather(1, dst[:, :, None].expand(-1, -1, n))  # d(u, j)
-    to_src = dist.gather(1, src[:, :, None].expand(-1, -1, n))  # d(i, j)
-    ok = (to_dst >= 0) & (to_dst == to_src - 1)  # [B, E, n]
-    edge = torch.arange(num_edges, dtype=torch.int)[:, None].expand(-1, n)
-    first = torch.full((batch, n, n), num_edges, dtype=torch.int)
-    first.scatter_reduce_(1, src[:, :, None].expand(-1, -1, n),
-                          torch.where(ok, edge, num_edges), 'amin')
-    first = first.view(batch, n * n)  # [B, n * n]
-    dst = torch.cat([dst, dst.new_zeros(batch, 1)], 1)  # [B, E + 1]
-    after = dst.gather(1, first.long()) * n  # [B, n * n]: u * n
-    after += torch.arange(0, batch * n * n, n * n)[:, None]  # graph b
-    after += torch.arange(n).repeat(n)  # j
-    return first.view(-1), after.view(-1)
-
-
-def _walk(dist: Tensor, first: Tensor, after: Tensor, path_start: np.ndarray,
-          out: np.ndarray) -> None:
-    r"""Writes the edges along the path of every pair of a batch of graphs
-    into :obj:`out`: from pair :math:`(i, j)`, its first edge, then those of
-    the pair :math:`(u, j)` it leads to, :math:`d(i, j)` times. The pairs
-    are sorted by distance, longest first, so that the pairs still walking
-    at hop :math:`k` are a prefix.
-
-    Args:
-        dist (torch.Tensor): Hop distances :obj:`[B, n * n]` (int64).
-        first, after (torch.Tensor): :obj:`[B * n * n]` each, from
-            :func:`_first_edges`.
-        path_start (numpy.ndarray): Where the paths of every graph start in
-            :obj:`out` :obj:`[B]`.
-        out (numpy.ndarray): The paths of all graphs :obj:`[sum of the
-            distances]`.
-    """
-    hops = dist.clamp(min=0)  # [B, n * n]
-    pos = hops.view(-1).cumsum(0).view_as(hops) - hops  # [B, n * n]
-    pos += torch.from_numpy(path_start - pos[:, 0].numpy())[:, None]
-    hops = hops.view(-1).numpy()  # [B * n * n]
-    key = hops.astype(np.int16 if dist.size(1) <= 2**30 else np.int64)
-    order = np.argsort(-key, kind='stable')  # int16: a radix sort
-    longer = np.cumsum(np.bincount(hops)[::-1])[::-1][1:]  # [most hops]
-    order = order[:longer[0]] if longer.size else order[:0]  # [P]
-    pos = pos.view(-1).numpy()[order]  # [P] where the next edge goes
-    pair = order  # [P] the pair the walk is at
-    first = first.numpy().astype(out.dtype)  # [B * n * n]
-    after = after.numpy()  # [B * n * n]
-    for active in longer.tolist():  # hop after hop
-        at = pair[:active]  # in range: 'clip' only skips the bounds checks
-        out[pos[:active]] = np.take(first, at, mode='clip')
-        pos[:active] += 1
-        pair[:active] = np.take(after, at, mode='clip')
-
-
-class ShortestPaths(BaseTransform):
-    r"""Stores the shortest paths of a graph for a Graphormer (see
-    :func:`path_edges`): ``spd``, the hop distance of every ordered node
-    pair, flat :obj:`[num_nodes * num_nodes]` in row-major order (pair
-    :math:`(i, j)` at :math:`i n + j`, :obj:`-1` where unreachable), and
-    ``path_edge``, the local ids of the edges along the path of every pair,
-    pair after pair, :obj:`[sum of the distances]`. Both are int16, so that
-    PyG's collation only concatenates them; :class:`gnorm.models.Graphormer`
-    turns them into its attention bias with look-ups, no walk.
-
-    :obj:`LAYOUT` names this layout in the processed files of
-    :func:`load_molhiv` and :func:`load_zinc`, so that files written with
-    another one are never read."""
-    LAYOUT = 'paths2'
-
-    def forward(self, data: Data) -> Data:
-        n, num_edges = data.num_nodes, data.edge_index.size(1)
-        _check_int16(n, num_edges)
-        dist, edges = _path_edges(data.edge_index.numpy(), n)
-        data.spd = torch.from_numpy(dist.astype(np.int16))  # [n * n]
-        data.path_edge = torch.from_numpy(edges.astype(np.int16))  # [paths]
-        return data
-
-
-def _check_int16(num_nodes: int, num_edges: int) -> None:
-    if max(num_nodes, num_edges) > _INT16_MAX:
-        raise ValueError(f"ShortestPaths stores int16 ids; got a graph "
-                         f"with {num_nodes} nodes and {num_edges} edges (max "
-                         f"{_INT16_MAX})")
-
-
-def add_shortest_paths(data: Data, slices: Optional[Dict[str, Tensor]],
-                       ) -> Data:
-    r"""Adds ``spd`` and ``path_edge`` of :class:`ShortestPaths` to the
-    graphs of a PyG in-memory dataset's storage (:obj:`data` and
-    :obj:`slices` of :meth:`InMemoryDataset.collate`, local edge ids), all
-    graphs at once (:func:`_path_edges_flat`): the storage that collating
-    the graphs after :class:`ShortestPaths` gives, bit for bit. The tensors
-    are added in place (:obj:`slices` too, unless :obj:`None`: a lone graph,
-    as :meth:`InMemoryDataset.collate` keeps it).
-
-    Returns:
-        torch_geometric.data.Data: :obj:`data`.
-    """
-    if slices is None:
-        return ShortestPaths()(data)
-    nodes = getattr(data._store, '_num_nodes', None)  # [G] ints, if given
-    if nodes is None:
-        nodes = slices['x'].diff()
-    nodes = np.asarray(nodes, dtype=np.int64)  # [G]
-    edges = slices['edge_index'].diff().numpy()  # [G]
-    _check_int16(int(nodes.max(initial=0)), int(edges.max(initial=0)))
-    dist, paths, path_ptr = _path_edges_flat(
-        data.edge_index.numpy(), nodes, edges, dtype=np.int16)
-    data.spd = torch.from_numpy(dist)  # [sum of n * n]
-    data.path_edge = torch.from_numpy(paths)  # [sum of the distances]
-    slices['spd'] = torch.from_numpy(_ptr(nodes * nodes))  # [G + 1]
-    slices['path_edge'] = torch.from_numpy(path_ptr)  # [G + 1]
-    return data
-
-
 class _BatchedPaths:
     r"""Mixin of the in-memory datasets of :func:`load_molhiv` and
     :func:`load_zinc`: with :class:`ShortestPaths` as ``pre_transform``,
     :meth:`process` runs the parent's without it and adds the paths of all
     graphs at once where the parent collates them
-    (:func:`add_shortest_paths`): the same files as graph by graph, about
-    3x faster. ogb collates with ``self.collate``, PyG's
+    (:func:`add_shortest_paths`): the same files as graph by graph, in a
+    fraction of the time. ogb collates with ``self.collate``, PyG's
     ZINC with ``self.save``; both are replaced while the parent's
     :meth:`process` runs, and a parent that calls neither is an error."""
     def process(self) -> None:
@@ -656,12 +277,15 @@ def zinc_fixture(mirror: Union[str, Path], split: str = 'val',
     edge_index = torch.from_numpy(arrays['edge_index'])
     bond = torch.from_numpy(arrays['bond_type'])
     y = torch.from_numpy(arrays['y'])
-    transform = ShortestPaths()
-    return [transform(Data(x=atom[nodes[g]:nodes[g + 1]].view(-1, 1),
-                           edge_index=edge_index[:, edges[g]:edges[g + 1]],
-                           edge_attr=bond[edges[g]:edges[g + 1]],
-                           y=y[g:g + 1]))
-            for g in range(len(nodes) - 1)[:limit]]
+    graphs = [Data(x=atom[nodes[g]:nodes[g + 1]].view(-1, 1),
+                   edge_index=edge_index[:, edges[g]:edges[g + 1]],
+                   edge_attr=bond[edges[g]:edges[g + 1]], y=y[g:g + 1])
+              for g in range(len(nodes) - 1)[:limit]]
+    paths = path_edges_many([g.edge_index for g in graphs],
+                            [g.num_nodes for g in graphs])
+    for g, (dist, edges) in zip(graphs, paths):  # as ShortestPaths stores
+        g.spd, g.path_edge = dist.short(), edges.short()
+    return graphs
 
 
 def graph_sizes(graphs) -> Tensor:

@@ -28,6 +28,9 @@ from torch import Tensor
 KEYS = ('mask', 'pos', 'pair_pos', 'path_pair', 'path_hop', 'path_edge',
         'order', 'token_batch', 'token_edge_index')
 PREFIX = 'layout_'
+# The max_dist a layout was built with (an int, or None: all hops); on a
+# PyG batch ``layout_max_dist``, absent for None.
+MAX_DIST = 'max_dist'
 
 
 def _starts(counts: Tensor) -> Tensor:
@@ -52,7 +55,7 @@ def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
             edges of each graph contiguous (as PyG batches them).
         spd (torch.Tensor): Flat shortest-path distances of every graph,
             :obj:`[P = sum_g n_g^2]` (row-major per graph, :obj:`-1`
-            unreachable), as :class:`~gnorm.data.molecules.ShortestPaths`
+            unreachable), as :class:`~gnorm.data.ShortestPaths`
             stores them.
         path_edge (torch.Tensor): Local edge ids along every pair's path,
             pair after pair, hops in order.
@@ -64,7 +67,8 @@ def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
             (default: :obj:`None`, all hops)
 
     Returns:
-        dict: int64 tensors (``mask`` bool):
+        dict: ``max_dist`` (as given: a model of a larger one refuses the
+        layout, :func:`check_max_dist`) and int64 tensors (``mask`` bool):
 
         * ``mask`` :obj:`[B, T]`: the valid dense tokens;
         * ``pos`` :obj:`[M]`: flat index in the dense :obj:`[B, T]` of
@@ -132,7 +136,25 @@ def token_layout(edge_index: Tensor, spd: Tensor, path_edge: Tensor,
     return {'mask': mask, 'pos': pos, 'pair_pos': pair_pos,
             'path_pair': path_pair, 'path_hop': path_hop, 'path_edge': edge,
             'order': order, 'token_batch': _rows(counts + 1, B + num_nodes),
-            'token_edge_index': node_rank[edge_index]}
+            'token_edge_index': node_rank[edge_index], MAX_DIST: max_dist}
+
+
+def check_max_dist(layout: Dict[str, Tensor], max_dist: int) -> None:
+    r"""Refuses a :obj:`layout` that keeps fewer than :obj:`max_dist` hops
+    of a path (one built with a smaller :obj:`max_dist`, or one that does
+    not record it): a model of multi-hop distance :obj:`max_dist` would
+    silently miss the others. One built with a larger :obj:`max_dist` (or
+    all hops) is read correctly: the model maps hops beyond its own to a
+    zero row."""
+    if MAX_DIST not in layout:
+        raise ValueError(f"a Graphormer of max_dist={max_dist} got a token "
+                         f"layout that records no max_dist; build it with "
+                         f"token_layout(..., max_dist={max_dist})")
+    built = layout[MAX_DIST]
+    if built is not None and built < max_dist:
+        raise ValueError(f"a Graphormer of max_dist={max_dist} got a token "
+                         f"layout built with max_dist={built} (it would miss "
+                         f"hops); build it with max_dist >= {max_dist}")
 
 
 def add_token_layout(batch, max_dist: Optional[int] = None):
@@ -141,8 +163,10 @@ def add_token_layout(batch, max_dist: Optional[int] = None):
     it; :func:`layout_of` reads it back."""
     layout = token_layout(batch.edge_index, batch.spd, batch.path_edge,
                           batch.batch, batch.num_graphs, max_dist)
-    for key, value in layout.items():
-        batch[PREFIX + key] = value
+    for key in KEYS:
+        batch[PREFIX + key] = layout[key]
+    if max_dist is not None:
+        batch[PREFIX + MAX_DIST] = max_dist
     return batch
 
 
@@ -151,4 +175,7 @@ def layout_of(batch) -> Optional[Dict[str, Tensor]]:
     :obj:`None`."""
     if PREFIX + KEYS[0] not in batch:
         return None
-    return {key: batch[PREFIX + key] for key in KEYS}
+    layout = {key: batch[PREFIX + key] for key in KEYS}
+    stored = PREFIX + MAX_DIST
+    layout[MAX_DIST] = batch[stored] if stored in batch else None
+    return layout
