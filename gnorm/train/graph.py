@@ -65,6 +65,7 @@ from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer, StackedGraphormer
 from gnorm.models.stacked_graphormer import STACKED_NORMS, runs_of
 from gnorm.models.token_layout import layout_of
+from gnorm.nn import SepNorm
 from gnorm.run_keys import drop_keys
 from gnorm.train.common import is_int, one_line, option, result_config
 from gnorm.train.epoch_log import CURVE, EpochLog
@@ -146,7 +147,22 @@ def check_config(cfg: DictConfig) -> None:
                           f"join (it reads the largest graph's size on the "
                           f"host); pass train.compile=false or norm=layernorm"
                           f" or sepnorm")
-    build_model(cfg)  # bad model or norm options, before the data loads
+    model = build_model(cfg)  # bad model or norm options, before the data
+    if t.batch_size < min_batch_graphs(model):
+        raise ConfigError(f"train.batch_size={t.batch_size} trains on one "
+                          f"graph per batch, and {option('norm', cfg.norm)} "
+                          f"normalises the graph token over the graphs of a "
+                          f"batch; pass train.batch_size >= 2 or "
+                          f"norm.virtual_norm=layer")
+
+
+def min_batch_graphs(model: torch.nn.Module) -> int:
+    r"""The fewest graphs a training batch of :obj:`model` may hold: 2
+    when a norm takes batch statistics over the graphs of a batch
+    (:class:`~gnorm.nn.SepNorm` with :obj:`virtual_norm="batch"`: the
+    graph tokens' BatchNorm), else 1."""
+    return 2 if any(isinstance(m, SepNorm) and m.virtual_norm == 'batch'
+                    for m in model.modules()) else 1
 
 
 def build_model(cfg: DictConfig) -> torch.nn.Module:
@@ -362,7 +378,8 @@ def run(cfgs, device: torch.device, results: List[Dict[str, Any]],
             describe(res, c, splits, model, world)
         model = one_model(models, cfgs, device)
         loaders = build_loaders(splits, cfg.train, data_seed(cfg), rank,
-                                world, device, cfg.model.max_dist)
+                                world, device, cfg.model.max_dist,
+                                min_batch_graphs(models[0]))
         training = build_training(cfg, model, device, rank, world,
                                   len(loaders.train),
                                   tuple(c.seed for c in cfgs))
