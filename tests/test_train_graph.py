@@ -500,6 +500,25 @@ def test_a_seed_alone_equals_the_seed_among_others(tmp_path):
     assert unclipped['curve']['loss'] != alone[0]['curve']['loss']
 
 
+@pytest.mark.parametrize('seeds', [[3], [0, 1, 2]])
+def test_dropout_masks_reuse_no_numbers_of_the_initial_weights(seeds):
+    r"""With train.data_seed, a run's dropout generator (CPU) does not
+    start where the weights of any run were drawn from (torch.manual_seed
+    of its seed): the first dropout mask is not made of the numbers that
+    drew the first weights."""
+    cfgs = [compose_train(*TINY, 'train.data_seed=7', 'model.dropout=0.1',
+                          f'seed={s}') for s in seeds]
+    model = graph.one_model([graph.init_model(c) for c in cfgs], cfgs,
+                            torch.device('cpu'))
+    drawn = [torch.rand(64, generator=g)
+             for g in graph._generators(model)]
+    for s in seeds:
+        torch.manual_seed(s)  # what the weights of seed s were drawn from
+        weights = torch.rand(64)
+        assert not any(torch.equal(weights, d) for d in drawn)
+    assert len({tuple(d.tolist()) for d in drawn}) == len(seeds)
+
+
 @needs_mirror
 def test_a_stack_resumes_from_its_checkpoints(tmp_path, monkeypatch):
     seeds = [0, 1]

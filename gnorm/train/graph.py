@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -80,6 +81,8 @@ _DATASET_META = ('name', 'default_split', 'task')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 # Norms that read a value of the batch on the host (no fullgraph compile).
 _HOST_NORMS = ('gnorm.nn.ContraNorm', 'gnorm.nn.DualContraNorm')
+# The SeedSequence key of the dropout generators (train.data_seed).
+_DROPOUT_KEY = 1
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -405,16 +408,28 @@ def init_model(cfg: DictConfig) -> torch.nn.Module:
     return build_model(cfg)
 
 
+def dropout_seed(seed: int) -> int:
+    r"""The seed of the dropout generator of the run of seed :obj:`seed`:
+    derived from it by :class:`numpy.random.SeedSequence` with a key of
+    its own, so that on the CPU its masks do not reuse the numbers that
+    drew the run's initial weights (:func:`torch.manual_seed` of
+    :obj:`seed`: the same generator and seed would give the same
+    numbers), nor another seed's."""
+    return int(np.random.SeedSequence(seed, spawn_key=(_DROPOUT_KEY, ))
+               .generate_state(1, np.uint64)[0])
+
+
 def one_model(models: List[torch.nn.Module], cfgs,
               device: torch.device) -> torch.nn.Module:
     r"""The model the updates train: the run's model, or with several runs
     their :class:`~gnorm.models.StackedGraphormer`. With
-    ``train.data_seed`` each run's dropout masks come from a generator
-    seeded with its seed."""
+    ``train.data_seed`` each run's dropout masks come from a generator of
+    its own, seeded with :func:`dropout_seed` of its seed."""
     if cfgs[0].train.get('data_seed') is None:
         (model, ) = models  # batch_key: runs without it train alone
         return model
-    generators = [torch.Generator(device).manual_seed(c.seed) for c in cfgs]
+    generators = [torch.Generator(device).manual_seed(dropout_seed(c.seed))
+                  for c in cfgs]
     if len(models) == 1:
         models[0].dropout_generator = generators[0]
         return models[0]
