@@ -1,5 +1,10 @@
+import datetime
 import errno
 import os
+import shutil
+import socket
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -185,3 +190,104 @@ def test_read_only_root(read_only, mirror):
     assert message.startswith(f'cannot write to {read_only}')
     assert 'pass data.root=' in message and '\n' not in message
     assert ('from the mirror' in message) == (mirror is not None)
+
+
+# --- Several processes preparing one dataset at once (torchrun) ---
+
+def _fake_mirror(root):
+    r"""A mirror of cora's raw files (made-up bytes) and of a tree of files
+    as ``molhiv``'s mirror folder has."""
+    rel = PYG_DATASETS['cora'][2]
+    (root / rel).mkdir(parents=True)
+    for i, f in enumerate(raw_files('cora')):
+        (root / rel / f).write_bytes(bytes([i]) * 5000)
+    (root / 'tree' / 'raw').mkdir(parents=True)
+    for f in ('a.csv', 'raw/b.csv'):
+        (root / 'tree' / f).write_bytes(f.encode() * 5000)
+
+
+def _copy(how, mirror, root):
+    from gnorm.data.molecules import _copy_tree
+    if how == 'tree':
+        _copy_tree(mirror / 'tree', root / 'tree')
+    else:
+        copy_from_mirror('cora', root, mirror)
+
+
+@pytest.mark.parametrize('how', ['tree', 'mirror'])
+def test_copies_at_once_do_not_collide(tmp_path, monkeypatch, how):
+    r"""A second process copies the same files while the first is between
+    writing its temporary file and renaming it: each renames a whole copy
+    of its own, and no temporary file stays."""
+    mirror, root = tmp_path / 'mirror', tmp_path / 'root'
+    _fake_mirror(mirror)
+    copyfile, nested = shutil.copyfile, []
+
+    def interrupted(src, dst, **kwargs):
+        out = copyfile(src, dst, **kwargs)
+        if not nested:  # the other process, all of it, right now
+            nested.append(1)
+            _copy(how, mirror, root)
+        return out
+    monkeypatch.setattr(shutil, 'copyfile', interrupted)
+    _copy(how, mirror, root)
+    assert nested
+    copied = sorted(p for p in root.rglob('*') if p.is_file())
+    assert not [p for p in copied if p.name.endswith('.tmp')]
+    for path in copied:
+        relative = path.relative_to(root)
+        assert path.read_bytes() == (mirror / relative).read_bytes()
+    assert len(copied) == (2 if how == 'tree' else len(raw_files('cora')))
+
+
+def _prepare_rank(rank, world, port, folder):
+    r"""Process :obj:`rank` of :obj:`world` (gloo): loads ``molhiv``
+    twice with a stand-in loader that records when it ran, the second time
+    failing in process 0; writes ``<folder>/<rank>_{ok,fail}.txt``."""
+    import gnorm.data.molecules as molecules
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group(
+        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+        world_size=world, timeout=datetime.timedelta(seconds=30))
+    for case in ('ok', 'fail'):
+        spans = []
+
+        def load_molhiv(root, mirror):
+            begin = time.time()
+            time.sleep(1.0)  # as processing takes a while
+            if case == 'fail' and rank == 0:
+                raise DataError('process 0 failed')
+            spans.append((begin, time.time()))
+            return torch.arange(10), {k: torch.arange(2) for k in
+                                      ('train', 'valid', 'test')}
+        molecules.load_molhiv = load_molhiv
+        torch.distributed.barrier()  # every process asks at once
+        try:
+            molecules.load_graph_dataset('molhiv', str(folder))
+            outcome = 'ok {} {}'.format(*spans[0])
+        except DataError as e:
+            outcome = str(e)
+        Path(folder, f'{rank}_{case}.txt').write_text(outcome)
+    torch.distributed.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_process_0_prepares_a_dataset_first(tmp_path):
+    r"""Under a process group, the other processes load the dataset after
+    process 0 has (it copied and processed the files; they read them), and
+    go on, to fail or not by themselves, when process 0 failed."""
+    torch.multiprocessing.spawn(_prepare_rank, args=(
+        2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    first, second = [(tmp_path / f'{r}_ok.txt').read_text() for r in (0, 1)]
+    first_end = float(first.split()[2])
+    second_begin = float(second.split()[1])
+    assert second_begin >= first_end
+    first, second = [(tmp_path / f'{r}_fail.txt').read_text()
+                     for r in (0, 1)]
+    assert first == 'process 0 failed' and second.startswith('ok')

@@ -391,5 +391,79 @@ def test_prepared_graph_equals_the_uncached_path(runs):
         again = [torch.Generator().manual_seed(r) for r in range(runs or 1)]
         assert torch.equal(model(x, graph, generators=seeds),
                            model(x, edge_index, generators=again))
-    with pytest.raises(ValueError, match=r'prepared for an input of shape'):
+    with pytest.raises(ValueError, match=r'prepared for 60 nodes, got an '
+                                         r'input of shape \[60, 20\]'):
         model(x[:, :20], graph)
+
+
+# --- A prepared graph computes on the input given to forward ---
+
+def _inputs_of_one_shape(kind, gen):
+    r"""An input :obj:`x1` to prepare the graph with and another one
+    :obj:`x2` of its shape, in float64: masked (fewer non-zeros), perturbed
+    (dense), sparse on a dense :obj:`x1`, or :obj:`x1` changed in place."""
+    x1 = _sparse_input(60, 40, gen).double()
+    if kind == 'masked':  # feature masking: a subset of x1's entries
+        return x1, x1 * (torch.rand(x1.shape, generator=gen) < 0.5)
+    if kind == 'perturbed':  # noise everywhere: a dense input
+        return x1, x1 + 0.1 * torch.randn(x1.shape, generator=gen,
+                                          dtype=x1.dtype)
+    if kind == 'dense_then_sparse':
+        return torch.randn(x1.shape, generator=gen, dtype=x1.dtype), x1
+    x2 = x1.clone()  # 'in_place': x1 itself, changed after prepare()
+    x2[x2 != 0] = torch.rand(int((x2 != 0).sum()), generator=gen,
+                             dtype=x2.dtype)
+    return x1, x2
+
+
+@pytest.mark.parametrize('train', [True, False])
+@pytest.mark.parametrize('runs', [None, 2])
+@pytest.mark.parametrize('kind', ['masked', 'perturbed', 'dense_then_sparse',
+                                  'in_place'])
+def test_prepared_graph_computes_on_the_input_given(kind, runs, train):
+    r"""forward(x2, prepare(x1)) is forward(x2, prepare(x2)): the first
+    layer reads the :obj:`x` given to forward, not the input the graph was
+    prepared with (sparse or dense, one or many runs, with dropout)."""
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = _inputs_of_one_shape(kind, gen)
+    edge_index = torch.randint(0, 60, (2, 240), generator=gen)
+    model = DeepGCN(40, 3, num_layers=3, hidden_channels=8, dropout=0.5,
+                    norm=functools.partial(ContraNorm, scale=0.5),
+                    runs=runs).double().train(train)
+    graph = model.prepare(x1, edge_index)
+    if kind == 'in_place':
+        x1.copy_(x2)
+        x2 = x1
+    expected = model(x2, model.prepare(x2.clone(), edge_index), generators=[
+        torch.Generator().manual_seed(r) for r in range(runs or 1)])
+    out = model(x2, graph, generators=[
+        torch.Generator().manual_seed(r) for r in range(runs or 1)])
+    assert torch.allclose(out, expected, rtol=0, atol=1e-12)
+
+
+def test_prepared_input_reuses_its_entries(monkeypatch):
+    r"""The training loop's calls (the prepared tensor, unchanged) find
+    no entries again: the sparse input path costs nothing per call."""
+    gen = torch.Generator().manual_seed(0)
+    x = _sparse_input(60, 40, gen)
+    edge_index = torch.randint(0, 60, (2, 240), generator=gen)
+    model = DeepGCN(40, 3, num_layers=2, hidden_channels=8, runs=2)
+    graph = model.prepare(x, edge_index)
+    assert graph.entries is not None
+    monkeypatch.setattr(model, '_input_entries', None)  # never called
+    for train in (True, False):
+        model.train(train)(x, graph)
+
+
+def test_prepared_graph_gives_the_input_its_gradient():
+    r"""Attribution on a prepared graph: an input that requires a gradient
+    (here the prepared tensor itself) gets it."""
+    gen = torch.Generator().manual_seed(0)
+    x = _sparse_input(60, 40, gen).double()
+    edge_index = torch.randint(0, 60, (2, 240), generator=gen)
+    model = DeepGCN(40, 3, num_layers=2, hidden_channels=8).double().eval()
+    graph = model.prepare(x, edge_index)
+    model(x.requires_grad_(), graph).sum().backward()
+    dense = x.detach().clone().requires_grad_()
+    model(dense, edge_index).sum().backward()
+    assert x.grad is not None and torch.allclose(x.grad, dense.grad)

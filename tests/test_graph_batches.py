@@ -1,7 +1,9 @@
 import pytest
 import torch
+from torch.utils.data import BatchSampler
+from torch.utils.data.distributed import DistributedSampler
 
-from gnorm.train.graph_batches import SizeBuckets
+from gnorm.train.graph_batches import JoinedBatches, SizeBuckets
 
 
 @pytest.mark.parametrize('world', [1, 3])
@@ -45,3 +47,48 @@ def test_size_buckets_give_every_rank_as_many_batches(world, per_rank):
     assert {i for b in batches for i in b} == set(range(1003))
     # The padding repeats whole batches, as few as needed.
     assert len(batches) - len(set(batches)) == world * per_rank - 63
+
+
+def _epoch(sampler, epoch=2):
+    sampler.set_epoch(epoch)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    return batches
+
+
+@pytest.mark.parametrize('graphs, chunk', [(33, 2), (33, 8), (1001, 8),
+                                           (17, 2)])
+def test_size_buckets_join_a_last_batch_of_one_graph(graphs, chunk):
+    r"""With min_graphs=2 the one-graph batch (33 = 4 * 8 + 1) joins the
+    batch before it; the other batches are those of min_graphs=1."""
+    sizes = torch.randint(2, 60, (graphs, ), generator=torch.Generator()
+                          .manual_seed(0))
+    plain = _epoch(SizeBuckets(sizes, 8, chunk, seed=1))
+    joined = _epoch(SizeBuckets(sizes, 8, chunk, seed=1, min_graphs=2))
+    assert sorted(len(b) for b in plain)[:1] == [1]
+    assert sorted(len(b) for b in joined) == [8] * (graphs // 8 - 1) + [9]
+    assert sorted(i for b in joined for i in b) == list(range(graphs))
+    rest = {tuple(b) for b in plain if len(b) == 8}
+    assert len(rest - {tuple(b) for b in joined}) == 1  # the one joined
+    # Batches without a one-graph remainder are those of min_graphs=1.
+    sizes = sizes[:-1]
+    assert _epoch(SizeBuckets(sizes, 8, chunk, seed=1, min_graphs=2)) == \
+        _epoch(SizeBuckets(sizes, 8, chunk, seed=1))
+
+
+@pytest.mark.parametrize('world', [1, 2, 3])
+def test_joined_batches_are_the_batch_sampler_s_but_the_last(world):
+    r"""The shuffled batches of each process: 33 graphs per process
+    (padded as DistributedSampler pads), the last graph joined to the last
+    batch; the others those of torch's BatchSampler."""
+    graphs = list(range(33 * world - (world - 1)))  # ceil(n / world) = 33
+    for rank in range(world):
+        sampler = DistributedSampler(graphs, num_replicas=world, rank=rank,
+                                     shuffle=True, seed=4)
+        sampler.set_epoch(3)
+        plain = list(BatchSampler(sampler, 8, drop_last=False))
+        joined = list(JoinedBatches(sampler, 8, min_graphs=2))
+        assert len(joined) == len(JoinedBatches(sampler, 8, 2)) == 4
+        assert joined[:3] == plain[:3]
+        assert joined[3] == plain[3] + plain[4] and len(plain[4]) == 1
+        assert list(JoinedBatches(sampler, 8, min_graphs=1)) == plain

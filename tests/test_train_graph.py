@@ -163,6 +163,10 @@ def test_lr_warmup_then_decay():
      r'train.compile=true compiles .* norm=contranorm cannot join'),
     (['dataset=zinc', 'model=graphormer', 'train.compile=maybe'],
      r'train.compile must be true or false'),
+    (['dataset=zinc', 'model=graphormer', 'norm=sepnorm',
+      'train.batch_size=1'],
+     r'train.batch_size=1 trains on one graph per batch, and norm=sepnorm '
+     r'normalises the graph token .*; pass train.batch_size >= 2'),
 ])
 def test_bad_config_gives_one_line(overrides, match):
     with pytest.raises(ConfigError, match=match) as info:
@@ -231,6 +235,37 @@ def test_bucketed_run_evaluates_like_a_shuffled_one(tmp_path):
     args = ('mae', torch.device('cpu'), False)
     assert graph.evaluate(model, ordered, *args)[0] == pytest.approx(
         graph.evaluate(model, plain, *args)[0], rel=1e-5)
+
+
+@needs_mirror
+@pytest.mark.parametrize('chunk', [0, 2])
+def test_a_last_batch_of_one_graph_trains_with_sepnorm(tmp_path, chunk,
+                                                       monkeypatch):
+    r"""33 training graphs in batches of 8 leave a last batch of one graph,
+    from which the graph token's BatchNorm takes no statistics: it joins
+    the batch before it, and the epoch trains on every graph."""
+    cfg = compose_train(*TINY, 'dataset.limit=33', 'train.batch_size=8',
+                        'train.epochs=1', f'train.bucket_chunk={chunk}')
+    assert cfg.norm.virtual_norm == 'batch'
+    seen = []
+    step = graph.Training.step
+
+    def spy(self, batch):
+        seen.append(batch.num_graphs)
+        return step(self, batch)
+    monkeypatch.setattr(graph.Training, 'step', spy)
+    results = train(cfg, output_dir=tmp_path)
+    assert results['status'] == 'ok'
+    assert sorted(seen) == [8, 8, 8, 9]
+
+
+@needs_mirror
+def test_too_few_training_graphs_for_sepnorm_give_one_line(tmp_path):
+    cfg = compose_train(*TINY, 'dataset.limit=1', 'train.batch_size=8')
+    with pytest.raises(ConfigError, match=r">= 2 graphs per training batch"
+                       r", but the run gets 1 training graph") as info:
+        train(cfg, output_dir=tmp_path)
+    assert '\n' not in str(info.value)
 
 
 def test_sepnorm_experiments_compose_with_their_table():
@@ -463,6 +498,25 @@ def test_a_seed_alone_equals_the_seed_among_others(tmp_path):
     assert alone[0]['curve']['loss'] != alone[1]['curve']['loss']
     unclipped = _runs(tmp_path, 'unclipped', [0])[0]
     assert unclipped['curve']['loss'] != alone[0]['curve']['loss']
+
+
+@pytest.mark.parametrize('seeds', [[3], [0, 1, 2]])
+def test_dropout_masks_reuse_no_numbers_of_the_initial_weights(seeds):
+    r"""With train.data_seed, a run's dropout generator (CPU) does not
+    start where the weights of any run were drawn from (torch.manual_seed
+    of its seed): the first dropout mask is not made of the numbers that
+    drew the first weights."""
+    cfgs = [compose_train(*TINY, 'train.data_seed=7', 'model.dropout=0.1',
+                          f'seed={s}') for s in seeds]
+    model = graph.one_model([graph.init_model(c) for c in cfgs], cfgs,
+                            torch.device('cpu'))
+    drawn = [torch.rand(64, generator=g)
+             for g in graph._generators(model)]
+    for s in seeds:
+        torch.manual_seed(s)  # what the weights of seed s were drawn from
+        weights = torch.rand(64)
+        assert not any(torch.equal(weights, d) for d in drawn)
+    assert len({tuple(d.tolist()) for d in drawn}) == len(seeds)
 
 
 @needs_mirror

@@ -29,7 +29,6 @@ layout are never read.
 import contextlib
 import importlib
 import os
-import shutil
 import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -41,6 +40,7 @@ from torch_geometric.data import Data
 from torch_geometric.datasets import ZINC
 from torch_geometric.io import fs
 
+from gnorm.data._files import copy_file, one_process_first
 from gnorm.data.paths import (ShortestPaths, add_shortest_paths,
                               path_edges_many)
 from gnorm.errors import ConfigError, DataError
@@ -133,15 +133,14 @@ def _full_torch_load():
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
-    r"""Copies the files of :obj:`src` that :obj:`dst` lacks (through a
-    temporary name, so an interrupted copy leaves no truncated file)."""
+    r"""Copies the files of :obj:`src` that :obj:`dst` lacks, each through
+    a temporary file of its own (:func:`~gnorm.data._files.copy_file`: no
+    truncated file, and processes copying at once do not collide)."""
     for path in sorted(src.rglob('*')):
         target = dst / path.relative_to(src)
         if path.is_file() and not target.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f'.{target.name}.tmp')
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, target)
+            copy_file(path, target)
 
 
 def _mirror(mirror: Union[str, Path, None]) -> Optional[Path]:
@@ -305,12 +304,16 @@ def load_graph_dataset(name: str, root: Union[str, Path] = 'data',
                        ) -> Dict[str, object]:
     r"""The ``train`` / ``valid`` / ``test`` graphs of dataset :obj:`name`
     (one of :obj:`GRAPH_DATASETS`); :obj:`subset` is for ``zinc``,
-    :obj:`limit` (graphs per split) for ``zinc_fixture`` only."""
+    :obj:`limit` (graphs per split) for ``zinc_fixture`` only. Under a
+    process group (``torchrun``), process 0 copies and processes the
+    files into :obj:`root` first, and the others then read them
+    (:func:`~gnorm.data._files.one_process_first`)."""
     if name not in GRAPH_DATASETS:
         raise ConfigError(f"unknown graph dataset {name!r}; pass one of "
                           f"{', '.join(GRAPH_DATASETS)}")
     if name == 'zinc':
-        return load_zinc(root, mirror, subset)
+        with one_process_first():
+            return load_zinc(root, mirror, subset)
     if name == 'zinc_fixture':
         mirror = _mirror(mirror)
         if mirror is None:
@@ -319,5 +322,6 @@ def load_graph_dataset(name: str, root: Union[str, Path] = 'data',
         test = zinc_fixture(mirror, 'test', limit)
         return {'train': zinc_fixture(mirror, 'val', limit), 'valid': test,
                 'test': test}
-    dataset, split = load_molhiv(root, mirror)
+    with one_process_first():
+        dataset, split = load_molhiv(root, mirror)
     return {k: dataset[split[k]] for k in ('train', 'valid', 'test')}

@@ -30,8 +30,6 @@ import contextlib
 import errno
 import io
 import math
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Optional, Tuple, Union
@@ -42,6 +40,7 @@ from torch_geometric.data import Data
 from torch_geometric.datasets import Planetoid, WikipediaNetwork
 from torch_geometric.utils import to_undirected as _to_undirected
 
+from gnorm.data._files import copy_file, one_process_first
 from gnorm.errors import ConfigError, DataError
 
 _PLANETOID = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
@@ -84,8 +83,10 @@ def copy_from_mirror(name: str, root: Union[str, Path],
                      mirror: Union[str, Path]) -> int:
     r"""Copies the raw files of dataset :obj:`name` that :obj:`root` lacks
     from :obj:`mirror` (same layout as :obj:`root`); returns how many were
-    copied. Each file is copied to a temporary name first, so an interrupted
-    copy never leaves a truncated raw file behind."""
+    copied. Each file is copied to a temporary file of its own first
+    (:func:`~gnorm.data._files.copy_file`), so an interrupted copy never
+    leaves a truncated raw file behind and processes copying at once do
+    not collide."""
     rel = PYG_DATASETS[name][2]
     src, dst = Path(mirror) / rel, Path(root) / rel
     missing = [f for f in raw_files(name) if not (dst / f).is_file()]
@@ -98,9 +99,7 @@ def copy_from_mirror(name: str, root: Union[str, Path],
             f"them")
     dst.mkdir(parents=True, exist_ok=True)
     for f in missing:
-        tmp = dst / f'.{f}.tmp'
-        shutil.copyfile(src / f, tmp)
-        os.replace(tmp, dst / f)
+        copy_file(src / f, dst / f)
     return len(missing)
 
 
@@ -125,8 +124,9 @@ def _writing_to(root: Path, mirror: Optional[Path]):
 
 def _pyg_dataset(name: str, root: Path, mirror: Optional[Path]) -> Data:
     r"""The single graph of a PyG dataset, its raw files copied from
-    :obj:`mirror` or else downloaded by PyG."""
-    with _writing_to(root, mirror):
+    :obj:`mirror` or else downloaded by PyG (under a process group, by
+    process 0 first: :func:`~gnorm.data._files.one_process_first`)."""
+    with _writing_to(root, mirror), one_process_first():
         return _load_pyg_dataset(name, root, mirror)
 
 

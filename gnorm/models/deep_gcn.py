@@ -104,14 +104,26 @@ class Graph(NamedTuple):
     r"""What :class:`DeepGCN` derives from a graph once, checked, and
     reuses in every layer and every call: the propagation matrix, the
     :class:`~gnorm.nn.contra_norm.MaskedPairs` of norms that take them
-    (else :obj:`None`) and the sparse entries of a sparse input (else
-    :obj:`None`). Made by :meth:`DeepGCN.prepare`; pass it to
-    :meth:`DeepGCN.forward` in place of :obj:`edge_index`, e.g. into a
+    (else :obj:`None`) and its number of nodes. Made by
+    :meth:`DeepGCN.prepare`; pass it to :meth:`DeepGCN.forward` in place of
+    :obj:`edge_index`, with any input of :obj:`num_nodes` rows, e.g. into a
     compiled step (it holds no sparse tensor when prepared with
-    :obj:`csr=False`)."""
+    :obj:`csr=False`).
+
+    With :obj:`csr=True` it also keeps the sparse entries of the input it
+    was prepared with (:obj:`entries`, :obj:`None` for a dense input), for
+    that very tensor only: :obj:`input` and its version counter
+    :obj:`version` (an in-place change bumps it). :meth:`DeepGCN.forward`
+    uses them when it gets this tensor, unchanged and without gradient
+    (an identity test: no value read, no host round-trip), and finds the
+    entries of any other input anew, so it always computes on the input it
+    is given."""
     propagation: Union[SparsePair, EdgeList]
     pairs: Optional[MaskedPairs]
     entries: Optional[Tuple[Any, ...]]
+    num_nodes: int
+    input: Optional[Tensor] = None
+    version: int = 0
 
 
 def propagate(matrix: Union[SparsePair, EdgeList], x: Tensor) -> Tensor:
@@ -463,15 +475,15 @@ class DeepGCN(torch.nn.Module):
     def prepare(self, x: Tensor, edge_index: Tensor, batch: OptTensor = None,
                 batch_size: Optional[int] = None, csr: bool = True,
                 ) -> Graph:
-        r"""The :class:`Graph` of :obj:`edge_index` (and :obj:`batch`) and
-        of the input :obj:`x`, its inputs checked: a training loop on one
-        graph prepares it once and passes it to :meth:`forward` in place of
-        :obj:`edge_index`, so that it is derived once, not in every layer
-        and epoch. It holds the sparse entries of :obj:`x`: pass it with
-        this :obj:`x` only (prepare again for another input or graph).
-        With :obj:`csr=False`, the propagation is an :class:`EdgeList` and
-        a sparse input is used dense (no sparse tensor: for
-        :func:`torch.compile`)."""
+        r"""The :class:`Graph` of :obj:`edge_index` (and :obj:`batch`),
+        its inputs checked: a training loop on one graph prepares it once
+        and passes it to :meth:`forward` in place of :obj:`edge_index`, so
+        that it is derived once, not in every layer and epoch. :obj:`x`
+        gives the number of nodes and the type of the edge weights; the
+        sparse entries of :obj:`x` are kept for calls with this very tensor
+        (any other input's are found at its call). With :obj:`csr=False`,
+        the propagation is an :class:`EdgeList` and every input is used
+        dense (no sparse tensor: for :func:`torch.compile`)."""
         num_nodes = x.size(-2)
         check_edge_index(self, edge_index, num_nodes, values=True)
         check_batch(self, batch, num_nodes, batch_size, values=True)
@@ -482,8 +494,25 @@ class DeepGCN(torch.nn.Module):
         pairs = None
         if any(self._takes_pairs):
             pairs = masked_pairs(edge_index, num_nodes, batch, batch_size)
-        entries = self._input_entries(x) if csr else None
-        return Graph(matrix, pairs, entries)
+        if not csr:
+            return Graph(matrix, pairs, None, num_nodes)
+        return Graph(matrix, pairs, self._input_entries(x), num_nodes, x,
+                     x._version)
+
+    def _for_input(self, graph: Graph, x: Tensor) -> Graph:
+        r""":obj:`graph` with the sparse entries of :obj:`x`: those it
+        keeps if :obj:`x` is the tensor it was prepared with, unchanged and
+        without gradient, else found now (none with :obj:`csr=False`)."""
+        if x.size(-2) != graph.num_nodes or x.size(-1) != self.in_channels:
+            raise ValueError(f"{self}: its graph was prepared for "
+                             f"{graph.num_nodes} nodes, got an input of "
+                             f"shape {list(x.shape)}; pass "
+                             f"[{graph.num_nodes}, {self.in_channels}] or "
+                             f"prepare() the graph of this input")
+        if graph.input is None or (graph.input is x and not x.requires_grad
+                                   and graph.version == x._version):
+            return graph
+        return graph._replace(entries=self._input_entries(x), input=None)
 
     def _graph_of(self, x: Tensor, edge_index: Tensor, batch: OptTensor,
                   batch_size: Optional[int]) -> Graph:
@@ -494,9 +523,9 @@ class DeepGCN(torch.nn.Module):
             return self.prepare(x, edge_index, batch, batch_size)
         if self._cached_graph is None:
             graph = self.prepare(x, edge_index, batch, batch_size)
-            self._cached_graph = graph._replace(entries=None)
+            self._cached_graph = graph._replace(entries=None, input=None)
             return graph
-        nodes = self._cached_graph.propagation.matrix.size(0)
+        nodes = self._cached_graph.num_nodes
         if nodes != x.size(-2):
             raise ValueError(f"{self}: its cached graph has {nodes} nodes, "
                              f"the input {x.size(-2)}; pass cached=False "
@@ -574,8 +603,8 @@ class DeepGCN(torch.nn.Module):
             x (torch.Tensor): Node features :obj:`[num_nodes, in_channels]`
                 (shared by all runs).
             edge_index (torch.Tensor): Edges :obj:`[2, num_edges]`, or
-                their :class:`Graph` from :meth:`prepare` for this
-                :obj:`x` (used as it is).
+                their :class:`Graph` from :meth:`prepare` (used as it is,
+                with any :obj:`x` of its number of nodes).
             batch (torch.Tensor, optional): Graph of each node, handed to the
                 norms. (default: :obj:`None`)
             batch_size (int, optional): Number of graphs.
@@ -596,14 +625,7 @@ class DeepGCN(torch.nn.Module):
             raise ValueError(f"{self}: got {len(generators)} generators; "
                              f"pass one per run")
         if isinstance(edge_index, Graph):
-            graph, edge_index = edge_index, None
-            if (graph.entries is not None
-                    and graph.entries[2].matrix.shape != x.shape):
-                raise ValueError(f"{self}: its graph was prepared for an "
-                                 f"input of shape "
-                                 f"{list(graph.entries[2].matrix.shape)}, "
-                                 f"got {list(x.shape)}; prepare() it for "
-                                 f"this input")
+            graph, edge_index = self._for_input(edge_index, x), None
         else:
             graph = self._graph_of(x, edge_index, batch, batch_size)
         inputs = dict(batch=batch, batch_size=batch_size,

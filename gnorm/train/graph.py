@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -64,6 +65,7 @@ from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN, Graphormer, StackedGraphormer
 from gnorm.models.stacked_graphormer import STACKED_NORMS, runs_of
 from gnorm.models.token_layout import layout_of
+from gnorm.nn import SepNorm
 from gnorm.run_keys import batch_key as runs_key, check_resume, world_size
 from gnorm.train.common import is_int, one_line, option
 from gnorm.train.epoch_log import CURVE, EpochLog
@@ -80,6 +82,8 @@ _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
 _HOST_NORMS = ('gnorm.nn.ContraNorm', 'gnorm.nn.DualContraNorm')
 # The keys each run of a StackedGraphormer has its own value of (batch_key).
 STACKED_KEYS = ('seed', 'tag')
+# The SeedSequence key of the dropout generators (train.data_seed).
+_DROPOUT_KEY = 1
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -147,7 +151,22 @@ def check_config(cfg: DictConfig) -> None:
                           f"join (it reads the largest graph's size on the "
                           f"host); pass train.compile=false or norm=layernorm"
                           f" or sepnorm")
-    build_model(cfg)  # bad model or norm options, before the data loads
+    model = build_model(cfg)  # bad model or norm options, before the data
+    if t.batch_size < min_batch_graphs(model):
+        raise ConfigError(f"train.batch_size={t.batch_size} trains on one "
+                          f"graph per batch, and {option('norm', cfg.norm)} "
+                          f"normalises the graph token over the graphs of a "
+                          f"batch; pass train.batch_size >= 2 or "
+                          f"norm.virtual_norm=layer")
+
+
+def min_batch_graphs(model: torch.nn.Module) -> int:
+    r"""The fewest graphs a training batch of :obj:`model` may hold: 2
+    when a norm takes batch statistics over the graphs of a batch
+    (:class:`~gnorm.nn.SepNorm` with :obj:`virtual_norm="batch"`: the
+    graph tokens' BatchNorm), else 1."""
+    return 2 if any(isinstance(m, SepNorm) and m.virtual_norm == 'batch'
+                    for m in model.modules()) else 1
 
 
 def build_model(cfg: DictConfig) -> torch.nn.Module:
@@ -361,7 +380,8 @@ def run(cfgs, device: torch.device, results: List[Dict[str, Any]],
             describe(res, c, splits, model, world)
         model = one_model(models, cfgs, device)
         loaders = build_loaders(splits, cfg.train, data_seed(cfg), rank,
-                                world, device, cfg.model.max_dist)
+                                world, device, cfg.model.max_dist,
+                                min_batch_graphs(models[0]))
         training = build_training(cfg, model, device, rank, world,
                                   len(loaders.train),
                                   tuple(c.seed for c in cfgs))
@@ -387,16 +407,28 @@ def init_model(cfg: DictConfig) -> torch.nn.Module:
     return build_model(cfg)
 
 
+def dropout_seed(seed: int) -> int:
+    r"""The seed of the dropout generator of the run of seed :obj:`seed`:
+    derived from it by :class:`numpy.random.SeedSequence` with a key of
+    its own, so that on the CPU its masks do not reuse the numbers that
+    drew the run's initial weights (:func:`torch.manual_seed` of
+    :obj:`seed`: the same generator and seed would give the same
+    numbers), nor another seed's."""
+    return int(np.random.SeedSequence(seed, spawn_key=(_DROPOUT_KEY, ))
+               .generate_state(1, np.uint64)[0])
+
+
 def one_model(models: List[torch.nn.Module], cfgs,
               device: torch.device) -> torch.nn.Module:
     r"""The model the updates train: the run's model, or with several runs
     their :class:`~gnorm.models.StackedGraphormer`. With
-    ``train.data_seed`` each run's dropout masks come from a generator
-    seeded with its seed."""
+    ``train.data_seed`` each run's dropout masks come from a generator of
+    its own, seeded with :func:`dropout_seed` of its seed."""
     if cfgs[0].train.get('data_seed') is None:
         (model, ) = models  # batch_key: runs without it train alone
         return model
-    generators = [torch.Generator(device).manual_seed(c.seed) for c in cfgs]
+    generators = [torch.Generator(device).manual_seed(dropout_seed(c.seed))
+                  for c in cfgs]
     if len(models) == 1:
         models[0].dropout_generator = generators[0]
         return models[0]
