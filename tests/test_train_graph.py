@@ -20,6 +20,7 @@ import gnorm.train.graph as graph
 from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
+from gnorm.results import aggregate, load_runs
 from gnorm.train import check_choices, check_config, train
 from gnorm.train.run import train_runs
 from conftest import MIRROR, compose_train, needs_mirror
@@ -463,6 +464,58 @@ def test_ddp_ranks_with_unequal_buckets_finish_or_fail_together(tmp_path,
     assert nan[0].startswith('TrainingError: the training loss became nan '
                              'at epoch 1 (seen at update 4/')
 
+
+
+def _world_of_2(rank, world, port, folder, overrides):
+    r"""Process :obj:`rank` of 2 (gloo, CPU): asks to resume the 1-process
+    run in ``one`` and the 1-process checkpoint in ``cut``, then trains
+    ``two``; writes each outcome to ``<folder>/<name>_<rank>.txt``."""
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                      RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group(
+        'gloo', rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=30))
+    for name, extra in (('one', ['resume=true']), ('cut', ['resume=true']),
+                        ('two', [])):
+        try:
+            train(compose_train(*overrides, *extra),
+                  output_dir=Path(folder) / name)
+            outcome = 'ok'
+        except Exception as e:
+            outcome = f'{type(e).__name__}: {e}'
+        (Path(folder) / f'{name}_{rank}.txt').write_text(outcome)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+@needs_mirror
+def test_two_processes_are_another_result_than_one(tmp_path):
+    overrides = [*TINY, 'train.epochs=2']
+    train(compose_train(*overrides), output_dir=tmp_path / 'one')
+    # A checkpoint of one process, its run unfinished.
+    (tmp_path / 'cut').mkdir()
+    (tmp_path / 'cut' / 'checkpoint.pt').write_bytes(
+        (tmp_path / 'one' / 'checkpoint.pt').read_bytes())
+    torch.multiprocessing.spawn(
+        _world_of_2, args=(2, _free_port(), str(tmp_path), overrides),
+        nprocs=2, join=True)
+
+    def outcomes(name):
+        return {(tmp_path / f'{name}_{r}.txt').read_text() for r in (0, 1)}
+    (one, ) = outcomes('one')
+    assert one.startswith('ConfigError: ') and one.endswith(
+        'holds a finished run of another config (world_size 1 vs 2: '
+        'another number of processes); pass resume=false or another output '
+        'folder')
+    (cut, ) = outcomes('cut')
+    assert cut.startswith('ConfigError: ') and \
+        'checkpoint.pt belongs to another config (world_size 1 vs 2' in cut
+    assert outcomes('two') == {'ok'}
+    rows = aggregate(load_runs(tmp_path / 'one', tmp_path / 'two'),
+                     ['world_size'], ['test_metric'])
+    assert [(r['world_size'], r['runs']) for r in rows] == [(1, 1), (2, 1)]
 
 
 def _runs(tmp_path, name, seeds, *overrides):
