@@ -751,6 +751,13 @@ def _coverage(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
             f"; rows {listed('row')}; depths {listed('layers')}.")
 
 
+def set_name(name: str, sets: Sequence[str]) -> str:
+    r"""The name of the runs or report of :obj:`name` with the overrides
+    :obj:`sets`: ``table3_fair+train.epochs=50`` (``/`` becomes ``_``);
+    :obj:`name` itself without overrides."""
+    return name + ''.join(f"+{s.replace('/', '_')}" for s in sets)
+
+
 def write_report(protocol: str, spec: Dict[str, Any],
                  records: List[Dict[str, Any]], counted: List[Dict],
                  sets: Sequence[str], runs_dir: Path, out: Path,
@@ -760,7 +767,7 @@ def write_report(protocol: str, spec: Dict[str, Any],
     the path of the ``.md``. The files depend on the records, runs and
     table only (no date, no command line of the call): the same runs give
     the same bytes, and a file that would not change is not rewritten."""
-    name = spec['name'] + ''.join(f"+{s.replace('/', '_')}" for s in sets)
+    name = set_name(spec['name'], sets)
     out.mkdir(parents=True, exist_ok=True)
     columns = ['dataset', 'row', 'layers', 'selection', 'setting',
                'settings_run', 'settings', 'runs', 'expected', 'cell_runs',
