@@ -273,6 +273,10 @@ def test_a_note_without_layers_covers_every_depth():
     flag = {'rows': ['contranorm'], 'paper_stds': 2}
     notes = table3.read_notes(ROOT / table3.table_spec('fair')['notes'])
     assert 'not comparable' in notes['cora', 'contranorm', None]
+    # Both the paper's text (60/20/20) and the authors' code (public split).
+    assert "The paper's Setup paragraph (Section 4.3) says it used 60/20/20 " \
+        "splits too, but the authors' published GCN code trains on the " \
+        'public split' in notes['cora', 'contranorm', None]
     record, = table3.summarise([cell], found, paper, flag, notes)
     assert record['note'] == notes['cora', 'contranorm', None]
     # A line for the depth itself wins over the line for every depth.
