@@ -72,6 +72,24 @@ def _quoted(name):
                               readme, re.S).group(1).split())
 
 
+def test_readme_says_how_complete_the_fair_table_is():
+    r"""The README's line for ``table3_fair.md`` quotes the report's count
+    of complete, partial and missing cells, and calls the table not
+    finished while cells are partial or missing."""
+    report = (ROOT / 'experiments' / 'results' / 'table3_fair.md'
+              ).read_text()
+    done, cells, partial, missing = re.search(
+        r'\*\*(\d+) of (\d+) cells complete\*\* \(every setting of the '
+        r'grid run with every seed\), (\d+) partial, (\d+) missing',
+        report).groups()
+    assert _quoted('table3-fair-cells') == (
+        f'{done} of {cells} cells complete, {partial} partial, {missing} '
+        f'missing')
+    line = next(row for row in (ROOT / 'README.md').read_text().splitlines()
+                if row.startswith('| [table3_fair.md]'))
+    assert ('not finished' in line) == (done != cells)
+
+
 def _numbers(text):
     return re.findall(r'\d+(?:\.\d+)?', text)
 
