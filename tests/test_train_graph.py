@@ -40,6 +40,12 @@ def _without_time(curve):
     return {k: v for k, v in curve.items() if k != 'time_s'}
 
 
+def _as_csv(curve):
+    r""":obj:`curve` without times, rounded as ``metrics.csv`` rounds."""
+    return {k: [epoch_log.csv_value(v) for v in values]
+            for k, values in _without_time(curve).items()}
+
+
 @needs_mirror
 def test_train_graph_writes_results(tmp_path):
     results = train(compose_train(*TINY), output_dir=tmp_path)
@@ -63,7 +69,7 @@ def test_train_graph_writes_results(tmp_path):
         curve['val_metric'][best - 1], abs=1e-6)
     assert math.isfinite(results['test_loss']) and 'test_loss' not in curve
     assert curve['val_metric'][-1] < curve['val_metric'][0]  # it learns
-    assert _csv_curve(tmp_path) == _without_time(curve)
+    assert _csv_curve(tmp_path) == _as_csv(curve)
 
 
 def _csv_curve(folder):
@@ -109,7 +115,7 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
     assert resumed['resumed_from_epoch'] == 2
     assert _without_time(resumed['curve']) == _without_time(full['curve'])
     # metrics.csv holds each epoch once, as the uninterrupted run's.
-    assert _csv_curve(tmp_path / 'cut') == _without_time(full['curve'])
+    assert _csv_curve(tmp_path / 'cut') == _as_csv(full['curve'])
     assert resumed['test_metric'] == full['test_metric']
 
     # A checkpoint of another config is refused.
