@@ -281,6 +281,32 @@ def test_sepnorm_report_is_generated_from_runs(tmp_path):
     assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
 
 
+class _CustomNorm(torch.nn.Module):
+    r"""A user's norm with a submodule: torch's repr spans lines."""
+    def __init__(self, channels):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(channels)
+
+    def forward(self, x, *args, **kwargs):
+        return x + 0 * self.bn.weight.sum()
+
+
+def test_the_model_is_logged_on_one_line(caplog):
+    r"""``train.log`` gets the model on one line, even with a custom norm
+    whose repr spans several."""
+    cfg = compose_train(*TINY)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), _CustomNorm(4))
+    assert '\n' in str(model)
+    results = {}
+    with caplog.at_level(logging.INFO, logger=graph.log.name):
+        graph.describe(results, cfg, {'train': [0] * 3, 'valid': [0],
+                                      'test': [0]}, model, 1)
+    line, = [r.getMessage() for r in caplog.records
+             if 'model' in r.getMessage()]
+    assert '\n' not in line and '(bn): BatchNorm1d(4, eps=1e-05' in line
+    assert line.startswith('zinc_fixture: 3/1/1 graphs; model Sequential(')
+
+
 @pytest.mark.parametrize('metric,shown', [
     ('rocauc', 'rocauc val 78.00% test 75.50%'),  # a fraction, in %
     ('mae', 'mae val 0.7800 test 0.7550'),          # as it is

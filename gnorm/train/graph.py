@@ -69,7 +69,7 @@ from gnorm.run_keys import drop_keys
 from gnorm.train.common import is_int, one_line, option, result_config
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import Loaders, build_loaders
-from gnorm.train.progress import Progress, shown
+from gnorm.train.progress import Progress, on_one_line, shown
 
 log = logging.getLogger(__name__)
 
@@ -459,8 +459,8 @@ def describe(results: Dict[str, Any], cfg: DictConfig,
     if cfg.norm._target_.endswith('Identity'):
         log.warning('norm=none: the Graphormer runs without normalisation')
     log.info('%s: %s graphs; model %s on %s', name,
-             '/'.join(str(len(s)) for s in splits.values()), model,
-             next(model.parameters()).device)
+             '/'.join(str(len(s)) for s in splits.values()),
+             on_one_line(model), next(model.parameters()).device)
     results.update({
         'dataset': {'name': name, 'split': cfg.split, 'split_sizes': [
             len(splits[k]) for k in ('train', 'valid', 'test')]},
