@@ -30,6 +30,11 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 autodoc_member_order = 'bysource'
 autodoc_typehints = 'none'  # the signatures show the defaults; types are in Args:
+# Defaults as the source spells them (conf_dir=CONF_DIR), not their value
+# on the build machine (PosixPath('/home/.../conf')).
+autodoc_preserve_defaults = True
+# Command lines are pasted: keep -- and quotes as typed (no en dash).
+smartquotes = False
 autodoc_default_options = {'members': True, 'show-inheritance': False}
 
 exclude_patterns = ['_build']

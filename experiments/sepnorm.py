@@ -14,14 +14,25 @@ values and the numbers reported elsewhere are the ``table:`` section of
 ``conf/experiment/<experiment>.yaml``. Each (row, seed) is one ``python -m
 gnorm.train`` run into ``experiments/runs/<experiment>/<row>/seed_<seed>``
 (``--runs``): all rows of seed 0 first, so an interrupted table has whole
-rows with fewer seeds. Interrupt at any time: finished runs are kept, an
-unfinished one continues from its checkpoint (``resume=true``). Extra
-``key=value`` arguments go to every run (and name a separate runs folder
-only through ``--runs``). The report (``--out``, default
-``experiments/results``) covers every row of the table whatever ``--rows``
-and ``--seeds`` ran, and depends on the runs only (no date, no command
-line), so the same runs give the same bytes: ``<experiment>.{md,csv}``
-and ``<experiment>_val.png``. The report reads each SepNorm row against
+rows with fewer seeds. A (row, seed) counts as done only if its folder
+holds a finished run of the config it asks for (the same run by
+:func:`gnorm.run_keys.result_config`, as ``resume=true`` decides); a folder
+holding a finished run of another config is an error, never overwritten.
+Interrupt at any time: finished runs are kept, an unfinished one continues
+from its checkpoint (``resume=true``). ``--dry-run`` prints what would run
+and writes nothing.
+
+Extra ``key=value`` arguments go to every run and make runs of their own,
+kept apart as ``table3.py --set`` keeps them: the runs go to
+``experiments/runs/<experiment>+<key=value>...`` (``--runs``) and the
+report, named the same, to ``<runs>-report`` (``--out``); keys that change
+nothing a run computes (``threads``, ``data.mirror``...) name no folder.
+The committed report (``experiments/results/<experiment>.{md,csv}`` and
+``<experiment>_val.png``) is written only from the committed runs without
+overrides. A report covers every row of the table whatever ``--rows`` and
+``--seeds`` ran, and depends on the runs only (no date; its recipe and
+settings are read from the runs' recorded configs, not from the command
+line), so the same runs give the same bytes. The report reads each SepNorm row against
 ShareNorm seed by seed: the difference in test ROC-AUC at the best
 validation epoch for every seed both rows finished, its mean and 95 %
 t interval (n − 1 degrees of freedom), and a sentence: better, worse, or
@@ -47,8 +58,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.results import (  # noqa: E402
-    load_runs, machines, mean_std, value, write_records)
+    NOT_CONFIG_KEYS, load_runs, machines, mean_std, value, write_records)
+from gnorm.run_keys import ADDED_KEYS  # noqa: E402
+from experiments.table3 import set_name  # noqa: E402
 
+RUNS = ROOT / 'experiments' / 'runs'
+RESULTS = ROOT / 'experiments' / 'results'
 RECIPES = {'cpu': 'sepnorm_molhiv_cpu', 'long': 'sepnorm_molhiv_cpu_long',
            'slim': 'sepnorm_molhiv'}
 MIN_SEEDS = 5  # paired seeds a row needs before the report reads it
@@ -112,27 +127,72 @@ def label(row: str) -> str:
             f'{virtual.upper()}, nodes {token.upper()})')
 
 
-def recipe(cfg) -> str:
-    r"""The training recipe of :obj:`cfg`, in words, read from it."""
-    m, t = cfg.model, cfg.train
-    precision = ('bf16 autocast on CUDA (fp32 on CPU)'
-                 if t.precision == 'bf16' else 'fp32')
+def precision(config: Dict[str, Any], device: Optional[str]) -> str:
+    r"""The arithmetic of a run of :obj:`config` on :obj:`device` (both as
+    its ``results.json`` records them): ``fp32``, or ``bf16 autocast on
+    the CPU`` (graph runs autocast on every device). A config without
+    ``train.precision`` ran in fp32 (:data:`gnorm.run_keys.ADDED_KEYS`)."""
+    kind = value({'config': config}, 'train.precision',
+                 ADDED_KEYS['train.precision'])
+    if kind != 'bf16':
+        return str(kind)
+    where = ('the CPU' if str(device).startswith('cpu') else
+             str(device).split(':')[0].upper() if device else 'an unrecorded '
+             'device')
+    return f'bf16 autocast on {where}'
+
+
+def recipe(config: Dict[str, Any], device: Optional[str]) -> str:
+    r"""The training recipe of a run of :obj:`config` on :obj:`device`
+    (as its ``results.json`` records them), in words; ``?`` for a setting
+    the config does not record."""
+    def get(key, fmt=str):
+        v = value({'config': config}, key)
+        return '?' if v is None else fmt(v)
+
+    def g(v):
+        return f'{v:g}'
+    chunk = value({'config': config}, 'train.bucket_chunk')
     bucket = (f', batches of similar-size molecules (chunks of '
-              f'{t.bucket_chunk} batches; so the BN of the SepNorm rows '
+              f'{chunk} batches; so the BN of the SepNorm rows '
               f'trains on batch statistics of similar-size molecules and '
               f'evaluates with running averages over all sizes, a handicap '
               f'the paper\'s shuffled batches do not have)'
-              if t.bucket_chunk else ', uniformly shuffled batches')
-    return (f'Graphormer, {cfg.layers} layers, hidden {m.hidden_channels}, '
-            f'{m.num_heads} heads, FFN {m.ffn_channels}, multi-hop max '
-            f'distance {m.max_dist}, dropout {m.dropout} / input '
-            f'{m.input_dropout} / attention {m.attention_dropout}; AdamW lr '
-            f'{t.lr:g} (weight decay {t.weight_decay:g}) after '
-            f'{t.warmup_steps} warmup updates, decay to {t.end_lr:g} over '
-            f'{t.epochs} epoch{"s" if t.epochs != 1 else ""} of batch '
-            f'{t.batch_size}{bucket}, gradient '
-            f'clip {t.grad_clip:g}, {precision}, '
+              if chunk else ', uniformly shuffled batches')
+    epochs = value({'config': config}, 'train.epochs')
+    return (f"Graphormer, {get('layers')} layers, hidden "
+            f"{get('model.hidden_channels')}, {get('model.num_heads')} "
+            f"heads, FFN {get('model.ffn_channels')}, multi-hop max "
+            f"distance {get('model.max_dist')}, dropout "
+            f"{get('model.dropout')} / input {get('model.input_dropout')} / "
+            f"attention {get('model.attention_dropout')}; AdamW lr "
+            f"{get('train.lr', g)} (weight decay "
+            f"{get('train.weight_decay', g)}) after "
+            f"{get('train.warmup_steps')} warmup updates, decay to "
+            f"{get('train.end_lr', g)} over {get('train.epochs')} "
+            f'epoch{"s" if epochs != 1 else ""} of batch '
+            f"{get('train.batch_size')}{bucket}, gradient clip "
+            f"{get('train.grad_clip', g)}, {precision(config, device)}, "
             f'test at the best validation epoch')
+
+
+def recipes(runs: List[Dict[str, Any]], cfg) -> str:
+    r"""The recipe of :obj:`runs` from their recorded configs and devices
+    (each distinct one, with its number of runs, where they differ); the
+    recipe of the config :obj:`cfg` where there is no run yet."""
+    if not runs:
+        from omegaconf import OmegaConf
+        return (recipe(OmegaConf.to_container(cfg, resolve=True),
+                       cfg.device if cfg.device != 'auto' else None)
+                + ' (the config: no run yet)')
+    seen: Dict[str, int] = {}
+    for run in runs:
+        text = recipe(run.get('config', {}), run.get('device'))
+        seen[text] = seen.get(text, 0) + 1
+    if len(seen) == 1:
+        return next(iter(seen))
+    return 'the runs differ: ' + '; '.join(
+        f'{n} of {len(runs)} runs: {text}' for text, n in seen.items())
 
 
 def run_folder(runs_dir: Path, row: str, seed: int) -> Path:
@@ -147,17 +207,32 @@ def command(experiment: str, overrides: Sequence[str], row: str, seed: int,
             f'hydra.run.dir={folder}', *sets]
 
 
-def finished(folder: Path) -> bool:
-    runs = load_runs(folder / 'results.json') \
-        if (folder / 'results.json').is_file() else []
-    return bool(runs) and runs[0].get('status') == 'ok'
+def run_config(experiment: str, spec, row: str, seed: int,
+               sets: Sequence[str]):
+    r"""The composed config of the run of :obj:`row` and :obj:`seed` (the
+    overrides of :func:`command`, without its folder)."""
+    return compose_experiment(experiment, [*spec['rows'][row], f'tag={row}',
+                                           f'seed={seed}', 'resume=true',
+                                           *sets])
+
+
+def finished(folder: Path, cfg) -> bool:
+    r"""Whether :obj:`folder` holds a finished run of :obj:`cfg` (the same
+    run by :func:`gnorm.run_keys.result_config`); raises
+    :class:`~gnorm.errors.ConfigError` if it holds a finished run of
+    another config."""
+    from gnorm.train.common import finished_run
+    return finished_run(folder / 'results.json', cfg) is not None
 
 
 def run_missing(experiment: str, spec: Dict[str, Any], rows: Sequence[str],
                 seeds: Sequence[int], runs_dir: Path, sets: Sequence[str],
                 threads: Optional[int], dry_run: bool) -> int:
-    r"""Runs the unfinished (row, seed) runs, seed by seed; returns the
-    number that failed."""
+    r"""Runs the (row, seed) runs that are not finished runs of their
+    config (:func:`finished`), seed by seed; returns the number that failed
+    or could not run (a folder holding a finished run of another
+    config)."""
+    from gnorm.errors import ConfigError
     env = dict(os.environ)
     if threads:
         env['OMP_NUM_THREADS'] = str(threads)
@@ -166,8 +241,15 @@ def run_missing(experiment: str, spec: Dict[str, Any], rows: Sequence[str],
     for k, (seed, row) in enumerate(todo, start=1):
         folder = run_folder(runs_dir, row, seed)
         tag = f'[{k}/{len(todo)}] {row} seed={seed}'
-        if finished(folder):
-            print(f'{tag}: done', flush=True)
+        try:
+            if finished(folder, run_config(experiment, spec, row, seed,
+                                           sets)):
+                print(f'{tag}: done', flush=True)
+                continue
+        except ConfigError:
+            print(f'{tag}: error: {folder} holds a finished run of another '
+                  f'config, kept as it is; pass another --runs', flush=True)
+            failed += 1
             continue
         args = command(experiment, spec['rows'][row], row, seed, folder, sets)
         print(f'{tag}: running\n  {shlex.join(args[1:])}', flush=True)
@@ -504,29 +586,56 @@ def epochs_note(records: List[Dict[str, Any]], why: str) -> str:
             'before the last.')
 
 
+def runs_folder(experiment: str, sets: Sequence[str]) -> Path:
+    r"""The default runs folder of :obj:`experiment` with the overrides
+    :obj:`sets` (those that change what a run computes): the committed
+    ``experiments/runs/<experiment>`` without any, else a folder of their
+    own beside it, named as table3's ``--set`` reports are
+    (:func:`experiments.table3.set_name`), so that runs of other settings
+    never land in, or count as, the committed runs."""
+    return RUNS / set_name(experiment, sets)
+
+
+def config_sets(sets: Sequence[str]) -> List[str]:
+    r"""The overrides of :obj:`sets` that change what a run computes (not
+    threads, data folders...: :data:`gnorm.results.NOT_CONFIG_KEYS`)."""
+    return [s for s in sets
+            if s.split('=', 1)[0].lstrip('+~') not in NOT_CONFIG_KEYS]
+
+
 def write_report(name: str, cfg, records: List[Dict[str, Any]],
-                 runs_dir: Path, out: Path, sets: Sequence[str]) -> None:
-    r"""Writes ``<experiment>.md``, ``<experiment>.csv`` and the plot of
-    the recipe :obj:`name` (``cpu``, ``slim``) with the overrides
-    :obj:`sets`: from the records, runs and config only."""
+                 runs_dir: Path, out: Path, sets: Sequence[str]) -> Path:
+    r"""Writes ``<report>.md``, ``<report>.csv`` and the plot of the
+    recipe :obj:`name` (``cpu``, ``slim``) with the overrides :obj:`sets`
+    (``<report>``: the experiment's name, plus ``+<override>`` for each
+    of :obj:`sets`), and returns the path of the ``.md``: from the
+    records, runs and config only (the recipe from the runs' recorded
+    configs, the config's only while there is no run)."""
     experiment = RECIPES[name]
+    sets = config_sets(sets)
+    report = set_name(experiment, sets)
     out.mkdir(parents=True, exist_ok=True)
-    write_records(out / f'{experiment}.csv', records, COLUMNS)
+    write_records(out / f'{report}.csv', records, COLUMNS)
     ok = [run for r in records for run in r['runs_list']]
     spec = cfg.table
+    args = [name, *sets, '--report-only']
+    if runs_dir.resolve() != runs_folder(experiment, sets).resolve():
+        args += ['--runs', os.path.relpath(runs_dir, ROOT)]
     lines = [
-        f'# SepNorm vs ShareNorm on ogbg-molhiv from scratch ({experiment})',
+        f'# SepNorm vs ShareNorm on ogbg-molhiv from scratch ({experiment})'
+        + (f" — with {' '.join(sets)}" if sets else ''),
         '',
-        f'Generated by `python experiments/sepnorm.py '
-        f'{shlex.join([name, *sets, "--report-only"])}` from {len(ok)} '
-        f'finished runs '
+        f'Generated by `python experiments/sepnorm.py {shlex.join(args)}` '
+        f'from {len(ok)} finished runs '
         f'in `{os.path.relpath(runs_dir, ROOT)}` (config: '
-        f'`conf/experiment/{experiment}.yaml`). Machines: '
+        f'`conf/experiment/{experiment}.yaml`'
+        + (f" plus `{' '.join(sets)}`" if sets else '') + '). Machines: '
         f'{machines(ok) or "none yet"}.',
         '', seeds_note(records), '',
         *paired_lines(records), '', *row_lines(records), '',
         '## Recipe and data', '',
-        f'**Recipe**: {recipe(cfg)}. ogbg-molhiv scaffold split '
+        f'**Recipe** (from the runs\' recorded configs): '
+        f'{recipes(ok, cfg)}. ogbg-molhiv scaffold split '
         f'(32,901 / 4,113 / 4,113), ROC-AUC from `ogb`\'s Evaluator.'
         + (' **A small CPU recipe, not the published architecture or '
            'training length: compare the rows with each other, not with '
@@ -539,10 +648,11 @@ def write_report(name: str, cfg, records: List[Dict[str, Any]],
         'What from-scratch models give elsewhere, to place the '
         'numbers:', '', '| model | test ROC-AUC (%) |', '|---|---|']
     lines += [f'| {name} | {score} |' for name, score in spec.elsewhere]
-    lines += ['', f'![validation ROC-AUC per epoch]({experiment}_val.png)',
+    lines += ['', f'![validation ROC-AUC per epoch]({report}_val.png)',
               '']
-    (out / f'{experiment}.md').write_text('\n'.join(lines))
-    plot(records, out / f'{experiment}_val.png', experiment)
+    (out / f'{report}.md').write_text('\n'.join(lines))
+    plot(records, out / f'{report}_val.png', report)
+    return out / f'{report}.md'
 
 
 def _save(fig, path: Path) -> None:
@@ -632,7 +742,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         'published, GPU)')
     parser.add_argument('sets', nargs='*', metavar='key=value',
                         help='overrides for every run, e.g. '
-                        'train.epochs=20')
+                        'train.epochs=20 (runs of their own: default --runs '
+                        'experiments/runs/<experiment>+<override>..., '
+                        'report beside them)')
     parser.add_argument('--rows', nargs='+', metavar='ROW',
                         help='only these rows (default: every row of the '
                         'recipe: sharenorm and the four sepnorm_<graph '
@@ -640,17 +752,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--seeds', nargs='+', type=int, metavar='SEED',
                         help="only these seeds (default: the recipe's)")
     parser.add_argument('--runs', help='runs folder (default: '
-                        'experiments/runs/<experiment>)')
-    parser.add_argument('--out', default=str(ROOT / 'experiments' /
-                                             'results'),
-                        help='report folder (default: experiments/results)')
+                        'experiments/runs/<experiment>, with overrides '
+                        'experiments/runs/<experiment>+<override>...)')
+    parser.add_argument('--out', help='report folder (default: '
+                        'experiments/results for the committed runs '
+                        'without overrides, else <runs>-report)')
     parser.add_argument('--threads', type=int,
                         help='OMP_NUM_THREADS of every run')
     parser.add_argument('--report-only', action='store_true',
                         help='run nothing, write the report of the runs in '
                         '--runs')
     parser.add_argument('--dry-run', action='store_true',
-                        help='print what would run, run nothing')
+                        help='print what would run, run nothing, write '
+                        'nothing')
     args = parser.parse_args(argv)
     experiment = RECIPES[args.recipe]
     cfg = compose_experiment(experiment, args.sets)
@@ -659,18 +773,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [r for r in rows if r not in spec.rows]
     if unknown:
         parser.error(f"unknown rows {unknown}; pick from {list(spec.rows)}")
-    runs_dir = Path(args.runs) if args.runs else \
-        ROOT / 'experiments' / 'runs' / experiment
+    sets = config_sets(args.sets)
+    committed = runs_folder(experiment, []).resolve()
+    runs_dir = (Path(args.runs) if args.runs else
+                runs_folder(experiment, sets)).resolve()
+    published = runs_dir == committed and not sets
+    out = (Path(args.out) if args.out else RESULTS if published else
+           runs_dir.with_name(runs_dir.name + '-report')).resolve()
+    if out == RESULTS.resolve() and not published:
+        parser.error(f'{os.path.relpath(RESULTS, ROOT)} holds the reports '
+                     f'of {os.path.relpath(committed, ROOT)} without '
+                     f'overrides only; pass another --out')
     failed = 0
     if not args.report_only:
         failed = run_missing(experiment, spec, rows,
                              args.seeds or list(spec.seeds), runs_dir,
                              args.sets, args.threads, args.dry_run)
+    if args.dry_run:
+        return 1 if failed else 0
     runs = [r for r in load_runs(runs_dir)] if runs_dir.is_dir() else []
     records = summarise(spec, runs, list(spec.rows))
-    write_report(args.recipe, cfg, records, runs_dir, Path(args.out),
-                 args.sets)
-    print(f"report: {Path(args.out) / experiment}.md", flush=True)
+    path = write_report(args.recipe, cfg, records, runs_dir, out, args.sets)
+    print(f"report: {path}", flush=True)
     return 1 if failed else 0
 
 

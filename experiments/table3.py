@@ -35,6 +35,14 @@ rewritten, so a selection (``--datasets``...) leaves the committed report
 as it was unless its runs changed. Its header counts the complete cells
 (every setting of the grid with every seed); the plots draw only those
 on the curves, partial cells as open markers.
+
+A row with several settings is shown at the setting with the best mean
+validation accuracy over its seeds (and, labelled optimistic, the best mean
+test accuracy). Ties are declared, not broken silently: means equal to
+within 1e-9 (:data:`TIE`) tie, the tie goes to the setting listed first in
+the row's ``table.grid`` (for ContraNorm's s, the smaller scale), and the
+report marks the cell with the tied settings it did not choose and their
+test accuracy.
 """
 import argparse
 import copy
@@ -487,14 +495,35 @@ def _at_scales(groups: Dict[str, List[Dict[str, Any]]],
             f"with a permutation test: {AUTHORS_COMPARED})" if said else '')
 
 
+# Mean accuracies (fractions) closer than this are a tie: equal numbers of
+# correct nodes summed in another order differ in the last bits only.
+TIE = 1e-9
+
+
 def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
-            metric: str) -> Optional[str]:
-    r"""The setting of :obj:`groups` with the best mean :obj:`metric`; only
-    settings with every seed finished compete while there are any."""
+            metric: str, order: Sequence[str] = ()
+            ) -> Tuple[Optional[str], List[str]]:
+    r"""The setting of :obj:`groups` with the best mean :obj:`metric`, and
+    the settings tied with it (means within :data:`TIE`); only settings
+    with every seed finished compete while there are any. A tie goes to
+    the setting that comes first in :obj:`order` (the row's ``table.grid``
+    order: for ContraNorm's s, the smaller scale)."""
     if not groups:
-        return None
+        return None, []
     full = {s: g for s, g in groups.items() if len(g) >= expected} or groups
-    return max(full, key=lambda s: mean_std([r[metric] for r in full[s]])[0])
+    means = {s: mean_std([r[metric] for r in g])[0] for s, g in full.items()}
+    best = max(means.values())
+    rank = {s: k for k, s in enumerate(order)}
+    tied = sorted((s for s in full if best - means[s] <= TIE),
+                  key=lambda s: rank.get(s, len(rank)))
+    return tied[0], tied[1:]
+
+
+def _tie_text(setting: str, runs: List[Dict[str, Any]]) -> str:
+    r"""``s=0.8: 87.98 ± 1.27``: a tied setting and its test accuracy
+    (%, mean ± std over its seeds)."""
+    mean, std = mean_std([100 * r['test_acc'] for r in runs])
+    return f'{setting}: {mean:.2f} ± {std:.2f}'
 
 
 def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
@@ -524,8 +553,10 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                     found[run['key']])
         several = len(cell['settings']) > 1
         where = (cell['dataset'], cell['row'], cell['depth'])
+        order = [setting_label(s) for s in cell['settings']]
         for selection in (('val', 'test') if several else ('val', )):
-            setting = _choose(groups, cell['expected'], f'{selection}_acc')
+            setting, tied = _choose(groups, cell['expected'],
+                                    f'{selection}_acc', order)
             chosen = groups.get(setting, [])
             test_mean, test_std = mean_std(
                 [100 * r['test_acc'] for r in chosen])
@@ -558,6 +589,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 test_mean=test_mean, test_std=test_std, val_mean=val_mean,
                 paper_mean=p_mean, paper_std=p_std, diff=diff,
                 diff_paper_stds=stds, note=note,
+                ties='; '.join(_tie_text(t, groups[t]) for t in tied),
                 erank=_curve(erank, _mean), erank_min=_curve(erank, min),
                 erank_max=_curve(erank, max),
             ))
@@ -585,6 +617,13 @@ def _label(record: Dict[str, Any]) -> str:
     return record['row']
 
 
+TIE_RULE = ('Ties: settings whose mean accuracy (the one choosing) is '
+            f'equal, to {TIE:g}, tie; the tie goes to the setting listed '
+            'first in the row\'s `table.grid` (for s, the smaller scale), '
+            'and the cell shows the tied settings it did not choose with '
+            'their test accuracy ("tie, not chosen").')
+
+
 def _cell(r: Dict[str, Any]) -> str:
     if r['runs'] == 0:
         ours = 'missing'
@@ -596,6 +635,8 @@ def _cell(r: Dict[str, Any]) -> str:
             ours += f", {r['setting']}"
             if r['settings_run'] < r['settings']:
                 ours += f" (of {r['settings_run']}/{r['settings']})"
+        if r.get('ties'):
+            ours += f"<br>tie, not chosen: {r['ties']}"
     if r['paper_mean'] is None:
         return ours
     paper = f"paper {r['paper_mean']:.2f} ± {r['paper_std']:.2f}"
@@ -752,6 +793,13 @@ def _coverage(spec: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
             f"; rows {listed('row')}; depths {listed('layers')}.")
 
 
+def set_name(name: str, sets: Sequence[str]) -> str:
+    r"""The name of the runs or report of :obj:`name` with the overrides
+    :obj:`sets`: ``table3_fair+train.epochs=50`` (``/`` becomes ``_``);
+    :obj:`name` itself without overrides."""
+    return name + ''.join(f"+{s.replace('/', '_')}" for s in sets)
+
+
 def write_report(protocol: str, spec: Dict[str, Any],
                  records: List[Dict[str, Any]], counted: List[Dict],
                  sets: Sequence[str], runs_dir: Path, out: Path,
@@ -761,13 +809,13 @@ def write_report(protocol: str, spec: Dict[str, Any],
     the path of the ``.md``. The files depend on the records, runs and
     table only (no date, no command line of the call): the same runs give
     the same bytes, and a file that would not change is not rewritten."""
-    name = spec['name'] + ''.join(f"+{s.replace('/', '_')}" for s in sets)
+    name = set_name(spec['name'], sets)
     out.mkdir(parents=True, exist_ok=True)
     columns = ['dataset', 'row', 'layers', 'selection', 'setting',
                'settings_run', 'settings', 'runs', 'expected', 'cell_runs',
                'cell_expected', 'complete', 'test_mean', 'test_std',
                'val_mean', 'paper_mean', 'paper_std', 'diff',
-               'diff_paper_stds', 'note']
+               'diff_paper_stds', 'note', 'ties']
     scratch = out / f'.{name}.csv.new'
     write_records(scratch, records, columns)
     save_bytes(out / f'{name}.csv', scratch.read_bytes())
@@ -798,7 +846,8 @@ def write_report(protocol: str, spec: Dict[str, Any],
         'per (dataset, depth) by mean validation accuracy (the honest '
         'choice), "chosen by test, optimistic" by mean test accuracy, which '
         'is what a table built from test means shows. "of k/n" = only k of '
-        'the n settings have runs yet; "missing" = not run yet.',
+        'the n settings have runs yet; "missing" = not run yet. '
+        f'{TIE_RULE}',
     ]
     flag = spec.get('flag') or {}
     if flag:

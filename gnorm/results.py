@@ -1,7 +1,7 @@
 r"""Results of many runs: finds the ``results.json`` files under folders
 (any multirun or output folder of ``python -m gnorm.train``), groups the
 runs into configurations and reports mean and standard deviation per
-configuration.
+configuration::
 
     python -m gnorm.results multirun/2026-11-22_10-00-00
     python -m gnorm.results multirun/table3_paper --by dataset.name tag layers norm.scale

@@ -297,6 +297,22 @@ def test_sweep_trains_runs_as_one_model(tmp_path):
     assert proc.stdout.count('done already') == 6
 
 
+def test_a_second_sweep_into_the_folder_keeps_the_first_ones_record(
+        tmp_path):
+    r"""``multirun.yaml`` records the first sweep into a folder; another
+    sweep into it is recorded beside it, and the same sweep again adds
+    nothing."""
+    _cli(tmp_path, 'seed=0')
+    _cli(tmp_path, 'seed=1')
+    _cli(tmp_path, 'seed=1')
+    sweep = tmp_path / 'sweep'
+    assert sorted(p.name for p in sweep.glob('multirun*.yaml')) == [
+        'multirun.2.yaml', 'multirun.yaml']
+    first = OmegaConf.load(sweep / 'multirun.yaml').hydra.overrides.task
+    second = OmegaConf.load(sweep / 'multirun.2.yaml').hydra.overrides.task
+    assert 'seed=0' in first and 'seed=1' in second
+
+
 def test_sweep_refused_runs_leave_no_folder(tmp_path):
     r"""Runs refused before training leave no folder: a job whose runs are
     all refused (layers=0), and one run of a batch (norm.scale=-1) whose

@@ -81,6 +81,17 @@ def test_experiments():
     assert cfg.norm._target_ == 'torch.nn.Identity'
 
 
+def test_configs_give_roc_auc_in_percent():
+    r"""ROC-AUC reads in % everywhere (summary line, reports): a config's
+    comments do not give it as a fraction (``ROC-AUC 0.745``)."""
+    import re
+    fractions = [f'{path.relative_to(CONF_DIR)}: {m.group(0)}'
+                 for path in sorted(CONF_DIR.rglob('*.yaml'))
+                 for m in re.finditer(r'ROC-AUC\s*(?:of\s*)?0\.\d+\b'
+                                      r'(?!\s*%)', path.read_text(), re.I)]
+    assert not fractions
+
+
 def test_top_level_keys_beat_dataset_defaults():
     cfg = compose_train('dataset=chameleon', 'split=random')
     assert cfg.split == 'random' and cfg.dataset.default_split == 'geom_gcn'

@@ -2,6 +2,7 @@ r"""The documentation builds without a warning: broken cross-references,
 malformed docstrings (the API pages are generated from them) and rst errors
 fail here, as ``sphinx-build -W`` would on a docs host."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,3 +24,20 @@ def test_docs_build_without_warnings(tmp_path):
     assert proc.returncode == 0, proc.stderr or proc.stdout
     html = (tmp_path / 'html' / 'api' / 'nn.html').read_text()
     assert 'gnorm.nn.ContraNorm' in html and 'class="math' in html
+    api = {p.name: p.read_text() for p in (tmp_path / 'html' / 'api').iterdir()
+           if p.suffix == '.html'}
+    # Command lines paste as typed: --by, not an en dash.
+    results = api['results.html']
+    text = re.sub(r'<[^>]+>', '', results)  # what a reader copies
+    assert 'python -m gnorm.results multirun/table3_paper --by dataset.name' \
+        in text
+    assert '\u2013by' not in results
+    # No signature shows where the docs were built.
+    root = str(DOCS.parent)
+    assert not [name for name, text in api.items()
+                if root in text or 'PosixPath' in text]
+    # The pages list what a user calls, not the command line's helpers.
+    assert 'id="gnorm.train.train"' in api['train.html']
+    assert 'id="gnorm.train.check_choices"' not in api['train.html']
+    assert 'id="gnorm.results.aggregate"' in results
+    assert 'id="gnorm.results.differing_keys"' not in results

@@ -307,6 +307,35 @@ def test_zinc_processing_adds_the_paths_in_batches(tmp_path):
         assert torch.equal(g.path_edge, fixture.path_edge)
 
 
+def test_processing_shows_no_bars_in_a_log(tmp_path, capfd):
+    r"""Processing writes no tqdm bar where stderr is not a terminal (a
+    log file: every update would be a carriage return and a line)."""
+    graphs = zinc_fixture(MIRROR, 'test', limit=40)
+    _zinc_raw(graphs, tmp_path / 'zinc' / 'raw')
+    capfd.readouterr()
+    load_zinc(tmp_path)
+    assert '\r' not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize('dataset', sorted(molecules.BAR_MODULES))
+def test_dataset_bars_only_on_a_terminal(dataset):
+    r"""The tqdm of the modules that read ogbg-molhiv (ogb) and ZINC (PyG)
+    draws nothing on a stream that is not a terminal while the data are
+    loaded, and is restored afterwards."""
+    import importlib
+    import io
+    pytest.importorskip('ogb')
+    modules = [importlib.import_module(name)
+               for name in molecules.BAR_MODULES[dataset]]
+    before = [m.tqdm for m in modules]
+    with molecules.terminal_bars(molecules.BAR_MODULES[dataset]):
+        for module in modules:
+            log = io.StringIO()
+            list(module.tqdm(range(50), file=log))
+            assert log.getvalue() == '', module.__name__
+    assert [m.tqdm for m in modules] == before
+
+
 def test_batched_processing_must_collate(tmp_path, monkeypatch):
     # A parent process() that collates neither through collate() nor save()
     # would write graphs without paths: an error.

@@ -81,3 +81,25 @@ def test_ci_runs_the_readme_test_command():
     ci = (README.parent / '.ci' / 'run').read_text()
     command = ci.strip().splitlines()[-1]
     assert command in text
+
+
+def test_contranorm_defaults_of_the_class_and_the_command_line_are_said():
+    r"""``ContraNorm(32)`` contrasts with all nodes, ``norm=contranorm``
+    with non-neighbours only: README and docs/training.rst say so where
+    they introduce them, naming both values."""
+    import inspect
+    from conftest import compose_train
+    from gnorm.nn import ContraNorm
+    layer = inspect.signature(ContraNorm).parameters['negatives'].default
+    command_line = compose_train('norm=contranorm').norm.negatives
+    assert (layer, command_line) == ('all', 'non_neighbors')
+    readme = ' '.join(README.read_text().split())
+    assert f"`ContraNorm(32)` contrasts with all nodes (`negatives='{layer}'`" \
+        in readme
+    assert f'`norm=contranorm` on the command line ' \
+        f'(`conf/norm/contranorm.yaml`) is the authors\' graph variant, ' \
+        f'`negatives: {command_line}`' in readme
+    training = ' '.join((ROOT / 'docs' / 'training.rst').read_text().split())
+    assert f"``contranorm`` is the authors' graph variant, ``negatives: " \
+        f"{command_line}``" in training
+    assert f"(``negatives='{layer}'``, the paper's equations)" in training

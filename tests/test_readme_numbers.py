@@ -30,6 +30,24 @@ def test_readme_quotes_the_first_folder_of_the_report():
         assert test_acc in ' '.join(quoted.split()), (norm, test_acc)
 
 
+def test_readme_says_what_the_quoted_folder_holds():
+    r"""The README's description of ``main_b2b073a`` is what its runs
+    record: 6 runs, 32 layers, dropout 0.2, seeds 0-2; the other folders
+    it names exist."""
+    from gnorm.results import load_runs, value
+    readme = ' '.join((ROOT / 'README.md').read_text().split())
+    runs = load_runs(main_command.RUNS / 'main_b2b073a')
+    assert f'main_b2b073a`: its {len(runs)} runs, ContraNorm and no norm ' \
+        'at 32 layers, dropout 0.2, seeds 0-2.' in readme
+    assert {value(r, 'layers') for r in runs} == {32}
+    assert {value(r, 'model.dropout') for r in runs} == {0.2}
+    assert sorted({value(r, 'seed') for r in runs}) == [0, 1, 2]
+    assert sorted(p.name for p in main_command.RUNS.iterdir()) == [
+        'main_b2b073a', 'p2a', 'p3none', 'p4two', 'p5main']
+    for name in ('p2a', 'p3none', 'p4two', 'p5main'):
+        assert f'`{name}`' in readme
+
+
 def test_bad_runs_folder_is_one_line(tmp_path, capsys):
     assert main_command.main(['--runs', str(tmp_path / 'missing')]) == 2
     assert capsys.readouterr().err.startswith('error: no such folder')
@@ -52,6 +70,24 @@ def _quoted(name):
     readme = (ROOT / 'README.md').read_text()
     return ' '.join(re.search(f'<!-- {name} -->(.*?)<!-- /{name} -->',
                               readme, re.S).group(1).split())
+
+
+def test_readme_says_how_complete_the_fair_table_is():
+    r"""The README's line for ``table3_fair.md`` quotes the report's count
+    of complete, partial and missing cells, and calls the table not
+    finished while cells are partial or missing."""
+    report = (ROOT / 'experiments' / 'results' / 'table3_fair.md'
+              ).read_text()
+    done, cells, partial, missing = re.search(
+        r'\*\*(\d+) of (\d+) cells complete\*\* \(every setting of the '
+        r'grid run with every seed\), (\d+) partial, (\d+) missing',
+        report).groups()
+    assert _quoted('table3-fair-cells') == (
+        f'{done} of {cells} cells complete, {partial} partial, {missing} '
+        f'missing')
+    line = next(row for row in (ROOT / 'README.md').read_text().splitlines()
+                if row.startswith('| [table3_fair.md]'))
+    assert ('not finished' in line) == (done != cells)
 
 
 def _numbers(text):

@@ -218,6 +218,28 @@ def test_setting_chosen_by_validation_not_test():
     assert table3.summarise([cell], found, paper)[0]['test_mean'] == 50.0
 
 
+def test_a_tie_goes_to_the_first_setting_of_the_grid_and_is_shown():
+    r"""Mean validation accuracies equal but for the last bits (the same
+    correct nodes summed in another order) tie: the setting listed first
+    in the grid (the smaller s) is chosen, and the cell names the other
+    with its test accuracy."""
+    settings = table3.settings({'grid': {'contranorm': {
+        'norm.scale': [0.2, 0.5, 1.0]}}}, 'contranorm')
+    cell, found = _cell('contranorm', settings, [
+        (0.7, 0.50), (0.6, 0.90), (0.7 + 1e-12, 0.65)])
+    by = {r['selection']: r for r in table3.summarise([cell], found, {})}
+    assert by['val']['setting'] == 's=0.2' and by['val']['test_mean'] == 50.0
+    assert by['val']['ties'] == 's=1: 65.00 ± 0.00'
+    assert 'tie, not chosen: s=1: 65.00 ± 0.00' in table3._cell(by['val'])
+    assert by['test']['setting'] == 's=0.5' and by['test']['ties'] == ''
+    assert 'tie' not in table3._cell(by['test'])
+    # The grid's order decides, not the order the runs were found in.
+    cell['runs'].reverse()
+    by = {r['selection']: r for r in table3.summarise([cell], found, {})}
+    assert by['val']['setting'] == 's=0.2'
+    assert 'the tie goes to the setting listed first' in table3.TIE_RULE
+
+
 def test_pairnorm_grid_picks_variant_and_scale():
     spec = {'grid': {'pairnorm': {'norm.mode': ['PN', 'PN-SI'],
                                   'norm.scale': [0.5, 1.0]}}}
@@ -251,6 +273,10 @@ def test_a_note_without_layers_covers_every_depth():
     flag = {'rows': ['contranorm'], 'paper_stds': 2}
     notes = table3.read_notes(ROOT / table3.table_spec('fair')['notes'])
     assert 'not comparable' in notes['cora', 'contranorm', None]
+    # Both the paper's text (60/20/20) and the authors' code (public split).
+    assert "The paper's Setup paragraph (Section 4.3) says it used 60/20/20 " \
+        "splits too, but the authors' published GCN code trains on the " \
+        'public split' in notes['cora', 'contranorm', None]
     record, = table3.summarise([cell], found, paper, flag, notes)
     assert record['note'] == notes['cora', 'contranorm', None]
     # A line for the depth itself wins over the line for every depth.

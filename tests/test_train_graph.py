@@ -41,6 +41,12 @@ def _without_time(curve):
     return {k: v for k, v in curve.items() if k != 'time_s'}
 
 
+def _as_csv(curve):
+    r""":obj:`curve` without times, rounded as ``metrics.csv`` rounds."""
+    return {k: [epoch_log.csv_value(v) for v in values]
+            for k, values in _without_time(curve).items()}
+
+
 @needs_mirror
 def test_train_graph_writes_results(tmp_path):
     results = train(compose_train(*TINY), output_dir=tmp_path)
@@ -64,7 +70,7 @@ def test_train_graph_writes_results(tmp_path):
         curve['val_metric'][best - 1], abs=1e-6)
     assert math.isfinite(results['test_loss']) and 'test_loss' not in curve
     assert curve['val_metric'][-1] < curve['val_metric'][0]  # it learns
-    assert _csv_curve(tmp_path) == _without_time(curve)
+    assert _csv_curve(tmp_path) == _as_csv(curve)
 
 
 def _csv_curve(folder):
@@ -110,7 +116,7 @@ def test_resume_continues_an_interrupted_run(tmp_path, monkeypatch):
     assert resumed['resumed_from_epoch'] == 2
     assert _without_time(resumed['curve']) == _without_time(full['curve'])
     # metrics.csv holds each epoch once, as the uninterrupted run's.
-    assert _csv_curve(tmp_path / 'cut') == _without_time(full['curve'])
+    assert _csv_curve(tmp_path / 'cut') == _as_csv(full['curve'])
     assert resumed['test_metric'] == full['test_metric']
 
     # A checkpoint of another config is refused.
@@ -309,6 +315,32 @@ def test_sepnorm_report_is_generated_from_runs(tmp_path):
     assert '| SepNorm BN+LN |  |  | **no paired seeds** |' in md
     assert 'missing' in md and 'cpu: X, 1 thread (3 runs)' in md
     assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
+
+
+class _CustomNorm(torch.nn.Module):
+    r"""A user's norm with a submodule: torch's repr spans lines."""
+    def __init__(self, channels):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(channels)
+
+    def forward(self, x, *args, **kwargs):
+        return x + 0 * self.bn.weight.sum()
+
+
+def test_the_model_is_logged_on_one_line(caplog):
+    r"""``train.log`` gets the model on one line, even with a custom norm
+    whose repr spans several."""
+    cfg = compose_train(*TINY)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), _CustomNorm(4))
+    assert '\n' in str(model)
+    results = {}
+    with caplog.at_level(logging.INFO, logger=graph.log.name):
+        graph.describe(results, cfg, {'train': [0] * 3, 'valid': [0],
+                                      'test': [0]}, model, 1)
+    line, = [r.getMessage() for r in caplog.records
+             if 'model' in r.getMessage()]
+    assert '\n' not in line and '(bn): BatchNorm1d(4, eps=1e-05' in line
+    assert line.startswith('zinc_fixture: 3/1/1 graphs; model Sequential(')
 
 
 @pytest.mark.parametrize('metric,shown', [

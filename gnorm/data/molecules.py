@@ -132,6 +132,37 @@ def _full_torch_load():
             os.environ[key] = old
 
 
+# The modules whose tqdm bars show while a dataset is read or processed.
+BAR_MODULES = {'molhiv': ('ogb.io.read_graph_raw', 'ogb.io.read_graph_pyg',
+                          'ogb.utils.url'),
+               'zinc': ('torch_geometric.datasets.zinc', )}
+
+
+@contextlib.contextmanager
+def terminal_bars(modules: Sequence[str]):
+    r"""While the block runs, the tqdm bars of :obj:`modules` show only on
+    a terminal (tqdm's ``disable=None``): in a log file or a job's output
+    every update of a bar is a carriage return and a line of text, tens of
+    thousands of them while ogbg-molhiv is processed."""
+    patched = []
+    for name in modules:
+        module = importlib.import_module(name)
+        bar = getattr(module, 'tqdm', None)
+        if bar is None:
+            continue
+
+        def quiet(*args, _bar=bar, **kwargs):
+            kwargs.setdefault('disable', None)
+            return _bar(*args, **kwargs)
+        patched.append((module, bar))
+        module.tqdm = quiet
+    try:
+        yield
+    finally:
+        for module, bar in patched:
+            module.tqdm = bar
+
+
 def _copy_tree(src: Path, dst: Path) -> None:
     r"""Copies the files of :obj:`src` that :obj:`dst` lacks, each through
     a temporary file of its own (:func:`~gnorm.data._files.copy_file`: no
@@ -207,7 +238,7 @@ def load_molhiv(root: Union[str, Path] = 'data',
                             f"GNORM_DATA_MIRROR to download")
         _copy_tree(src, root / 'ogbg_molhiv')
     try:
-        with _full_torch_load():
+        with _full_torch_load(), terminal_bars(BAR_MODULES['molhiv']):
             dataset = dataset_class('ogbg-molhiv', root=str(root),
                                               pre_transform=ShortestPaths())
     except (OSError, ConnectionError) as e:
@@ -246,10 +277,11 @@ def load_zinc(root: Union[str, Path] = 'data',
                             f" of benchmarking-gnns) or unset "
                             f"GNORM_DATA_MIRROR to let PyG download them")
     try:
-        return {name: _PathsZINC(str(root), subset=subset, split=split,
-                           pre_transform=ShortestPaths())
-                for name, split in (('train', 'train'), ('valid', 'val'),
-                                    ('test', 'test'))}
+        with terminal_bars(BAR_MODULES['zinc']):
+            return {name: _PathsZINC(str(root), subset=subset, split=split,
+                                     pre_transform=ShortestPaths())
+                    for name, split in (('train', 'train'), ('valid', 'val'),
+                                        ('test', 'test'))}
     except (OSError, ConnectionError) as e:
         missing = [f for f in ZINC_RAW if not (raw / f).is_file()]
         raise DataError(f"dataset 'zinc': missing {', '.join(missing)} in "

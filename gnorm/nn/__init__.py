@@ -1,6 +1,7 @@
 r"""Normalisation layers for deep graph networks, PyG-compatible: each takes
-``forward(x, batch=None, batch_size=None, ...)`` and normalises every graph
-of a mini-batch on its own."""
+``forward(x, batch=None, batch_size=None, ...)``. ContraNorm, DualContraNorm
+and PairNorm normalise every graph of a mini-batch on its own; IsoBN and
+SepNorm's BN use statistics over the whole mini-batch, as BatchNorm does."""
 from gnorm.nn.contra_norm import ContraNorm
 from gnorm.nn.dual_contra_norm import DualContraNorm
 from gnorm.nn.pair_norm import PairNorm

@@ -1,4 +1,4 @@
-r"""Training, driven by Hydra:
+r"""Training, driven by Hydra::
 
     python -m gnorm.train dataset=cora layers=32 norm=contranorm
     python -m gnorm.train -m dataset=cora layers=2,32 seed=0,1,2,3,4

@@ -14,6 +14,18 @@ TENSORBOARD = 'tensorboard'
 # The per-epoch columns of results.json's curve and of metrics.csv.
 CURVE = ('epoch', 'loss', 'lr', 'val_metric', 'val_loss', 'test_metric',
          'time_s')
+DIGITS = 6  # significant digits of the floats of metrics.csv
+
+
+def csv_value(value):
+    r""":obj:`value` as ``metrics.csv`` shows it: a float rounded to
+    :data:`DIGITS` significant digits (``0.000920446``, not
+    ``0.0009204464285714286``; results.json keeps the full values), a
+    non-finite one empty, anything else as it is."""
+    value = json_safe(value)
+    if isinstance(value, float):
+        return float(f'{value:.{DIGITS}g}')
+    return value
 
 
 class EpochLog:
@@ -33,7 +45,8 @@ class EpochLog:
         with open(self.path, 'w', newline='') as f:
             writer = csv.writer(f)
             writer.writerow(CURVE)
-            writer.writerows(zip(*(json_safe(curve[k]) for k in CURVE)))
+            writer.writerows(zip(*([csv_value(v) for v in curve[k]]
+                                   for k in CURVE)))
         self.writer = None
         if tensorboard:
             try:
@@ -49,7 +62,7 @@ class EpochLog:
     def add(self, row: Dict[str, float]) -> None:
         r"""Records the epoch :obj:`row` (keys :obj:`CURVE`)."""
         with open(self.path, 'a', newline='') as f:
-            csv.writer(f).writerow(json_safe([row[k] for k in CURVE]))
+            csv.writer(f).writerow([csv_value(row[k]) for k in CURVE])
         if self.writer is None:
             return
         tags = {'loss': 'train/loss', 'lr': 'train/lr',

@@ -70,7 +70,7 @@ from gnorm.run_keys import batch_key as runs_key, check_resume, world_size
 from gnorm.train.common import is_int, one_line, option
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import Loaders, build_loaders
-from gnorm.train.progress import Progress, shown
+from gnorm.train.progress import Progress, on_one_line, shown
 
 log = logging.getLogger(__name__)
 
@@ -488,8 +488,8 @@ def describe(results: Dict[str, Any], cfg: DictConfig,
     if cfg.norm._target_.endswith('Identity'):
         log.warning('norm=none: the Graphormer runs without normalisation')
     log.info('%s: %s graphs; model %s on %s', name,
-             '/'.join(str(len(s)) for s in splits.values()), model,
-             next(model.parameters()).device)
+             '/'.join(str(len(s)) for s in splits.values()),
+             on_one_line(model), next(model.parameters()).device)
     results.update({
         'dataset': {'name': name, 'split': cfg.split, 'split_sizes': [
             len(splits[k]) for k in ('train', 'valid', 'test')]},

@@ -27,7 +27,7 @@ from gnorm.metrics import (
     feature_variance,
 )
 from gnorm.run_keys import batch_key as runs_key
-from gnorm.train.progress import Progress
+from gnorm.train.progress import Progress, on_one_line
 from gnorm.train.common import free_memory, is_int, one_line, option
 
 log = logging.getLogger(__name__)
@@ -519,7 +519,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     log.info('%s: %d nodes, %d edges, %d features, %d classes, split %s',
              cfg.dataset.name, data.num_nodes, data.num_edges,
              data.num_features, num_classes, cfg.split)
-    log.info('model: %s on %s', model, device)
+    log.info('model: %s on %s', on_one_line(model), device)
     for r, (c, res) in enumerate(zip(cfgs, results)):
         with torch.device('meta'):  # the run as a model of its own
             alone = build_model(c, data.num_features, num_classes)

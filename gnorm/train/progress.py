@@ -35,6 +35,14 @@ def shown(name: str, value: float) -> str:
     return f'{value:.4f}'
 
 
+def on_one_line(thing) -> str:
+    r"""``str(thing)`` on one line, as a log line shows it: a module whose
+    repr spans several lines (a custom norm with submodules prints
+    ``MyNorm(\n  (bn): BatchNorm1d(...)\n)``) becomes ``MyNorm( (bn):
+    BatchNorm1d(...) )``."""
+    return ' '.join(str(thing).split())
+
+
 class Progress:
     r"""Shows the progress of :obj:`total` epochs.
 

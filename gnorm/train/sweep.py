@@ -131,7 +131,7 @@ class BatchedSweeper(Sweeper):
                              arguments)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / 'multirun.yaml')
+        save_sweep_config(self.config, sweep_dir)
         batches = self._batches(jobs)
         launched: List[List[str]] = []
         folder = sweep_dir / BATCH_FOLDER
@@ -158,6 +158,25 @@ class BatchedSweeper(Sweeper):
         for r in returns:
             _ = r.return_value  # re-raises a job's exception
         return [returns]
+
+
+def save_sweep_config(config: DictConfig, sweep_dir: Path) -> Path:
+    r"""Saves the sweep's :obj:`config` as ``multirun.yaml`` in
+    :obj:`sweep_dir` and returns the path; where the folder already holds
+    the ``multirun.yaml`` of another sweep (a second ``-m`` into the same
+    folder), as the first free ``multirun.<n>.yaml`` (n = 2, 3...) so that
+    no sweep's record is overwritten. The same sweep again (e.g. resumed)
+    writes no new file."""
+    text = OmegaConf.to_yaml(config)
+    path, n = sweep_dir / 'multirun.yaml', 1
+    while path.is_file() and path.read_text() != text:
+        n += 1
+        path = sweep_dir / f'multirun.{n}.yaml'
+    if n > 1 and not path.is_file():
+        log.info('%s holds the config of another sweep: this one is '
+                 'recorded in %s', sweep_dir / 'multirun.yaml', path.name)
+    path.write_text(text)
+    return path
 
 
 def load_batch(path: str) -> List[Dict[str, Any]]:
