@@ -17,6 +17,7 @@ from torch_geometric.loader import DataLoader
 
 import gnorm.train.epoch_log as epoch_log
 import gnorm.train.graph as graph
+from gnorm.train.checkpoints import _generators
 from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
@@ -596,7 +597,7 @@ def test_dropout_masks_reuse_no_numbers_of_the_initial_weights(seeds):
     model = graph.one_model([graph.init_model(c) for c in cfgs], cfgs,
                             torch.device('cpu'))
     drawn = [torch.rand(64, generator=g)
-             for g in graph._generators(model)]
+             for g in _generators(model)]
     for s in seeds:
         torch.manual_seed(s)  # what the weights of seed s were drawn from
         weights = torch.rand(64)

@@ -8,7 +8,9 @@ that a CPU run tests the arithmetic of a GPU run), evaluation every
 Every
 ``train.checkpoint_every`` epochs ``checkpoint.pt`` is written into the run
 folder; with ``resume=true`` an interrupted run continues from it and gives
-the curve the uninterrupted run would have given. Each epoch appends a row
+the curve the uninterrupted run would have given
+(:mod:`gnorm.train.checkpoints`). The config checks and the model are in
+:mod:`gnorm.train.graph_config`. Each epoch appends a row
 (loss, learning rate, metrics, time) to ``metrics.csv`` in the run folder,
 and, with ``train.tensorboard=true``, to TensorBoard event files in its
 ``tensorboard/`` folder. A log line every ``train.log_steps`` updates shows
@@ -42,7 +44,6 @@ of ``results.json`` already filled in.
 import contextlib
 import copy
 import importlib
-import inspect
 import logging
 import math
 import os
@@ -55,131 +56,30 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.data.molecules import (GRAPH_DATASETS, import_ogb,
                                    load_graph_dataset)
-from gnorm.errors import ConfigError, TrainingError
-from gnorm.models import DeepGCN, Graphormer, StackedGraphormer
-from gnorm.models.stacked_graphormer import STACKED_NORMS, runs_of
+from gnorm.errors import TrainingError
+from gnorm.models import StackedGraphormer
+from gnorm.models.stacked_graphormer import STACKED_NORMS
 from gnorm.models.token_layout import layout_of
-from gnorm.nn import SepNorm
-from gnorm.run_keys import batch_key as runs_key, check_resume, world_size
-from gnorm.train.common import is_int, one_line, option
+from gnorm.run_keys import batch_key as runs_key, world_size
+from gnorm.train.checkpoints import (CHECKPOINT, load_checkpoints, restore,
+                                     save_checkpoints)
+from gnorm.train.graph_config import (  # noqa: F401 (check_config: the task's)
+    build_model, check_config, min_batch_graphs)
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import Loaders, build_loaders
 from gnorm.train.progress import Progress, on_one_line, shown
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ('bf16', 'fp32')
-CHECKPOINT = 'checkpoint.pt'
 _DATASET_META = ('name', 'default_split', 'task')
-_REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
-# Norms that read a value of the batch on the host (no fullgraph compile).
-_HOST_NORMS = ('gnorm.nn.ContraNorm', 'gnorm.nn.DualContraNorm')
 # The keys each run of a StackedGraphormer has its own value of (batch_key).
 STACKED_KEYS = ('seed', 'tag')
 # The SeedSequence key of the dropout generators (train.data_seed).
 _DROPOUT_KEY = 1
-
-
-def check_config(cfg: DictConfig) -> None:
-    r"""Raises :class:`ConfigError` with a one-line fix for bad values of
-    the graph-level keys."""
-    name = cfg.dataset.name
-    if name not in GRAPH_DATASETS:
-        raise ConfigError(f"unknown graph dataset {name!r}; pass dataset= "
-                          f"one of {', '.join(GRAPH_DATASETS)}")
-    target = cfg.model.get('_target_')
-    if target != 'gnorm.models.Graphormer':
-        raise ConfigError(f"dataset={name} is a graph-level task; pass "
-                          f"model=graphormer (got "
-                          f"{option('model', cfg.model)})")
-    allowed = set(inspect.signature(Graphormer).parameters) | {'_target_'}
-    gcn_only = set(inspect.signature(DeepGCN).parameters) - allowed
-    for key in cfg.model:
-        if key not in allowed:
-            hint = ' (an option of model=gcn)' if key in gcn_only else ''
-            raise ConfigError(f"model=graphormer takes no option "
-                              f"model.{key}{hint}; remove it")
-    if cfg.norm.get('_target_') in _REFUSED_NORMS:
-        raise ConfigError(f"model=graphormer cannot use "
-                          f"{option('norm', cfg.norm)} (not a per-token "
-                          f"normaliser); pass norm=none, layernorm, sepnorm, "
-                          f"contranorm or contranorm_d")
-    if not is_int(cfg.model.max_dist) or cfg.model.max_dist < 1:
-        raise ConfigError(f"model.max_dist must be an integer >= 1, got "
-                          f"{cfg.model.max_dist!r}; pass e.g. "
-                          f"model.max_dist=5")
-    limit = cfg.dataset.get('limit')
-    if limit is not None and (not is_int(limit) or limit < 1):
-        raise ConfigError(f"dataset.limit must be an integer >= 1 or null, "
-                          f"got {limit!r}; pass e.g. dataset.limit=64")
-    if GRAPH_DATASETS[name][0] == 'ogb':
-        import_ogb('ogb.graphproppred')  # names the [graph] extra if missing
-    if cfg.split != cfg.dataset.default_split:
-        raise ConfigError(f"dataset={name} has only its official split; "
-                          f"pass split={cfg.dataset.default_split}")
-    t = cfg.train
-    for key in ('batch_size', 'eval_every', 'checkpoint_every'):
-        if not is_int(t[key]) or t[key] < 1:
-            raise ConfigError(f"train.{key} must be an integer >= 1, got "
-                              f"{t[key]!r}")
-    for key in ('warmup_steps', 'num_workers', 'log_steps', 'bucket_chunk'):
-        if not is_int(t[key]) or t[key] < 0:
-            raise ConfigError(f"train.{key} must be an integer >= 0, got "
-                              f"{t[key]!r}")
-    for key in ('end_lr', 'grad_clip', 'decay_power'):
-        if not isinstance(t[key], (int, float)) or t[key] < 0:
-            raise ConfigError(f"train.{key} must be a number >= 0, got "
-                              f"{t[key]!r}")
-    if not isinstance(t.tensorboard, bool):
-        raise ConfigError(f"train.tensorboard must be true or false, got "
-                          f"{t.tensorboard!r}")
-    if t.precision not in PRECISIONS:
-        raise ConfigError(f"unknown train.precision={t.precision!r}; pass "
-                          f"bf16 or fp32")
-    if not isinstance(t.get('compile', False), bool):
-        raise ConfigError(f"train.compile must be true or false, got "
-                          f"{t.compile!r}")
-    if t.get('compile', False) and cfg.norm.get('_target_') in _HOST_NORMS:
-        raise ConfigError(f"train.compile=true compiles the Graphormer in one "
-                          f"graph, which {option('norm', cfg.norm)} cannot "
-                          f"join (it reads the largest graph's size on the "
-                          f"host); pass train.compile=false or norm=layernorm"
-                          f" or sepnorm")
-    model = build_model(cfg)  # bad model or norm options, before the data
-    if t.batch_size < min_batch_graphs(model):
-        raise ConfigError(f"train.batch_size={t.batch_size} trains on one "
-                          f"graph per batch, and {option('norm', cfg.norm)} "
-                          f"normalises the graph token over the graphs of a "
-                          f"batch; pass train.batch_size >= 2 or "
-                          f"norm.virtual_norm=layer")
-
-
-def min_batch_graphs(model: torch.nn.Module) -> int:
-    r"""The fewest graphs a training batch of :obj:`model` may hold: 2
-    when a norm takes batch statistics over the graphs of a batch
-    (:class:`~gnorm.nn.SepNorm` with :obj:`virtual_norm="batch"`: the
-    graph tokens' BatchNorm), else 1."""
-    return 2 if any(isinstance(m, SepNorm) and m.virtual_norm == 'batch'
-                    for m in model.modules()) else 1
-
-
-def build_model(cfg: DictConfig) -> torch.nn.Module:
-    r"""Instantiates :obj:`cfg.model` for :obj:`cfg.dataset` with the norm
-    of :obj:`cfg.norm` (instantiated partially, the model passes the
-    width)."""
-    features, out_channels = GRAPH_DATASETS[cfg.dataset.name][:2]
-    try:
-        norm = instantiate(cfg.norm, _partial_=True)
-        return instantiate(cfg.model, out_channels=out_channels,
-                           features=features, norm=norm)
-    except (InstantiationException, ValueError, TypeError, ImportError) as e:
-        raise ConfigError(f"cannot build the model: {one_line(e)}") from None
 
 
 def lr_factor(step: int, warmup: int, total: int, end: float,
@@ -284,25 +184,6 @@ def _process_group(device: torch.device):
     finally:
         if joined:
             dist.destroy_process_group()
-
-
-def _save(path: Path, state: Dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f'.{path.name}.tmp')
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def _rng_state() -> Dict[str, Any]:
-    return {'cpu': torch.get_rng_state(),
-            'cuda': (torch.cuda.get_rng_state_all()
-                     if torch.cuda.is_available() else [])}
-
-
-def _set_rng_state(state: Dict[str, Any]) -> None:
-    torch.set_rng_state(state['cpu'])
-    if state['cuda'] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
@@ -435,43 +316,6 @@ def one_model(models: List[torch.nn.Module], cfgs,
     return StackedGraphormer(models, generators)
 
 
-def _generators(model: torch.nn.Module) -> List[Optional[torch.Generator]]:
-    r"""The dropout generator of each run of :obj:`model` (:obj:`None`:
-    torch's)."""
-    if isinstance(model, StackedGraphormer):
-        return list(model.generators or [None] * model.runs)
-    return [model.dropout_generator]
-
-
-def load_checkpoints(cfgs, checkpoints: List[Path], device: torch.device,
-                     world: int = 1) -> Optional[List[Dict[str, Any]]]:
-    r"""The states saved in :obj:`checkpoints` (one per run) when the runs
-    ask to resume and every run has one, from one epoch (:obj:`None` when
-    none has one); refuses the checkpoint of another config, and runs that
-    stopped at different epochs."""
-    if not cfgs[0].get('resume', False):
-        return None
-    states = []
-    for cfg, checkpoint in zip(cfgs, checkpoints):
-        if not checkpoint.is_file():
-            states.append(None)
-            continue
-        state = torch.load(checkpoint, map_location=device,
-                           weights_only=False)
-        check_resume(state, OmegaConf.to_container(cfg, resolve=True), world,
-                     checkpoint)
-        states.append(state)
-    if all(state is None for state in states):
-        return None
-    epochs = {None if state is None else state['epoch'] for state in states}
-    if len(epochs) > 1:
-        raise ConfigError(f"the runs {', '.join(map(str, checkpoints))} "
-                          f"stopped at different epochs "
-                          f"({', '.join(map(str, epochs))}); pass "
-                          f"batch_runs=1 to resume each alone")
-    return states
-
-
 def load_splits(cfg: DictConfig) -> Dict[str, Any]:
     r"""The ``train``, ``valid`` and ``test`` graphs of :obj:`cfg.dataset`."""
     options = {k: v for k, v in OmegaConf.to_container(
@@ -597,78 +441,6 @@ def build_training(cfg: DictConfig, model: torch.nn.Module,
     return Training(model, trained, optimizer, scheduler, device,
                     t.precision == 'bf16', GRAPH_DATASETS[cfg.dataset.name][2],
                     t.grad_clip, rank, world, seeds or (cfg.seed, ))
-
-
-def _run_optimizer_state(state: Dict[str, Any], run: int,
-                         runs: Optional[int]) -> Dict[str, Any]:
-    r"""Run :obj:`run`'s part of the optimizer :obj:`state` of a model of
-    :obj:`runs` runs (all of it for one model): its slice of every
-    per-parameter tensor with a run dimension."""
-    if runs is None:
-        return state
-    return {'param_groups': state['param_groups'], 'state': {
-        i: {k: v[run].clone() if torch.is_tensor(v) and v.dim() > 0 else v
-            for k, v in per_param.items()}
-        for i, per_param in state['state'].items()}}
-
-
-def _stacked_optimizer_state(states: List[Dict[str, Any]]) -> Dict[str, Any]:
-    r"""The optimizer state of the runs' states :obj:`states` as one (the
-    inverse of :func:`_run_optimizer_state`)."""
-    first = states[0]
-    return {'param_groups': first['param_groups'], 'state': {
-        i: {k: torch.stack([s['state'][i][k] for s in states])
-            if torch.is_tensor(v) and v.dim() > 0 else v
-            for k, v in per_param.items()}
-        for i, per_param in first['state'].items()}}
-
-
-def restore(states: List[Dict[str, Any]], training: Training,
-            results: List[Dict[str, Any]]) -> Tuple[List[Any], int]:
-    r"""Loads the runs' checkpoint :obj:`states` into :obj:`training` and
-    :obj:`results` (curve, best epoch) and restores the random streams;
-    returns each run's best weights so far and the epoch to start from."""
-    for run, state in enumerate(states):
-        training.load_run_state(run, state['model'])
-    optimizer = [s['optimizer'] for s in states]
-    training.optimizer.load_state_dict(
-        optimizer[0] if runs_of(training.model) is None
-        else _stacked_optimizer_state(optimizer))
-    training.scheduler.load_state_dict(states[0]['scheduler'])
-    for state, res, generator in zip(states, results,
-                                     _generators(training.model)):
-        res['curve'].update(state['curve'])
-        res.update(best_epoch=state['best_epoch'], best=state['best'],
-                   resumed_from_epoch=state['epoch'])
-        if generator is not None:
-            generator.set_state(state['dropout_generator'])
-    _set_rng_state(states[0]['rng'])
-    return [s['best_state'] for s in states], states[0]['epoch'] + 1
-
-
-def save_checkpoints(checkpoints: List[Path], cfgs, training: Training,
-                     results: List[Dict[str, Any]], best_states: List[Any],
-                     epoch: int) -> None:
-    r"""Writes into each run's checkpoint what :func:`restore` needs to
-    continue it after :obj:`epoch` (a run's checkpoint is the same whether
-    it trained alone or among others)."""
-    runs = runs_of(training.model)
-    optimizer = training.optimizer.state_dict()
-    rng = _rng_state()
-    for run, (checkpoint, cfg, res, best_state, generator) in enumerate(zip(
-            checkpoints, cfgs, results, best_states,
-            _generators(training.model))):
-        _save(checkpoint, {
-            'epoch': epoch, 'config': OmegaConf.to_container(cfg,
-                                                             resolve=True),
-            'world_size': training.world,
-            'model': training.run_state(run),
-            'optimizer': _run_optimizer_state(optimizer, run, runs),
-            'scheduler': training.scheduler.state_dict(),
-            'best_state': best_state, 'best_epoch': res['best_epoch'],
-            'best': res['best'], 'curve': res['curve'], 'rng': rng,
-            'dropout_generator': None if generator is None
-            else generator.get_state()})
 
 
 def _loss_sums(training: Training, total: torch.Tensor,
