@@ -9,8 +9,9 @@ is missing, seed by seed, then writes the report.
     python experiments/sepnorm.py slim --seeds 0 --rows sharenorm sepnorm_bn_ln train.epochs=20
 
 Rows (ShareNorm = LayerNorm at every norm site, and SepNorm with the four
-BN/LN combinations of graph token and node tokens), seeds, the paper's
-values and the numbers reported elsewhere are the ``table:`` section of
+BN/LN combinations of graph token and node tokens), seeds (``seeds``, and
+``row_seeds`` for rows that need more), the paper's values and the numbers
+reported elsewhere are the ``table:`` section of
 ``conf/experiment/<experiment>.yaml``. Each (row, seed) is one ``python -m
 gnorm.train`` run into ``experiments/runs/<experiment>/<row>/seed_<seed>``
 (``--runs``): all rows of seed 0 first, so an interrupted table has whole
@@ -225,18 +226,29 @@ def finished(folder: Path, cfg) -> bool:
     return finished_run(folder / 'results.json', cfg) is not None
 
 
+def row_seeds(spec, row: str) -> List[int]:
+    r"""The seeds of the table's row :obj:`row`: its entry of
+    ``table.row_seeds`` (rows that need more seeds to decide), else
+    ``table.seeds``."""
+    return list(spec.get('row_seeds', {}).get(row, spec['seeds']))
+
+
 def run_missing(experiment: str, spec: Dict[str, Any], rows: Sequence[str],
-                seeds: Sequence[int], runs_dir: Path, sets: Sequence[str],
-                threads: Optional[int], dry_run: bool) -> int:
+                seeds: Optional[Sequence[int]], runs_dir: Path,
+                sets: Sequence[str], threads: Optional[int],
+                dry_run: bool) -> int:
     r"""Runs the (row, seed) runs that are not finished runs of their
-    config (:func:`finished`), seed by seed; returns the number that failed
-    or could not run (a folder holding a finished run of another
-    config)."""
+    config (:func:`finished`), seed by seed: the :obj:`seeds` of every row
+    of :obj:`rows`, or without :obj:`seeds` each row's own
+    (:func:`row_seeds`); returns the number that failed or could not run
+    (a folder holding a finished run of another config)."""
     from gnorm.errors import ConfigError
     env = dict(os.environ)
     if threads:
         env['OMP_NUM_THREADS'] = str(threads)
-    todo = [(seed, row) for seed in seeds for row in rows]
+    every = sorted({s for row in rows for s in row_seeds(spec, row)})
+    todo = [(seed, row) for seed in (seeds or every) for row in rows
+            if seeds or seed in row_seeds(spec, row)]
     failed = 0
     for k, (seed, row) in enumerate(todo, start=1):
         folder = run_folder(runs_dir, row, seed)
@@ -371,7 +383,8 @@ def _record(spec, runs: List[Dict[str, Any]], row: str) -> Dict[str, Any]:
     test, test_std = mean_std([100 * r['test_metric'] for r in ok])
     val, val_std = mean_std([100 * r['val_metric'] for r in ok])
     return dict(
-        row=row, label=label(row), runs=len(ok), expected=len(spec['seeds']),
+        row=row, label=label(row), runs=len(ok),
+        expected=len(row_seeds(spec, row)),
         enough=len(ok) >= MIN_SEEDS, test_mean=test, test_std=test_std,
         val_mean=val, val_std=val_std,
         seeds=sorted(by_seed(ok, 'test_metric')),
@@ -786,8 +799,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      f'overrides only; pass another --out')
     failed = 0
     if not args.report_only:
-        failed = run_missing(experiment, spec, rows,
-                             args.seeds or list(spec.seeds), runs_dir,
+        failed = run_missing(experiment, spec, rows, args.seeds, runs_dir,
                              args.sets, args.threads, args.dry_run)
     if args.dry_run:
         return 1 if failed else 0
