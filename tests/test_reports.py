@@ -93,6 +93,22 @@ def test_sepnorm_dry_run_writes_nothing(tmp_path, capsys):
     assert _files(runs / 'sharenorm' / 'seed_0') == before
 
 
+def test_sepnorm_rows_run_their_own_seeds(tmp_path, capsys):
+    # sepnorm_molhiv_cpu_long: ShareNorm and SepNorm BN+LN to 32 seeds,
+    # the other rows to table.seeds.
+    sepnorm = _script('sepnorm')
+    assert sepnorm.main(['long', '--dry-run', '--runs',
+                         str(tmp_path / 'runs')]) == 0
+    said = capsys.readouterr().out
+    todo = [line.split('] ')[1].split(':')[0] for line in said.splitlines()
+            if line.startswith('[')]
+    spec = sepnorm.compose_experiment('sepnorm_molhiv_cpu_long').table
+    assert len(todo) == 2 * 32 + 3 * len(spec.seeds)
+    assert 'sepnorm_bn_ln seed=31' in todo and 'sharenorm seed=31' in todo
+    assert 'sepnorm_ln_ln seed=31' not in todo
+    assert todo[:5] == [f'{row} seed=0' for row in spec.rows]
+
+
 def test_sepnorm_run_of_another_config_is_not_done(tmp_path, capsys):
     r"""A finished run of hidden 32 is not a run of
     ``model.hidden_channels=16``: not "done", and kept as it is."""
