@@ -17,7 +17,10 @@ seed=5,6,7,8,9 hydra.sweep.dir=experiments/runs/table3_paper_seeds``). Runs
 of a cell whose configs differ in anything but the seed (and the keys that
 change no result) are an error, never averaged. The two sides draw other
 random numbers, so a seed of one is no match for the same seed of the
-other: only the distributions compare. The report ends with the records of
+other: only the distributions compare. A section "Time per run"
+(:mod:`authors_speed`) sets each side's recorded time per run beside the
+other's, with a ratio only where both ran on the same machine and threads
+and gnorm trained its runs alone. The report ends with the records of
 ``experiments/authors_twin.py`` (``experiments/results/authors_twin/``):
 their model and gnorm's trained on the same random numbers, how far apart
 their weights drift (plotted in ``authors_twin.png``) and where each run
@@ -38,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
 from gnorm.run_keys import drop_keys, record_identity  # noqa: E402
 from experiments.authors_gcn import read_records  # noqa: E402
+from experiments.authors_speed import speed_lines  # noqa: E402
 from experiments.table3 import (  # noqa: E402
     AUTHORS_COMPARED, relative, save_bytes, save_figure)
 
@@ -159,11 +163,14 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
         "| dataset | L | s | authors' code | gnorm | gnorm − authors | p |",
         '|---|---|---|---|---|---|---|',
     ]
-    details, tested = [], []  # (cell, p)
+    details, tested, timed = [], [], []  # (cell, p), (cell, record, runs)
     for a in sorted(authors, key=lambda r: (r['dataset'], r['layers'],
                                             r['scale'])):
         ours = gnorm_runs(runs, a['dataset'], a['layers'], a['scale'])
         cell = f"{a['dataset']} | {a['layers']} | {a['scale']:g}"
+        timed.append((cell, a['path'], [
+            r for r in runs
+            if _is_cell(r, a['dataset'], a['layers'], a['scale'])]))
         if not ours:
             lines.append(f"| {cell} | {_mean(a['runs'])} | no runs | | |")
             continue
@@ -186,7 +193,8 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
             f"(seeds {', '.join(map(str, ours))}).")
     if tested:
         lines += ['', verdict(tested)]
-    return '\n'.join(lines + ['', 'Per seed:', ''] + details) + '\n'
+    return '\n'.join(lines + ['', 'Per seed:', ''] + details
+                     + speed_lines(timed)) + '\n'
 
 
 def read_twins(folder: Path) -> List[Dict[str, Any]]:

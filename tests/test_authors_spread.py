@@ -1,6 +1,8 @@
 r"""``experiments/authors_spread.py``: the permutation test against hand
 counts, the pairing of the authors' records with gnorm's runs of the same
-cell, and its refusal to pool runs whose configs differ."""
+cell, and its refusal to pool runs whose configs differ; its section "Time
+per run" (``experiments/authors_speed.py``): only like-for-like pairs get a
+ratio."""
 import json
 
 import pytest
@@ -27,20 +29,37 @@ def test_permutation_p_samples_many_splits(monkeypatch):
     assert not exact and p == pytest.approx(0.1, abs=0.01)
 
 
-def _run(path, seed, acc, scale=0.5, layers=16, dataset='cora', **extra):
+def _run(path, seed, acc, scale=0.5, layers=16, dataset='cora',
+         runtime=10.0, batch=1, cpu='AMD EPYC', threads=1, **extra):
     config = dict(seed=seed, layers=layers, tag='contranorm',
                   select='last', dataset=dict(name=dataset),
                   norm=dict(scale=scale), train=dict(lr=0.005, **extra))
     return dict(status='ok', choices=dict(experiment='table3_paper'),
-                config=config, test_acc=acc, _path=str(path))
+                config=config, test_acc=acc, _path=str(path), device='cpu',
+                machine=dict(cpu=cpu, cpu_count=2, threads=threads),
+                batch_runs=batch, runtime_s=runtime)
 
 
-def _authors(folder, accs, scale=0.5, layers=16):
+def _machine(cpu='AMD EPYC', threads=1):
+    return dict(cpu=cpu, threads=threads, torch_threads=threads,
+                device='cpu', gpu=None)
+
+
+def _authors(folder, accs, scale=0.5, layers=16, seconds=None,
+             made_by=None):
+    r"""An ``authors_gcn.py`` record; run i takes ``seconds[i]`` on
+    ``made_by[i]`` (a machine; :obj:`None`: the record's)."""
     folder.mkdir(exist_ok=True)
+    seconds = seconds or [20.0] * len(accs)
+    made_by = made_by or [None] * len(accs)
+    runs = {}
+    for s, (a, t, m) in enumerate(zip(accs, seconds, made_by)):
+        runs[str(s)] = dict(test_acc_last=a, seconds=t)
+        if m is not None:
+            runs[str(s)]['made_by'] = dict(machine=m)
     record = dict(config=dict(dataset='cora', layers=layers, scale=scale,
                               norm_mode='CN'),
-                  runs={str(s): dict(test_acc_last=a)
-                        for s, a in enumerate(accs)})
+                  runs=runs, machine=_machine())
     record['authors'] = dict(commit='c9bed6a6')
     (folder / f'cora_L{layers}_s{scale}.json').write_text(json.dumps(record))
 
@@ -104,3 +123,99 @@ def test_verdict_names_what_chance_does_not_explain():
     said = spread.verdict([('a', 0.04), ('b', 0.3)])
     assert 'No cell differs beyond chance. Below 0.05 but not beyond ' \
         'chance (by chance alone about one test in 20 is): a.' in said
+
+
+@pytest.mark.parametrize('gnorm, batch, why', [
+    (('cpu', 'AMD EPYC', 1), 1, []),
+    (('cpu', 'AMD EPYC', 1), 5, ['gnorm batched']),
+    (('cpu', 'AMD EPYC', 2), 1, ['other threads']),
+    (('cpu', 'Intel Xeon', 1), 1, ['other machine']),
+    (('cuda', 'NVIDIA H100', 1), 1, ['other machine']),
+    (('cpu', 'Intel Xeon', 2), 20, ['other machine', 'other threads',
+                                    'gnorm batched']),
+    (('cpu', 'AMD EPYC', 1), None, ['gnorm batch not recorded'])])
+def test_a_pair_is_the_same_machine_and_threads_and_gnorm_alone(
+        gnorm, batch, why):
+    speed = experiment('authors_speed')
+    assert speed.why_apart(('cpu', 'AMD EPYC', 1), gnorm, batch) == why
+
+
+def test_ratio_is_the_authors_mean_time_over_gnorms():
+    speed = experiment('authors_speed')
+    assert speed.ratio([10.0, 30.0], [5.0, 5.0, 5.0]) == 4.0
+    assert speed.ratio([3.0], [6.0]) == 0.5
+
+
+def test_machines_and_time_per_run_of_both_records(tmp_path):
+    speed = experiment('authors_speed')
+    _authors(tmp_path, [0.4, 0.4, 0.4], seconds=[10.0, 20.0, 30.0],
+             made_by=[None, _machine(threads=2), None])
+    assert speed.authors_times(tmp_path / 'cora_L16_s0.5.json') == {
+        ('cpu', 'AMD EPYC', 1): [10.0, 30.0],
+        ('cpu', 'AMD EPYC', 2): [20.0]}
+    runs = [_run('a', 0, 0.3, runtime=50.0, batch=5),
+            _run('b', 1, 0.3, runtime=30.0),
+            dict(_run('c', 2, 0.3, runtime=8.0), device='cuda:0',
+                 machine=dict(cpu='AMD EPYC', threads=1, gpu='H100'))]
+    assert speed.gnorm_times(runs) == {
+        (('cpu', 'AMD EPYC', 1), 5): [10.0],  # the batch's time / 5
+        (('cpu', 'AMD EPYC', 1), 1): [30.0],
+        (('cuda', 'H100', 1), 1): [8.0]}
+    assert speed.kind_label(('cpu', 'AMD EPYC', 2)) == \
+        'cpu: AMD EPYC, 2 threads'
+
+
+def test_report_times_like_with_like_only(tmp_path):
+    folder = tmp_path / 'authors'
+    _authors(folder, [0.4, 0.4], seconds=[30.0, 50.0])
+    _authors(folder, [0.5], scale=1.0)
+    _authors(folder, [0.5], scale=0.2)
+    runs = [_run('alone0', 0, 0.3, runtime=18.0),
+            _run('alone1', 1, 0.3, runtime=22.0),
+            _run('batched', 2, 0.3, runtime=100.0, batch=4),
+            _run('other', 3, 0.3, runtime=5.0, cpu='Intel Xeon', threads=2),
+            _run('only-batched', 0, 0.3, scale=1.0, runtime=60.0, batch=3)]
+    text = spread.report(spread.read_authors(folder), runs, [tmp_path])
+    section = text.split('## Time per run')[1]
+    rows = [line for line in section.splitlines()
+            if line.startswith('| cora |')]
+    assert rows == [
+        '| cora | 16 | 0.2 | cpu: AMD EPYC, 1 thread | 20.0 ± 0.0 (1) | '
+        'no runs | | | — (no gnorm runs) |',
+        '| cora | 16 | 0.5 | cpu: AMD EPYC, 1 thread | 40.0 ± 10.0 (2) | '
+        'cpu: AMD EPYC, 1 thread | alone | 20.0 ± 2.0 (2) | 2.00x |',
+        '| cora | 16 | 0.5 | cpu: AMD EPYC, 1 thread | 40.0 ± 10.0 (2) | '
+        'cpu: AMD EPYC, 1 thread | in batches of 4 (batch time / 4) | '
+        '25.0 ± 0.0 (1) | — (gnorm batched) |',
+        '| cora | 16 | 0.5 | cpu: AMD EPYC, 1 thread | 40.0 ± 10.0 (2) | '
+        'cpu: Intel Xeon, 2 threads | alone | 5.0 ± 0.0 (1) | '
+        '— (other machine, other threads) |',
+        '| cora | 16 | 1 | cpu: AMD EPYC, 1 thread | 20.0 ± 0.0 (1) | '
+        'cpu: AMD EPYC, 1 thread | in batches of 3 (batch time / 3) | '
+        '20.0 ± 0.0 (1) | — (gnorm batched) |']
+    assert "Time per run: at 1 like-for-like pair the authors' code takes " \
+        "2.00x gnorm's time; gnorm batched at 1 cell; no gnorm runs at 1 " \
+        "cell without a pair." in section.splitlines()
+    assert 'Peak memory: not recorded by either side.' in section
+
+
+def test_speed_in_words_without_any_pair():
+    speed = experiment('authors_speed')
+    assert speed.in_words([], [['gnorm batched']] * 2 + [[
+        'other machine', 'gnorm batched']]) == (
+        'Time per run: no cell has a like-for-like pair (the same machine '
+        'and threads, gnorm trained alone): gnorm batched at 2 cells; '
+        'other machine, gnorm batched at 1 cell.')
+    assert speed.in_words([0.5, 1.25], []) == (
+        "Time per run: at 2 like-for-like pairs the authors' code takes "
+        "0.50x-1.25x gnorm's time.")
+
+
+def test_committed_report_is_generated_from_the_committed_records():
+    r"""``authors_vs_gnorm.md`` up to its section on the same random numbers
+    is :func:`report` of the committed records and runs."""
+    folders = [f for f in spread.RUNS if f.is_dir()]
+    text = spread.report(spread.read_authors(spread.AUTHORS),
+                         spread.load_runs(*folders), folders)
+    committed = spread.OUT.read_text()
+    assert committed.split('\n## On the same random numbers')[0] == text

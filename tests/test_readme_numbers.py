@@ -72,6 +72,16 @@ def _quoted(name):
                               readme, re.S).group(1).split())
 
 
+def test_readme_says_how_the_authors_speed_compares():
+    r"""The README's sentence on the time per run of the authors' code and
+    gnorm is the committed ``authors_vs_gnorm.md``'s, word for word."""
+    report = (ROOT / 'experiments' / 'results' / 'authors_vs_gnorm.md'
+              ).read_text()
+    words = next(line for line in report.splitlines()
+                 if line.startswith('Time per run: '))
+    assert _quoted('authors-speed') == words.removeprefix('Time per run: ')
+
+
 def test_readme_says_how_complete_the_fair_table_is():
     r"""The README's line for ``table3_fair.md`` quotes the report's count
     of complete, partial and missing cells, and calls the table not
