@@ -16,7 +16,7 @@ from torch_geometric.utils import is_undirected, to_undirected
 from gnorm.results import aggregate, default_keys, load_runs
 from gnorm.results import overrides as run_overrides
 from gnorm.results import main as results_main
-from gnorm.run_keys import NOT_RESULT_KEYS
+from gnorm.run_keys import NOT_RESULT_KEYS, record_identity
 from gnorm.train import build_model, load_data
 from conftest import compose_train, experiment, needs_mirror
 
@@ -302,7 +302,7 @@ def test_composed_runs_are_those_of_the_committed_multirun():
     assert len(runs) == 5 + 4 * 5
     for run in runs:
         stored = json.loads((run['dir'] / 'results.json').read_text())
-        assert table3.run_key(stored['config']) == run['key']
+        assert table3.run_key(record_identity(stored)) == run['key']
         # The same overrides, but for keys that do not change a result
         # (a unit of several runs was made with batch_runs=5).
         assert _result_overrides(stored) == _result_overrides(run['info'])

@@ -10,7 +10,7 @@ identity (another config, another number of processes) is refused
 """
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from omegaconf import OmegaConf
@@ -20,9 +20,8 @@ from gnorm.models import StackedGraphormer
 from gnorm.models.stacked_graphormer import runs_of
 from gnorm.run_keys import check_resume
 
-if TYPE_CHECKING:  # the training state, defined by its loop
-    from gnorm.train.graph import Training
-
+# ``training`` below: the :class:`gnorm.train.graph.Training` of the loop
+# (its model, optimizer, schedule and number of processes).
 CHECKPOINT = 'checkpoint.pt'
 
 
@@ -106,7 +105,7 @@ def _stacked_optimizer_state(states: List[Dict[str, Any]]) -> Dict[str, Any]:
         for i, per_param in first['state'].items()}}
 
 
-def restore(states: List[Dict[str, Any]], training: 'Training',
+def restore(states: List[Dict[str, Any]], training: Any,
             results: List[Dict[str, Any]]) -> Tuple[List[Any], int]:
     r"""Loads the runs' checkpoint :obj:`states` into :obj:`training` and
     :obj:`results` (curve, best epoch) and restores the random streams;
@@ -129,7 +128,7 @@ def restore(states: List[Dict[str, Any]], training: 'Training',
     return [s['best_state'] for s in states], states[0]['epoch'] + 1
 
 
-def save_checkpoints(checkpoints: List[Path], cfgs, training: 'Training',
+def save_checkpoints(checkpoints: List[Path], cfgs, training: Any,
                      results: List[Dict[str, Any]], best_states: List[Any],
                      epoch: int) -> None:
     r"""Writes into each run's checkpoint what :func:`restore` needs to
