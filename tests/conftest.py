@@ -1,4 +1,6 @@
+import datetime
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,23 @@ def saved_bytes(forward):
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
         out = forward()
     return sum(storages.values()), out
+
+
+def free_port() -> int:
+    r"""A free TCP port on the loopback interface, for a process group."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def join_gloo(rank: int, world: int, port: int) -> None:
+    r"""Makes this process :obj:`rank` of :obj:`world` gloo processes on the
+    CPU as ``torchrun`` starts them (its environment variables set), with
+    one thread; a collective that waits 30 s fails instead of hanging."""
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                      RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group(
+        'gloo', rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=30))

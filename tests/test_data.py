@@ -1,8 +1,6 @@
-import datetime
 import errno
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from gnorm.data import (
     split_masks,
 )
 from gnorm.errors import ConfigError, DataError
-from conftest import MIRROR, needs_mirror
+from conftest import MIRROR, free_port, join_gloo, needs_mirror
 
 
 
@@ -245,10 +243,7 @@ def _prepare_rank(rank, world, port, folder):
     twice with a stand-in loader that records when it ran, the second time
     failing in process 0; writes ``<folder>/<rank>_{ok,fail}.txt``."""
     import gnorm.data.molecules as molecules
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group(
-        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
-        world_size=world, timeout=datetime.timedelta(seconds=30))
+    join_gloo(rank, world, port)
     for case in ('ok', 'fail'):
         spans = []
 
@@ -271,19 +266,13 @@ def _prepare_rank(rank, world, port, folder):
     torch.distributed.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_process_0_prepares_a_dataset_first(tmp_path):
     r"""Under a process group, the other processes load the dataset after
     process 0 has (it copied and processed the files; they read them), and
     go on, to fail or not by themselves, when process 0 failed."""
     torch.multiprocessing.spawn(_prepare_rank, args=(
-        2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+        2, free_port(), str(tmp_path)), nprocs=2, join=True)
     first, second = [(tmp_path / f'{r}_ok.txt').read_text() for r in (0, 1)]
     first_end = float(first.split()[2])
     second_begin = float(second.split()[1])

@@ -1,11 +1,9 @@
 import contextlib
 import csv
-import datetime
 import json
 import logging
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +22,8 @@ from gnorm.models import Graphormer
 from gnorm.results import aggregate, load_runs
 from gnorm.train import check_choices, check_config, train
 from gnorm.train.run import train_runs
-from conftest import MIRROR, compose_train, needs_mirror
+from conftest import (MIRROR, compose_train, free_port, join_gloo,
+                      needs_mirror)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -436,14 +435,7 @@ def _ddp_rank(rank, world, port, folder, overrides):
     :obj:`overrides`, then the same run with a NaN loss at this rank's
     third update when :obj:`rank` is 1; writes each outcome to
     ``<folder>/{clean,nan}_<rank>.txt``."""
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
-                      RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    # A collective that waits 30 s fails (the test) instead of hanging.
-    torch.distributed.init_process_group(
-        'gloo', rank=rank, world_size=world,
-        timeout=datetime.timedelta(seconds=30))
+    join_gloo(rank, world, port)
     loss = graph._loss
     for run in ('clean', 'nan'):
         calls = []
@@ -462,12 +454,6 @@ def _ddp_rank(rank, world, port, folder, overrides):
     torch.distributed.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @needs_mirror
 @pytest.mark.parametrize('world', [2, 4])
@@ -478,7 +464,7 @@ def test_ddp_ranks_with_unequal_buckets_finish_or_fail_together(tmp_path,
     overrides = [*TINY, 'train.bucket_chunk=2', 'train.batch_size=20',
                  'train.epochs=2', 'train.log_steps=2']
     context = torch.multiprocessing.spawn(
-        _ddp_rank, args=(world, _free_port(), str(tmp_path), overrides),
+        _ddp_rank, args=(world, free_port(), str(tmp_path), overrides),
         nprocs=world, join=False)
     end = time.monotonic() + 150
     while not context.join(timeout=1):
@@ -503,13 +489,7 @@ def _world_of_2(rank, world, port, folder, overrides):
     r"""Process :obj:`rank` of 2 (gloo, CPU): asks to resume the 1-process
     run in ``one`` and the 1-process checkpoint in ``cut``, then trains
     ``two``; writes each outcome to ``<folder>/<name>_<rank>.txt``."""
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
-                      RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group(
-        'gloo', rank=rank, world_size=world,
-        timeout=datetime.timedelta(seconds=30))
+    join_gloo(rank, world, port)
     for name, extra in (('one', ['resume=true']), ('cut', ['resume=true']),
                         ('two', [])):
         try:
@@ -532,7 +512,7 @@ def test_two_processes_are_another_result_than_one(tmp_path):
     (tmp_path / 'cut' / 'checkpoint.pt').write_bytes(
         (tmp_path / 'one' / 'checkpoint.pt').read_bytes())
     torch.multiprocessing.spawn(
-        _world_of_2, args=(2, _free_port(), str(tmp_path), overrides),
+        _world_of_2, args=(2, free_port(), str(tmp_path), overrides),
         nprocs=2, join=True)
 
     def outcomes(name):
