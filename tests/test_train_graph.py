@@ -445,13 +445,19 @@ def _ddp_rank(rank, world, port, folder, overrides):
             bad = run == 'nan' and rank == 1 and len(calls) == 3
             return loss(*args) * (math.nan if bad else 1.0)
         graph._loss = nan_on_rank_1
-        try:
-            train(compose_train(*overrides), output_dir=Path(folder) / run)
-            outcome = 'ok'
-        except Exception as e:
-            outcome = f'{type(e).__name__}: {e}'
-        (Path(folder) / f'{run}_{rank}.txt').write_text(outcome)
+        _train_and_say(folder, run, rank, overrides)
     torch.distributed.destroy_process_group()
+
+
+def _train_and_say(folder, name, rank, overrides):
+    r"""Trains :obj:`overrides` into ``<folder>/<name>`` and writes how it
+    ended (``ok``, or the error) to ``<folder>/<name>_<rank>.txt``."""
+    try:
+        train(compose_train(*overrides), output_dir=Path(folder) / name)
+        outcome = 'ok'
+    except Exception as e:
+        outcome = f'{type(e).__name__}: {e}'
+    (Path(folder) / f'{name}_{rank}.txt').write_text(outcome)
 
 
 @pytest.mark.slow
@@ -492,13 +498,7 @@ def _world_of_2(rank, world, port, folder, overrides):
     join_gloo(rank, world, port)
     for name, extra in (('one', ['resume=true']), ('cut', ['resume=true']),
                         ('two', [])):
-        try:
-            train(compose_train(*overrides, *extra),
-                  output_dir=Path(folder) / name)
-            outcome = 'ok'
-        except Exception as e:
-            outcome = f'{type(e).__name__}: {e}'
-        (Path(folder) / f'{name}_{rank}.txt').write_text(outcome)
+        _train_and_say(folder, name, rank, [*overrides, *extra])
     torch.distributed.destroy_process_group()
 
 
