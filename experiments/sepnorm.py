@@ -372,6 +372,34 @@ def sentence(record: Dict[str, Any], base: str = 'ShareNorm') -> str:
                else f'outside the interval ({where} it).'))
 
 
+def _holds(x: float, lo: float, hi: float, what: str) -> str:
+    return f"{'holds' if lo <= x <= hi else 'excludes'} {what}"
+
+
+def in_words(records: List[Dict[str, Any]]) -> str:
+    r"""The report's reading in one sentence (the README quotes it): for
+    each row with the paper's difference, its interval and whether it
+    holds 0 and the paper's value; then the other rows' readings."""
+    base = _short(records[0])
+    parts, others = [], {}
+    for r in records[1:]:
+        if r['pairs'] < MIN_SEEDS or r['test_lo'] is None:
+            others.setdefault(f'fewer than {MIN_SEEDS} paired seeds, not '
+                              f'enough to decide', []).append(_short(r))
+        elif r['paper_diff'] is None:
+            others.setdefault(r['verdict'], []).append(_short(r))
+        else:
+            lo, hi = r['test_lo'], r['test_hi']
+            parts.append(
+                f"{_short(r)} − {base}, test ROC-AUC "
+                f"{interval(r['test_diff'], lo, hi, r['pairs'])}: the "
+                f"interval {_holds(0.0, lo, hi, '0')} and "
+                f"{_holds(r['paper_diff'], lo, hi, 'the paper’s ' + _signed(r['paper_diff']))}")
+    parts += [f"{', '.join(rows)}: {reading}"
+              for reading, rows in others.items()]
+    return '; '.join(parts) + '.'
+
+
 def _last(run: Dict[str, Any]) -> int:
     return run['curve']['epoch'][-1]
 
@@ -645,6 +673,7 @@ def write_report(name: str, cfg, records: List[Dict[str, Any]],
         + (f" plus `{' '.join(sets)}`" if sets else '') + '). Machines: '
         f'{machines(ok) or "none yet"}.',
         '', seeds_note(records), '',
+        f'**In words**: {in_words(records)}', '',
         *paired_lines(records), '', *row_lines(records), '',
         '## Recipe and data', '',
         f'**Recipe** (from the runs\' recorded configs): '
@@ -652,7 +681,10 @@ def write_report(name: str, cfg, records: List[Dict[str, Any]],
         f'(32,901 / 4,113 / 4,113), ROC-AUC from `ogb`\'s Evaluator.'
         + (' **A small CPU recipe, not the published architecture or '
            'training length: compare the rows with each other, not with '
-           'the paper.**' if experiment.endswith('_cpu') else ''),
+           'the paper.** The paper\'s recipe (Graphormer-slim as '
+           'published, beside it in the table below) is a GPU job: '
+           '`python experiments/sepnorm.py slim`.'
+           if '_cpu' in experiment else ''),
         '', *recipe_lines(name, cfg, ok), '',
         epochs_note(records, spec.epochs_why), '', data_note(ok), '',
         '## Elsewhere', '',

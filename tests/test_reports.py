@@ -435,3 +435,23 @@ def test_graphormer_runs_report_gives_the_stack_speed_up(tmp_path):
     text = runs.report(path)
     assert text == path.with_suffix('.md').read_text()
     assert '| zinc | small | sepnorm | 5 | 150.0 | 100.0 | 1.50x |' in text
+
+
+@pytest.mark.parametrize('lo, hi, says', [
+    (-1.0, 3.0, 'holds 0 and holds the paper’s +2.28'),
+    (-3.0, 1.0, 'holds 0 and excludes the paper’s +2.28'),
+    (0.5, 4.0, 'excludes 0 and holds the paper’s +2.28'),
+    (0.5, 1.5, 'excludes 0 and excludes the paper’s +2.28')])
+def test_sepnorm_in_words_places_0_and_the_papers_difference(lo, hi, says):
+    sepnorm = _script('sepnorm')
+    base = {'label': 'ShareNorm (LayerNorm)'}
+    row = {'label': 'SepNorm BN+LN (graph token BN, nodes LN)', 'pairs': 32,
+           'test_diff': (lo + hi) / 2, 'test_lo': lo, 'test_hi': hi,
+           'paper_diff': 2.28, 'verdict': 'any'}
+    few = {'label': 'SepNorm LN+LN (x)', 'pairs': 3, 'test_lo': -1.0,
+           'test_hi': 1.0, 'paper_diff': None, 'verdict': 'any'}
+    words = sepnorm.in_words([base, row, few])
+    assert words.startswith('SepNorm BN+LN − ShareNorm, test ROC-AUC ')
+    assert f'(n=32): the interval {says}; ' in words
+    assert words.endswith('SepNorm LN+LN: fewer than 5 paired seeds, not '
+                          'enough to decide.')
