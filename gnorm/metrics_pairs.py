@@ -74,12 +74,15 @@ class Pairs(NamedTuple):
 def draw_pairs(num_nodes: int, batch: Tensor, size: int, max_samples: int,
                generator: Optional[torch.Generator] = None,
                edge_index: Optional[Tensor] = None,
-               max_hops: int = 0) -> Pairs:
+               max_hops: int = 0, graph_nodes: Optional[int] = None,
+               ) -> Pairs:
     r"""The :class:`Pairs` of checked inputs (:obj:`batch` of
     :obj:`num_nodes` entries, :obj:`size` graphs): at most
     :obj:`max_samples` nodes of each graph (the rule of
     :func:`gnorm.metrics.uniformity`) and, given :obj:`edge_index`, their
-    hop distances up to :obj:`max_hops`. Reads values to the host; what it
+    hop distances up to :obj:`max_hops` in the graph of
+    :obj:`graph_nodes` nodes (default: :obj:`num_nodes`; more when the
+    candidates are its first rows, the seed nodes of a sampled subgraph). Reads values to the host; what it
     returns lets :func:`cosine_distances` and :func:`mad_of` run
     without."""
     device = batch.device
@@ -100,7 +103,8 @@ def draw_pairs(num_nodes: int, batch: Tensor, size: int, max_samples: int,
     valid[pos] = True
     dist = None
     if edge_index is not None:
-        far = hop_distances(edge_index, num_nodes, order, max_hops)
+        far = hop_distances(edge_index, graph_nodes or num_nodes, order,
+                            max_hops)
         # Row of `far` and node of each place of the block, 0 if padded.
         row = torch.zeros(size * S, dtype=torch.long, device=device)
         row[pos] = torch.arange(order.numel(), device=device)
