@@ -206,15 +206,21 @@ def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,
     return _finish(_cosine_similarity(x, batch_vec, size), batch)
 
 
+def _graph_sum(t: Tensor, batch: Tensor, size: int, dim: int) -> Tensor:
+    r"""Sums :obj:`t` over the nodes of each graph along :obj:`dim`."""
+    if size == 1:  # one graph: a plain sum
+        return t.sum(dim, keepdim=True)
+    return scatter(t, batch, dim=dim, dim_size=size, reduce='sum')
+
+
 def _cosine_similarity(x: Tensor, batch: Tensor, size: int) -> Tensor:
-    r""":func:`feature_cosine_similarity` of checked inputs, :obj:`[size]`
-    (no value read to the host)."""
-    batch_vec = batch
+    r""":func:`feature_cosine_similarity` of checked inputs
+    :obj:`[..., num_nodes, d]` (leading dimensions: several outputs at
+    once), :obj:`[..., size]`, with no value read to the host."""
     u = _unit_rows(x)
-    u_sum = scatter(u, batch_vec, dim=0, dim_size=size, reduce='sum')  # [B, d]
-    self_sum = scatter(u.pow(2).sum(dim=-1), batch_vec, dim=0, dim_size=size,
-                       reduce='sum')  # [B]
-    n = scatter(torch.ones_like(u[:, 0]), batch_vec, dim=0, dim_size=size,
+    u_sum = _graph_sum(u, batch, size, -2)  # [..., B, d]
+    self_sum = _graph_sum(u.pow(2).sum(dim=-1), batch, size, -1)  # [..., B]
+    n = scatter(x.new_ones(batch.numel()), batch, dim=0, dim_size=size,
                 reduce='sum')  # [B]
     pairs = n * (n - 1)
     sim = (u_sum.pow(2).sum(dim=-1) - self_sum) / pairs.clamp(min=1)
@@ -266,10 +272,17 @@ def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
 
 
 def _variance(x: Tensor, batch: Tensor, size: int, reduce: str) -> Tensor:
-    r""":func:`feature_variance` of checked inputs, :obj:`[size]`."""
-    mean = scatter(x, batch, dim=0, dim_size=size, reduce='mean')  # [B, d]
-    sq_dist = (x - mean[batch]).pow(2).sum(dim=-1)  # [num_nodes]
-    return scatter(sq_dist, batch, dim=0, dim_size=size, reduce=reduce)
+    r""":func:`feature_variance` of checked inputs :obj:`[..., num_nodes,
+    d]`, :obj:`[..., size]`."""
+    if size == 1:  # one graph: plain means and sums
+        sq_dist = (x - x.mean(-2, keepdim=True)).pow(2).sum(dim=-1)
+        return (sq_dist.mean(-1, keepdim=True) if reduce == 'mean'
+                else sq_dist.sum(-1, keepdim=True))
+    mean = scatter(x, batch, dim=-2, dim_size=size,
+                   reduce='mean')  # [..., B, d]
+    sq_dist = (x - mean.index_select(-2, batch)).pow(2).sum(dim=-1)
+    return scatter(sq_dist, batch, dim=-1, dim_size=size,
+                   reduce=reduce)  # [..., B]
 
 
 def _subsample(batch: Tensor, size: int, max_samples: int,
@@ -455,16 +468,15 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor,
 def _dirichlet_energy(x: Tensor, src: Tensor, dst: Tensor, batch: Tensor,
                       size: int, num_nodes: Tensor,
                       scale: Optional[Tensor] = None) -> Tensor:
-    r""":func:`dirichlet_energy` of checked inputs, :obj:`[size]`:
-    :obj:`num_nodes` per graph, the rows scaled by :obj:`scale` (the
-    degree normalisation) if given."""
+    r""":func:`dirichlet_energy` of checked inputs :obj:`[..., num_nodes,
+    d]`, :obj:`[..., size]`: :obj:`num_nodes` per graph, the rows scaled by
+    :obj:`scale` (the degree normalisation) if given."""
     if scale is not None:
         x = x * scale.to(x.dtype).unsqueeze(-1)
-    sq_diff = (x[dst] - x[src]).pow(2).sum(dim=-1)  # [num_edges]
-    total = scatter(sq_diff, batch[dst], dim=0, dim_size=size,
-                    reduce='sum')  # [B]
+    diff = x.index_select(-2, dst) - x.index_select(-2, src)  # [..., E, d]
+    total = _graph_sum(diff.pow(2).sum(dim=-1), batch[dst], size,
+                       -1)  # [..., B]
     return total / num_nodes.to(x.dtype).clamp(min=1)
-
 
 # The pairwise metrics live in their own module; they are part of this one.
 from gnorm.metrics_pairs import hop_distances, mad, mad_gap  # noqa: E402,F401

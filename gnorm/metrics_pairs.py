@@ -134,17 +134,19 @@ def pair_mask(pairs: Pairs, hops: Optional[Tuple[int, Optional[int]]],
 
 
 def cosine_distances(x: Tensor, pairs: Pairs) -> Tensor:
-    r"""The cosine distances :math:`D_{ij}` :obj:`[B, S, S]` between the
-    drawn rows of :obj:`x` of each graph."""
+    r"""The cosine distances :math:`D_{ij}` :obj:`[..., B, S, S]` between
+    the drawn rows of :obj:`x` :obj:`[..., num_nodes, d]` of each graph."""
     B, S = pairs.valid.shape
-    u = _unit_rows(x.index_select(0, pairs.index))  # [kept, d]
-    dense = u.new_zeros(B * S, u.size(-1)).index_copy(0, pairs.pos, u)
-    dense = dense.view(B, S, -1)  # [B, S, d]
-    return (1 - dense @ dense.transpose(1, 2)).clamp(0, 2)  # [B, S, S]
+    u = _unit_rows(x.index_select(-2, pairs.index))  # [..., kept, d]
+    lead = u.shape[:-2]
+    dense = u.new_zeros(*lead, B * S, u.size(-1)).index_copy(-2, pairs.pos,
+                                                              u)
+    dense = dense.view(*lead, B, S, -1)  # [..., B, S, d]
+    return (1 - dense @ dense.transpose(-1, -2)).clamp(0, 2)
 
 
 def mad_of(dist: Tensor, mask: Tensor) -> Tensor:
-    r"""MAD :obj:`[B]` of the :func:`cosine_distances` :obj:`dist` over
+    r"""MAD :obj:`[..., B]` of the :func:`cosine_distances` :obj:`dist` over
     the pairs of :obj:`mask` (:func:`pair_mask`), without reading a value
     to the host."""
     # The paper's rule: zero distances count neither in a row's mean nor
@@ -153,7 +155,7 @@ def mad_of(dist: Tensor, mask: Tensor) -> Tensor:
     counted = mask & (dist > tol)
     per_row = counted.sum(-1)  # [B, S]
     row_mean = dist.masked_fill(~counted, 0).sum(-1) / per_row.clamp(min=1)
-    rows = (per_row > 0).sum(-1)  # [B]
+    rows = (per_row > 0).sum(-1)  # [..., B]
     out = row_mean.sum(-1) / rows.clamp(min=1)
     # No pair at all: undefined (nan); pairs at zero distance only: 0.
     return torch.where(mask.flatten(1).any(-1), out,
@@ -313,7 +315,7 @@ def mad_gap(x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
 
 def mad_gap_of(dist: Tensor, pairs: Pairs, neighbor_hops: int,
                remote_hops: int) -> Tensor:
-    r""":func:`mad_gap` :obj:`[B]` from the :func:`cosine_distances`
+    r""":func:`mad_gap` :obj:`[..., B]` from the :func:`cosine_distances`
     :obj:`dist` of :obj:`pairs` (:func:`draw_pairs` with
     :obj:`max_hops >= remote_hops - 1`), without reading a value to the
     host."""

@@ -34,6 +34,9 @@ METRICS = ('effective_rank', 'cosine_similarity', 'variance',
 # The metrics that read the graph's edges.
 EDGE_METRICS = ('dirichlet_energy', 'dirichlet_energy_normalized', 'mad_gap')
 COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
+# Largest number of entries of the stacked pairwise distances of a chunk of
+# layers [L, B, S, S].
+_PAIR_CHUNK = 1 << 24
 
 
 def _auto_types() -> tuple:
@@ -120,7 +123,7 @@ class _Prepared:
         if edge_index is not None:
             _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
             src, dst = edge_index[0].long(), edge_index[1].long()
-            deg = torch.bincount(dst, minlength=rows)
+            deg = torch.bincount(dst, minlength=rows)  # in-degree
             self.edges = (src, dst, batch_vec,
                           torch.bincount(batch_vec, minlength=size),
                           (1 + deg).rsqrt())
@@ -139,8 +142,8 @@ class _Recording:
     def __init__(self, step, edge_index, batch, batch_size, seeds):
         self.step = step
         self.inputs = (edge_index, batch, batch_size, seeds)
-        self.values: Dict[str, Tensor] = {}  # layer -> [metrics + 1]
-        self.graphs: Dict[str, int] = {}
+        # layer -> (its output [rows, d], the _Prepared inputs), in order
+        self.outputs: Dict[str, Any] = {}
 
 
 class CollapseMonitor:
@@ -191,7 +194,9 @@ class CollapseMonitor:
         metrics (sequence of str, optional): Which of :obj:`METRICS` to
             record. (default: all)
         max_samples (int, optional): Nodes per graph above which the
-            pairwise metrics (MAD, MADGap) subsample. (default: :obj:`1024`)
+            pairwise metrics (MAD, MADGap) subsample: their cost grows with
+            its square, and 256 nodes give 32,640 pairs.
+            (default: :obj:`256`)
         seed (int, optional): Seed of the subsampling. (default: :obj:`0`)
         neighbor_hops (int, optional): MADGap's neighbour pairs are at most
             this many hops apart. (default: :obj:`3`)
@@ -200,7 +205,7 @@ class CollapseMonitor:
     """
     def __init__(self, model: torch.nn.Module,
                  layers: Union[str, Sequence[Any]] = 'auto',
-                 metrics: Sequence[str] = METRICS, max_samples: int = 1024,
+                 metrics: Sequence[str] = METRICS, max_samples: int = 256,
                  seed: int = 0, neighbor_hops: int = 3, remote_hops: int = 8):
         metrics = tuple(metrics)
         bad = [m for m in metrics if m not in METRICS]
@@ -247,19 +252,17 @@ class CollapseMonitor:
 
     def _measure(self, name: str, module, args, output) -> None:
         rec = self._recording
-        if name in rec.values:
+        if name in rec.outputs:
             raise ValueError(f"CollapseMonitor: layer {name!r} ran twice in "
                              f"one record(); record one forward pass and "
                              f"hook modules called once per pass")
         x, inputs, key = self._features(name, module, args, output,
                                         rec.inputs)
         prepared = self._prepare(x, inputs, key)
-        with torch.no_grad():
-            x = x.detach()
-            if x.dtype in (torch.float16, torch.bfloat16):
-                x = x.float()
-            rec.values[name] = self._values(x, prepared)
-        rec.graphs[name] = prepared.graphs
+        x = x.detach()
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        rec.outputs[name] = (x, prepared)
 
     def _features(self, name, module, args, output, inputs):
         r"""The node features :obj:`[num_nodes, channels]` of a layer's
@@ -308,26 +311,36 @@ class CollapseMonitor:
         return found
 
     def _values(self, x: Tensor, p: _Prepared) -> Tensor:
-        r"""The metrics of :obj:`self.metrics` of one layer output, averaged
-        over the graphs, and whether it is finite: :obj:`[metrics + 1]`, on
-        the device."""
-        nodes = x[:p.nodes]
+        r"""The metrics of :obj:`self.metrics` of the outputs :obj:`x`
+        :obj:`[L, rows, d]` of :obj:`L` layers, averaged over the graphs,
+        and whether each output is finite: :obj:`[L, metrics + 1]`, on the
+        device, no value read to the host."""
+        nodes = x[:, :p.nodes]  # [L, nodes, d]
         out = []
         distances = None
         for metric in self.metrics:
             if metric == 'effective_rank':
-                dense = nodes.new_zeros(p.size * p.width, nodes.size(-1))
-                dense = dense.index_copy(0, p.pos, nodes[p.order])
-                v = _effective_rank(dense.view(p.size, p.width, -1))
+                if p.size == 1:  # one graph: no padding
+                    dense = nodes.unsqueeze(1)  # [L, 1, nodes, d]
+                else:
+                    dense = nodes.new_zeros(x.size(0), p.size * p.width,
+                                            nodes.size(-1))
+                    dense = dense.index_copy(
+                        1, p.pos, nodes.index_select(1, p.order))
+                    dense = dense.view(x.size(0), p.size, p.width, -1)
+                v = _effective_rank(dense)
             elif metric == 'cosine_similarity':
                 v = _cosine_similarity(nodes, p.batch, p.size)
             elif metric == 'variance':
                 v = _variance(nodes, p.batch, p.size, 'mean')
             elif metric.startswith('dirichlet_energy'):
                 src, dst, batch, counts, scale = p.edges
-                normalized = metric == 'dirichlet_energy_normalized'
-                v = _dirichlet_energy(x, src, dst, batch, p.size, counts,
-                                      scale if normalized else None)
+                if metric != 'dirichlet_energy_normalized':
+                    scale = None
+                # Layer by layer: [E, d] differences stay in the cache.
+                v = torch.stack([_dirichlet_energy(h, src, dst, batch, p.size,
+                                                   counts, scale)
+                                 for h in x])  # [L, B]
             else:
                 if distances is None:
                     distances = cosine_distances(nodes, p.pairs)
@@ -336,9 +349,31 @@ class CollapseMonitor:
                 else:
                     v = mad_gap_of(distances, p.pairs, self.neighbor_hops,
                                    self.remote_hops)
-            out.append(v.to(torch.float64).nanmean())
-        out.append(torch.isfinite(x).all().to(torch.float64))
-        return torch.stack(out)
+            out.append(v.to(torch.float64).nanmean(-1))  # [L]
+        out.append(torch.isfinite(x).flatten(1).all(-1).to(torch.float64))
+        return torch.stack(out, -1)  # [L, metrics + 1]
+
+    def _table(self, rec: '_Recording') -> Dict[str, Tensor]:
+        r"""The :meth:`_values` of every recorded layer, layers of one
+        shape and inputs stacked and measured together (the pairwise
+        metrics in chunks of layers)."""
+        groups: Dict[Any, List[str]] = {}
+        for name, (x, p) in rec.outputs.items():
+            groups.setdefault((id(p), tuple(x.shape), x.dtype, x.device),
+                              []).append(name)
+        values = {}
+        for names in groups.values():
+            p = rec.outputs[names[0]][1]
+            per = 1
+            if p.pairs is not None:
+                per = max(1, _PAIR_CHUNK // max(1, p.pairs.valid.numel()
+                                                * p.pairs.valid.size(-1)))
+            for start in range(0, len(names), per):
+                chunk = names[start:start + per]
+                stacked = torch.stack([rec.outputs[n][0] for n in chunk])
+                for name, row in zip(chunk, self._values(stacked, p)):
+                    values[name] = row
+        return {name: values[name] for name in rec.outputs}
 
     # ------------------------------------------------------------ recording
     def record(self, step: int, edge_index: Optional[Tensor] = None,
@@ -381,21 +416,24 @@ class CollapseMonitor:
 
     def _finish(self, rec: _Recording) -> None:
         self._recording = None
-        if not rec.values:
+        if not rec.outputs:
             raise ValueError("CollapseMonitor: no hooked layer ran inside "
                              "record(); run the model's forward pass in the "
                              "with block")
-        names = list(rec.values)
-        table = torch.stack([rec.values[n] for n in names]).tolist()  # once
+        with torch.no_grad():
+            values = self._table(rec)
+        names = list(values)
+        table = torch.stack([values[n] for n in names]).tolist()  # once
         for name, row in zip(names, table):
             if row[-1] != 1.0:
                 raise ValueError(f"CollapseMonitor: layer {name!r} output "
                                  f"non-finite values at step {rec.step}")
         for name, row in zip(names, table):
+            graphs = rec.outputs[name][1].graphs
             for metric, value in zip(self.metrics, row):
                 self.records.append({'step': rec.step, 'layer': name,
                                      'metric': metric, 'value': value,
-                                     'graphs': rec.graphs[name]})
+                                     'graphs': graphs})
 
     def remove(self) -> None:
         r"""Removes every hook; the records stay."""
