@@ -85,6 +85,14 @@ def find_layers(model: torch.nn.Module,
     return found
 
 
+def _need_edges(metrics: Sequence[str]) -> None:
+    needs = [m for m in metrics if m in EDGE_METRICS]
+    if needs:
+        raise ValueError(f"CollapseMonitor.record: {', '.join(needs)} need "
+                         f"the graph's edges; pass edge_index=data.edge_index "
+                         f"or leave them out of metrics=")
+
+
 class _Prepared:
     r"""What the metrics of one set of inputs need, computed once (host
     reads allowed here): the rows the node metrics see, the graphs, the
@@ -120,7 +128,9 @@ class _Prepared:
             torch.arange(nodes, device=device) - starts[sorted_batch]
         self.graphs = int((counts > 0).sum())
         self.edges = None
-        if edge_index is not None:
+        if edge_index is None:
+            _need_edges(metrics)
+        else:
             _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
             src, dst = edge_index[0].long(), edge_index[1].long()
             deg = torch.bincount(dst, minlength=rows)  # in-degree
@@ -237,6 +247,10 @@ class CollapseMonitor:
         self._recording: Optional[_Recording] = None
         self._cache: Dict[Any, _Prepared] = {}
         modules = dict(model.named_modules())
+        from gnorm.models.graphormer_layer import GraphormerLayer
+        # Layers that carry their own batch and edges (gnorm's Graphormer).
+        self._own_edges = all(isinstance(modules[n], GraphormerLayer)
+                              for n in self.layers)
         self._handles = [
             modules[name].register_forward_hook(self._hook_for(name))
             for name in self.layers]
@@ -315,6 +329,8 @@ class CollapseMonitor:
         :obj:`[L, rows, d]` of :obj:`L` layers, averaged over the graphs,
         and whether each output is finite: :obj:`[L, metrics + 1]`, on the
         device, no value read to the host."""
+        finite = torch.isfinite(x).flatten(1).all(-1)  # [L]
+        x = x.nan_to_num(0.0, 0.0, 0.0)  # flagged above; keeps SVD defined
         nodes = x[:, :p.nodes]  # [L, nodes, d]
         out = []
         distances = None
@@ -350,7 +366,7 @@ class CollapseMonitor:
                     v = mad_gap_of(distances, p.pairs, self.neighbor_hops,
                                    self.remote_hops)
             out.append(v.to(torch.float64).nanmean(-1))  # [L]
-        out.append(torch.isfinite(x).flatten(1).all(-1).to(torch.float64))
+        out.append(finite.to(torch.float64))
         return torch.stack(out, -1)  # [L, metrics + 1]
 
     def _table(self, rec: '_Recording') -> Dict[str, Tensor]:
@@ -406,12 +422,8 @@ class CollapseMonitor:
     def _start(self, rec: _Recording) -> None:
         if self._recording is not None:
             raise RuntimeError("CollapseMonitor: record() inside record()")
-        needs = [m for m in self.metrics if m in EDGE_METRICS]
-        if needs and rec.inputs[0] is None:
-            raise ValueError(f"CollapseMonitor.record: {', '.join(needs)} "
-                             f"need the graph's edges; pass "
-                             f"edge_index=data.edge_index or leave them out "
-                             f"of metrics=")
+        if rec.inputs[0] is None and not self._own_edges:
+            _need_edges(self.metrics)
         self._recording = rec
 
     def _finish(self, rec: _Recording) -> None:
