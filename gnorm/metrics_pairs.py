@@ -149,16 +149,26 @@ def mad_of(dist: Tensor, mask: Tensor) -> Tensor:
     r"""MAD :obj:`[..., B]` of the :func:`cosine_distances` :obj:`dist` over
     the pairs of :obj:`mask` (:func:`pair_mask`), without reading a value
     to the host."""
-    # The paper's rule: zero distances count neither in a row's mean nor
-    # (a row without a nonzero distance) in the mean over rows.
-    tol = 4 * torch.finfo(dist.dtype).eps
-    counted = mask & (dist > tol)
-    per_row = counted.sum(-1)  # [B, S]
-    row_mean = dist.masked_fill(~counted, 0).sum(-1) / per_row.clamp(min=1)
+    return _mad(*_nonzero(dist), mask)
+
+
+def _nonzero(dist: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""The distances that count (the paper leaves zero distances out) and
+    where they are."""
+    counted = dist > 4 * torch.finfo(dist.dtype).eps
+    return dist * counted, counted
+
+
+def _mad(dist: Tensor, counted: Tensor, mask: Tensor) -> Tensor:
+    # Zero distances count neither in a row's mean nor (a row without a
+    # nonzero distance) in the mean over rows.
+    counted = counted & mask
+    per_row = counted.sum(-1)  # [..., B, S]
+    row_mean = (dist * mask).sum(-1) / per_row.clamp(min=1)
     rows = (per_row > 0).sum(-1)  # [..., B]
     out = row_mean.sum(-1) / rows.clamp(min=1)
     # No pair at all: undefined (nan); pairs at zero distance only: 0.
-    return torch.where(mask.flatten(1).any(-1), out,
+    return torch.where(mask.flatten(-2).any(-1), out,
                        torch.full_like(out, float('nan')))
 
 
@@ -319,6 +329,7 @@ def mad_gap_of(dist: Tensor, pairs: Pairs, neighbor_hops: int,
     :obj:`dist` of :obj:`pairs` (:func:`draw_pairs` with
     :obj:`max_hops >= remote_hops - 1`), without reading a value to the
     host."""
-    remote = mad_of(dist, pair_mask(pairs, (remote_hops, None)))
-    near = mad_of(dist, pair_mask(pairs, (1, neighbor_hops)))
+    nonzero = _nonzero(dist)
+    remote = _mad(*nonzero, pair_mask(pairs, (remote_hops, None)))
+    near = _mad(*nonzero, pair_mask(pairs, (1, neighbor_hops)))
     return remote - near

@@ -23,8 +23,10 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from torch_geometric.utils import scatter
+
 from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
-                           _dirichlet_energy, _effective_rank, _variance)
+                           _effective_rank, _variance)
 from gnorm.metrics_pairs import (cosine_distances, draw_pairs, mad_gap_of,
                                  mad_of, pair_mask)
 
@@ -134,9 +136,10 @@ class _Prepared:
             _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
             src, dst = edge_index[0].long(), edge_index[1].long()
             deg = torch.bincount(dst, minlength=rows)  # in-degree
-            self.edges = (src, dst, batch_vec,
+            scale = (1 + deg).float().rsqrt()  # [rows]
+            self.edges = (src, dst, batch_vec[dst],
                           torch.bincount(batch_vec, minlength=size),
-                          (1 + deg).rsqrt())
+                          scale[dst].unsqueeze(-1), scale[src].unsqueeze(-1))
         self.pairs = None
         if 'mad' in metrics or 'mad_gap' in metrics:
             generator = torch.Generator().manual_seed(monitor.seed)
@@ -146,6 +149,26 @@ class _Prepared:
                 edge_index if with_hops else None,
                 monitor.remote_hops - 1, graph_nodes=rows)
             self.all_pairs = pair_mask(self.pairs, None)
+
+
+def _dirichlet_energies(x: Tensor, p: _Prepared) -> Tensor:
+    r""":func:`gnorm.metrics.dirichlet_energy` without and with
+    :obj:`normalized=True` of the outputs :obj:`x` :obj:`[L, rows, d]`,
+    :obj:`[2, L, B]`: layer by layer, so that the :obj:`[E, d]` gathers
+    stay in the cache, and both from one gather."""
+    src, dst, batch_dst, counts, scale_dst, scale_src = p.edges
+    out = []
+    for h in x:
+        h_dst, h_src = h.index_select(0, dst), h.index_select(0, src)
+        plain = (h_dst - h_src).pow(2).sum(-1)  # [E]
+        normed = (h_dst * scale_dst - h_src * scale_src).pow(2).sum(-1)
+        out.append(torch.stack([plain, normed]))  # [2, E]
+    sq = torch.stack(out, 1)  # [2, L, E]
+    if p.size == 1:
+        total = sq.sum(-1, keepdim=True)
+    else:
+        total = scatter(sq, batch_dst, dim=-1, dim_size=p.size, reduce='sum')
+    return total / counts.to(total.dtype).clamp(min=1)  # [2, L, B]
 
 
 class _Recording:
@@ -329,11 +352,12 @@ class CollapseMonitor:
         :obj:`[L, rows, d]` of :obj:`L` layers, averaged over the graphs,
         and whether each output is finite: :obj:`[L, metrics + 1]`, on the
         device, no value read to the host."""
-        finite = torch.isfinite(x).flatten(1).all(-1)  # [L]
+        # One pass: a nan or inf entry makes the sum non-finite.
+        finite = torch.isfinite(x.sum((-2, -1), dtype=torch.float64))  # [L]
         x = x.nan_to_num(0.0, 0.0, 0.0)  # flagged above; keeps SVD defined
         nodes = x[:, :p.nodes]  # [L, nodes, d]
         out = []
-        distances = None
+        distances = energies = None
         for metric in self.metrics:
             if metric == 'effective_rank':
                 if p.size == 1:  # one graph: no padding
@@ -350,13 +374,9 @@ class CollapseMonitor:
             elif metric == 'variance':
                 v = _variance(nodes, p.batch, p.size, 'mean')
             elif metric.startswith('dirichlet_energy'):
-                src, dst, batch, counts, scale = p.edges
-                if metric != 'dirichlet_energy_normalized':
-                    scale = None
-                # Layer by layer: [E, d] differences stay in the cache.
-                v = torch.stack([_dirichlet_energy(h, src, dst, batch, p.size,
-                                                   counts, scale)
-                                 for h in x])  # [L, B]
+                if energies is None:
+                    energies = _dirichlet_energies(x, p)  # [2, L, B]
+                v = energies[int(metric == 'dirichlet_energy_normalized')]
             else:
                 if distances is None:
                     distances = cosine_distances(nodes, p.pairs)
