@@ -403,3 +403,25 @@ def test_outputs_csv_tensorboard_and_plots(tmp_path):
         assert (tmp_path / f'{kind}.png').stat().st_size > 1000
     with pytest.raises(ValueError, match="kind='lines' or 'heatmap'"):
         monitor.plot(kind='bars')
+
+
+def test_the_guide_quotes_the_committed_benchmark():
+    r"""docs/monitor.rst's cost table is generated from the committed
+    experiments/results/bench_monitor_cpu.jsonl, as is its report."""
+    import re
+    from pathlib import Path
+    bench = experiment('bench_monitor')
+    rows = bench.load_rows()
+    assert [r['model'] for r in rows] == [
+        'DeepGCN, 32 layers, full batch',
+        'GAT, 2 layers, neighbour-sampled batches',
+        'DeepGCN, 32 layers, full batch (effective_rank, dirichlet_energy '
+        'only)']
+    assert rows[0]['metrics'] == list(METRICS)
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'monitor.rst'
+            ).read_text()
+    quoted = re.search(r'\.\. bench-monitor-numbers\n\n(.*?)\n\.\. '
+                       r'/bench-monitor-numbers', page, re.S).group(1)
+    assert quoted == bench.guide_table(rows)
+    command = 'python experiments/bench_monitor.py'
+    assert bench.report(rows, command) == bench.OUT.read_text()
