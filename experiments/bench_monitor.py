@@ -24,7 +24,7 @@ metrics) and the same eval forward without a monitor. Overhead of recording
 every k-th epoch = record time / (k x epoch time); the metrics' own share
 leaves out the eval forward the user writes anyway to record.
 
-    python experiments/bench_monitor.py            # writes results/bench_monitor_cpu.{md,jsonl}
+    python experiments/bench_monitor.py  # results/bench_monitor_cpu.{md,jsonl}
 """
 import argparse
 import inspect

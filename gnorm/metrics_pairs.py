@@ -82,9 +82,9 @@ def draw_pairs(num_nodes: int, batch: Tensor, size: int, max_samples: int,
     :func:`gnorm.metrics.uniformity`) and, given :obj:`edge_index`, their
     hop distances up to :obj:`max_hops` in the graph of
     :obj:`graph_nodes` nodes (default: :obj:`num_nodes`; more when the
-    candidates are its first rows, the seed nodes of a sampled subgraph). Reads values to the host; what it
-    returns lets :func:`cosine_distances` and :func:`mad_of` run
-    without."""
+    candidates are its first rows, the seed nodes of a sampled
+    subgraph). Reads values to the host; what it returns lets
+    :func:`cosine_distances` and :func:`mad_of` run without."""
     device = batch.device
     order = torch.arange(num_nodes, device=device)
     order, sorted_batch = _sorted(order.unsqueeze(-1), batch)
@@ -273,7 +273,8 @@ def mad_gap(x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
     :func:`mad` of remote pairs minus that of neighbour pairs,
 
     .. math::
-        \mathrm{MADGap} = \mathrm{MAD}^{\text{rmt}} - \mathrm{MAD}^{\text{neb}},
+        \mathrm{MADGap} = \mathrm{MAD}^{\text{rmt}}
+        - \mathrm{MAD}^{\text{neb}},
 
     with the neighbour pairs at hop distance :math:`1 \leq \phi(i, j) \leq`
     :obj:`neighbor_hops` and the remote pairs at :math:`\phi(i, j) \geq`

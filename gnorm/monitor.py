@@ -104,7 +104,6 @@ class _Prepared:
                  batch_size: Optional[int], seeds: Optional[int],
                  device: torch.device):
         metrics = monitor.metrics
-        self.key = None
         if seeds is not None:
             if batch is not None:
                 raise ValueError("CollapseMonitor.record: pass 'batch' or "
@@ -114,6 +113,9 @@ class _Prepared:
                                  f"num_seed_nodes={seeds} but the layer "
                                  f"output has {rows} rows")
         nodes = rows if seeds is None else seeds  # rows of the node metrics
+        # The inputs where the outputs are (e.g. edges left on the CPU).
+        edge_index = None if edge_index is None else edge_index.to(device)
+        batch = batch.to(device) if isinstance(batch, Tensor) else batch
         probe = torch.empty(rows, 0, device=device)
         batch_vec, size = _check_batch('CollapseMonitor.record', probe, batch,
                                        batch_size)
@@ -203,7 +205,8 @@ class CollapseMonitor:
     count is recorded, :obj:`graphs`):
 
     * :obj:`effective_rank`: :func:`gnorm.metrics.effective_rank`;
-    * :obj:`cosine_similarity`: :func:`gnorm.metrics.feature_cosine_similarity`;
+    * :obj:`cosine_similarity`:
+      :func:`gnorm.metrics.feature_cosine_similarity`;
     * :obj:`variance`: :func:`gnorm.metrics.feature_variance` with
       :obj:`reduce="mean"` (mean squared distance to the mean row);
     * :obj:`dirichlet_energy`, :obj:`dirichlet_energy_normalized`:
@@ -214,8 +217,9 @@ class CollapseMonitor:
       :obj:`max_samples` nodes per graph, drawn with a generator seeded by
       :obj:`seed`, the same nodes at every step.
 
-    With :obj:`num_seed_nodes` (a :class:`~torch_geometric.loader.NeighborLoader`
-    batch's :obj:`batch_size`), the node metrics (effective rank, cosine
+    With :obj:`num_seed_nodes` (a
+    :class:`~torch_geometric.loader.NeighborLoader` batch's
+    :obj:`batch_size`), the node metrics (effective rank, cosine
     similarity, variance, MAD, MADGap) see the seed nodes, the first rows;
     the Dirichlet energies all nodes and edges of the sampled subgraph, and
     MADGap the seeds' hop distances in it.
@@ -268,7 +272,7 @@ class CollapseMonitor:
         self.neighbor_hops, self.remote_hops = neighbor_hops, remote_hops
         self.records: List[Dict[str, Any]] = []
         self._recording: Optional[_Recording] = None
-        self._cache: Dict[Any, _Prepared] = {}
+        self._cache: Dict[str, _Prepared] = {}
         modules = dict(model.named_modules())
         from gnorm.models.graphormer_layer import GraphormerLayer
         # Layers that carry their own batch and edges (gnorm's Graphormer).
@@ -293,9 +297,9 @@ class CollapseMonitor:
             raise ValueError(f"CollapseMonitor: layer {name!r} ran twice in "
                              f"one record(); record one forward pass and "
                              f"hook modules called once per pass")
-        x, inputs, key = self._features(name, module, args, output,
+        x, inputs, kind = self._features(name, module, args, output,
                                         rec.inputs)
-        prepared = self._prepare(x, inputs, key)
+        prepared = self._prepare(x, inputs, kind)
         x = x.detach()
         if x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
@@ -321,30 +325,28 @@ class CollapseMonitor:
             x = output[0].index_select(0, layout['order'])  # graph by graph
             inputs = (layout['token_edge_index'], layout['token_batch'],
                       layout['mask'].size(0), None)
-            return x, inputs, ('tokens', id(layout['token_batch']))
+            return x, inputs, 'tokens'
         if output.dim() != 2:
             raise ValueError(f"CollapseMonitor: layer {name!r} returned "
                              f"shape {list(output.shape)}; it measures node "
                              f"features [num_nodes, channels] (for a dense "
                              f"batch [B, N, C], hook a layer before "
                              f"to_dense_batch)")
-        return output, inputs, None
+        return output, inputs, 'nodes'
 
-    def _prepare(self, x: Tensor, inputs, key) -> _Prepared:
-        edge_index, batch, batch_size, seeds = inputs
-        ident = (key, x.size(0), x.device,
+    def _prepare(self, x: Tensor, inputs, kind: str) -> _Prepared:
+        r"""The :class:`_Prepared` inputs of an output :obj:`x`: the last
+        one of this :obj:`kind` (record()'s inputs, or a Graphormer
+        layer's tokens) while they are the same tensors, unchanged."""
+        ident = (x.size(0), x.device,
                  *[(id(t), t._version) if isinstance(t, Tensor) else t
                    for t in inputs])
-        found = self._cache.get(ident)
-        if found is None:
-            found = _Prepared(self, x.size(0), edge_index, batch, batch_size,
-                              seeds, x.device)
-            # Keep the inputs alive with the entry, so that their ids stay
-            # theirs; one entry per kind of input.
-            self._cache = {k: v for k, v in self._cache.items()
-                           if k[0] != key}
-            found.key = inputs
-            self._cache[ident] = found
+        found = self._cache.get(kind)
+        if found is None or found.ident != ident:
+            found = _Prepared(self, x.size(0), *inputs, x.device)
+            # The entry holds the inputs, so their ids stay theirs.
+            found.ident, found.inputs = ident, inputs
+            self._cache[kind] = found
         return found
 
     def _values(self, x: Tensor, p: _Prepared) -> Tensor:

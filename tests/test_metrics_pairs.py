@@ -150,15 +150,16 @@ def test_subsampled_mad_is_the_reference_on_the_drawn_nodes():
     # The same nodes as uniformity draws with the same generator.
     torch.testing.assert_close(
         uniformity(x[nodes]),
-        uniformity(x, max_samples=k, generator=torch.Generator().manual_seed(5)))
+        uniformity(x, max_samples=k,
+                   generator=torch.Generator().manual_seed(5)))
     for hops, (low, high) in ((None, (0, math.inf)), ((1, 3), (1, 3))):
         out = mad(x, edge_index, hops=hops, max_samples=k,
                   generator=torch.Generator().manual_seed(5))
         expected = ref_mad(x, dist if hops else None, low, high, nodes)
         assert float(out) == pytest.approx(expected, abs=1e-12)
-    again = mad(x, max_samples=k, generator=torch.Generator().manual_seed(5))
-    assert float(again) == float(mad(x, max_samples=k,
-                                     generator=torch.Generator().manual_seed(5)))
+    seeded = lambda: torch.Generator().manual_seed(5)  # noqa: E731
+    assert float(mad(x, max_samples=k, generator=seeded())) == \
+        float(mad(x, max_samples=k, generator=seeded()))
 
 
 def test_mad_refuses_bad_input_in_one_line():

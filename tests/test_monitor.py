@@ -86,7 +86,8 @@ def test_gcn_8_layers_equal_metrics_of_captured_outputs():
     model = GCN(12, 16, num_layers=8, out_channels=5)
     monitor = CollapseMonitor(model)
     assert monitor.layers == [f'convs.{i}' for i in range(8)]
-    assert str(monitor) == f'CollapseMonitor(layers=8, metrics={list(METRICS)})'
+    assert str(monitor) == \
+        f'CollapseMonitor(layers=8, metrics={list(METRICS)})'
     captured, handles = capture(model, monitor.layers)
     with monitor.record(step=3, edge_index=edge_index):
         model(x, edge_index)
@@ -425,3 +426,23 @@ def test_the_guide_quotes_the_committed_benchmark():
     assert quoted == bench.guide_table(rows)
     command = 'python experiments/bench_monitor.py'
     assert bench.report(rows, command) == bench.OUT.read_text()
+
+
+def test_inputs_are_prepared_once_while_they_are_the_same_tensors():
+    r"""The graph count, drawn nodes and hop distances are computed at the
+    first record() and reused while record() gets the same tensors."""
+    x, edge_index = graph(seed=7)
+    model = GCN(12, 16, num_layers=2)
+    monitor = CollapseMonitor(model)
+    prepared = []
+    for step, edges in enumerate((edge_index, edge_index, edge_index.clone())):
+        with monitor.record(step, edge_index=edges):
+            model(x, edges)
+        prepared.append(monitor._cache['nodes'])
+    assert prepared[0] is prepared[1] is not prepared[2]
+    edge_index[0, 0] = 1  # changed in place: prepared again
+    with monitor.record(3, edge_index=edge_index):
+        model(x, edge_index)
+    assert monitor._cache['nodes'] is not prepared[0]
+    by_step = [by_layer(monitor.records, s) for s in range(3)]
+    assert by_step[0] == by_step[1] == by_step[2]
