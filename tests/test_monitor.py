@@ -446,3 +446,40 @@ def test_inputs_are_prepared_once_while_they_are_the_same_tensors():
     assert monitor._cache['nodes'] is not prepared[0]
     by_step = [by_layer(monitor.records, s) for s in range(3)]
     assert by_step[0] == by_step[1] == by_step[2]
+
+
+def test_a_gps_layer_stack_by_type_with_batches_of_graphs():
+    r"""PyG's GPSConv (local MessagePassing + global attention) is a plain
+    Module: 'auto' finds the convolutions inside it, layers=[GPSConv] the
+    blocks' outputs."""
+    from torch_geometric.nn import GINConv, GPSConv
+
+    class GPS(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([
+                GPSConv(12, GINConv(torch.nn.Linear(12, 12)), heads=2)
+                for _ in range(3)])
+
+        def forward(self, x, edge_index, batch):
+            for layer in self.layers:
+                x = layer(x, edge_index, batch)
+            return x
+
+    b = Batch.from_data_list([Data(*graph(n=n, m=n, seed=20 + n))
+                              for n in (10, 14)])
+    torch.manual_seed(0)
+    model = GPS().eval()
+    assert CollapseMonitor(model).layers == [
+        f'layers.{i}.conv' for i in range(3)]
+    monitor = CollapseMonitor(model, layers=[GPSConv])
+    assert monitor.layers == ['layers.0', 'layers.1', 'layers.2']
+    captured, handles = capture(model, monitor.layers)
+    with torch.no_grad(), monitor.record(0, edge_index=b.edge_index,
+                                         batch=b.batch, batch_size=2):
+        model(b.x, b.edge_index, b.batch)
+    for h in handles:
+        h.remove()
+    table = by_layer(monitor.records)
+    for name, h in captured.items():
+        assert_same(table[name], expected(h, b.edge_index, b.batch, 2))
