@@ -239,11 +239,16 @@ class CollapseMonitor:
             this many hops apart. (default: :obj:`3`)
         remote_hops (int, optional): MADGap's remote pairs are at least
             this many hops apart. (default: :obj:`8`)
+        writer (optional): A :class:`torch.utils.tensorboard.SummaryWriter`
+            (anything with :obj:`add_scalar`) that gets the records of
+            every :meth:`record` as it ends, tagged as in
+            :meth:`to_tensorboard`. (default: :obj:`None`)
     """
     def __init__(self, model: torch.nn.Module,
                  layers: Union[str, Sequence[Any]] = 'auto',
                  metrics: Sequence[str] = METRICS, max_samples: int = 256,
-                 seed: int = 0, neighbor_hops: int = 3, remote_hops: int = 8):
+                 seed: int = 0, neighbor_hops: int = 3, remote_hops: int = 8,
+                 writer: Any = None):
         metrics = tuple(metrics)
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:
@@ -271,6 +276,7 @@ class CollapseMonitor:
         self.max_samples, self.seed = max_samples, seed
         self.neighbor_hops, self.remote_hops = neighbor_hops, remote_hops
         self.records: List[Dict[str, Any]] = []
+        self.writer = writer
         self._recording: Optional[_Recording] = None
         self._cache: Dict[str, _Prepared] = {}
         modules = dict(model.named_modules())
@@ -329,9 +335,9 @@ class CollapseMonitor:
         if output.dim() != 2:
             raise ValueError(f"CollapseMonitor: layer {name!r} returned "
                              f"shape {list(output.shape)}; it measures node "
-                             f"features [num_nodes, channels] (for a dense "
-                             f"batch [B, N, C], hook a layer before "
-                             f"to_dense_batch)")
+                             f"features [num_nodes, channels]: hook a layer "
+                             f"before to_dense_batch ([B, N, C]), or monitor "
+                             f"a model of one run ([runs, N, C])")
         return output, inputs, 'nodes'
 
     def _prepare(self, x: Tensor, inputs, kind: str) -> _Prepared:
@@ -462,12 +468,13 @@ class CollapseMonitor:
             if row[-1] != 1.0:
                 raise ValueError(f"CollapseMonitor: layer {name!r} output "
                                  f"non-finite values at step {rec.step}")
-        for name, row in zip(names, table):
-            graphs = rec.outputs[name][1].graphs
-            for metric, value in zip(self.metrics, row):
-                self.records.append({'step': rec.step, 'layer': name,
-                                     'metric': metric, 'value': value,
-                                     'graphs': graphs})
+        new = [{'step': rec.step, 'layer': name, 'metric': metric,
+                'value': value, 'graphs': rec.outputs[name][1].graphs}
+               for name, row in zip(names, table)
+               for metric, value in zip(self.metrics, row)]
+        self.records.extend(new)
+        if self.writer is not None:
+            _add_scalars(self.writer, new)
 
     def remove(self) -> None:
         r"""Removes every hook; the records stay."""
@@ -512,10 +519,7 @@ class CollapseMonitor:
                                   f"tensorboard package ({e}); pip install "
                                   f"tensorboard") from None
             writer = SummaryWriter(str(writer))
-        for r in self.records:
-            writer.add_scalar(f"collapse/{r['metric']}/{r['layer']}",
-                              r['value'], r['step'])
-        writer.flush()
+        _add_scalars(writer, self.records)
 
     def plot(self, path=None, kind: str = 'lines',
              metrics: Optional[Sequence[str]] = None):
@@ -605,6 +609,14 @@ class _RecordContext:
             self.monitor.remove()
             raise
         return None
+
+
+def _add_scalars(writer, records: Sequence[Dict[str, Any]]) -> None:
+    for r in records:
+        writer.add_scalar(f"collapse/{r['metric']}/{r['layer']}", r['value'],
+                          r['step'])
+    if hasattr(writer, 'flush'):
+        writer.flush()
 
 
 def _some_names(model: torch.nn.Module) -> str:

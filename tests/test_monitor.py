@@ -202,6 +202,14 @@ def test_bad_input_is_one_line_and_leaves_no_hook():
             model(x)
     _one_line_and_no_hooks(e, model)
 
+    model = DeepGCN(12, 4, num_layers=2, runs=2)  # outputs [runs, n, d]
+    monitor = CollapseMonitor(model, metrics=['variance'])
+    with pytest.raises(ValueError, match=r"'outputs.0' returned shape "
+                                         r"\[2, 120, 32\]") as e:
+        with monitor.record(0):
+            model(x, edge_index)
+    _one_line_and_no_hooks(e, model)
+
     model = GCN(12, 16, num_layers=3)
     monitor = CollapseMonitor(model, layers=['act'],
                               metrics=['variance'])  # shared by all layers
@@ -399,6 +407,14 @@ def test_outputs_csv_tensorboard_and_plots(tmp_path):
     assert {t for t, _, _ in writer.scalars} == {
         f'collapse/{m}/convs.{i}' for m in ('effective_rank', 'mad')
         for i in range(3)}
+    live = Writer()  # as each record() ends
+    watching = CollapseMonitor(model, metrics=['variance'], writer=live)
+    with watching.record(5):
+        model(x, edge_index)
+    watching.remove()
+    assert live.scalars == [(f'collapse/variance/convs.{i}',
+                             watching.records[i]['value'], 5)
+                            for i in range(3)]
     for kind in ('lines', 'heatmap'):
         monitor.plot(tmp_path / f'{kind}.png', kind=kind)
         assert (tmp_path / f'{kind}.png').stat().st_size > 1000
