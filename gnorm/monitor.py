@@ -36,6 +36,8 @@ METRICS = ('effective_rank', 'cosine_similarity', 'variance',
 # The metrics that read the graph's edges.
 EDGE_METRICS = ('dirichlet_energy', 'dirichlet_energy_normalized', 'mad_gap')
 COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
+# The metrics that scale with the features, plotted on a log scale.
+SCALED = ('variance', 'dirichlet_energy', 'dirichlet_energy_normalized')
 # Largest number of entries of the stacked pairwise distances of a chunk of
 # layers [L, B, S, S].
 _PAIR_CHUNK = 1 << 24
@@ -522,15 +524,18 @@ class CollapseMonitor:
         _add_scalars(writer, self.records)
 
     def plot(self, path=None, kind: str = 'lines',
-             metrics: Optional[Sequence[str]] = None):
+             metrics: Optional[Sequence[str]] = None,
+             log: Sequence[str] = SCALED):
         r"""Plots the records, one panel per metric: :obj:`"lines"` with
         the layers on the x axis and one line per step (coloured by step),
-        or :obj:`"heatmap"`, layers by steps. Saves to :obj:`path` if given;
-        returns the :class:`matplotlib.figure.Figure`."""
+        or :obj:`"heatmap"`, layers by steps. The metrics in :obj:`log`
+        (default: those that scale with the features, variance and the
+        Dirichlet energies, which span orders of magnitude) are drawn on a
+        log scale. Saves to :obj:`path` if given; returns the
+        :class:`matplotlib.figure.Figure` (drawn without
+        :mod:`matplotlib.pyplot`, so the backend stays as it is)."""
         import matplotlib
-        if path is not None:
-            matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # no pyplot: no backend change
         if kind not in ('lines', 'heatmap'):
             raise ValueError(f"CollapseMonitor.plot expects kind='lines' or "
                              f"'heatmap' (got {kind!r})")
@@ -545,9 +550,9 @@ class CollapseMonitor:
                 for r in self.records}
         cols = min(len(metrics), 4)
         rows = math.ceil(len(metrics) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows),
-                                 squeeze=False, layout='constrained')
-        cmap = plt.get_cmap('viridis')
+        fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout='constrained')
+        axes = fig.subplots(rows, cols, squeeze=False)
+        cmap = matplotlib.colormaps['viridis']
         norm = matplotlib.colors.Normalize(min(steps), max(max(steps),
                                                            min(steps) + 1))
         for ax, metric in zip(axes.flat, metrics):
@@ -559,9 +564,15 @@ class CollapseMonitor:
                             lw=1)
                 ax.set_xlabel('layer')
             else:
-                image = ax.imshow(torch.tensor(values).t().numpy(),
-                                  aspect='auto', cmap='magma',
-                                  interpolation='nearest')
+                grid_values = torch.tensor(values, dtype=torch.float64).t()
+                positive = grid_values[grid_values > 0]
+                scale = None
+                if metric in log and positive.numel() > 0:
+                    scale = matplotlib.colors.LogNorm(float(positive.min()),
+                                                      float(positive.max()))
+                image = ax.imshow(grid_values.numpy(), aspect='auto',
+                                  cmap='magma', interpolation='nearest',
+                                  norm=scale)
                 fig.colorbar(image, ax=ax)
                 ax.set_xlabel('step')
                 ax.set_xticks(range(len(steps)))
@@ -571,6 +582,8 @@ class CollapseMonitor:
             if kind == 'lines':
                 ax.set_xticks(range(len(layers)))
                 ax.set_xticklabels(layers, rotation=90, fontsize=6)
+            if kind == 'lines' and metric in log:
+                ax.set_yscale('log')
             ax.set_title(metric)
         for ax in list(axes.flat)[len(metrics):]:
             ax.axis('off')
@@ -579,7 +592,6 @@ class CollapseMonitor:
             fig.colorbar(mappable, ax=axes.ravel().tolist(), label='step')
         if path is not None:
             fig.savefig(path, dpi=120)
-            plt.close(fig)
         return fig
 
 
