@@ -133,6 +133,8 @@ class _Prepared:
         self.pos = sorted_batch * self.width + \
             torch.arange(nodes, device=device) - starts[sorted_batch]
         self.graphs = int((counts > 0).sum())
+        # The graphs averaged over: those with nodes.
+        self.nonempty = (counts > 0).nonzero().flatten()
         self.edges = None
         if edge_index is None:
             _need_edges(metrics)
@@ -203,8 +205,10 @@ class CollapseMonitor:
     :obj:`return_attention_weights=True`) is measured on its first element.
 
     Metrics (:obj:`metrics`, all by default), each of the hooked output
-    :math:`\mathbf{H}` of every graph, then averaged over the graphs (the
-    count is recorded, :obj:`graphs`):
+    :math:`\mathbf{H}` of every graph, then averaged over the graphs with
+    nodes, leaving out undefined (:obj:`nan`) values, such as MADGap of a
+    graph without remote pairs (the count of graphs is recorded,
+    :obj:`graphs`):
 
     * :obj:`effective_rank`: :func:`gnorm.metrics.effective_rank`;
     * :obj:`cosine_similarity`:
@@ -395,7 +399,8 @@ class CollapseMonitor:
                 else:
                     v = mad_gap_of(distances, p.pairs, self.neighbor_hops,
                                    self.remote_hops)
-            out.append(v.to(torch.float64).nanmean(-1))  # [L]
+            v = v.index_select(-1, p.nonempty).to(torch.float64)
+            out.append(v.nanmean(-1))  # [L]
         out.append(finite.to(torch.float64))
         return torch.stack(out, -1)  # [L, metrics + 1]
 

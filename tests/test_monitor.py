@@ -304,7 +304,7 @@ def test_mini_batches_of_graphs_average_per_graph_values(cls):
     monitor = CollapseMonitor(model, max_samples=10)
     captured, handles = capture(model, monitor.layers)
     with monitor.record(0, edge_index=b.edge_index, batch=b.batch,
-                        batch_size=b.num_graphs):
+                        batch_size=b.num_graphs + 1):  # one graph empty
         model(b.x, b.edge_index)
     for h in handles:
         h.remove()
