@@ -15,7 +15,11 @@ the dtype of :obj:`x`.
   App. B.
 * :func:`uniformity`: the uniformity metric of Wang and Isola (2020) as used in
   SepNorm Eq. 4.
-* :func:`dirichlet_energy`: squared feature differences along edges.
+* :func:`dirichlet_energy`: squared feature differences along edges
+  (Rusch et al., 2023), or degree-normalised (Cai and Wang, 2020).
+* :func:`mad`, :func:`mad_gap`: mean average cosine distance of node pairs
+  (all, neighbours, remote nodes) of Chen et al. (2020)
+  (:mod:`gnorm.metrics_pairs`).
 """
 from typing import Optional, Tuple
 
@@ -150,13 +154,18 @@ def effective_rank(x: Tensor, batch: Optional[Tensor] = None,
     x, batch_vec = _sorted(x, batch_vec)
     # Zero padding adds only zero singular values, which add 0 to the entropy.
     dense, _ = to_dense_batch(x, batch_vec, batch_size=size)  # [B, N, d]
+    return _finish(_effective_rank(dense), batch)
+
+
+def _effective_rank(dense: Tensor) -> Tensor:
+    r""":func:`effective_rank` of zero-padded graphs :obj:`[B, N, d]`,
+    :obj:`[B]`."""
     sigma = torch.linalg.svdvals(dense)  # [B, min(N, d)]
     total = sigma.sum(dim=-1, keepdim=True)  # [B, 1]
     p = sigma / torch.where(total > 0, total, torch.ones_like(total))
     entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # [B]
-    out = torch.where(total.squeeze(-1) > 0, entropy.exp(),
-                      torch.zeros_like(entropy))
-    return _finish(out, batch)
+    return torch.where(total.squeeze(-1) > 0, entropy.exp(),
+                       torch.zeros_like(entropy))
 
 
 def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,
@@ -194,16 +203,28 @@ def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,
     _check_x('feature_cosine_similarity', x)
     batch_vec, size = _check_batch('feature_cosine_similarity', x, batch,
                                    batch_size)
+    return _finish(_cosine_similarity(x, batch_vec, size), batch)
+
+
+def _graph_sum(t: Tensor, batch: Tensor, size: int, dim: int) -> Tensor:
+    r"""Sums :obj:`t` over the nodes of each graph along :obj:`dim`."""
+    if size == 1:  # one graph: a plain sum
+        return t.sum(dim, keepdim=True)
+    return scatter(t, batch, dim=dim, dim_size=size, reduce='sum')
+
+
+def _cosine_similarity(x: Tensor, batch: Tensor, size: int) -> Tensor:
+    r""":func:`feature_cosine_similarity` of checked inputs
+    :obj:`[..., num_nodes, d]` (leading dimensions: several outputs at
+    once), :obj:`[..., size]`, with no value read to the host."""
     u = _unit_rows(x)
-    u_sum = scatter(u, batch_vec, dim=0, dim_size=size, reduce='sum')  # [B, d]
-    self_sum = scatter(u.pow(2).sum(dim=-1), batch_vec, dim=0, dim_size=size,
-                       reduce='sum')  # [B]
-    n = scatter(torch.ones_like(u[:, 0]), batch_vec, dim=0, dim_size=size,
+    u_sum = _graph_sum(u, batch, size, -2)  # [..., B, d]
+    self_sum = _graph_sum(u.pow(2).sum(dim=-1), batch, size, -1)  # [..., B]
+    n = scatter(x.new_ones(batch.numel()), batch, dim=0, dim_size=size,
                 reduce='sum')  # [B]
     pairs = n * (n - 1)
     sim = (u_sum.pow(2).sum(dim=-1) - self_sum) / pairs.clamp(min=1)
-    out = torch.where(n > 1, sim, torch.full_like(sim, float('nan')))
-    return _finish(out, batch)
+    return torch.where(n > 1, sim, torch.full_like(sim, float('nan')))
 
 
 def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
@@ -247,10 +268,21 @@ def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
         raise ValueError(f"'feature_variance' expects 'reduce' to be 'sum' "
                          f"or 'mean' (got {reduce!r})")
     batch_vec, size = _check_batch('feature_variance', x, batch, batch_size)
-    mean = scatter(x, batch_vec, dim=0, dim_size=size, reduce='mean')  # [B, d]
-    sq_dist = (x - mean[batch_vec]).pow(2).sum(dim=-1)  # [num_nodes]
-    out = scatter(sq_dist, batch_vec, dim=0, dim_size=size, reduce=reduce)
-    return _finish(out, batch)
+    return _finish(_variance(x, batch_vec, size, reduce), batch)
+
+
+def _variance(x: Tensor, batch: Tensor, size: int, reduce: str) -> Tensor:
+    r""":func:`feature_variance` of checked inputs :obj:`[..., num_nodes,
+    d]`, :obj:`[..., size]`."""
+    if size == 1:  # one graph: plain means and sums
+        sq_dist = (x - x.mean(-2, keepdim=True)).pow(2).sum(dim=-1)
+        return (sq_dist.mean(-1, keepdim=True) if reduce == 'mean'
+                else sq_dist.sum(-1, keepdim=True))
+    mean = scatter(x, batch, dim=-2, dim_size=size,
+                   reduce='mean')  # [..., B, d]
+    sq_dist = (x - mean.index_select(-2, batch)).pow(2).sum(dim=-1)
+    return scatter(sq_dist, batch, dim=-1, dim_size=size,
+                   reduce=reduce)  # [..., B]
 
 
 def _subsample(batch: Tensor, size: int, max_samples: int,
@@ -376,8 +408,31 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor,
         \frac{\mathbf{x}_j}{\sqrt{1 + d_j}}\Big\|_2^2,
 
     where :math:`d_i` is the in-degree of node :math:`i` (the number of
-    columns of :obj:`edge_index` with target :math:`i`), the degree after
-    adding self-loops as in GCN. It is :math:`0` for a graph without nodes.
+    columns of :obj:`edge_index` with target :math:`i`), so that
+    :math:`1 + d_i` is the degree after adding self-loops as in GCN. It is
+    :math:`0` for a graph without nodes.
+
+    Which definition is which: the unnormalised form is the Dirichlet
+    energy of the `"A Survey on Oversmoothing in Graph Neural Networks"
+    <https://arxiv.org/abs/2303.10993>`_ paper (Rusch, Bronstein and
+    Mishra, 2023,
+    :math:`\frac{1}{v} \sum_{i \in \mathcal{V}} \sum_{j \in
+    \mathcal{N}_i} \|\mathbf{X}_i - \mathbf{X}_j\|_2^2`): exactly this
+    value for an undirected graph stored with both directions. The
+    normalised form is the degree-normalised energy of the GCN
+    oversmoothing literature (`Cai and Wang, 2020
+    <https://arxiv.org/abs/2006.13318>`_; `Zhou et al., 2021
+    <https://arxiv.org/abs/2107.02392>`_),
+    :math:`\mathrm{tr}(\mathbf{X}^{\top} \tilde{\boldsymbol{\Delta}}
+    \mathbf{X})` with :math:`\tilde{\boldsymbol{\Delta}} = \mathbf{I} -
+    \tilde{\mathbf{D}}^{-1/2} \tilde{\mathbf{A}}
+    \tilde{\mathbf{D}}^{-1/2}`, :math:`\tilde{\mathbf{A}} = \mathbf{A} +
+    \mathbf{I}`: for an undirected graph without self-loops stored with
+    both directions, the value here is :math:`\frac{2}{N}
+    \mathrm{tr}(\mathbf{X}^{\top} \tilde{\boldsymbol{\Delta}}
+    \mathbf{X})` (the tests check both identities). The normalised form
+    is zero for features proportional to :math:`\sqrt{1 + d_i}`, not only
+    for equal rows; Rusch et al. measure with the unnormalised one.
 
     Args:
         x (torch.Tensor): The node features of shape
@@ -401,12 +456,27 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor,
     batch_vec, size = _check_batch('dirichlet_energy', x, batch, batch_size)
     _check_edge_index('dirichlet_energy', edge_index, batch_vec)
     src, dst = edge_index[0].long(), edge_index[1].long()
+    scale = None
     if normalized:
         deg = degree(dst, num_nodes=x.size(0), dtype=x.dtype)  # [num_nodes]
-        x = x * (1 + deg).rsqrt().unsqueeze(-1)
-    sq_diff = (x[dst] - x[src]).pow(2).sum(dim=-1)  # [num_edges]
-    total = scatter(sq_diff, batch_vec[dst], dim=0, dim_size=size,
-                    reduce='sum')  # [B]
-    n = torch.bincount(batch_vec, minlength=size).to(x.dtype)  # [B]
-    out = total / n.clamp(min=1)
-    return _finish(out, batch)
+        scale = (1 + deg).rsqrt()
+    n = torch.bincount(batch_vec, minlength=size)  # [B]
+    return _finish(_dirichlet_energy(x, src, dst, batch_vec, size, n, scale),
+                   batch)
+
+
+def _dirichlet_energy(x: Tensor, src: Tensor, dst: Tensor, batch: Tensor,
+                      size: int, num_nodes: Tensor,
+                      scale: Optional[Tensor] = None) -> Tensor:
+    r""":func:`dirichlet_energy` of checked inputs :obj:`[..., num_nodes,
+    d]`, :obj:`[..., size]`: :obj:`num_nodes` per graph, the rows scaled by
+    :obj:`scale` (the degree normalisation) if given."""
+    if scale is not None:
+        x = x * scale.to(x.dtype).unsqueeze(-1)
+    diff = x.index_select(-2, dst) - x.index_select(-2, src)  # [..., E, d]
+    total = _graph_sum(diff.pow(2).sum(dim=-1), batch[dst], size,
+                       -1)  # [..., B]
+    return total / num_nodes.to(x.dtype).clamp(min=1)
+
+# The pairwise metrics live in their own module; they are part of this one.
+from gnorm.metrics_pairs import hop_distances, mad, mad_gap  # noqa: E402,F401

@@ -173,6 +173,12 @@ def dropout(x: Tensor, p: float, training: bool = True,
     return x * keep.div_(1.0 - p)
 
 
+class LayerOutput(torch.nn.Identity):
+    r"""Returns its input: marks the output of a layer of
+    :class:`DeepGCN` so that forward hooks (:mod:`gnorm.monitor`) see it;
+    no parameter, no state, nothing in :obj:`state_dict`."""
+
+
 class RunConv(torch.nn.Module):
     r"""The weights of one graph convolution of :obj:`runs` runs (none:
     one run), :math:`\mathbf{X}' = P \mathbf{X} \mathbf{W}^\top +
@@ -410,6 +416,10 @@ class DeepGCN(torch.nn.Module):
             RunConv(c_in, c_out, runs)
             for c_in, c_out in zip(widths, widths[1:] + [out_channels])
         ])
+        # The output of every layer (as return_hidden gives them), for
+        # forward hooks: outputs.0 ... outputs.{num_layers - 1}.
+        self.outputs = torch.nn.ModuleList(
+            [LayerOutput() for _ in range(num_layers)])
         self.norms = torch.nn.ModuleList()
         if factories is not None and 'norm' in order:
             self.norms.extend(
@@ -634,10 +644,12 @@ class DeepGCN(torch.nn.Module):
         for i in range(self.num_layers - 1):
             h = self._layer(i, x, graph, inputs, generators)
             x = h + x if self.residual and h.size(-1) == x.size(-1) else h
+            x = self.outputs[i](x)
             hidden.append(x)
         if self.fusion is not None:
             x = self.fusion(hidden, batch=batch, batch_size=batch_size)
         x = self._layer(self.num_layers - 1, x, graph, inputs, generators)
+        x = self.outputs[-1](x)
         if self.runs is not None and x.dim() == 2:  # a 1-layer net, no dropout
             x = x.expand(self.runs, *x.shape)
         return (x, hidden + [x]) if return_hidden else x

@@ -1,0 +1,340 @@
+"""Overhead of gnorm.monitor.CollapseMonitor beside training, side by side.
+
+Two models on Cora (public split), one CPU thread:
+
+* a 32-layer ``DeepGCN`` (hidden 32, dropout 0.2), full-batch epochs,
+  monitor on its 32 layer outputs (``outputs.i``);
+* PyG's ``GAT`` (2 layers, hidden 64, 4 heads) trained on neighbour-sampled
+  batches (128 seed nodes, 10 neighbours per hop) of all nodes, monitor on
+  its 2 ``GATConv`` layers, recording one fixed batch (the same seeds and
+  neighbours at every record) on its 128 seed nodes.
+
+PyG's ``NeighborLoader`` needs ``pyg-lib`` or ``torch-sparse``, which have
+no wheels here; the batches come from PyG's ``NodeLoader`` (the class
+``NeighborLoader`` derives from) with :class:`TorchNeighborSampler`, a
+plain-torch sampler of incoming neighbours without replacement: the same
+``Data`` attributes (``n_id``, ``e_id``, ``input_id``, ``batch_size``, seed
+nodes first, ``num_sampled_nodes``).
+
+Per model, repeated in rotating order (the machine is shared: medians of
+alternating repeats after a warm-up): a training epoch without a monitor,
+a training epoch with the monitor's hooks attached but not recording, the
+monitored eval forward (``with monitor.record(...): model(...)``, all 7
+metrics) and the same eval forward without a monitor. Overhead of recording
+every k-th epoch = record time / (k x epoch time); the metrics' own share
+leaves out the eval forward the user writes anyway to record.
+
+    python experiments/bench_monitor.py  # results/bench_monitor_cpu.{md,jsonl}
+"""
+import argparse
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.loader import NodeLoader
+from torch_geometric.sampler import (BaseSampler, NodeSamplerInput,
+                                     SamplerOutput)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_layers import machine  # noqa: E402
+
+from gnorm.monitor import CollapseMonitor  # noqa: E402
+
+OUT = ROOT / 'experiments' / 'results' / 'bench_monitor_cpu.md'
+# The cheap subset measured beside all metrics.
+TWO_METRICS = ['effective_rank', 'dirichlet_energy']
+DEFAULT_SAMPLES = inspect.signature(CollapseMonitor).parameters[
+    'max_samples'].default
+
+
+class TorchNeighborSampler(BaseSampler):
+    r"""Samples up to :obj:`num_neighbors[h]` incoming neighbours (edges
+    :math:`j \to i`) per node at hop :obj:`h`, without replacement, as
+    :class:`~torch_geometric.sampler.NeighborSampler` does, in plain torch
+    (for :class:`~torch_geometric.loader.NodeLoader` where neither
+    ``pyg-lib`` nor ``torch-sparse`` is installed). Seed nodes come first,
+    then each hop's new nodes; the edges are the sampled ones."""
+    def __init__(self, data, num_neighbors, generator=None):
+        n = data.num_nodes
+        src, dst = data.edge_index
+        perm = torch.argsort(dst, stable=True)
+        self.src, self.edge_id = src[perm], perm
+        self.ptr = torch.zeros(n + 1, dtype=torch.long)
+        self.ptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+        self.num_nodes, self.num_neighbors = n, list(num_neighbors)
+        self.generator = generator
+
+    def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
+        seeds = inputs.node
+        local = torch.full((self.num_nodes, ), -1, dtype=torch.long)
+        local[seeds] = torch.arange(seeds.numel())
+        nodes, frontier = [seeds], seeds
+        rows, cols, edges = [], [], []
+        num_nodes, num_edges = [seeds.numel()], []
+        count = seeds.numel()
+        for k in self.num_neighbors:
+            start, deg = self.ptr[frontier], self.ptr[frontier + 1] - \
+                self.ptr[frontier]
+            owner = torch.repeat_interleave(torch.arange(frontier.numel()),
+                                            deg)  # [candidates]
+            offset = torch.arange(owner.numel()) - \
+                (torch.cumsum(deg, 0) - deg)[owner]
+            cand = start[owner] + offset  # positions in the CSC arrays
+            key = torch.rand(cand.numel(), generator=self.generator)
+            order = torch.argsort(owner.double() + key)  # random within node
+            rank = torch.arange(order.numel()) - \
+                (torch.cumsum(deg, 0) - deg)[owner[order]]
+            chosen = cand[order[rank < k]]
+            target = frontier[owner[order[rank < k]]]
+            source = self.src[chosen]
+            new = source[local[source] < 0].unique()
+            local[new] = torch.arange(count, count + new.numel())
+            count += new.numel()
+            nodes.append(new)
+            rows.append(local[source])
+            cols.append(local[target])
+            edges.append(self.edge_id[chosen])
+            num_nodes.append(new.numel())
+            num_edges.append(chosen.numel())
+            frontier = new
+        return SamplerOutput(node=torch.cat(nodes), row=torch.cat(rows),
+                             col=torch.cat(cols), edge=torch.cat(edges),
+                             batch=None, num_sampled_nodes=num_nodes,
+                             num_sampled_edges=num_edges,
+                             metadata=(inputs.input_id, inputs.time))
+
+    def sample_from_edges(self, index, neg_sampling=None):
+        raise NotImplementedError('TorchNeighborSampler samples from nodes')
+
+
+def neighbor_loader(data, num_neighbors, batch_size, shuffle=True, seed=0,
+                    input_nodes=None):
+    r"""A :class:`~torch_geometric.loader.NodeLoader` of
+    :class:`TorchNeighborSampler` batches: what
+    :obj:`NeighborLoader(data, num_neighbors, batch_size=...)` gives."""
+    sampler = TorchNeighborSampler(data, num_neighbors,
+                                   torch.Generator().manual_seed(seed))
+    return NodeLoader(data, node_sampler=sampler, input_nodes=input_nodes,
+                      batch_size=batch_size, shuffle=shuffle)
+
+
+def load_cora(root):
+    from gnorm.data import load_dataset
+    mirror = os.environ.get('GNORM_DATA_MIRROR') or None
+    return load_dataset('cora', root=root, mirror=mirror, split='public')
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench(name, setup, record_args, repeats, metrics=None):
+    r"""Median seconds of the measurements, in rotating order. :obj:`setup`
+    makes one (train_epoch, forward, model) triple; two are made with the
+    same seed: one never monitored, one with a monitor attached for the
+    whole run (its hooks idle during training, its prepared inputs kept
+    from one record to the next, as in a training loop)."""
+    train_plain, forward_plain, _ = setup()
+    train_hooked, forward_hooked, hooked = setup()
+    monitor = CollapseMonitor(hooked, **({'metrics': metrics}
+                                         if metrics else {}))
+
+    def bare_forward():
+        with torch.no_grad():
+            forward_plain()
+
+    def recorded():
+        with torch.no_grad(), monitor.record(**record_args):
+            forward_hooked()
+
+    # The first record prepares (graph count, drawn nodes, hop distances).
+    first = timed(recorded)
+    cases = {'train': train_plain, 'train_hooked': train_hooked,
+             'forward': bare_forward, 'record': recorded}
+    times = {k: [] for k in cases}
+    keys = list(cases)
+    for rep in range(repeats + 1):
+        for i in range(len(keys)):
+            key = keys[(i + rep) % len(keys)]
+            t = timed(cases[key])
+            if rep > 0:  # the first round warms up
+                times[key].append(t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    med['first_record'] = first
+    per_record = len(monitor.layers) * len(monitor.metrics)
+    monitor.remove()
+    return {'model': name, 'layers': len(monitor.layers), 'repeats': repeats,
+            'metrics': list(monitor.metrics), 'records': per_record,
+            **{f'{k}_s': v for k, v in med.items()}}
+
+
+def deep_gcn_case(data, repeats, metrics=None):
+    from gnorm.models import DeepGCN
+    train = data.train_mask.nonzero().flatten()
+
+    def setup():
+        torch.manual_seed(0)
+        model = DeepGCN(data.num_features, int(data.y.max()) + 1,
+                        num_layers=32, hidden_channels=32, dropout=0.2)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+        def train_epoch():
+            model.train()
+            opt.zero_grad()
+            out = model(data.x, data.edge_index)
+            F.cross_entropy(out[train], data.y[train]).backward()
+            opt.step()
+
+        def forward():
+            model.eval()
+            model(data.x, data.edge_index)
+        return train_epoch, forward, model
+
+    name = 'DeepGCN, 32 layers, full batch'
+    if metrics:
+        name += f' ({", ".join(metrics)} only)'
+    return bench(name, setup, dict(step=0, edge_index=data.edge_index),
+                 repeats, metrics)
+
+
+def gat_case(data, repeats):
+    from torch_geometric.nn.models import GAT
+    fixed = next(iter(neighbor_loader(data, [10, 10], batch_size=128,
+                                      shuffle=False, seed=1)))
+
+    def setup():
+        torch.manual_seed(0)
+        model = GAT(data.num_features, 64, 2, int(data.y.max()) + 1,
+                    heads=4)
+        opt = torch.optim.Adam(model.parameters(), lr=0.005)
+        loader = neighbor_loader(data, [10, 10], batch_size=128,
+                                 shuffle=True)
+
+        def train_epoch():
+            model.train()
+            for batch in loader:
+                opt.zero_grad()
+                out = model(batch.x, batch.edge_index)[:batch.batch_size]
+                F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+                opt.step()
+
+        def forward():
+            model.eval()
+            model(fixed.x, fixed.edge_index)
+        return train_epoch, forward, model
+
+    return bench('GAT, 2 layers, neighbour-sampled batches', setup,
+                 dict(step=0, edge_index=fixed.edge_index,
+                      num_seed_nodes=fixed.batch_size), repeats)
+
+
+def report(rows, command):
+    head = (f'# CollapseMonitor overhead (cpu)\n\n'
+            f'Generated by `{command}` on {rows[0]["date"]}: '
+            f'{rows[0]["machine"]}. Cora, public split; all 7 metrics '
+            f'unless the model says otherwise, max_samples='
+            f'{rows[0]["max_samples"]} (the default). Medians of '
+            f'{rows[0]["repeats"]} rounds of the four measurements in '
+            f'rotating order after a warm-up round, on a machine shared '
+            f'with other jobs. Two copies of each model (same seed) train '
+            f'side by side, one never monitored, one with a monitor '
+            f'attached throughout.\n\n'
+            f'* epoch: one training epoch, no monitor;\n'
+            f'* hooked epoch: the same with the monitor attached, not '
+            f'recording;\n'
+            f'* record: `with monitor.record(...): model(...)` in eval mode '
+            f'under `torch.no_grad()` (the forward and the metrics); '
+            f'forward: the same forward without a monitor; first record: '
+            f'the first one, which also prepares the inputs (graph count, '
+            f'drawn nodes, their hop distances);\n'
+            f'* every k-th: record / (k x epoch), the time added by '
+            f'recording every k-th epoch; metrics only: (record - '
+            f'forward) / (k x epoch).\n\n'
+            '| model | layers hooked | epoch | hooked epoch | forward | '
+            'record | first record | every epoch | every 10th | every 10th, '
+            'metrics only |\n|---|---|---|---|---|---|---|---|---|---|\n')
+    lines = []
+    for r in rows:
+        lines.append(
+            '| {model} | {layers} | {a:.1f} ms | {b:.1f} ms | {f:.1f} ms | '
+            '{c:.1f} ms | {c0:.1f} ms | {e1:.1f} % | {e10:.1f} % | '
+            '{m10:.1f} % |'.format(
+                model=r['model'], layers=r['layers'], a=1e3 * r['train_s'],
+                b=1e3 * r['train_hooked_s'], f=1e3 * r['forward_s'],
+                c=1e3 * r['record_s'], c0=1e3 * r['first_record_s'],
+                e1=100 * r['every_1'],
+                e10=100 * r['every_10'], m10=100 * r['metrics_every_10']))
+    return head + '\n'.join(lines) + '\n'
+
+
+def guide_table(rows):
+    r"""The rst table of docs/monitor.rst, from the committed rows."""
+    lines = ['.. list-table::', '   :header-rows: 1', '',
+             '   * - model', '     - training epoch',
+             '     - record (forward + metrics)', '     - every epoch',
+             '     - every 10th epoch']
+    for r in rows:
+        lines += [f'   * - {r["model"]}',
+                  f'     - {1e3 * r["train_s"]:.1f} ms',
+                  f'     - {1e3 * r["record_s"]:.1f} ms',
+                  f'     - {100 * r["every_1"]:.1f} %',
+                  f'     - {100 * r["every_10"]:.1f} %']
+    return '\n'.join(lines) + '\n'
+
+
+def load_rows(path=OUT.with_suffix('.jsonl')):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def overheads(row):
+    epoch = row['train_s']
+    row['every_1'] = row['record_s'] / epoch
+    row['every_10'] = row['record_s'] / (10 * epoch)
+    row['metrics_every_10'] = (row['record_s'] - row['forward_s']) / \
+        (10 * epoch)
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--repeats', type=int, default=15)
+    parser.add_argument('--data-root', default=None,
+                        help='folder for the dataset (default: a temporary '
+                             'one, raw files copied from $GNORM_DATA_MIRROR)')
+    parser.add_argument('--out', default=str(OUT))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = load_cora(args.data_root or tmp)
+    rows = []
+    cases = (deep_gcn_case, gat_case,
+             lambda d, r: deep_gcn_case(d, r, TWO_METRICS))
+    for case in cases:
+        row = overheads(case(data, args.repeats))
+        row.update(machine=machine('cpu'), date=str(date.today()),
+                   max_samples=DEFAULT_SAMPLES)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    out = Path(args.out)
+    command = 'python experiments/bench_monitor.py' + (
+        f' --repeats {args.repeats}' if args.repeats != 15 else '')
+    out.write_text(report(rows, command))
+    out.with_suffix('.jsonl').write_text(
+        ''.join(json.dumps(r) + '\n' for r in rows))
+    print(f'wrote {out}')
+
+
+if __name__ == '__main__':
+    main()

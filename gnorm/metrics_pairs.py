@@ -1,0 +1,336 @@
+r"""Pairwise smoothness metrics: MAD and MADGap of the `"Measuring and
+Relieving the Over-smoothing Problem for Graph Neural Networks from the
+Topological View" <https://arxiv.org/abs/1909.03211>`_ paper (Chen et al.,
+AAAI 2020), re-exported by :mod:`gnorm.metrics`.
+
+The pairs of a graph are those of at most :obj:`max_samples` of its nodes,
+drawn as :func:`gnorm.metrics.uniformity` draws them; hop distances between
+the drawn nodes are those of the whole graph, found by a breadth-first
+search from the drawn nodes along :obj:`edge_index` (no dense
+:math:`N \times N` matrix).
+"""
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from gnorm.metrics import (_check_batch, _check_edge_index, _check_x,
+                           _finish, _sorted, _subsample, _unit_rows)
+
+# Largest number of entries of one [num_edges, sources] block of the search.
+_SEARCH_CHUNK = 1 << 24
+
+
+def hop_distances(edge_index: Tensor, num_nodes: int, sources: Tensor,
+                  max_hops: int) -> Tensor:
+    r"""Hop distances from the nodes :obj:`sources` to every node, along the
+    edges of :obj:`edge_index` taken in both directions.
+
+    Args:
+        edge_index (torch.Tensor): The edges :obj:`[2, num_edges]`.
+        num_nodes (int): The number of nodes.
+        sources (torch.Tensor): The node indices :obj:`[S]` to search from.
+        max_hops (int): Search depth; farther (or unreachable) nodes get
+            :obj:`max_hops + 1`.
+
+    Returns:
+        torch.Tensor: The distances :obj:`[S, num_nodes]` (int64).
+    """
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    src, dst = torch.cat([src, dst]), torch.cat([dst, src])  # both directions
+    S = sources.numel()
+    dist = torch.full((S, num_nodes), max_hops + 1, dtype=torch.long,
+                      device=edge_index.device)
+    chunk = max(1, _SEARCH_CHUNK // max(1, src.numel(), num_nodes))
+    for start in range(0, S, chunk):
+        cols = sources[start:start + chunk]
+        reach = torch.zeros(num_nodes, cols.numel(), dtype=torch.bool,
+                            device=edge_index.device)  # [N, s]
+        reach[cols, torch.arange(cols.numel(), device=cols.device)] = True
+        block = dist[start:start + chunk].t()  # [N, s], a view of dist
+        block[reach] = 0
+        for hop in range(1, max_hops + 1):
+            spread = torch.zeros(num_nodes, cols.numel(),
+                                 device=edge_index.device)
+            spread.index_add_(0, dst, reach[src].float())
+            new = (spread > 0) & ~reach
+            block[new] = hop
+            reach |= new
+    return dist
+
+
+class Pairs(NamedTuple):
+    r"""The drawn nodes of each graph as a padded :obj:`[B, S]` block:
+    :obj:`index` (rows of :obj:`x`, sorted by graph), their places
+    :obj:`pos` in the flattened block, :obj:`valid` :obj:`[B, S]`, and
+    the hop distances :obj:`dist` :obj:`[B, S, S]` between them (or
+    :obj:`None`)."""
+    index: Tensor
+    pos: Tensor
+    valid: Tensor
+    dist: Optional[Tensor]
+
+
+def draw_pairs(num_nodes: int, batch: Tensor, size: int, max_samples: int,
+               generator: Optional[torch.Generator] = None,
+               edge_index: Optional[Tensor] = None,
+               max_hops: int = 0, graph_nodes: Optional[int] = None,
+               ) -> Pairs:
+    r"""The :class:`Pairs` of checked inputs (:obj:`batch` of
+    :obj:`num_nodes` entries, :obj:`size` graphs): at most
+    :obj:`max_samples` nodes of each graph (the rule of
+    :func:`gnorm.metrics.uniformity`) and, given :obj:`edge_index`, their
+    hop distances up to :obj:`max_hops` in the graph of
+    :obj:`graph_nodes` nodes (default: :obj:`num_nodes`; more when the
+    candidates are its first rows, the seed nodes of a sampled
+    subgraph). Reads values to the host; what it returns lets
+    :func:`cosine_distances` and :func:`mad_of` run without."""
+    device = batch.device
+    order = torch.arange(num_nodes, device=device)
+    order, sorted_batch = _sorted(order.unsqueeze(-1), batch)
+    order = order.squeeze(-1)
+    keep = None
+    if num_nodes > 0:
+        keep = _subsample(sorted_batch, size, max_samples, generator)
+    if keep is not None:
+        order, sorted_batch = order[keep], sorted_batch[keep]
+    counts = torch.bincount(sorted_batch, minlength=size)  # [B]
+    S = int(counts.max()) if size > 0 and num_nodes > 0 else 0
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(order.numel(), device=device) - starts[sorted_batch]
+    pos = sorted_batch * S + rank  # [kept]
+    valid = torch.zeros(size * S, dtype=torch.bool, device=device)
+    valid[pos] = True
+    dist = None
+    if edge_index is not None:
+        far = hop_distances(edge_index, graph_nodes or num_nodes, order,
+                            max_hops)
+        # Row of `far` and node of each place of the block, 0 if padded.
+        row = torch.zeros(size * S, dtype=torch.long, device=device)
+        row[pos] = torch.arange(order.numel(), device=device)
+        node = torch.zeros(size * S, dtype=torch.long, device=device)
+        node[pos] = order
+        row, node = row.view(size, S), node.view(size, S)
+        dist = far[row.unsqueeze(-1), node.unsqueeze(-2)]  # [B, S, S]
+    return Pairs(order, pos, valid.view(size, S), dist)
+
+
+def pair_mask(pairs: Pairs, hops: Optional[Tuple[int, Optional[int]]],
+              ) -> Tensor:
+    r"""The pairs :math:`i \neq j` of drawn nodes of one graph
+    :obj:`[B, S, S]` whose hop distance lies in :obj:`hops`
+    (:obj:`(low, high)`, :obj:`high=None`: no upper bound, unreachable
+    nodes included); all pairs if :obj:`hops` is :obj:`None`."""
+    valid = pairs.valid
+    B, S = valid.shape
+    mask = valid.unsqueeze(-1) & valid.unsqueeze(-2)  # [B, S, S]
+    mask &= ~torch.eye(S, dtype=torch.bool, device=valid.device)
+    if hops is not None:
+        low, high = hops
+        mask &= pairs.dist >= low
+        if high is not None:
+            mask &= pairs.dist <= high
+    return mask
+
+
+def cosine_distances(x: Tensor, pairs: Pairs) -> Tensor:
+    r"""The cosine distances :math:`D_{ij}` :obj:`[..., B, S, S]` between
+    the drawn rows of :obj:`x` :obj:`[..., num_nodes, d]` of each graph."""
+    B, S = pairs.valid.shape
+    u = _unit_rows(x.index_select(-2, pairs.index))  # [..., kept, d]
+    lead = u.shape[:-2]
+    dense = u.new_zeros(*lead, B * S, u.size(-1)).index_copy(-2, pairs.pos,
+                                                              u)
+    dense = dense.view(*lead, B, S, -1)  # [..., B, S, d]
+    return (1 - dense @ dense.transpose(-1, -2)).clamp(0, 2)
+
+
+def mad_of(dist: Tensor, mask: Tensor) -> Tensor:
+    r"""MAD :obj:`[..., B]` of the :func:`cosine_distances` :obj:`dist` over
+    the pairs of :obj:`mask` (:func:`pair_mask`), without reading a value
+    to the host."""
+    return _mad(*_nonzero(dist), mask)
+
+
+def _nonzero(dist: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""The distances that count (the paper leaves zero distances out) and
+    where they are."""
+    counted = dist > 4 * torch.finfo(dist.dtype).eps
+    return dist * counted, counted
+
+
+def _mad(dist: Tensor, counted: Tensor, mask: Tensor) -> Tensor:
+    # Zero distances count neither in a row's mean nor (a row without a
+    # nonzero distance) in the mean over rows.
+    counted = counted & mask
+    per_row = counted.sum(-1)  # [..., B, S]
+    row_mean = (dist * mask).sum(-1) / per_row.clamp(min=1)
+    rows = (per_row > 0).sum(-1)  # [..., B]
+    out = row_mean.sum(-1) / rows.clamp(min=1)
+    # No pair at all: undefined (nan); pairs at zero distance only: 0.
+    return torch.where(mask.flatten(-2).any(-1), out,
+                       torch.full_like(out, float('nan')))
+
+
+def _check_samples(fn: str, max_samples: int) -> None:
+    if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
+            or max_samples < 2:
+        raise ValueError(f"'{fn}' expects an integer 'max_samples' of at "
+                         f"least 2 (got {max_samples!r})")
+
+
+def _check_hops(fn: str, hops) -> None:
+    ok = (isinstance(hops, tuple) and len(hops) == 2
+          and isinstance(hops[0], int) and hops[0] >= 0
+          and (hops[1] is None
+               or (isinstance(hops[1], int) and hops[1] >= hops[0])))
+    if not ok:
+        raise ValueError(f"'{fn}' expects 'hops' as (low, high) with "
+                         f"0 <= low <= high, or high=None (got {hops!r})")
+
+
+def mad(x: Tensor, edge_index: Optional[Tensor] = None,
+        batch: Optional[Tensor] = None, batch_size: Optional[int] = None,
+        hops: Optional[Tuple[int, Optional[int]]] = None,
+        max_samples: int = 2048,
+        generator: Optional[torch.Generator] = None) -> Tensor:
+    r"""Computes the Mean Average Distance (MAD) of node features from the
+    `"Measuring and Relieving the Over-smoothing Problem for Graph Neural
+    Networks from the Topological View" <https://arxiv.org/abs/1909.03211>`_
+    paper (Eqs. 1-4).
+
+    .. math::
+        D_{ij} = 1 - \frac{\mathbf{h}_i^{\top} \mathbf{h}_j}
+        {\|\mathbf{h}_i\|_2 \|\mathbf{h}_j\|_2}, \qquad
+        \bar{D}_i = \frac{\sum_j M_{ij} D_{ij}}
+        {\sum_j \mathbb{1}(M_{ij} D_{ij} > 0)}, \qquad
+        \mathrm{MAD} = \frac{\sum_i \bar{D}_i}
+        {\sum_i \mathbb{1}(\bar{D}_i > 0)},
+
+    over the nodes of a graph, where the mask :math:`M_{ij} = 1` selects
+    the pairs :math:`i \neq j` whose hop distance lies in :obj:`hops`
+    (all pairs if :obj:`None`). As in the paper, zero distances count
+    neither in a row's mean nor, for a row without a nonzero distance, in
+    the mean over rows; "zero" is :math:`\leq 4\epsilon` of :obj:`x`'s
+    dtype. The value is :math:`0` when every selected pair is at zero
+    distance (complete smoothing) and :obj:`nan` when no pair is selected.
+    A zero row has distance :math:`1` to every row. A graph with more than
+    :obj:`max_samples` nodes is evaluated on :obj:`max_samples` of its
+    nodes drawn as in :func:`gnorm.metrics.uniformity`; their hop
+    distances are those of the whole graph (edges taken in both
+    directions).
+
+    Args:
+        x (torch.Tensor): The node features of shape
+            :obj:`[num_nodes, num_features]`.
+        edge_index (torch.Tensor, optional): The edge indices of shape
+            :obj:`[2, num_edges]`; needed with :obj:`hops`.
+            (default: :obj:`None`)
+        batch (torch.Tensor, optional): The batch vector of shape
+            :obj:`[num_nodes]` assigning each node to a graph; one graph if
+            :obj:`None`. (default: :obj:`None`)
+        batch_size (int, optional): The number of graphs, for graphs without
+            nodes at the end of the batch. (default: :obj:`None`)
+        hops (tuple, optional): :obj:`(low, high)`: the pairs at hop distance
+            :math:`\text{low} \leq \phi(i, j) \leq \text{high}`;
+            :obj:`high=None` has no upper bound (unreachable pairs included).
+            :obj:`(1, 3)` are the paper's neighbour pairs, :obj:`(8, None)`
+            its remote pairs. (default: :obj:`None`: all pairs)
+        max_samples (int, optional): The largest number of nodes per graph
+            used; larger graphs are subsampled. (default: :obj:`2048`)
+        generator (torch.Generator, optional): The random number generator
+            for the subsampling; the global one if :obj:`None`.
+            (default: :obj:`None`)
+
+    Returns:
+        torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
+        tensor of shape :obj:`[batch_size]`.
+    """
+    _check_x('mad', x)
+    _check_samples('mad', max_samples)
+    batch_vec, size = _check_batch('mad', x, batch, batch_size)
+    if hops is not None:
+        _check_hops('mad', hops)
+        if edge_index is None:
+            raise ValueError("'mad' needs 'edge_index' to select pairs by "
+                             "'hops'")
+        _check_edge_index('mad', edge_index, batch_vec)
+    max_hops = 0 if hops is None else (hops[1] if hops[1] is not None
+                                       else hops[0] - 1)
+    pairs = draw_pairs(x.size(0), batch_vec, size, max_samples, generator,
+                       edge_index if hops is not None else None, max_hops)
+    return _finish(mad_of(cosine_distances(x, pairs), pair_mask(pairs, hops)),
+                   batch)
+
+
+def mad_gap(x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
+            batch_size: Optional[int] = None, neighbor_hops: int = 3,
+            remote_hops: int = 8, max_samples: int = 2048,
+            generator: Optional[torch.Generator] = None) -> Tensor:
+    r"""Computes MADGap from the `"Measuring and Relieving the
+    Over-smoothing Problem for Graph Neural Networks from the Topological
+    View" <https://arxiv.org/abs/1909.03211>`_ paper (Eq. 5): the
+    :func:`mad` of remote pairs minus that of neighbour pairs,
+
+    .. math::
+        \mathrm{MADGap} = \mathrm{MAD}^{\text{rmt}}
+        - \mathrm{MAD}^{\text{neb}},
+
+    with the neighbour pairs at hop distance :math:`1 \leq \phi(i, j) \leq`
+    :obj:`neighbor_hops` and the remote pairs at :math:`\phi(i, j) \geq`
+    :obj:`remote_hops` or unreachable (the paper's defaults: 3 and 8). A
+    small or negative gap means remote nodes look as alike as neighbours:
+    information from far away has smoothed the representation. Both MADs
+    use the same drawn nodes (at most :obj:`max_samples` per graph, see
+    :func:`mad`); the value is :obj:`nan` for a graph without neighbour or
+    without remote pairs among them.
+
+    Args:
+        x (torch.Tensor): The node features of shape
+            :obj:`[num_nodes, num_features]`.
+        edge_index (torch.Tensor): The edge indices of shape
+            :obj:`[2, num_edges]`.
+        batch (torch.Tensor, optional): The batch vector of shape
+            :obj:`[num_nodes]` assigning each node to a graph; one graph if
+            :obj:`None`. (default: :obj:`None`)
+        batch_size (int, optional): The number of graphs, for graphs without
+            nodes at the end of the batch. (default: :obj:`None`)
+        neighbor_hops (int, optional): The largest hop distance of a
+            neighbour pair. (default: :obj:`3`)
+        remote_hops (int, optional): The smallest hop distance of a remote
+            pair. (default: :obj:`8`)
+        max_samples (int, optional): The largest number of nodes per graph
+            used; larger graphs are subsampled. (default: :obj:`2048`)
+        generator (torch.Generator, optional): The random number generator
+            for the subsampling; the global one if :obj:`None`.
+            (default: :obj:`None`)
+
+    Returns:
+        torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
+        tensor of shape :obj:`[batch_size]`.
+    """
+    _check_x('mad_gap', x)
+    _check_samples('mad_gap', max_samples)
+    if not (isinstance(neighbor_hops, int) and isinstance(remote_hops, int)
+            and 1 <= neighbor_hops < remote_hops):
+        raise ValueError(f"'mad_gap' expects integers 1 <= neighbor_hops < "
+                         f"remote_hops (got {neighbor_hops!r}, "
+                         f"{remote_hops!r})")
+    batch_vec, size = _check_batch('mad_gap', x, batch, batch_size)
+    _check_edge_index('mad_gap', edge_index, batch_vec)
+    pairs = draw_pairs(x.size(0), batch_vec, size, max_samples, generator,
+                       edge_index, remote_hops - 1)
+    return _finish(mad_gap_of(cosine_distances(x, pairs), pairs,
+                              neighbor_hops, remote_hops), batch)
+
+
+def mad_gap_of(dist: Tensor, pairs: Pairs, neighbor_hops: int,
+               remote_hops: int) -> Tensor:
+    r""":func:`mad_gap` :obj:`[..., B]` from the :func:`cosine_distances`
+    :obj:`dist` of :obj:`pairs` (:func:`draw_pairs` with
+    :obj:`max_hops >= remote_hops - 1`), without reading a value to the
+    host."""
+    nonzero = _nonzero(dist)
+    remote = _mad(*nonzero, pair_mask(pairs, (remote_hops, None)))
+    near = _mad(*nonzero, pair_mask(pairs, (1, neighbor_hops)))
+    return remote - near

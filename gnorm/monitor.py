@@ -1,0 +1,642 @@
+r"""Which layer collapses, and when: collapse metrics of the layer outputs
+of any PyTorch Geometric model, recorded during training.
+
+.. code-block:: python
+
+    monitor = CollapseMonitor(model)  # hooks every MessagePassing layer
+    with monitor.record(step=epoch, edge_index=data.edge_index):
+        model(data.x, data.edge_index)  # your forward, recorded
+    monitor.to_csv('collapse.csv')
+
+The hooks return at once outside :meth:`CollapseMonitor.record`. Inside,
+each hooked layer's output gets every metric on the device, without a
+value read to the host; the values of all layers are read once when the
+:obj:`with` block ends. What needs the host (the graph count, the drawn
+nodes of the pairwise metrics, their hop distances) is prepared once per
+:meth:`~CollapseMonitor.record` and reused while the inputs are the same
+tensors.
+"""
+import csv
+import math
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from torch_geometric.utils import scatter
+
+from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
+                           _effective_rank, _variance)
+from gnorm.metrics_pairs import (cosine_distances, draw_pairs, mad_gap_of,
+                                 mad_of, pair_mask)
+
+METRICS = ('effective_rank', 'cosine_similarity', 'variance',
+           'dirichlet_energy', 'dirichlet_energy_normalized', 'mad',
+           'mad_gap')
+# The metrics that read the graph's edges.
+EDGE_METRICS = ('dirichlet_energy', 'dirichlet_energy_normalized', 'mad_gap')
+COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
+# The metrics that scale with the features, plotted on a log scale.
+SCALED = ('variance', 'dirichlet_energy', 'dirichlet_energy_normalized')
+# Largest number of entries of the stacked pairwise distances of a chunk of
+# layers [L, B, S, S].
+_PAIR_CHUNK = 1 << 24
+
+
+def _auto_types() -> tuple:
+    from torch_geometric.nn import MessagePassing
+
+    from gnorm.models.deep_gcn import LayerOutput
+    from gnorm.models.graphormer_layer import GraphormerLayer
+    return (MessagePassing, LayerOutput, GraphormerLayer)
+
+
+def find_layers(model: torch.nn.Module,
+                layers: Union[str, Sequence[Any]] = 'auto') -> List[str]:
+    r"""The qualified names (as :meth:`~torch.nn.Module.named_modules` gives
+    them) of the layers of :obj:`model` that :class:`CollapseMonitor` hooks:
+    for :obj:`"auto"` every :class:`~torch_geometric.nn.conv.MessagePassing`
+    module, the layer outputs of :class:`~gnorm.models.DeepGCN` and the
+    layers of :class:`~gnorm.models.Graphormer`, none inside another;
+    otherwise the modules named, or of a type listed, in :obj:`layers`."""
+    named = list(model.named_modules())
+    if isinstance(layers, str) and layers == 'auto':
+        types, names = _auto_types(), ()
+    elif isinstance(layers, (list, tuple)) and len(layers) > 0:
+        types = tuple(t for t in layers if isinstance(t, type))
+        names = [n for n in layers if isinstance(n, str)]
+        known = dict(named)
+        unknown = [n for n in names if n not in known]
+        if unknown or len(types) + len(names) != len(layers):
+            bad = unknown or [x for x in layers
+                              if not isinstance(x, (str, type))]
+            some = ', '.join(repr(n) for n, _ in named[1:6])
+            raise ValueError(f"CollapseMonitor: no layer {bad[0]!r} in the "
+                             f"model; pass module names as named_modules() "
+                             f"gives them (e.g. {some}) or module types")
+    else:
+        raise ValueError(f"CollapseMonitor expects layers='auto' or a "
+                         f"non-empty list of module names or types (got "
+                         f"{layers!r})")
+    found: List[str] = []
+    for name, module in named:
+        if name == '' and not names:
+            continue  # the model itself only when named
+        inside = any(name.startswith(f + '.') or f == '' for f in found)
+        if (name in names or (types and isinstance(module, types))) \
+                and not inside:
+            found.append(name)
+    return found
+
+
+def _need_edges(metrics: Sequence[str]) -> None:
+    needs = [m for m in metrics if m in EDGE_METRICS]
+    if needs:
+        raise ValueError(f"CollapseMonitor.record: {', '.join(needs)} need "
+                         f"the graph's edges; pass edge_index=data.edge_index "
+                         f"or leave them out of metrics=")
+
+
+class _Prepared:
+    r"""What the metrics of one set of inputs need, computed once (host
+    reads allowed here): the rows the node metrics see, the graphs, the
+    dense layout, the edges and the drawn pairs."""
+    def __init__(self, monitor: 'CollapseMonitor', rows: int,
+                 edge_index: Optional[Tensor], batch: Optional[Tensor],
+                 batch_size: Optional[int], seeds: Optional[int],
+                 device: torch.device):
+        metrics = monitor.metrics
+        if seeds is not None:
+            if batch is not None:
+                raise ValueError("CollapseMonitor.record: pass 'batch' or "
+                                 "'num_seed_nodes', not both")
+            if not 0 < seeds <= rows:
+                raise ValueError(f"CollapseMonitor.record: "
+                                 f"num_seed_nodes={seeds} but the layer "
+                                 f"output has {rows} rows")
+        nodes = rows if seeds is None else seeds  # rows of the node metrics
+        # The inputs where the outputs are (e.g. edges left on the CPU).
+        edge_index = None if edge_index is None else edge_index.to(device)
+        batch = batch.to(device) if isinstance(batch, Tensor) else batch
+        probe = torch.empty(rows, 0, device=device)
+        batch_vec, size = _check_batch('CollapseMonitor.record', probe, batch,
+                                       batch_size)
+        self.rows, self.nodes, self.size = rows, nodes, size
+        self.batch = batch_vec[:nodes]
+        # Graphs sorted, zero-padded to [B, N] for the effective rank.
+        order = torch.argsort(self.batch, stable=True)
+        counts = torch.bincount(self.batch, minlength=size)  # [B]
+        self.width = int(counts.max()) if nodes > 0 else 0
+        starts = torch.cumsum(counts, 0) - counts
+        sorted_batch = self.batch[order]
+        self.order = order
+        self.pos = sorted_batch * self.width + \
+            torch.arange(nodes, device=device) - starts[sorted_batch]
+        self.graphs = int((counts > 0).sum())
+        # The graphs averaged over: those with nodes.
+        self.nonempty = (counts > 0).nonzero().flatten()
+        self.edges = None
+        if edge_index is None:
+            _need_edges(metrics)
+        else:
+            _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
+            src, dst = edge_index[0].long(), edge_index[1].long()
+            deg = torch.bincount(dst, minlength=rows)  # in-degree
+            scale = (1 + deg).float().rsqrt()  # [rows]
+            self.edges = (src, dst, batch_vec[dst],
+                          torch.bincount(batch_vec, minlength=size),
+                          scale[dst].unsqueeze(-1), scale[src].unsqueeze(-1))
+        self.pairs = None
+        if 'mad' in metrics or 'mad_gap' in metrics:
+            generator = torch.Generator().manual_seed(monitor.seed)
+            with_hops = 'mad_gap' in metrics
+            self.pairs = draw_pairs(
+                nodes, self.batch, size, monitor.max_samples, generator,
+                edge_index if with_hops else None,
+                monitor.remote_hops - 1, graph_nodes=rows)
+            self.all_pairs = pair_mask(self.pairs, None)
+
+
+def _dirichlet_energies(x: Tensor, p: _Prepared) -> Tensor:
+    r""":func:`gnorm.metrics.dirichlet_energy` without and with
+    :obj:`normalized=True` of the outputs :obj:`x` :obj:`[L, rows, d]`,
+    :obj:`[2, L, B]`: layer by layer, so that the :obj:`[E, d]` gathers
+    stay in the cache, and both from one gather."""
+    src, dst, batch_dst, counts, scale_dst, scale_src = p.edges
+    out = []
+    for h in x:
+        h_dst, h_src = h.index_select(0, dst), h.index_select(0, src)
+        plain = (h_dst - h_src).pow(2).sum(-1)  # [E]
+        normed = (h_dst * scale_dst - h_src * scale_src).pow(2).sum(-1)
+        out.append(torch.stack([plain, normed]))  # [2, E]
+    sq = torch.stack(out, 1)  # [2, L, E]
+    if p.size == 1:
+        total = sq.sum(-1, keepdim=True)
+    else:
+        total = scatter(sq, batch_dst, dim=-1, dim_size=p.size, reduce='sum')
+    return total / counts.to(total.dtype).clamp(min=1)  # [2, L, B]
+
+
+class _Recording:
+    def __init__(self, step, edge_index, batch, batch_size, seeds):
+        self.step = step
+        self.inputs = (edge_index, batch, batch_size, seeds)
+        # layer -> (its output [rows, d], the _Prepared inputs), in order
+        self.outputs: Dict[str, Any] = {}
+
+
+class CollapseMonitor:
+    r"""Records collapse metrics of the outputs of a model's layers, for
+    the steps (epochs) a training loop chooses, with forward hooks.
+
+    Hooked layers: with :obj:`layers="auto"`, the output of every
+    :class:`~torch_geometric.nn.conv.MessagePassing` module (for PyG's
+    :class:`~torch_geometric.nn.models.GCN`, :obj:`GAT`, :obj:`GraphSAGE`,
+    :obj:`GIN`: each :obj:`convs.i` before its norm and activation), the
+    output of every layer of :class:`~gnorm.models.DeepGCN` (after norm,
+    activation and residual: :obj:`outputs.i`, the logits last), and the
+    tokens of every layer of :class:`~gnorm.models.Graphormer`
+    (:obj:`layers.i`, per graph, the graph token and the nodes, with the
+    edges between nodes; their :obj:`batch` and edges come from the layer,
+    not from :meth:`record`). Or a list of module names as
+    :meth:`~torch.nn.Module.named_modules` gives them (:obj:`"convs.3"`,
+    :obj:`"norms.3"`) and module types. A layer that returns a tuple (a
+    :class:`~torch_geometric.nn.conv.GATConv` with
+    :obj:`return_attention_weights=True`) is measured on its first element.
+
+    Metrics (:obj:`metrics`, all by default), each of the hooked output
+    :math:`\mathbf{H}` of every graph, then averaged over the graphs with
+    nodes, leaving out undefined (:obj:`nan`) values, such as MADGap of a
+    graph without remote pairs (the count of graphs is recorded,
+    :obj:`graphs`):
+
+    * :obj:`effective_rank`: :func:`gnorm.metrics.effective_rank`;
+    * :obj:`cosine_similarity`:
+      :func:`gnorm.metrics.feature_cosine_similarity`;
+    * :obj:`variance`: :func:`gnorm.metrics.feature_variance` with
+      :obj:`reduce="mean"` (mean squared distance to the mean row);
+    * :obj:`dirichlet_energy`, :obj:`dirichlet_energy_normalized`:
+      :func:`gnorm.metrics.dirichlet_energy` (Rusch et al., 2023) and with
+      :obj:`normalized=True` (degree-normalised, Cai and Wang, 2020);
+    * :obj:`mad`, :obj:`mad_gap`: :func:`gnorm.metrics.mad` of all pairs
+      and :func:`gnorm.metrics.mad_gap` (Chen et al., 2020) of at most
+      :obj:`max_samples` nodes per graph, drawn with a generator seeded by
+      :obj:`seed`, the same nodes at every step.
+
+    With :obj:`num_seed_nodes` (a
+    :class:`~torch_geometric.loader.NeighborLoader` batch's
+    :obj:`batch_size`), the node metrics (effective rank, cosine
+    similarity, variance, MAD, MADGap) see the seed nodes, the first rows;
+    the Dirichlet energies all nodes and edges of the sampled subgraph, and
+    MADGap the seeds' hop distances in it.
+
+    Args:
+        model (torch.nn.Module): The model to watch.
+        layers (str or list, optional): :obj:`"auto"`, or module names and
+            types. (default: :obj:`"auto"`)
+        metrics (sequence of str, optional): Which of :obj:`METRICS` to
+            record. (default: all)
+        max_samples (int, optional): Nodes per graph above which the
+            pairwise metrics (MAD, MADGap) subsample: their cost grows with
+            its square, and 256 nodes give 32,640 pairs.
+            (default: :obj:`256`)
+        seed (int, optional): Seed of the subsampling. (default: :obj:`0`)
+        neighbor_hops (int, optional): MADGap's neighbour pairs are at most
+            this many hops apart. (default: :obj:`3`)
+        remote_hops (int, optional): MADGap's remote pairs are at least
+            this many hops apart. (default: :obj:`8`)
+        writer (optional): A :class:`torch.utils.tensorboard.SummaryWriter`
+            (anything with :obj:`add_scalar`) that gets the records of
+            every :meth:`record` as it ends, tagged as in
+            :meth:`to_tensorboard`. (default: :obj:`None`)
+    """
+    def __init__(self, model: torch.nn.Module,
+                 layers: Union[str, Sequence[Any]] = 'auto',
+                 metrics: Sequence[str] = METRICS, max_samples: int = 256,
+                 seed: int = 0, neighbor_hops: int = 3, remote_hops: int = 8,
+                 writer: Any = None):
+        metrics = tuple(metrics)
+        bad = [m for m in metrics if m not in METRICS]
+        if bad or not metrics:
+            raise ValueError(f"CollapseMonitor got metric "
+                             f"{bad[0] if bad else None!r}; pass some of "
+                             f"{', '.join(METRICS)}")
+        if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
+                or max_samples < 2:
+            raise ValueError(f"CollapseMonitor expects an integer "
+                             f"'max_samples' of at least 2 (got "
+                             f"{max_samples!r})")
+        if not (isinstance(neighbor_hops, int)
+                and isinstance(remote_hops, int)
+                and 1 <= neighbor_hops < remote_hops):
+            raise ValueError(f"CollapseMonitor expects integers 1 <= "
+                             f"neighbor_hops < remote_hops (got "
+                             f"{neighbor_hops!r}, {remote_hops!r})")
+        self.layers = find_layers(model, layers)
+        if not self.layers:
+            raise ValueError(f"CollapseMonitor: {type(model).__name__} has "
+                             f"no MessagePassing layer; pass layers=[module "
+                             f"names or types] (its modules: "
+                             f"{_some_names(model)})")
+        self.metrics = metrics
+        self.max_samples, self.seed = max_samples, seed
+        self.neighbor_hops, self.remote_hops = neighbor_hops, remote_hops
+        self.records: List[Dict[str, Any]] = []
+        self.writer = writer
+        self._recording: Optional[_Recording] = None
+        self._cache: Dict[str, _Prepared] = {}
+        modules = dict(model.named_modules())
+        from gnorm.models.graphormer_layer import GraphormerLayer
+        # Layers that carry their own batch and edges (gnorm's Graphormer).
+        self._own_edges = all(isinstance(modules[n], GraphormerLayer)
+                              for n in self.layers)
+        self._handles = [
+            modules[name].register_forward_hook(self._hook_for(name))
+            for name in self.layers]
+
+    # ------------------------------------------------------------ the hooks
+    def _hook_for(self, name: str):
+        def hook(module, args, output):
+            if self._recording is None:  # not recording: nothing to do
+                return None
+            self._measure(name, module, args, output)
+            return None
+        return hook
+
+    def _measure(self, name: str, module, args, output) -> None:
+        rec = self._recording
+        if name in rec.outputs:
+            raise ValueError(f"CollapseMonitor: layer {name!r} ran twice in "
+                             f"one record(); record one forward pass and "
+                             f"hook modules called once per pass")
+        x, inputs, kind = self._features(name, module, args, output,
+                                        rec.inputs)
+        prepared = self._prepare(x, inputs, kind)
+        x = x.detach()
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        rec.outputs[name] = (x, prepared)
+
+    def _features(self, name, module, args, output, inputs):
+        r"""The node features :obj:`[num_nodes, channels]` of a layer's
+        output, the inputs they go with, and a cache key for those."""
+        from gnorm.models.graphormer_layer import GraphormerLayer
+        if isinstance(output, (tuple, list)):
+            output = next((o for o in output if isinstance(o, Tensor)), None)
+        if not isinstance(output, Tensor):
+            raise ValueError(f"CollapseMonitor: layer {name!r} returned "
+                             f"{type(output).__name__}, not a tensor; pass "
+                             f"layers= naming modules that output node "
+                             f"features")
+        if isinstance(module, GraphormerLayer):
+            layout = args[1].layout
+            if output.size(0) != 1:
+                raise ValueError(f"CollapseMonitor: layer {name!r} holds "
+                                 f"{output.size(0)} stacked runs; monitor a "
+                                 f"model of one run")
+            x = output[0].index_select(0, layout['order'])  # graph by graph
+            inputs = (layout['token_edge_index'], layout['token_batch'],
+                      layout['mask'].size(0), None)
+            return x, inputs, 'tokens'
+        if output.dim() != 2:
+            raise ValueError(f"CollapseMonitor: layer {name!r} returned "
+                             f"shape {list(output.shape)}; it measures node "
+                             f"features [num_nodes, channels]: hook a layer "
+                             f"before to_dense_batch ([B, N, C]), or monitor "
+                             f"a model of one run ([runs, N, C])")
+        return output, inputs, 'nodes'
+
+    def _prepare(self, x: Tensor, inputs, kind: str) -> _Prepared:
+        r"""The :class:`_Prepared` inputs of an output :obj:`x`: the last
+        one of this :obj:`kind` (record()'s inputs, or a Graphormer
+        layer's tokens) while they are the same tensors, unchanged."""
+        ident = (x.size(0), x.device,
+                 *[(id(t), t._version) if isinstance(t, Tensor) else t
+                   for t in inputs])
+        found = self._cache.get(kind)
+        if found is None or found.ident != ident:
+            found = _Prepared(self, x.size(0), *inputs, x.device)
+            # The entry holds the inputs, so their ids stay theirs.
+            found.ident, found.inputs = ident, inputs
+            self._cache[kind] = found
+        return found
+
+    def _values(self, x: Tensor, p: _Prepared) -> Tensor:
+        r"""The metrics of :obj:`self.metrics` of the outputs :obj:`x`
+        :obj:`[L, rows, d]` of :obj:`L` layers, averaged over the graphs,
+        and whether each output is finite: :obj:`[L, metrics + 1]`, on the
+        device, no value read to the host."""
+        # One pass: a nan or inf entry makes the sum non-finite.
+        finite = torch.isfinite(x.sum((-2, -1), dtype=torch.float64))  # [L]
+        x = x.nan_to_num(0.0, 0.0, 0.0)  # flagged above; keeps SVD defined
+        nodes = x[:, :p.nodes]  # [L, nodes, d]
+        out = []
+        distances = energies = None
+        for metric in self.metrics:
+            if metric == 'effective_rank':
+                if p.size == 1:  # one graph: no padding
+                    dense = nodes.unsqueeze(1)  # [L, 1, nodes, d]
+                else:
+                    dense = nodes.new_zeros(x.size(0), p.size * p.width,
+                                            nodes.size(-1))
+                    dense = dense.index_copy(
+                        1, p.pos, nodes.index_select(1, p.order))
+                    dense = dense.view(x.size(0), p.size, p.width, -1)
+                v = _effective_rank(dense)
+            elif metric == 'cosine_similarity':
+                v = _cosine_similarity(nodes, p.batch, p.size)
+            elif metric == 'variance':
+                v = _variance(nodes, p.batch, p.size, 'mean')
+            elif metric.startswith('dirichlet_energy'):
+                if energies is None:
+                    energies = _dirichlet_energies(x, p)  # [2, L, B]
+                v = energies[int(metric == 'dirichlet_energy_normalized')]
+            else:
+                if distances is None:
+                    distances = cosine_distances(nodes, p.pairs)
+                if metric == 'mad':
+                    v = mad_of(distances, p.all_pairs)
+                else:
+                    v = mad_gap_of(distances, p.pairs, self.neighbor_hops,
+                                   self.remote_hops)
+            v = v.index_select(-1, p.nonempty).to(torch.float64)
+            out.append(v.nanmean(-1))  # [L]
+        out.append(finite.to(torch.float64))
+        return torch.stack(out, -1)  # [L, metrics + 1]
+
+    def _table(self, rec: '_Recording') -> Dict[str, Tensor]:
+        r"""The :meth:`_values` of every recorded layer, layers of one
+        shape and inputs stacked and measured together (the pairwise
+        metrics in chunks of layers)."""
+        groups: Dict[Any, List[str]] = {}
+        for name, (x, p) in rec.outputs.items():
+            groups.setdefault((id(p), tuple(x.shape), x.dtype, x.device),
+                              []).append(name)
+        values = {}
+        for names in groups.values():
+            p = rec.outputs[names[0]][1]
+            per = 1
+            if p.pairs is not None:
+                per = max(1, _PAIR_CHUNK // max(1, p.pairs.valid.numel()
+                                                * p.pairs.valid.size(-1)))
+            for start in range(0, len(names), per):
+                chunk = names[start:start + per]
+                stacked = torch.stack([rec.outputs[n][0] for n in chunk])
+                for name, row in zip(chunk, self._values(stacked, p)):
+                    values[name] = row
+        return {name: values[name] for name in rec.outputs}
+
+    # ------------------------------------------------------------ recording
+    def record(self, step: int, edge_index: Optional[Tensor] = None,
+               batch: Optional[Tensor] = None,
+               batch_size: Optional[int] = None,
+               num_seed_nodes: Optional[int] = None) -> '_RecordContext':
+        r"""Records the forward pass run inside the returned context
+        manager as :obj:`step`: one record per hooked layer and metric.
+
+        Args:
+            step (int): The step (epoch) of the records.
+            edge_index (torch.Tensor, optional): The edges of the forward
+                pass's graph(s), :obj:`[2, num_edges]`; needed by the
+                Dirichlet energies and MADGap. (default: :obj:`None`)
+            batch (torch.Tensor, optional): The graph of each node
+                :obj:`[num_nodes]` (mini-batches of graphs); one graph if
+                :obj:`None`. (default: :obj:`None`)
+            batch_size (int, optional): The number of graphs.
+                (default: :obj:`None`)
+            num_seed_nodes (int, optional): The seed nodes of a
+                :class:`~torch_geometric.loader.NeighborLoader` batch, its
+                first rows (:obj:`data.batch_size`). (default: :obj:`None`)
+        """
+        if self._handles is None:
+            raise RuntimeError("CollapseMonitor: record() after remove(); "
+                               "make a new monitor")
+        return _RecordContext(self, step, edge_index, batch, batch_size,
+                              num_seed_nodes)
+
+    def _start(self, rec: _Recording) -> None:
+        if self._recording is not None:
+            raise RuntimeError("CollapseMonitor: record() inside record()")
+        if rec.inputs[0] is None and not self._own_edges:
+            _need_edges(self.metrics)
+        self._recording = rec
+
+    def _finish(self, rec: _Recording) -> None:
+        self._recording = None
+        if not rec.outputs:
+            raise ValueError("CollapseMonitor: no hooked layer ran inside "
+                             "record(); run the model's forward pass in the "
+                             "with block")
+        with torch.no_grad():
+            values = self._table(rec)
+        names = list(values)
+        table = torch.stack([values[n] for n in names]).tolist()  # once
+        for name, row in zip(names, table):
+            if row[-1] != 1.0:
+                raise ValueError(f"CollapseMonitor: layer {name!r} output "
+                                 f"non-finite values at step {rec.step}")
+        new = [{'step': rec.step, 'layer': name, 'metric': metric,
+                'value': value, 'graphs': rec.outputs[name][1].graphs}
+               for name, row in zip(names, table)
+               for metric, value in zip(self.metrics, row)]
+        self.records.extend(new)
+        if self.writer is not None:
+            _add_scalars(self.writer, new)
+
+    def remove(self) -> None:
+        r"""Removes every hook; the records stay."""
+        for handle in self._handles or ():
+            handle.remove()
+        self._handles, self._recording = None, None
+        self._cache = {}
+
+    def __enter__(self) -> 'CollapseMonitor':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(layers={len(self.layers)}, '
+                f'metrics={list(self.metrics)})')
+
+    # -------------------------------------------------------------- outputs
+    def to_csv(self, path) -> None:
+        r"""Writes :obj:`records` as a tidy CSV file: columns :obj:`step`,
+        :obj:`layer`, :obj:`metric`, :obj:`value`, :obj:`graphs`."""
+        with open(path, 'w', newline='') as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(self.records)
+
+    def to_tensorboard(self, writer) -> None:
+        r"""Adds every record as a TensorBoard scalar, tag
+        :obj:`"collapse/{metric}/{layer}"` at its step.
+
+        Args:
+            writer: A :class:`torch.utils.tensorboard.SummaryWriter` (or a
+                log folder to open one in; needs the :obj:`tensorboard`
+                package).
+        """
+        if isinstance(writer, str) or hasattr(writer, '__fspath__'):
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ImportError(f"CollapseMonitor.to_tensorboard needs the "
+                                  f"tensorboard package ({e}); pip install "
+                                  f"tensorboard") from None
+            writer = SummaryWriter(str(writer))
+        _add_scalars(writer, self.records)
+
+    def plot(self, path=None, kind: str = 'lines',
+             metrics: Optional[Sequence[str]] = None,
+             log: Sequence[str] = SCALED):
+        r"""Plots the records, one panel per metric: :obj:`"lines"` with
+        the layers on the x axis and one line per step (coloured by step),
+        or :obj:`"heatmap"`, layers by steps. The metrics in :obj:`log`
+        (default: those that scale with the features, variance and the
+        Dirichlet energies, which span orders of magnitude) are drawn on a
+        log scale. Saves to :obj:`path` if given; returns the
+        :class:`matplotlib.figure.Figure` (drawn without
+        :mod:`matplotlib.pyplot`, so the backend stays as it is)."""
+        import matplotlib
+        from matplotlib.figure import Figure  # no pyplot: no backend change
+        if kind not in ('lines', 'heatmap'):
+            raise ValueError(f"CollapseMonitor.plot expects kind='lines' or "
+                             f"'heatmap' (got {kind!r})")
+        if not self.records:
+            raise ValueError("CollapseMonitor.plot: nothing recorded yet")
+        metrics = [m for m in (metrics or self.metrics)
+                   if any(r['metric'] == m for r in self.records)]
+        layers = [n for n in self.layers
+                  if any(r['layer'] == n for r in self.records)]
+        steps = sorted({r['step'] for r in self.records})
+        grid = {(r['metric'], r['layer'], r['step']): r['value']
+                for r in self.records}
+        cols = min(len(metrics), 4)
+        rows = math.ceil(len(metrics) / cols)
+        fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout='constrained')
+        axes = fig.subplots(rows, cols, squeeze=False)
+        cmap = matplotlib.colormaps['viridis']
+        norm = matplotlib.colors.Normalize(min(steps), max(max(steps),
+                                                           min(steps) + 1))
+        for ax, metric in zip(axes.flat, metrics):
+            values = [[grid.get((metric, n, s), math.nan) for n in layers]
+                      for s in steps]  # [steps, layers]
+            if kind == 'lines':
+                for s, row in zip(steps, values):
+                    ax.plot(range(len(layers)), row, color=cmap(norm(s)),
+                            lw=1)
+                ax.set_xlabel('layer')
+            else:
+                grid_values = torch.tensor(values, dtype=torch.float64).t()
+                positive = grid_values[grid_values > 0]
+                scale = None
+                if metric in log and positive.numel() > 0:
+                    scale = matplotlib.colors.LogNorm(float(positive.min()),
+                                                      float(positive.max()))
+                image = ax.imshow(grid_values.numpy(), aspect='auto',
+                                  cmap='magma', interpolation='nearest',
+                                  norm=scale)
+                fig.colorbar(image, ax=ax)
+                ax.set_xlabel('step')
+                ax.set_xticks(range(len(steps)))
+                ax.set_xticklabels(steps, rotation=90, fontsize=6)
+                ax.set_yticks(range(len(layers)))
+                ax.set_yticklabels(layers, fontsize=6)
+            if kind == 'lines':
+                ax.set_xticks(range(len(layers)))
+                ax.set_xticklabels(layers, rotation=90, fontsize=6)
+            if kind == 'lines' and metric in log:
+                ax.set_yscale('log')
+            ax.set_title(metric)
+        for ax in list(axes.flat)[len(metrics):]:
+            ax.axis('off')
+        if kind == 'lines':
+            mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
+            fig.colorbar(mappable, ax=axes.ravel().tolist(), label='step')
+        if path is not None:
+            fig.savefig(path, dpi=120)
+        return fig
+
+
+class _RecordContext:
+    r"""The context manager of :meth:`CollapseMonitor.record`: on an
+    exception inside it (or a bad input) the monitor's hooks are
+    removed."""
+    def __init__(self, monitor, step, edge_index, batch, batch_size, seeds):
+        self.monitor = monitor
+        self.rec = _Recording(step, edge_index, batch, batch_size, seeds)
+
+    def __enter__(self) -> CollapseMonitor:
+        try:
+            self.monitor._start(self.rec)
+        except BaseException:
+            self.monitor.remove()
+            raise
+        return self.monitor
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.monitor.remove()
+            return None
+        try:
+            self.monitor._finish(self.rec)
+        except BaseException:
+            self.monitor.remove()
+            raise
+        return None
+
+
+def _add_scalars(writer, records: Sequence[Dict[str, Any]]) -> None:
+    for r in records:
+        writer.add_scalar(f"collapse/{r['metric']}/{r['layer']}", r['value'],
+                          r['step'])
+    if hasattr(writer, 'flush'):
+        writer.flush()
+
+
+def _some_names(model: torch.nn.Module) -> str:
+    names = [n for n, _ in model.named_modules() if n][:5]
+    return ', '.join(repr(n) for n in names) or 'none'
+

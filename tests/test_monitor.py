@@ -1,0 +1,501 @@
+r"""CollapseMonitor: its values are the metrics of the layer outputs
+captured by hand; nothing is recorded outside record(); no hook is left
+behind, after remove(), an exception or a bad input."""
+import csv
+import math
+
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import GCNConv, SAGEConv
+from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
+
+from conftest import experiment
+from gnorm.metrics import (dirichlet_energy, effective_rank,
+                           feature_cosine_similarity, feature_variance, mad,
+                           mad_gap)
+from gnorm.models import DeepGCN
+from gnorm.monitor import METRICS, CollapseMonitor
+from test_metrics_pairs import random_graph, ref_hops, ref_mad
+
+TOL = dict(rel=1e-4, abs=1e-5)
+
+
+def expected(h, edge_index, batch=None, batch_size=None, samples=256,
+             seed=0):
+    r"""The public metrics of one captured output, averaged over graphs."""
+    gen = lambda: torch.Generator().manual_seed(seed)  # noqa: E731
+    h = h.detach()
+    values = {
+        'effective_rank': effective_rank(h, batch, batch_size),
+        'cosine_similarity': feature_cosine_similarity(h, batch, batch_size),
+        'variance': feature_variance(h, batch, batch_size, reduce='mean'),
+        'dirichlet_energy': dirichlet_energy(h, edge_index, batch,
+                                             batch_size),
+        'dirichlet_energy_normalized': dirichlet_energy(
+            h, edge_index, batch, batch_size, normalized=True),
+        'mad': mad(h, batch=batch, batch_size=batch_size,
+                   max_samples=samples, generator=gen()),
+        'mad_gap': mad_gap(h, edge_index, batch, batch_size,
+                           max_samples=samples, generator=gen()),
+    }
+    return {k: float(v.double().nanmean()) for k, v in values.items()}
+
+
+def capture(model, names):
+    r"""The outputs of the named modules in one forward pass, by hand."""
+    out, handles = {}, []
+    modules = dict(model.named_modules())
+    for name in names:
+        def hook(module, args, output, name=name):
+            out[name] = output[0] if isinstance(output, tuple) else output
+        handles.append(modules[name].register_forward_hook(hook))
+    return out, handles
+
+
+def by_layer(records, step=None):
+    table = {}
+    for r in records:
+        if step is None or r['step'] == step:
+            table.setdefault(r['layer'], {})[r['metric']] = r['value']
+    return table
+
+
+def assert_same(got, want):
+    assert set(got) == set(want)
+    for metric, value in want.items():
+        if math.isnan(value):
+            assert math.isnan(got[metric]), metric
+        else:
+            assert got[metric] == pytest.approx(value, **TOL), metric
+
+
+def no_hooks(model):
+    return all(not m._forward_hooks for m in model.modules())
+
+
+def graph(n=120, m=240, channels=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, channels, generator=g),
+            random_graph(n, m, seed=seed))
+
+
+def test_gcn_8_layers_equal_metrics_of_captured_outputs():
+    torch.manual_seed(0)
+    x, edge_index = graph(n=300, m=330)  # sparse: remote pairs exist
+    model = GCN(12, 16, num_layers=8, out_channels=5)
+    monitor = CollapseMonitor(model)
+    assert monitor.layers == [f'convs.{i}' for i in range(8)]
+    assert str(monitor) == \
+        f'CollapseMonitor(layers=8, metrics={list(METRICS)})'
+    captured, handles = capture(model, monitor.layers)
+    with monitor.record(step=3, edge_index=edge_index):
+        model(x, edge_index)
+    for h in handles:
+        h.remove()
+    assert len(monitor.records) == 8 * len(METRICS)
+    assert {r['step'] for r in monitor.records} == {3}
+    assert {r['graphs'] for r in monitor.records} == {1}
+    table = by_layer(monitor.records)
+    assert list(table) == monitor.layers  # in the model's order
+    for name in monitor.layers:
+        assert_same(table[name], expected(captured[name], edge_index))
+    assert not math.isnan(table['convs.0']['mad_gap'])
+    monitor.remove()
+    assert no_hooks(model)
+
+
+def test_nothing_recorded_outside_record_and_hooks_return_at_once():
+    x, edge_index = graph()
+    model = GCN(12, 16, num_layers=3)
+    monitor = CollapseMonitor(model, metrics=['effective_rank'])
+    calls = []
+    original = monitor._measure
+    monitor._measure = lambda *a: (calls.append(a[0]), original(*a))[1]
+    model(x, edge_index)
+    assert monitor.records == [] and calls == []
+    with monitor.record(0):
+        model(x, edge_index)
+    model(x, edge_index)  # after record(): nothing more
+    assert len(monitor.records) == 3 and len(calls) == 3
+    # A training step outside record() gives the same gradients as without
+    # the monitor.
+    grads = []
+    for attached in (True, False):
+        if not attached:
+            monitor.remove()
+        model.zero_grad()
+        model(x, edge_index).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
+def test_hooks_are_removed_after_an_exception():
+    x, edge_index = graph()
+    model = GCN(12, 16, num_layers=2)
+    monitor = CollapseMonitor(model)
+    with pytest.raises(RuntimeError, match='boom'):
+        with monitor.record(0, edge_index=edge_index):
+            model(x, edge_index)
+            raise RuntimeError('boom')
+    assert no_hooks(model) and monitor.records == []
+    with pytest.raises(RuntimeError, match='after remove'):
+        monitor.record(1)
+    with CollapseMonitor(model) as monitor:  # a context manager itself
+        assert not no_hooks(model)
+    assert no_hooks(model)
+
+
+def _one_line_and_no_hooks(excinfo, model):
+    assert '\n' not in str(excinfo.value)
+    assert no_hooks(model)
+
+
+def test_bad_input_is_one_line_and_leaves_no_hook():
+    x, edge_index = graph()
+
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(12, 4)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    with pytest.raises(ValueError, match='no MessagePassing layer') as e:
+        CollapseMonitor(Plain())
+    _one_line_and_no_hooks(e, Plain())
+    with pytest.raises(ValueError, match="no layer 'convs.9'"):
+        CollapseMonitor(GCN(12, 16, num_layers=2), layers=['convs.9'])
+
+    model = GCN(12, 16, num_layers=2)
+    monitor = CollapseMonitor(model)
+    with pytest.raises(ValueError, match='need the graph') as e:
+        with monitor.record(0):
+            model(x, edge_index)
+    _one_line_and_no_hooks(e, model)
+
+    model = GCN(12, 16, num_layers=2)
+    with torch.no_grad():
+        model.convs[1].lin.weight.fill_(float('nan'))
+    monitor = CollapseMonitor(model)
+    with pytest.raises(ValueError, match="'convs.1' output non-finite") as e:
+        with monitor.record(0, edge_index=edge_index):
+            model(x, edge_index)
+    _one_line_and_no_hooks(e, model)
+    assert monitor.records == []
+
+    class Dense(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(12, 4)
+
+        def forward(self, x):
+            return self.lin(x.view(4, -1, 12))  # [B, N, C]
+
+    model = Dense()
+    monitor = CollapseMonitor(model, layers=['lin'],
+                              metrics=['effective_rank'])
+    with pytest.raises(ValueError, match=r'shape \[4, 30, 4\]') as e:
+        with monitor.record(0):
+            model(x)
+    _one_line_and_no_hooks(e, model)
+
+    model = DeepGCN(12, 4, num_layers=2, runs=2)  # outputs [runs, n, d]
+    monitor = CollapseMonitor(model, metrics=['variance'])
+    with pytest.raises(ValueError, match=r"'outputs.0' returned shape "
+                                         r"\[2, 120, 32\]") as e:
+        with monitor.record(0):
+            model(x, edge_index)
+    _one_line_and_no_hooks(e, model)
+
+    model = GCN(12, 16, num_layers=3)
+    monitor = CollapseMonitor(model, layers=['act'],
+                              metrics=['variance'])  # shared by all layers
+    with pytest.raises(ValueError, match="'act' ran twice") as e:
+        with monitor.record(0):
+            model(x, edge_index)
+    _one_line_and_no_hooks(e, model)
+
+
+def test_gat_on_neighbor_sampled_batches_measures_the_seed_nodes():
+    r"""NeighborLoader-style batches (PyG's NodeLoader with the plain-torch
+    sampler of experiments/bench_monitor.py): node metrics on the seed
+    nodes, the Dirichlet energies on all nodes and edges of the sampled
+    subgraph, MADGap on the seeds with hop distances in the subgraph."""
+    bench = experiment('bench_monitor')
+    x, edge_index = graph(n=400, m=500, seed=2)
+    data = Data(x=x, edge_index=edge_index, y=torch.randint(0, 3, (400, )))
+    loader = bench.neighbor_loader(data, [4, 4], batch_size=40)
+    torch.manual_seed(0)
+    model = GAT(12, 16, num_layers=2, out_channels=3, heads=2)
+    monitor = CollapseMonitor(model, max_samples=64)
+    assert monitor.layers == ['convs.0', 'convs.1']
+    for step, batch in enumerate(loader):
+        assert batch.batch_size == 40 and batch.n_id.numel() == batch.num_nodes
+        assert torch.equal(batch.n_id[:40], batch.input_id)  # seeds first
+        captured, handles = capture(model, monitor.layers)
+        with monitor.record(step, edge_index=batch.edge_index,
+                            num_seed_nodes=batch.batch_size):
+            model(batch.x, batch.edge_index)
+        for h in handles:
+            h.remove()
+        table = by_layer(monitor.records, step)
+        for name, h in captured.items():
+            # (edges of the seeds alone: replaced below)
+            want = expected(h[:40], torch.zeros(2, 0, dtype=torch.long),
+                            samples=64)
+            want['dirichlet_energy'] = float(dirichlet_energy(
+                h, batch.edge_index))
+            want['dirichlet_energy_normalized'] = float(dirichlet_energy(
+                h, batch.edge_index, normalized=True))
+            dist = ref_hops(batch.edge_index, batch.num_nodes)
+            nodes = range(40)
+            want['mad_gap'] = ref_mad(h.double(), dist, 8, math.inf, nodes) - \
+                ref_mad(h.double(), dist, 1, 3, nodes)
+            assert_same(table[name], want)
+        if step == 1:
+            break
+    assert len(monitor.records) == 2 * 2 * len(METRICS)
+
+
+def test_a_custom_module_with_layers_by_name_and_type():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = torch.nn.Linear(12, 16)
+            self.blocks = torch.nn.ModuleList(
+                [GCNConv(16, 16), SAGEConv(16, 16), GCNConv(16, 16)])
+            self.out = torch.nn.Linear(16, 3)
+
+        def forward(self, x, edge_index):
+            x = self.inp(x)
+            for block in self.blocks:
+                x = block(x, edge_index).relu()
+            return self.out(x)
+
+    x, edge_index = graph(seed=3)
+    model = Net()
+    assert CollapseMonitor(model).layers == ['blocks.0', 'blocks.1',
+                                             'blocks.2']
+    by_type = CollapseMonitor(model, layers=[GCNConv, 'out'])
+    assert by_type.layers == ['blocks.0', 'blocks.2', 'out']
+    captured, handles = capture(model, by_type.layers)
+    with by_type.record(0, edge_index=edge_index):
+        model(x, edge_index)
+    for h in handles:
+        h.remove()
+    table = by_layer(by_type.records)
+    for name in by_type.layers:
+        assert_same(table[name], expected(captured[name], edge_index))
+    by_type.remove()
+
+
+@pytest.mark.parametrize('cls', [GIN, GraphSAGE])
+def test_mini_batches_of_graphs_average_per_graph_values(cls):
+    graphs = []
+    for i, n in enumerate((15, 9, 22)):
+        x, edge_index = graph(n=n, m=n + 3, seed=10 + i)
+        graphs.append(Data(x=x, edge_index=edge_index))
+    b = Batch.from_data_list(graphs)
+    torch.manual_seed(0)
+    model = cls(12, 16, num_layers=3)
+    monitor = CollapseMonitor(model, max_samples=10)
+    captured, handles = capture(model, monitor.layers)
+    with monitor.record(0, edge_index=b.edge_index, batch=b.batch,
+                        batch_size=b.num_graphs + 1):  # one graph empty
+        model(b.x, b.edge_index)
+    for h in handles:
+        h.remove()
+    assert {r['graphs'] for r in monitor.records} == {3}
+    table = by_layer(monitor.records)
+    for name, h in captured.items():
+        want = expected(h, b.edge_index, b.batch, 3, samples=10)
+        assert_same(table[name], want)
+
+
+def test_deep_gcn_layer_outputs_are_return_hidden():
+    x, edge_index = graph(seed=4)
+    torch.manual_seed(0)
+    model = DeepGCN(12, 4, num_layers=5, hidden_channels=8,
+                    residual=True).eval()
+    monitor = CollapseMonitor(model)
+    assert monitor.layers == [f'outputs.{i}' for i in range(5)]
+    assert 'outputs' not in ' '.join(model.state_dict())
+    with monitor.record(0, edge_index=edge_index):
+        _, hidden = model(x, edge_index, return_hidden=True)
+    table = by_layer(monitor.records)
+    for i, h in enumerate(hidden):
+        assert_same(table[f'outputs.{i}'], expected(h, edge_index))
+
+
+def test_graphormer_layers_are_measured_per_graph_on_their_tokens():
+    r"""Each graph's tokens (graph token, then its nodes), its edges
+    between node tokens: the metrics per graph, averaged."""
+    from test_graphormer import _graph, _model
+    graphs = [_graph(7, seed=1), _graph(5, seed=2, extra=3)]
+    b = Batch.from_data_list(graphs)
+    model = _model().eval()
+    monitor = CollapseMonitor(model)
+    assert monitor.layers == ['layers.0', 'layers.1']
+    tokens = {}
+    handles = [model.layers[i].register_forward_hook(
+        lambda m, a, o, i=i: tokens.__setitem__(i, o[0]))
+        for i in range(2)]
+    with monitor.record(0):  # batch and edges come from the layers
+        model(b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge, b.batch,
+              b.num_graphs)
+    for h in handles:
+        h.remove()
+    table = by_layer(monitor.records)
+    assert {r['graphs'] for r in monitor.records} == {2}
+    for i in range(2):
+        h = tokens[i]  # packed: the 2 graph tokens, then the nodes
+        per_graph = []
+        start = 2
+        for g, data in enumerate(graphs):
+            own = torch.cat([h[g:g + 1], h[start:start + data.num_nodes]])
+            per_graph.append(expected(own, data.edge_index + 1))
+            start += data.num_nodes
+        want = {k: float(torch.tensor([v[k] for v in per_graph]).nanmean())
+                for k in per_graph[0]}
+        assert_same(table[f'layers.{i}'], want)
+
+
+def test_the_sample_is_reproducible_and_seeded():
+    x, edge_index = graph(n=300, m=330, seed=5)
+    model = GCN(12, 16, num_layers=2)
+    values = []
+    for seed in (0, 0, 1):
+        monitor = CollapseMonitor(model, metrics=['mad'], max_samples=50,
+                                  seed=seed)
+        with monitor.record(0):
+            model(x, edge_index)
+        monitor.remove()
+        values.append([r['value'] for r in monitor.records])
+    assert values[0] == values[1] and values[0] != values[2]
+
+
+def test_outputs_csv_tensorboard_and_plots(tmp_path):
+    x, edge_index = graph(seed=6)
+    model = GCN(12, 16, num_layers=3)
+    monitor = CollapseMonitor(model, metrics=['effective_rank', 'mad'])
+    for step in (0, 10, 20):
+        with monitor.record(step, edge_index=edge_index):
+            model(x, edge_index)
+    monitor.remove()
+    monitor.to_csv(tmp_path / 'collapse.csv')
+    rows = list(csv.DictReader(open(tmp_path / 'collapse.csv')))
+    assert list(rows[0]) == ['step', 'layer', 'metric', 'value', 'graphs']
+    assert len(rows) == 3 * 3 * 2
+    assert rows[0]['layer'] == 'convs.0' and float(rows[0]['value']) > 0
+
+    class Writer:
+        def __init__(self):
+            self.scalars = []
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, value, step))
+
+        def flush(self):
+            pass
+
+    writer = Writer()
+    monitor.to_tensorboard(writer)
+    assert len(writer.scalars) == 18
+    assert {t for t, _, _ in writer.scalars} == {
+        f'collapse/{m}/convs.{i}' for m in ('effective_rank', 'mad')
+        for i in range(3)}
+    live = Writer()  # as each record() ends
+    watching = CollapseMonitor(model, metrics=['variance'], writer=live)
+    with watching.record(5):
+        model(x, edge_index)
+    watching.remove()
+    assert live.scalars == [(f'collapse/variance/convs.{i}',
+                             watching.records[i]['value'], 5)
+                            for i in range(3)]
+    for kind in ('lines', 'heatmap'):
+        monitor.plot(tmp_path / f'{kind}.png', kind=kind)
+        assert (tmp_path / f'{kind}.png').stat().st_size > 1000
+    with pytest.raises(ValueError, match="kind='lines' or 'heatmap'"):
+        monitor.plot(kind='bars')
+
+
+def test_the_guide_quotes_the_committed_benchmark():
+    r"""docs/monitor.rst's cost table is generated from the committed
+    experiments/results/bench_monitor_cpu.jsonl, as is its report."""
+    import re
+    from pathlib import Path
+    bench = experiment('bench_monitor')
+    rows = bench.load_rows()
+    assert [r['model'] for r in rows] == [
+        'DeepGCN, 32 layers, full batch',
+        'GAT, 2 layers, neighbour-sampled batches',
+        'DeepGCN, 32 layers, full batch (effective_rank, dirichlet_energy '
+        'only)']
+    assert rows[0]['metrics'] == list(METRICS)
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'monitor.rst'
+            ).read_text()
+    quoted = re.search(r'\.\. bench-monitor-numbers\n\n(.*?)\n\.\. '
+                       r'/bench-monitor-numbers', page, re.S).group(1)
+    assert quoted == bench.guide_table(rows)
+    command = 'python experiments/bench_monitor.py'
+    assert bench.report(rows, command) == bench.OUT.read_text()
+
+
+def test_inputs_are_prepared_once_while_they_are_the_same_tensors():
+    r"""The graph count, drawn nodes and hop distances are computed at the
+    first record() and reused while record() gets the same tensors."""
+    x, edge_index = graph(seed=7)
+    model = GCN(12, 16, num_layers=2)
+    monitor = CollapseMonitor(model)
+    prepared = []
+    for step, edges in enumerate((edge_index, edge_index, edge_index.clone())):
+        with monitor.record(step, edge_index=edges):
+            model(x, edges)
+        prepared.append(monitor._cache['nodes'])
+    assert prepared[0] is prepared[1] is not prepared[2]
+    edge_index[0, 0] = 1  # changed in place: prepared again
+    with monitor.record(3, edge_index=edge_index):
+        model(x, edge_index)
+    assert monitor._cache['nodes'] is not prepared[0]
+    by_step = [by_layer(monitor.records, s) for s in range(3)]
+    assert by_step[0] == by_step[1] == by_step[2]
+
+
+def test_a_gps_layer_stack_by_type_with_batches_of_graphs():
+    r"""PyG's GPSConv (local MessagePassing + global attention) is a plain
+    Module: 'auto' finds the convolutions inside it, layers=[GPSConv] the
+    blocks' outputs."""
+    from torch_geometric.nn import GINConv, GPSConv
+
+    class GPS(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([
+                GPSConv(12, GINConv(torch.nn.Linear(12, 12)), heads=2)
+                for _ in range(3)])
+
+        def forward(self, x, edge_index, batch):
+            for layer in self.layers:
+                x = layer(x, edge_index, batch)
+            return x
+
+    b = Batch.from_data_list([Data(*graph(n=n, m=n, seed=20 + n))
+                              for n in (10, 14)])
+    torch.manual_seed(0)
+    model = GPS().eval()
+    assert CollapseMonitor(model).layers == [
+        f'layers.{i}.conv' for i in range(3)]
+    monitor = CollapseMonitor(model, layers=[GPSConv])
+    assert monitor.layers == ['layers.0', 'layers.1', 'layers.2']
+    captured, handles = capture(model, monitor.layers)
+    with torch.no_grad(), monitor.record(0, edge_index=b.edge_index,
+                                         batch=b.batch, batch_size=2):
+        model(b.x, b.edge_index, b.batch)
+    for h in handles:
+        h.remove()
+    table = by_layer(monitor.records)
+    for name, h in captured.items():
+        assert_same(table[name], expected(h, b.edge_index, b.batch, 2))
