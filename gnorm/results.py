@@ -116,12 +116,13 @@ def overrides(run: Dict[str, Any]) -> Dict[str, str]:
 
 
 def value(run: Dict[str, Any], key: str, default: Any = None) -> Any:
-    r"""The field :obj:`key` of :obj:`run`: a top-level field, a group
-    choice, or a dotted path into its config."""
+    r"""The field :obj:`key` of :obj:`run`: a top-level field, a config
+    group by what it trains (:func:`chosen`), or a dotted path into its
+    config."""
     if key in run and key != 'config':
         return run[key]
     if key in run.get('choices', {}):
-        return run['choices'][key]
+        return chosen(run, key)
     node: Any = run.get('config', {})
     for part in key.split('.'):
         if not isinstance(node, dict) or part not in node:
@@ -144,6 +145,17 @@ def _sweep(run: Dict[str, Any]) -> str:
     return Path(run['_path']).parent.parent.name
 
 
+def chosen(run: Dict[str, Any], group: str) -> Any:
+    r"""Config group :obj:`group` of :obj:`run` by what it trains: its
+    name in the record's ``names`` (the option chosen, or the class of a
+    ``_target_`` set to another class, ``HalfLN``:
+    :func:`gnorm.train.common.run_name`), else (a record made before
+    ``names``) the option chosen."""
+    names = run.get('names') or {}
+    return names[group] if group in names else \
+        run.get('choices', {}).get(group)
+
+
 # Keys derived from a run's record rather than read from it.
 DERIVED = {'code': _code, 'sweep': _sweep}
 
@@ -151,16 +163,18 @@ DERIVED = {'code': _code, 'sweep': _sweep}
 def label(run: Dict[str, Any], key: str) -> Any:
     r"""The field :obj:`key` of :obj:`run` as a short table cell: a
     dataset by its name (``cora``), a model by its class (``DeepGCN``,
-    ``Graphormer``, not its repr), another config group by the option
-    chosen (``contranorm``; without choices, as for a run trained outside
-    Hydra, the class it builds); any other dict as compact JSON; the
-    derived keys :data:`DERIVED` (``code``, ``sweep``)."""
+    ``Graphormer``, not its repr), another config group by what it
+    trains (:func:`chosen`: the option chosen, ``contranorm``, or the
+    class of a ``_target_`` set to another class, ``HalfLN``; without
+    choices, as for a run trained outside Hydra, the class it builds); any
+    other dict as compact JSON; the derived keys :data:`DERIVED`
+    (``code``, ``sweep``)."""
     if key in DERIVED:
         return DERIVED[key](run)
     config = run.get('config')
     node = config.get(key) if isinstance(config, dict) else None
     if isinstance(node, dict):
-        choice = run.get('choices', {}).get(key)
+        choice = chosen(run, key)
         if 'name' in node:
             return node['name']
         if choice is not None and key not in CLASS_GROUPS:

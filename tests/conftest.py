@@ -43,6 +43,36 @@ def compose_train(*overrides):
         return compose('train', overrides=list(overrides))
 
 
+# A user's own norm, as docs/training.rst ("Your own norm") writes it: a
+# module outside gnorm and a config option for hydra.searchpath.
+USER_NORM = """import torch
+
+
+class HalfLN(torch.nn.Module):
+    def __init__(self, in_channels, factor=0.5):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(in_channels)
+        self.factor = factor
+
+    def forward(self, x, batch=None, batch_size=None):
+        return self.factor * self.norm(x)
+"""
+
+
+@pytest.fixture
+def user_norm(tmp_path, monkeypatch):
+    r"""A folder outside the repository holding ``mynorm.py`` (class
+    ``HalfLN``, importable: the folder is on ``sys.path``) and the config
+    option ``conf/norm/halfln.yaml`` (with a key of its own, ``factor``);
+    returns the folder."""
+    (tmp_path / 'mynorm.py').write_text(USER_NORM)
+    (tmp_path / 'conf' / 'norm').mkdir(parents=True)
+    (tmp_path / 'conf' / 'norm' / 'halfln.yaml').write_text(
+        '_target_: mynorm.HalfLN\nfactor: 0.5\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
 @pytest.fixture
 def one_thread():
     r"""One torch thread for the test (the test machines share few cores;

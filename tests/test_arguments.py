@@ -187,3 +187,61 @@ import gnorm.train
         assert proc.stderr == 'interrupted while starting: nothing ran\n'
     else:
         assert 'KeyboardInterrupt' in proc.stderr
+
+
+def test_options_of_the_search_path(user_norm, monkeypatch):
+    # Hydra's way to add an option: the folder on hydra.searchpath (or
+    # --config-dir); its options and keys count with gnorm's.
+    path = f'hydra.searchpath=[file://{user_norm}/conf]'
+    _check(['norm=halfln', path])
+    _check(['norm=halfln', 'norm.factor=0.25', path])
+    _check(['-m', 'norm=none,halfln', 'seed=0,1', path])
+    _check(['norm=halfln', '--config-dir', str(user_norm / 'conf')])
+    _check(['norm=halfln', f'-cd={user_norm}/conf'])
+    # A launcher of the search path (gnorm's check_launchers).
+    from gnorm.train.arguments import check_launchers
+    launcher = user_norm / 'conf' / 'hydra' / 'launcher'
+    launcher.mkdir(parents=True)
+    (launcher / 'mine.yaml').write_text('defaults:\n  - basic\n')
+    check_launchers(['-m', 'hydra/launcher=mine', path])
+    with pytest.raises(ConfigError, match="hydra/launcher= one of .*mine"):
+        check_launchers(['-m', 'hydra/launcher=mien', path])
+    monkeypatch.chdir(user_norm)  # a relative path, as Hydra reads it
+    _check(['norm=halfln', 'hydra.searchpath=[file://conf]'])
+    _check(['norm=halfln', 'hydra.searchpath=[conf]'])
+    for args, match in [
+            (['norm=halfnl', path], "unknown norm 'halfnl'; pass norm= one "
+                                    "of contranorm, contranorm_d, halfln, "),
+            (['norm=halfln', 'norm.facter=1', path],
+             "unknown key 'norm.facter' .*; closest keys: norm.factor$"),
+            (['norm.factr=1', path],
+             r"closest key: norm.factor \(with norm=halfln\)$"),
+            (['norm=halfln', 'norm.scale=1', path],
+             r"unknown key 'norm.scale' .*; only norm=.*pairnorm have it$"),
+            (['norm=halfln'], "unknown norm 'halfln'; pass norm= one of "
+                              "contranorm, contranorm_d, isobn, ")]:
+        with pytest.raises(ConfigError, match=match):
+            _check(args)
+
+
+def test_options_of_a_package_on_the_search_path(user_norm):
+    # pkg://: a package whose configs lie in a folder.
+    package = user_norm / 'myconf'
+    (package / 'norm').mkdir(parents=True)
+    (package / '__init__.py').touch()
+    (package / 'norm' / 'quarterln.yaml').write_text(
+        '_target_: mynorm.HalfLN\nfactor: 0.25\n')
+    path = 'hydra.searchpath=[pkg://myconf]'
+    _check(['norm=quarterln', path])
+    with pytest.raises(ConfigError, match="pass norm= one of .*pairnorm, "
+                                          "quarterln, sepnorm$"):
+        _check(['norm=quarterl', path])
+    # Sources that are no folder here (another primary config folder, a
+    # package that does not import): Hydra alone checks.
+    _check(['norm=anything', 'hydra.searchpath=[pkg://no_such_package]'])
+    _check(['norm=anything', '--config-path', str(user_norm / 'conf')])
+
+
+def test_a_config_that_does_not_compose_is_left_to_hydra():
+    # norm is in the defaults list already: Hydra says so itself.
+    _check(['+norm=layernorm', 'layer=3'])

@@ -297,6 +297,22 @@ def test_sweep_trains_runs_as_one_model(tmp_path):
     assert proc.stdout.count('done already') == 6
 
 
+def test_a_batch_of_your_own_norm_is_named_by_its_class(tmp_path, user_norm):
+    # mynorm.py in the working folder (on the path of python -m): the
+    # batch's runs are named HalfLN in their folders and results.json.
+    proc = _cli(tmp_path, 'seed=0,1', 'norm=none',
+                'norm._target_=mynorm.HalfLN')
+    assert '2 runs in 1 jobs' in proc.stderr + proc.stdout
+    runs = _folders(tmp_path / 'sweep')
+    assert sorted(runs) == [
+        f'{i}-csbm-HalfLN-L3,dataset.num_nodes=120,train.epochs=4,seed={i}'
+        for i in range(2)]
+    for res in runs.values():
+        assert res['names']['norm'] == 'HalfLN'
+        assert res['choices']['norm'] == 'none'
+        assert res['batch_runs'] == 2
+
+
 def test_a_second_sweep_into_the_folder_keeps_the_first_ones_record(
         tmp_path):
     r"""``multirun.yaml`` records the first sweep into a folder; another

@@ -209,3 +209,33 @@ def test_folder_checks(tmp_path, monkeypatch):
                                           r'\(read-only\)'):
         check_folder(tmp_path / 'new', 'x')
     check_folder(tmp_path, 'x', write=False)  # existing data may be read-only
+
+
+@pytest.mark.parametrize('task', [
+    ['dataset=csbm'], ['dataset=zinc_fixture', 'model=graphormer']])
+def test_keys_of_another_norm_option_are_one_line(user_norm, task):
+    # LayerNorm's eps and elementwise_affine with a class that takes
+    # neither: which keys, and both fixes.
+    from gnorm.errors import ConfigError
+    from gnorm.train.graph_config import build_model as build_graph_model
+    cfg = compose_train(*task, 'norm=layernorm',
+                        'norm._target_=mynorm.HalfLN')
+    build = (build_graph_model if 'model=graphormer' in task else
+             lambda cfg: build_model(cfg, in_channels=8, out_channels=3))
+    with pytest.raises(ConfigError, match=(
+            r'^cannot build the model: norm._target_=mynorm.HalfLN takes no '
+            r'norm.eps, norm.elementwise_affine; pass norm=none '
+            r'norm._target_=mynorm.HalfLN \(an option without keys\), or '
+            r'drop them: ~norm.eps ~norm.elementwise_affine$')):
+        build(cfg)
+    cfg = compose_train(*task, 'norm=layernorm', '~norm.eps',
+                        'norm._target_=mynorm.HalfLN')
+    with pytest.raises(ConfigError, match=r'takes no norm.elementwise_affine;'
+                                          r' .* drop it: ~norm.elementwise_'
+                                          r'affine$'):
+        build(cfg)
+    # Both fixes build it.
+    for fix in (['norm=none'], ['norm=layernorm', '~norm.eps',
+                                '~norm.elementwise_affine']):
+        cfg = compose_train(*task, *fix, 'norm._target_=mynorm.HalfLN')
+        assert 'HalfLN' in str(build(cfg))

@@ -389,3 +389,23 @@ def test_code_says_which_code_made_the_runs():
                            '(2 commits, 1 run with modified code); 1 run '
                            'made before every run had its own random '
                            'generators')
+
+
+def test_a_norm_is_shown_by_what_trains():
+    # norm=none norm._target_=mynorm.HalfLN: results.json records Hydra's
+    # choice and the run's name (gnorm.train.common.run_name).
+    runs = [_node(2, 0, 0.5, norm='none'), _node(2, 1, 0.7, norm='none'),
+            _node(2, 0, 0.6, norm='halfln')]
+    for i, run in enumerate(runs):
+        run['_path'] = f'run{i}'
+        run['config']['norm'] = {'_target_': 'mynorm.HalfLN'}
+        run['names'] = {**run['choices'], 'norm': run['choices']['norm']}
+    for run in runs[:2]:
+        run['names']['norm'] = 'HalfLN'
+    assert label(runs[0], 'norm') == 'HalfLN'
+    assert label(runs[2], 'norm') == 'halfln'
+    rows = aggregate(runs, ['norm'], ['test_acc'])
+    assert [(r['norm'], r['runs']) for r in rows] == [('HalfLN', 2),
+                                                     ('halfln', 1)]
+    del runs[0]['names']  # a record made before names: Hydra's choice
+    assert label(runs[0], 'norm') == 'none'

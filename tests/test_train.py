@@ -474,3 +474,106 @@ def test_summary_line_gives_accuracies_in_percent():
         'cora L=2 none seed=0 | epoch 7 (best_val) | acc train 98.57% val '
         '15.80% test 81.60% | erank last 7.18 hidden 6.44 | 1.2s cpu | '
         'out/results.json')
+
+
+@pytest.mark.parametrize('choice,target,name', [
+    ('pairnorm', 'gnorm.nn.PairNorm', 'pairnorm'),      # the option as is
+    ('none', 'mynorm.HalfLN', 'HalfLN'),                 # another class
+    ('layernorm', 'mynorm.HalfLN', 'HalfLN'),
+    ('halfln', 'mynorm.HalfLN', 'halfln'),               # not gnorm's option
+    (None, 'gnorm.nn.PairNorm', 'PairNorm'),             # outside Hydra
+])
+def test_run_name_is_what_trains(choice, target, name):
+    from gnorm.train.common import run_name
+    assert run_name('norm', choice, {'_target_': target}) == name
+
+
+def test_run_name_reads_the_options_of_the_search_path(user_norm):
+    from gnorm.train.common import run_name
+    sources = [{'schema': 'pkg', 'path': 'hydra.conf'},
+               {'schema': 'file', 'path': str(CONF_DIR)},
+               {'schema': 'file', 'path': str(user_norm / 'conf')}]
+    assert run_name('norm', 'halfln', {'_target_': 'mynorm.HalfLN'},
+                    sources) == 'halfln'
+    assert run_name('norm', 'halfln', {'_target_': 'other.QuarterLN'},
+                    sources) == 'QuarterLN'
+    assert run_name('norm', 'none', {'_target_': 'mynorm.HalfLN'},
+                    sources) == 'HalfLN'
+
+
+def test_run_folders_name_what_trains(hydra_job, user_norm):
+    path = f'hydra.searchpath=[file://{user_norm}/conf]'
+    runs = {
+        # norm._target_ set to another class: that class, also in the
+        # folder of a multirun job; the _target_ is not repeated.
+        ('norm=none', 'norm._target_=mynorm.HalfLN'): 'cora/HalfLN/L2,seed=0',
+        ('norm=layernorm', 'norm._target_=mynorm.HalfLN', '~norm.eps',
+         '~norm.elementwise_affine'):
+            'cora/HalfLN/L2,~norm.elementwise_affine,~norm.eps,seed=0',
+        # The option's own class: the option.
+        ('norm=layernorm', 'norm._target_=torch.nn.LayerNorm'):
+            'cora/layernorm/L2,seed=0',
+        # An option of the search path.
+        ('norm=halfln', path): 'cora/halfln/L2,seed=0',
+        ('norm=halfln', 'norm.factor=0.25', path):
+            'cora/halfln/L2,norm.factor=0.25,seed=0',
+    }
+    for overrides, folder in runs.items():
+        run, job = _run_dirs(hydra_job, *overrides)
+        assert str(run) == folder
+        assert job == '0-' + folder.replace('/', '-')
+
+
+def test_summary_line_names_what_trains():
+    from gnorm.train import node
+    results = {'selected_epoch': 7, 'train_acc': 0.9857, 'val_acc': 0.158,
+               'test_acc': 0.8160, 'runtime_s': 1.25, 'device': 'cpu',
+               'path': 'out/results.json', 'choices': {'norm': 'none'},
+               'names': {'norm': 'HalfLN'}}
+    cfg = compose_train('layers=2', 'norm._target_=mynorm.HalfLN')
+    assert node.summary(results, cfg).startswith('cora L=2 HalfLN seed=0 |')
+    del results['names']  # a record of before names: from the choice
+    assert node.summary(results, cfg).startswith('cora L=2 HalfLN seed=0 |')
+    del results['choices']  # trained outside Hydra: the class
+    assert node.summary(results, cfg).startswith('cora L=2 HalfLN seed=0 |')
+
+
+def test_your_own_norm_as_the_guide_shows_it(user_norm):
+    r"""docs/training.rst, "Your own norm", from a folder outside the
+    repository with the user's module on PYTHONPATH: an option of
+    hydra.searchpath, or norm=none norm._target_=...; each run is named
+    by what it trains in its summary line, folder, results.json and
+    gnorm.results' rows."""
+    from gnorm.results import aggregate, load_runs
+    root = Path(__file__).resolve().parents[1]
+    env = {'PYTHONPATH': os.pathsep.join([str(user_norm), str(root)])}
+    tiny = ['dataset=csbm', 'dataset.num_nodes=120', 'layers=2',
+            'train.epochs=2', 'train.progress=false']
+    ways = {'halfln': ['norm=halfln', 'hydra.searchpath=[file://conf]'],
+            'HalfLN': ['norm=none', 'norm._target_=mynorm.HalfLN']}
+    for name, args in ways.items():
+        proc = _cli(*tiny, *args, cwd=user_norm, env=env)
+        assert proc.returncode == 0, proc.stderr
+        line = proc.stdout.splitlines()[-1]
+        assert line.startswith(f'csbm L=2 {name} seed=0 |')
+        path = Path(line.rsplit(' | ', 1)[1])
+        assert user_norm / 'outputs' / 'csbm' / name in path.parents
+        assert path.parent.parent.name == \
+            'L2,dataset.num_nodes=120,train.epochs=2,seed=0'
+        results = json.loads(path.read_text())
+        assert results['names']['norm'] == name
+        assert results['choices']['norm'] == args[0].split('=')[1]
+        assert results['config']['norm']['_target_'] == 'mynorm.HalfLN'
+        assert 'HalfLN(' in results['model']
+    rows = aggregate(load_runs(user_norm / 'outputs'), ['norm'])
+    assert [(r['norm'], r['runs']) for r in rows] == [('HalfLN', 1),
+                                                     ('halfln', 1)]
+    # LayerNorm's keys with another class: one line, both fixes.
+    proc = _cli(*tiny, 'norm=layernorm', 'norm._target_=mynorm.HalfLN',
+                cwd=user_norm, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        'error: cannot build the model: norm._target_=mynorm.HalfLN takes no '
+        'norm.eps, norm.elementwise_affine; '
+        'pass norm=none norm._target_=mynorm.HalfLN (an option without '
+        'keys), or drop them: ~norm.eps ~norm.elementwise_affine\n')

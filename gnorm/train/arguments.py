@@ -3,21 +3,28 @@ composes the config (whose own reports span many lines): unknown options
 of a config group and unknown keys, each as one line naming the valid
 ones, launchers that are not installed, an output folder that cannot be
 written, and ``--help`` (the main keys, one line each, from the comments
-of ``conf/train.yaml``)."""
+of ``conf/train.yaml``). Options and keys are those of gnorm's ``conf/``
+and of the folders the command line adds to Hydra's search path
+(``hydra.searchpath=[file:///my/conf]``, ``--config-dir``)."""
 import difflib
 import importlib.util
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import (Any, Dict, Iterator, List, Optional, Sequence, Set,
+                    Tuple, Union)
 
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from gnorm.errors import ConfigError
 from gnorm.folders import check_folder
+from gnorm.train.common import quoted, source_folder
 from gnorm.train.run import CONF_DIR
 
-# Command-line flags after which the config folder may not be ours.
-OTHER_CONFIGS = ('--config-dir', '-cd', '--config-path', '-cp')
+# Command-line flags after which the primary config may not be ours.
+OTHER_CONFIGS = ('--config-path', '-cp')
+# Command-line flags that add a config folder to Hydra's search path.
+CONFIG_DIR = ('--config-dir', '-cd')
 # Keys that gnorm's sweeper sets, never suggested for a typo.
 SET_BY_GNORM = ('batch_file', )
 # Hydra's launchers: the plugin module each needs (None: built in).
@@ -27,6 +34,9 @@ LAUNCHER_PLUGINS = {
     'submitit_local': 'hydra_plugins.hydra_submitit_launcher',
     'submitit_slurm': 'hydra_plugins.hydra_submitit_launcher',
 }
+# One config folder, or several (gnorm's first, then those of Hydra's
+# search path).
+Folders = Union[Path, Sequence[Path]]
 LAUNCHERS_EXTRA = ('pip install "gnorm[launchers]" (in a checkout: pip '
                    'install -e ".[launchers]")')
 
@@ -46,9 +56,60 @@ def _overrides(argv: List[str]) -> Iterator[Any]:
 
 
 def _other_configs(argv: List[str]) -> bool:
-    r"""Whether :obj:`argv` points Hydra to other config folders (which may
-    hold other options and keys)."""
+    r"""Whether :obj:`argv` points Hydra to another primary config
+    folder (whose options and keys may differ from gnorm's)."""
     return any(a.split('=')[0] in OTHER_CONFIGS for a in argv)
+
+
+def searchpath(argv: List[str]) -> List[str]:
+    r"""The config sources that :obj:`argv` adds to Hydra's search path,
+    as Hydra writes them: the folder of ``--config-dir`` (absolute, as
+    ``file://...``), then the entries of a ``hydra.searchpath=[...]``
+    override (``file://`` paths, relative ones to the working folder;
+    ``pkg://`` packages; a path without a scheme is a file path)."""
+    entries = []
+    for i, arg in enumerate(argv):
+        flag, _, folder = arg.partition('=')
+        if flag in CONFIG_DIR:
+            folder = folder or (argv[i + 1] if i + 1 < len(argv) else '')
+            entries.append(f'file://{Path(folder).absolute()}')
+    for override in _overrides(argv):
+        if override.key_or_group.lstrip('+') == 'hydra.searchpath' and \
+                not override.is_delete() and \
+                isinstance(override.value(), list):
+            entries += [str(entry) for entry in override.value()]
+    return entries
+
+
+def config_folders(argv: List[str], conf_dir: Path = CONF_DIR,
+                   ) -> Optional[List[Path]]:
+    r"""The config folders Hydra composes the config of :obj:`argv` from:
+    :obj:`conf_dir`, then those of :func:`searchpath`; :obj:`None` when
+    their options are unknown here: :obj:`argv` names another primary
+    config folder (``--config-path``), or a source that is no folder."""
+    if _other_configs(argv):
+        return None
+    folders = [conf_dir]
+    for entry in searchpath(argv):
+        schema, sep, path = entry.partition('://')
+        folder = source_folder(path, schema) if sep else Path(entry)
+        if folder is None:
+            return None
+        folders.append(folder)
+    return folders
+
+
+def _folders(conf_dir: Folders) -> List[Path]:
+    r""":obj:`conf_dir`, one config folder or several, as a list."""
+    return [Path(conf_dir)] if isinstance(conf_dir, (str, Path)) \
+        else [Path(d) for d in conf_dir]
+
+
+def _first(conf_dir: Folders, name: str) -> Optional[Path]:
+    r"""The config file :obj:`name` of the first folder of
+    :obj:`conf_dir` that has it (as Hydra picks it), else :obj:`None`."""
+    return next((d / name for d in _folders(conf_dir)
+                 if (d / name).is_file()), None)
 
 
 def _values(override: Any) -> List[str]:
@@ -58,29 +119,36 @@ def _values(override: Any) -> List[str]:
     return ['null' if v is None else str(v) for v in values]
 
 
-def groups(conf_dir: Path) -> List[str]:
-    r"""The config groups (folders of :obj:`conf_dir`), without Hydra's."""
-    return sorted(p.name for p in conf_dir.iterdir()
-                  if p.is_dir() and p.name != 'hydra')
+def groups(conf_dir: Folders) -> List[str]:
+    r"""The config groups (folders with ``.yaml`` files in :obj:`conf_dir`,
+    one config folder or several), without Hydra's."""
+    return sorted({p.name for d in _folders(conf_dir) if d.is_dir()
+                   for p in d.iterdir() if p.is_dir() and p.name != 'hydra'
+                   and any(p.glob('*.yaml'))})
 
 
-def options(conf_dir: Path, group: str) -> List[str]:
-    r"""The options of config group :obj:`group`."""
-    return sorted(p.stem for p in (conf_dir / group).glob('*.yaml'))
+def options(conf_dir: Folders, group: str) -> List[str]:
+    r"""The options of config group :obj:`group` in :obj:`conf_dir` (one
+    config folder or several)."""
+    return sorted({p.stem for d in _folders(conf_dir)
+                   for p in (d / group).glob('*.yaml')})
 
 
 def check_choices(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
     r"""Raises :class:`ConfigError` for a command-line override that picks
-    an unknown option of a config group (``dataset=foo``)."""
-    if _other_configs(argv):
+    an unknown option of a config group (``dataset=foo``); the options are
+    those of :obj:`conf_dir` and of the folders :obj:`argv` adds to
+    Hydra's search path (:func:`config_folders`)."""
+    folders = config_folders(argv, conf_dir)
+    if folders is None:
         return
-    known = groups(conf_dir)
+    known = groups(folders)
     for override in _overrides(argv):
         group = override.key_or_group.lstrip('/')
         if (group not in known or override.package is not None
                 or override.is_delete()):
             continue
-        valid = options(conf_dir, group)
+        valid = options(folders, group)
         for value in _values(override):
             if value == 'null' and group == 'experiment':
                 continue
@@ -97,34 +165,43 @@ def _keys(node: Any, prefix: str = '') -> Iterator[str]:
             yield from _keys(value, f'{prefix}{key}.')
 
 
-def config_keys(conf_dir: Path, choices: List[List[str]]) -> Set[str]:
+def config_keys(conf_dir: Path, choices: List[List[str]],
+                sources: Sequence[str] = ()) -> Set[str]:
     r"""The keys of the configs composed with each of :obj:`choices` (lists
-    of group overrides such as ``['norm=pairnorm']``)."""
-    return set().union(*_keys_per_choice(conf_dir, choices))
+    of group overrides such as ``['norm=pairnorm']``), with the config
+    sources :obj:`sources` added to Hydra's search path."""
+    return set().union(*_keys_per_choice(conf_dir, choices, sources))
 
 
-def _keys_per_choice(conf_dir: Path,
-                     choices: List[List[str]]) -> List[Set[str]]:
+def _keys_per_choice(conf_dir: Path, choices: List[List[str]],
+                     sources: Sequence[str] = ()) -> List[Set[str]]:
     r"""The keys of the config composed with each of :obj:`choices`."""
     from hydra import compose, initialize_config_dir
+    extra = [] if not sources else ['hydra.searchpath=[{}]'.format(
+        ','.join(quoted(s) for s in sources))]
     keys = []
     with initialize_config_dir(config_dir=str(conf_dir), version_base='1.3'):
         for overrides in choices:
-            cfg = compose('train', overrides=overrides)
+            cfg = compose('train', overrides=[*overrides, *extra])
             keys.append(set(_keys(OmegaConf.to_container(cfg,
                                                          resolve=False))))
     return keys
 
 
-def _option_keys(conf_dir: Path, known: Set[str],
+def _option_keys(folders: List[Path], sources: Sequence[str] = (),
                  ) -> Dict[Tuple[str, str], Set[str]]:
-    r"""The keys of the config with each option of each group (but
+    r"""The keys of the config with each option of each group of the
+    primary config folder (the first of :obj:`folders`; but
     ``experiment``, whose overlays pick options of the others) on its
-    own."""
-    picks = [(group, option) for group in sorted(known - {'experiment'})
-             for option in options(conf_dir, group)]
+    own, the options of all :obj:`folders` (those of :obj:`sources`)
+    included."""
+    conf_dir = folders[0]
+    picks = [(group, option)
+             for group in groups(conf_dir) if group != 'experiment'
+             for option in options(folders, group)]
     return dict(zip(picks, _keys_per_choice(
-        conf_dir, [[f'{group}={option}'] for group, option in picks])))
+        conf_dir, [[f'{group}={option}'] for group, option in picks],
+        sources)))
 
 
 def closest(key: str, keys: Set[str]) -> List[str]:
@@ -151,10 +228,14 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
     typo of an existing key (Hydra would add it and nothing would read
     it) or exists already. ``+key=value`` for any other new key is left to
     Hydra. Keys are those of the configs the group overrides of
-    :obj:`argv` compose (each option of a swept group once)."""
-    if _other_configs(argv):
+    :obj:`argv` compose (each option of a swept group once), with the
+    folders :obj:`argv` adds to Hydra's search path; a config that does
+    not compose is left to Hydra, which says why."""
+    folders = config_folders(argv, conf_dir)
+    if folders is None:
         return
-    known = set(groups(conf_dir))
+    sources = searchpath(argv)
+    known = set(groups(folders))
     picks: List[Tuple[str, List[str]]] = []
     keys_to_check = []
     for override in _overrides(argv):
@@ -174,7 +255,10 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
     choices = [first] + [
         first[:i] + [f'{name}={value}'] + first[i + 1:]
         for i, (name, values) in enumerate(picks) for value in values[1:]]
-    keys = config_keys(conf_dir, choices)
+    try:
+        keys = config_keys(conf_dir, choices, sources)
+    except HydraException:  # e.g. +norm=layernorm: Hydra reports it
+        return
     option_keys: Dict[Tuple[str, str], Set[str]] = {}
     for override in keys_to_check:
         key = override.key_or_group
@@ -188,7 +272,10 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
         if near:
             hint = f"closest keys: {', '.join(near)}"
         else:
-            option_keys = option_keys or _option_keys(conf_dir, known)
+            try:
+                option_keys = option_keys or _option_keys(folders, sources)
+            except HydraException:  # an option that does not compose
+                option_keys = {}
             hint = _other_options_hint(key, keys, option_keys)
         if not (override.is_add() or override.is_force_add()):
             raise ConfigError(f"unknown key {key!r} in {text}; " + (
@@ -229,7 +316,7 @@ def _raw(path: Path, key: str) -> Any:
     return node
 
 
-def output_folder(argv: List[str], conf_dir: Path = CONF_DIR,
+def output_folder(argv: List[str], conf_dir: Folders = CONF_DIR,
                   ) -> Tuple[str, str, bool]:
     r"""The key of the folder Hydra makes first for :obj:`argv`
     (``hydra.sweep.dir`` with ``-m``, else ``hydra.run.dir``), its value
@@ -246,11 +333,11 @@ def output_folder(argv: List[str], conf_dir: Path = CONF_DIR,
             experiment = override.value()
     if value is not None:
         return key, value, True
-    path = conf_dir / 'experiment' / f'{experiment}.yaml'
-    if experiment is not None and path.is_file():
+    path = _first(conf_dir, f'experiment/{experiment}.yaml')
+    if experiment is not None and path is not None:
         value = _raw(path, key)
     if value is None:
-        value = _raw(conf_dir / 'hydra' / 'default.yaml',
+        value = _raw(_folders(conf_dir)[0] / 'hydra' / 'default.yaml',
                      key.split('.', 1)[1])
     return key, str(value), False
 
@@ -260,11 +347,12 @@ def check_output_folder(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
     (:func:`output_folder`; its part before the first interpolation
     ``${...}``) lies under a file or in a read-only folder, before Hydra
     makes it and a traceback ends the command."""
-    key, value, typed = output_folder(argv, conf_dir)
+    folders = config_folders(argv, conf_dir)
+    key, value, typed = output_folder(argv, folders or conf_dir)
     static = value.split('${', 1)[0]
     if '${' in value:  # the folders that exist before the run's own
         static = static.rsplit('/', 1)[0] if '/' in static else ''
-    if not typed and _other_configs(argv):
+    if not typed and folders is None:
         return
     check_folder(static or '.', f'{key}={value}' if typed else
                  f'{key} (default {value})')
@@ -278,14 +366,15 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _launcher_plugin(name: str, conf_dir: Path) -> Any:
+def _launcher_plugin(name: str, conf_dir: Folders) -> Any:
     r"""The plugin module that launcher :obj:`name` needs (:obj:`None`:
-    built in): Hydra's own, or that of the launcher a gnorm option of
-    ``conf/hydra/launcher/`` extends; ``False`` for an unknown name."""
+    built in): Hydra's own, or that of the launcher an option of
+    ``hydra/launcher/`` in :obj:`conf_dir` extends; ``False`` for an
+    unknown name."""
     if name in LAUNCHER_PLUGINS:
         return LAUNCHER_PLUGINS[name]
-    path = conf_dir / 'hydra' / 'launcher' / f'{name}.yaml'
-    if not path.is_file():
+    path = _first(conf_dir, f'hydra/launcher/{name}.yaml')
+    if path is None:
         return False
     base = next((item for item in OmegaConf.load(path).get('defaults', [])
                  if isinstance(item, str) and item in LAUNCHER_PLUGINS),
@@ -293,18 +382,17 @@ def _launcher_plugin(name: str, conf_dir: Path) -> Any:
     return LAUNCHER_PLUGINS[base]
 
 
-def launchers(conf_dir: Path = CONF_DIR) -> List[str]:
+def launchers(conf_dir: Folders = CONF_DIR) -> List[str]:
     r"""The launchers one can pick (``hydra/launcher=NAME``): Hydra's and
-    gnorm's (``conf/hydra/launcher/``) whose plugin is installed."""
-    names = {*LAUNCHER_PLUGINS,
-             *(p.stem for p in (conf_dir / 'hydra' / 'launcher')
-               .glob('*.yaml'))}
+    those of ``hydra/launcher/`` in :obj:`conf_dir` (gnorm's
+    ``conf/``) whose plugin is installed."""
+    names = {*LAUNCHER_PLUGINS, *options(conf_dir, 'hydra/launcher')}
     return sorted(name for name in names
                   if (plugin := _launcher_plugin(name, conf_dir)) is None
                   or (plugin and _installed(plugin)))
 
 
-def check_launcher(name: str, conf_dir: Path = CONF_DIR) -> None:
+def check_launcher(name: str, conf_dir: Folders = CONF_DIR) -> None:
     r"""Raises :class:`ConfigError` if launcher :obj:`name` is unknown, or
     its plugin is not installed (naming the ``[launchers]`` extra)."""
     plugin = _launcher_plugin(name, conf_dir)
@@ -321,13 +409,14 @@ def check_launcher(name: str, conf_dir: Path = CONF_DIR) -> None:
 def check_launchers(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
     r""":func:`check_launcher` for every ``hydra/launcher=`` override of
     :obj:`argv`."""
-    if _other_configs(argv):
+    folders = config_folders(argv, conf_dir)
+    if folders is None:
         return
     for override in _overrides(argv):
         if override.key_or_group.lstrip('+/') == 'hydra/launcher' and \
                 not override.is_delete():
             for name in _values(override):
-                check_launcher(name, conf_dir)
+                check_launcher(name, folders)
 
 
 _LINE = re.compile(r'^(?P<indent> *)(?P<item>- )?(?P<key>[\w.]+):[ ]*'

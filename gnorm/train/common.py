@@ -1,6 +1,7 @@
 r"""What the parts of :mod:`gnorm.train` share, below all of them: the
 config folder, config checks, results files, finished runs, batches of
-runs, and the resolvers of the Hydra configs.
+runs, the names of runs (:func:`run_name`), and the resolvers of the Hydra
+configs.
 
 Imports run one way: this module; the tasks (:mod:`gnorm.train.node`,
 :mod:`gnorm.train.graph`, picked by name in :func:`task_module`), the
@@ -9,15 +10,18 @@ loop over runs (:mod:`gnorm.train.run`) and the sweeper
 it; the command line (:mod:`gnorm.train.command`) on top.
 """
 import importlib
+import importlib.resources
+import inspect
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 from hydra.errors import InstantiationException
+from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError
@@ -42,6 +46,80 @@ OmegaConf.register_new_resolver(
 OmegaConf.register_new_resolver(
     'gnorm.not_result_keys', lambda *keys: [*keys, *NOT_RESULT_KEYS],
     replace=True)
+
+# `${gnorm.name:norm}` in conf/hydra/default.yaml: what a run trains for a
+# group, by name (run_name), from the run's config and Hydra's record of it.
+OmegaConf.register_new_resolver(
+    'gnorm.name', lambda group, _root_: _name_of(group, _root_),
+    replace=True)
+
+
+def source_folder(path: str, schema: str = 'file') -> Optional[Path]:
+    r"""The folder of the Hydra config source :obj:`path` of
+    :obj:`schema`: ``file`` (a path, relative to the working folder) or
+    ``pkg`` (a package, dotted, whose files lie in a folder); :obj:`None`
+    for a source that is no folder (structured configs, a zipped
+    package, a package that cannot be imported)."""
+    if schema == 'file':
+        return Path(path)
+    if schema != 'pkg':
+        return None
+    try:
+        folder = importlib.resources.files(path.replace('/', '.').strip('.'))
+    except (ImportError, TypeError, ValueError):
+        return None
+    return folder if isinstance(folder, Path) and folder.is_dir() else None
+
+
+def run_name(group: str, choice: Optional[str], node: Any,
+             sources: Optional[Sequence[Mapping[str, str]]] = None,
+             ) -> Optional[str]:
+    r"""What a run trains for config group :obj:`group`, by name: the
+    option :obj:`choice` (``contranorm``, ``halfln``), unless the group's
+    config :obj:`node` builds another class than that option's
+    ``_target_`` (``norm=none norm._target_=mynorm.HalfLN``): then that
+    class's name (``HalfLN``); the class's name also without a choice (a
+    run trained outside Hydra). The option's file is the first
+    ``<group>/<choice>.yaml`` of :obj:`sources` (Hydra's config sources,
+    each with ``schema`` and ``path``, as ``hydra.runtime.config_sources``
+    lists them; default: gnorm's ``conf/``); an option that none of them
+    holds as a file, or whose file names no ``_target_`` of its own, keeps
+    its name. The output folder (``${gnorm.name:norm}`` in
+    ``conf/hydra/default.yaml``), the summary line and ``names`` in
+    ``results.json`` (which :mod:`gnorm.results` shows) all use it."""
+    target = node.get('_target_') if isinstance(node, (dict, DictConfig)) \
+        else None
+    if target is None:
+        return choice
+    name = str(target).rsplit('.', 1)[-1]
+    if choice is None:
+        return name
+    if sources is None:
+        sources = [{'schema': 'file', 'path': str(CONF_DIR)}]
+    for source in sources:
+        folder = source_folder(str(source['path']), str(source['schema']))
+        path = None if folder is None else folder / group / f'{choice}.yaml'
+        if path is not None and path.is_file():
+            own = OmegaConf.load(path).get('_target_')
+            return choice if own is None or own == target else name
+    return choice
+
+
+def run_names(cfg: DictConfig, choices: Mapping[str, Any],
+              sources: Optional[Sequence[Mapping[str, str]]] = None,
+              ) -> Dict[str, Any]:
+    r"""The :func:`run_name` of each group of :obj:`choices` (Hydra's
+    options of the run of :obj:`cfg`)."""
+    return {group: run_name(group, choice, cfg.get(group), sources)
+            for group, choice in choices.items()}
+
+
+def _name_of(group: str, root: DictConfig) -> Optional[str]:
+    r"""The :func:`run_name` of :obj:`group` in the composed config
+    :obj:`root` (with its ``hydra`` node)."""
+    runtime = root.hydra.runtime
+    return run_name(group, runtime.choices.get(group), root.get(group),
+                    runtime.config_sources)
 
 
 def is_int(value: Any) -> bool:
@@ -103,6 +181,34 @@ def option(group: str, node: DictConfig) -> str:
         if OmegaConf.load(path).get('_target_') == target:
             return f'{group}={path.stem}'
     return f'{group}._target_={target}'
+
+
+def unknown_norm_keys(node: DictConfig) -> Optional[str]:
+    r"""Why the norm config :obj:`node` cannot build its class, if it is
+    keys that the class does not take (those of another option, e.g.
+    ``norm=layernorm norm._target_=mynorm.HalfLN``: LayerNorm's ``eps``),
+    as one line with both fixes; else :obj:`None`."""
+    target = node.get('_target_')
+    try:
+        params = inspect.signature(get_object(str(target))).parameters
+    except Exception:  # not importable, no signature: building says why
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    keys = [str(k) for k in node if not str(k).startswith('_')
+            and k not in params]
+    if not keys:
+        return None
+    them = 'it' if len(keys) == 1 else 'them'
+    return (f"norm._target_={target} takes no "
+            f"{', '.join(f'norm.{k}' for k in keys)}; pass norm=none "
+            f"norm._target_={target} (an option without keys), or drop "
+            f"{them}: " + ' '.join(f'~norm.{k}' for k in keys))
+
+
+def quoted(text: str) -> str:
+    r""":obj:`text` as a quoted value of a Hydra override."""
+    return "'" + text.replace('\\', '\\\\').replace("'", "\\'") + "'"
 
 
 def one_line(error: BaseException) -> str:

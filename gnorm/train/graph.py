@@ -67,6 +67,7 @@ from gnorm.models.token_layout import layout_of
 from gnorm.run_keys import batch_key as runs_key, world_size
 from gnorm.train.checkpoints import (CHECKPOINT, load_checkpoints, restore,
                                      save_checkpoints)
+from gnorm.train.common import run_name
 from gnorm.train.graph_config import (  # noqa: F401 (check_config: the task's)
     build_model, check_config, min_batch_graphs)
 from gnorm.train.epoch_log import CURVE, EpochLog
@@ -188,8 +189,8 @@ def _process_group(device: torch.device):
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
     r"""The one line printed at the end of a run."""
-    norm = results.get('choices', {}).get(
-        'norm', str(cfg.norm._target_).rsplit('.', 1)[-1])
+    norm = results.get('names', {}).get('norm') or run_name(
+        'norm', results.get('choices', {}).get('norm'), cfg.norm)
     metric = results['metric']
     return ' | '.join([
         f"{cfg.dataset.name} graphormer L={cfg.model.num_layers} {norm} "

@@ -14,7 +14,7 @@ from gnorm.data.molecules import GRAPH_DATASETS, import_ogb
 from gnorm.errors import ConfigError
 from gnorm.models import DeepGCN, Graphormer
 from gnorm.nn import SepNorm
-from gnorm.train.common import is_int, one_line, option
+from gnorm.train.common import is_int, one_line, option, unknown_norm_keys
 
 PRECISIONS = ('bf16', 'fp32')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
@@ -115,4 +115,6 @@ def build_model(cfg: DictConfig) -> torch.nn.Module:
         return instantiate(cfg.model, out_channels=out_channels,
                            features=features, norm=norm)
     except (InstantiationException, ValueError, TypeError, ImportError) as e:
-        raise ConfigError(f"cannot build the model: {one_line(e)}") from None
+        raise ConfigError(f"cannot build the model: "
+                          f"{unknown_norm_keys(cfg.norm) or one_line(e)}"
+                          ) from None

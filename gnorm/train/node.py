@@ -28,7 +28,8 @@ from gnorm.metrics import (
 )
 from gnorm.run_keys import batch_key as runs_key
 from gnorm.train.progress import Progress, on_one_line
-from gnorm.train.common import free_memory, is_int, one_line, option
+from gnorm.train.common import (free_memory, is_int, one_line, option,
+                                 run_name, unknown_norm_keys)
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,9 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int,
         return model(in_channels=in_channels, out_channels=out_channels,
                      runs=len(runs), norm=[norm_factory(c) for c in runs])
     except (InstantiationException, ValueError, TypeError) as e:
-        raise ConfigError(f"cannot build the model: {one_line(e)}") from None
+        raise ConfigError(f"cannot build the model: "
+                          f"{unknown_norm_keys(cfg.norm) or one_line(e)}"
+                          ) from None
 
 
 def batch_key(cfg: DictConfig) -> Optional[str]:
@@ -451,8 +454,8 @@ def _show(bar: Progress, results: List[Dict[str, Any]], epoch: int) -> None:
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
     r"""The one line printed at the end of a run."""
-    norm = results.get('choices', {}).get(
-        'norm', str(cfg.norm._target_).rsplit('.', 1)[-1])
+    norm = results.get('names', {}).get('norm') or run_name(
+        'norm', results.get('choices', {}).get('norm'), cfg.norm)
     parts = [f"{cfg.dataset.name} L={cfg.layers} {norm} seed={cfg.seed}",
              f"epoch {results['selected_epoch']} ({cfg.select})",
              'acc ' + ' '.join(f"{split} {100 * results[f'{split}_acc']:.2f}%"

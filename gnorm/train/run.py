@@ -42,6 +42,7 @@ from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
     group_batches,
     main_process,
     one_line,
+    run_names,
     task_module,
     write_json,
 )
@@ -122,14 +123,18 @@ def resolve_device(name: str) -> torch.device:
     raise ConfigError(f"unknown device={name!r}; pass auto, cpu or cuda")
 
 
-def hydra_info() -> Dict[str, Any]:
-    r"""The group choices and overrides of the current Hydra job, if any."""
+def hydra_info(cfg: DictConfig) -> Dict[str, Any]:
+    r"""The group choices of the current Hydra job (if any), what the run
+    of :obj:`cfg` trains for each by name
+    (:func:`~gnorm.train.common.run_names`) and the job's overrides."""
     if not HydraConfig.initialized():
         return {}
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items()
                if not k.startswith('hydra/') and k != 'hydra'}
-    return {'choices': choices, 'overrides': list(hc.overrides.task)}
+    return {'choices': choices,
+            'names': run_names(cfg, choices, hc.runtime.config_sources),
+            'overrides': list(hc.overrides.task)}
 
 
 def machine(device: torch.device) -> Dict[str, Any]:
@@ -181,7 +186,7 @@ def base_results(cfg: DictConfig, device: torch.device, path: Path,
         'error': None,
         'task': cfg.dataset.task,
         'config': OmegaConf.to_container(cfg, resolve=True),
-        **(hydra_info() if info is None else info),
+        **(hydra_info(cfg) if info is None else info),
         'device': str(device),
         'machine': machine(device),
         'batch_runs': batch_runs,
@@ -225,7 +230,7 @@ def record_stop(path: Path, cfg: DictConfig, results: Dict[str, Any],
                    runtime_s=time.perf_counter() - start)
     results.setdefault('task', cfg.dataset.get('task', 'node'))
     results.setdefault('config', _config(cfg))
-    for key, value in (hydra_info() if info is None else info).items():
+    for key, value in (hydra_info(cfg) if info is None else info).items():
         results.setdefault(key, value)
     results.setdefault('path', str(path))
     curve = results.get('curve')

@@ -29,6 +29,8 @@ from gnorm.train.common import (
     finished_run,
     group_batches,
     is_int,
+    quoted,
+    run_names,
     task_module,
 )
 from gnorm.train.hydra_adapter import job_overrides
@@ -36,11 +38,6 @@ from gnorm.train.hydra_adapter import job_overrides
 log = logging.getLogger(__name__)
 
 BATCH_FOLDER = '.batches'
-
-
-def _quoted(text: str) -> str:
-    r""":obj:`text` as a quoted value of a Hydra override."""
-    return "'" + text.replace('\\', '\\\\').replace("'", "\\'") + "'"
 
 
 def _batch_size(cfg: DictConfig) -> Optional[int]:
@@ -101,6 +98,9 @@ class BatchedSweeper(Sweeper):
                 'config': OmegaConf.to_container(task, resolve=False),
                 'hydra': hydra,
                 'info': {'choices': choices,
+                         'names': run_names(
+                             task, choices,
+                             config.hydra.runtime.config_sources),
                          'overrides': list(config.hydra.overrides.task)},
                 'cfg': task}
 
@@ -146,8 +146,8 @@ class BatchedSweeper(Sweeper):
                     {key: run[key] for key in ('dir', 'config', 'info',
                                                'hydra')}
                     for run in batch], indent=1) + '\n')
-                job.append(f'batch_file={_quoted(str(path.resolve()))}')
-            job.append(f'hydra.sweep.subdir={_quoted(first["subdir"])}')
+                job.append(f'batch_file={quoted(str(path.resolve()))}')
+            job.append(f'hydra.sweep.subdir={quoted(first["subdir"])}')
             launched.append(job)
         runs = sum(len(b) for b in batches)
         log.info('%d runs in %d jobs (%d of them trained alone)', runs,
