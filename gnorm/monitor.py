@@ -17,7 +17,6 @@ nodes of the pairwise metrics, their hop distances) is prepared once per
 tensors.
 """
 import csv
-import math
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -29,6 +28,7 @@ from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
                            _effective_rank, _variance)
 from gnorm.metrics_pairs import (cosine_distances, draw_pairs, mad_gap_of,
                                  mad_of, pair_mask)
+from gnorm.monitor_plot import plot_records
 
 METRICS = ('effective_rank', 'cosine_similarity', 'variance',
            'dirichlet_energy', 'dirichlet_energy_normalized', 'mad',
@@ -539,65 +539,8 @@ class CollapseMonitor:
         log scale. Saves to :obj:`path` if given; returns the
         :class:`matplotlib.figure.Figure` (drawn without
         :mod:`matplotlib.pyplot`, so the backend stays as it is)."""
-        import matplotlib
-        from matplotlib.figure import Figure  # no pyplot: no backend change
-        if kind not in ('lines', 'heatmap'):
-            raise ValueError(f"CollapseMonitor.plot expects kind='lines' or "
-                             f"'heatmap' (got {kind!r})")
-        if not self.records:
-            raise ValueError("CollapseMonitor.plot: nothing recorded yet")
-        metrics = [m for m in (metrics or self.metrics)
-                   if any(r['metric'] == m for r in self.records)]
-        layers = [n for n in self.layers
-                  if any(r['layer'] == n for r in self.records)]
-        steps = sorted({r['step'] for r in self.records})
-        grid = {(r['metric'], r['layer'], r['step']): r['value']
-                for r in self.records}
-        cols = min(len(metrics), 4)
-        rows = math.ceil(len(metrics) / cols)
-        fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout='constrained')
-        axes = fig.subplots(rows, cols, squeeze=False)
-        cmap = matplotlib.colormaps['viridis']
-        norm = matplotlib.colors.Normalize(min(steps), max(max(steps),
-                                                           min(steps) + 1))
-        for ax, metric in zip(axes.flat, metrics):
-            values = [[grid.get((metric, n, s), math.nan) for n in layers]
-                      for s in steps]  # [steps, layers]
-            if kind == 'lines':
-                for s, row in zip(steps, values):
-                    ax.plot(range(len(layers)), row, color=cmap(norm(s)),
-                            lw=1)
-                ax.set_xlabel('layer')
-            else:
-                grid_values = torch.tensor(values, dtype=torch.float64).t()
-                positive = grid_values[grid_values > 0]
-                scale = None
-                if metric in log and positive.numel() > 0:
-                    scale = matplotlib.colors.LogNorm(float(positive.min()),
-                                                      float(positive.max()))
-                image = ax.imshow(grid_values.numpy(), aspect='auto',
-                                  cmap='magma', interpolation='nearest',
-                                  norm=scale)
-                fig.colorbar(image, ax=ax)
-                ax.set_xlabel('step')
-                ax.set_xticks(range(len(steps)))
-                ax.set_xticklabels(steps, rotation=90, fontsize=6)
-                ax.set_yticks(range(len(layers)))
-                ax.set_yticklabels(layers, fontsize=6)
-            if kind == 'lines':
-                ax.set_xticks(range(len(layers)))
-                ax.set_xticklabels(layers, rotation=90, fontsize=6)
-            if kind == 'lines' and metric in log:
-                ax.set_yscale('log')
-            ax.set_title(metric)
-        for ax in list(axes.flat)[len(metrics):]:
-            ax.axis('off')
-        if kind == 'lines':
-            mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
-            fig.colorbar(mappable, ax=axes.ravel().tolist(), label='step')
-        if path is not None:
-            fig.savefig(path, dpi=120)
-        return fig
+        return plot_records(self.records, self.layers,
+                            list(metrics or self.metrics), path, kind, log)
 
 
 class _RecordContext:

@@ -163,8 +163,9 @@ TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'node', 'epoch_log',
 PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
                   'metrics', 'data', 'models', 'monitor', 'train', 'results')
 # Modules that are one layer split in two files: gnorm.metrics re-exports
-# the pairwise metrics of gnorm.metrics_pairs, which use its helpers.
-SAME_LAYER = {'metrics_pairs': 'metrics'}
+# the pairwise metrics of gnorm.metrics_pairs, which use its helpers;
+# gnorm.monitor draws its plots with gnorm.monitor_plot.
+SAME_LAYER = {'metrics_pairs': 'metrics', 'monitor_plot': 'monitor'}
 
 
 def _imports(path):
