@@ -37,11 +37,17 @@ def plot_records(records: Sequence[Dict[str, Any]], layers: Sequence[str],
     for ax, metric in zip(axes.flat, metrics):
         values = [[grid.get((metric, n, s), math.nan) for n in layers]
                   for s in steps]  # [steps, layers]
-        if kind == 'lines':
+        ax.set_title(metric)
+        if all(math.isnan(v) for row in values for v in row):
+            ax.text(0.5, 0.5, 'no finite value recorded\n(e.g. mad_gap of a '
+                    'graph\nwithout remote pairs)', ha='center',
+                    va='center', transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        elif kind == 'lines':
             _lines(ax, values, layers, steps, cmap, norm, metric in log)
         else:
             _heatmap(fig, ax, values, layers, steps, metric in log)
-        ax.set_title(metric)
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis('off')
     if kind == 'lines':

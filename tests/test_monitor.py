@@ -499,3 +499,21 @@ def test_a_gps_layer_stack_by_type_with_batches_of_graphs():
     table = by_layer(monitor.records)
     for name, h in captured.items():
         assert_same(table[name], expected(h, b.edge_index, b.batch, 2))
+
+
+@pytest.mark.parametrize('kind', ['lines', 'heatmap'])
+def test_a_metric_without_finite_values_says_so_in_its_panel(kind):
+    from gnorm.monitor_plot import plot_records
+    records = [{'step': s, 'layer': f'convs.{i}', 'metric': m,
+                'value': float('nan') if m == 'mad_gap' else 1.0 + i + s,
+                'graphs': 1}
+               for s in (0, 10) for i in range(3)
+               for m in ('mad', 'mad_gap')]
+    fig = plot_records(records, ['convs.0', 'convs.1', 'convs.2'],
+                       ['mad', 'mad_gap'], kind=kind)
+    mad, gap = fig.axes[:2]
+    assert gap.get_title() == 'mad_gap'
+    assert [t.get_text() for t in gap.texts] == [
+        'no finite value recorded\n(e.g. mad_gap of a graph\nwithout '
+        'remote pairs)']
+    assert list(mad.texts) == []
