@@ -17,6 +17,7 @@ nodes of the pairwise metrics, their hop distances) is prepared once per
 tensors.
 """
 import csv
+import math
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -259,13 +260,22 @@ class CollapseMonitor:
             in, e.g. :obj:`torch.float64`; :obj:`None`: that of the
             outputs (half precision ones in :obj:`float32`).
             (default: :obj:`None`)
+        nonfinite (str, optional): What a layer output with a :obj:`nan`
+            or :obj:`inf` entry gives: :obj:`"raise"`, a
+            :class:`ValueError` naming the layer; :obj:`"nan"`, records of
+            value :obj:`nan` (a training loop that goes on with a diverged
+            run beside others). (default: :obj:`"raise"`)
     """
     def __init__(self, model: torch.nn.Module,
                  layers: Union[str, Sequence[Any]] = 'auto',
                  metrics: Sequence[str] = METRICS, max_samples: int = 256,
                  seed: int = 0, neighbor_hops: int = 3, remote_hops: int = 8,
-                 writer: Any = None, dtype: Optional[torch.dtype] = None):
+                 writer: Any = None, dtype: Optional[torch.dtype] = None,
+                 nonfinite: str = 'raise'):
         metrics = tuple(metrics)
+        if nonfinite not in ('raise', 'nan'):
+            raise ValueError(f"CollapseMonitor expects nonfinite='raise' or "
+                             f"'nan' (got {nonfinite!r})")
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:
             raise ValueError(f"CollapseMonitor got metric "
@@ -293,7 +303,7 @@ class CollapseMonitor:
         self.neighbor_hops, self.remote_hops = neighbor_hops, remote_hops
         self.records: List[Dict[str, Any]] = []
         self.writer = writer
-        self.dtype = dtype
+        self.dtype, self.nonfinite = dtype, nonfinite
         # Stacked runs: outputs [runs, rows, d], measured run by run.
         from gnorm.models.deep_gcn import DeepGCN
         self.runs = model.runs if isinstance(model, DeepGCN) else None
@@ -326,10 +336,8 @@ class CollapseMonitor:
         x, inputs, kind = self._features(name, module, args, output,
                                         rec.inputs)
         prepared = self._prepare(x, inputs, kind)
-        x = x.detach()
-        if self.dtype is not None:
-            x = x.to(self.dtype)
-        elif x.dtype in (torch.float16, torch.bfloat16):
+        x = x.detach()  # kept as it is; cast to dtype chunk by chunk
+        if self.dtype is None and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
         rec.outputs[name] = (x, prepared)
 
@@ -446,6 +454,8 @@ class CollapseMonitor:
             for start in range(0, len(names), per):
                 chunk = names[start:start + per]
                 stacked = torch.stack([rec.outputs[n][0] for n in chunk])
+                if self.dtype is not None:
+                    stacked = stacked.to(self.dtype)
                 if runs:  # [L, runs, rows, d]: every run an output of its own
                     table = self._values(stacked.flatten(0, 1), p)
                     table = table.view(*stacked.shape[:2], -1)  # [L, R, M+1]
@@ -504,7 +514,9 @@ class CollapseMonitor:
             table = [[row] for row in table]  # [layers, 1, metrics + 1]
         for name, rows in zip(names, table):
             for run, row in enumerate(rows):
-                if row[-1] != 1.0:
+                if row[-1] != 1.0 and self.nonfinite == 'nan':
+                    row[:] = [math.nan] * len(row)
+                elif row[-1] != 1.0:
                     which = '' if self.runs is None else f' of run {run}'
                     raise ValueError(f"CollapseMonitor: layer {name!r} "
                                      f"output non-finite values{which} at "

@@ -564,3 +564,24 @@ def test_a_metric_without_finite_values_says_so_in_its_panel(kind):
         'no finite value recorded\n(e.g. mad_gap of a graph\nwithout '
         'remote pairs)']
     assert list(mad.texts) == []
+
+
+def test_a_nonfinite_output_raises_or_gives_nan_values():
+    x, edge_index = graph(seed=9)
+    model = GCN(12, 16, num_layers=2)
+    with torch.no_grad():
+        model.convs[1].lin.weight[0, 0] = math.inf
+    monitor = CollapseMonitor(model, metrics=['variance', 'mad'])
+    with pytest.raises(ValueError, match="layer 'convs.1' output "
+                                         "non-finite values at step 0"):
+        with monitor.record(0, edge_index=edge_index):
+            model(x, edge_index)
+    monitor = CollapseMonitor(model, metrics=['variance', 'mad'],
+                              nonfinite='nan')
+    with monitor.record(0, edge_index=edge_index):
+        model(x, edge_index)
+    table = by_layer(monitor.records)
+    assert all(math.isfinite(v) for v in table['convs.0'].values())
+    assert all(math.isnan(v) for v in table['convs.1'].values())
+    with pytest.raises(ValueError, match="nonfinite='raise' or 'nan'"):
+        CollapseMonitor(model, nonfinite='skip')
