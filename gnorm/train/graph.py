@@ -70,7 +70,7 @@ from gnorm.train.checkpoints import (CHECKPOINT, load_checkpoints, restore,
 from gnorm.train.common import run_name
 from gnorm.train.graph_config import (  # noqa: F401 (check_config: the task's)
     build_model, check_config, min_batch_graphs)
-from gnorm.train import collapse
+import gnorm.train.collapse as collapse
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import LayoutCollater, Loaders, build_loaders
 from gnorm.train.progress import Progress, on_one_line, shown

@@ -22,7 +22,7 @@ from gnorm.data.nodes import check_split, load_dataset
 from gnorm.errors import ConfigError
 from gnorm.monitor import CollapseMonitor
 from gnorm.run_keys import batch_key as runs_key
-from gnorm.train import collapse
+import gnorm.train.collapse as collapse
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
 from gnorm.train.common import (free_memory, is_int, one_line, option,
