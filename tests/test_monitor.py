@@ -585,3 +585,36 @@ def test_a_nonfinite_output_raises_or_gives_nan_values():
     assert all(math.isnan(v) for v in table['convs.1'].values())
     with pytest.raises(ValueError, match="nonfinite='raise' or 'nan'"):
         CollapseMonitor(model, nonfinite='skip')
+
+
+def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(
+        tmp_path):
+    r"""experiments/results/monitor_cora.csv: both models at the recorded
+    epochs, every layer and metric; the figure drawn from it shows its
+    values (line by line), and docs/monitor.rst quotes the sentence the
+    script writes from it."""
+    import re
+    from pathlib import Path
+    script = experiment('monitor_cora')
+    rows = script.read()
+    collapse = [r for r in rows if r['metric'] != 'val_acc']
+    assert len(collapse) == len(script.MODELS) * len(script.STEPS) * 32 * \
+        len(METRICS)
+    assert {r['step'] for r in rows} == set(script.STEPS)
+    fig = script.plot(rows, tmp_path / 'monitor_cora.png')
+    assert (tmp_path / 'monitor_cora.png').stat().st_size > 10000
+    axes = fig.axes[:2 * len(METRICS)]  # [metric, model] row by row
+    layers = [f'convs.{i}' for i in range(32)]
+    for i, metric in enumerate(METRICS):
+        for j, model in enumerate(script.MODELS):
+            drawn = [list(line.get_ydata()) for line in axes[2 * i + j].lines]
+            want = [[next(r['value'] for r in collapse if r['model'] == model
+                          and r['metric'] == metric and r['layer'] == n
+                          and r['step'] == s) for n in layers]
+                    for s in script.STEPS]
+            assert drawn == want, (metric, model)
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'monitor.rst'
+            ).read_text()
+    quoted = re.search(r'\.\. monitor-cora-numbers\n\n(.*?)\n\n\.\. '
+                       r'/monitor-cora-numbers', page, re.S).group(1)
+    assert ' '.join(quoted.split()) == script.guide_sentence(rows)
