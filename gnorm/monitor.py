@@ -17,6 +17,7 @@ nodes of the pairwise metrics, their hop distances) is prepared once per
 tensors.
 """
 import csv
+import math
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -36,6 +37,8 @@ METRICS = ('effective_rank', 'cosine_similarity', 'variance',
 # The metrics that read the graph's edges.
 EDGE_METRICS = ('dirichlet_energy', 'dirichlet_energy_normalized', 'mad_gap')
 COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
+# The columns of the records of a model of stacked runs (DeepGCN's runs=R).
+RUN_COLUMNS = ('step', 'run', 'layer', 'metric', 'value', 'graphs')
 # The metrics that scale with the features, plotted on a log scale.
 SCALED = ('variance', 'dirichlet_energy', 'dirichlet_energy_normalized')
 # Largest number of entries of the stacked pairwise distances of a chunk of
@@ -142,7 +145,7 @@ class _Prepared:
             _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
             src, dst = edge_index[0].long(), edge_index[1].long()
             deg = torch.bincount(dst, minlength=rows)  # in-degree
-            scale = (1 + deg).float().rsqrt()  # [rows]
+            scale = (1 + deg).double().rsqrt()  # [rows], cast to the outputs'
             self.edges = (src, dst, batch_vec[dst],
                           torch.bincount(batch_vec, minlength=size),
                           scale[dst].unsqueeze(-1), scale[src].unsqueeze(-1))
@@ -163,6 +166,7 @@ def _dirichlet_energies(x: Tensor, p: _Prepared) -> Tensor:
     :obj:`[2, L, B]`: layer by layer, so that the :obj:`[E, d]` gathers
     stay in the cache, and both from one gather."""
     src, dst, batch_dst, counts, scale_dst, scale_src = p.edges
+    scale_dst, scale_src = scale_dst.to(x.dtype), scale_src.to(x.dtype)
     out = []
     for h in x:
         h_dst, h_src = h.index_select(0, dst), h.index_select(0, src)
@@ -198,7 +202,10 @@ class CollapseMonitor:
     tokens of every layer of :class:`~gnorm.models.Graphormer`
     (:obj:`layers.i`, per graph, the graph token and the nodes, with the
     edges between nodes; their :obj:`batch` and edges come from the layer,
-    not from :meth:`record`). Or a list of module names as
+    not from :meth:`record`). A :class:`~gnorm.models.DeepGCN` of stacked
+    runs (:obj:`runs=R`, outputs :obj:`[runs, num_nodes, channels]`) is
+    measured run by run: each record then has a :obj:`run` field
+    (:obj:`0` ... :obj:`R - 1`), absent for a model of one run. Or a list of module names as
     :meth:`~torch.nn.Module.named_modules` gives them (:obj:`"convs.3"`,
     :obj:`"norms.3"`) and module types. A layer that returns a tuple (a
     :class:`~torch_geometric.nn.conv.GATConv` with
@@ -249,13 +256,26 @@ class CollapseMonitor:
             (anything with :obj:`add_scalar`) that gets the records of
             every :meth:`record` as it ends, tagged as in
             :meth:`to_tensorboard`. (default: :obj:`None`)
+        dtype (torch.dtype, optional): The dtype the metrics are computed
+            in, e.g. :obj:`torch.float64`; :obj:`None`: that of the
+            outputs (half precision ones in :obj:`float32`).
+            (default: :obj:`None`)
+        nonfinite (str, optional): What a layer output with a :obj:`nan`
+            or :obj:`inf` entry gives: :obj:`"raise"`, a
+            :class:`ValueError` naming the layer; :obj:`"nan"`, records of
+            value :obj:`nan` (a training loop that goes on with a diverged
+            run beside others). (default: :obj:`"raise"`)
     """
     def __init__(self, model: torch.nn.Module,
                  layers: Union[str, Sequence[Any]] = 'auto',
                  metrics: Sequence[str] = METRICS, max_samples: int = 256,
                  seed: int = 0, neighbor_hops: int = 3, remote_hops: int = 8,
-                 writer: Any = None):
+                 writer: Any = None, dtype: Optional[torch.dtype] = None,
+                 nonfinite: str = 'raise'):
         metrics = tuple(metrics)
+        if nonfinite not in ('raise', 'nan'):
+            raise ValueError(f"CollapseMonitor expects nonfinite='raise' or "
+                             f"'nan' (got {nonfinite!r})")
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:
             raise ValueError(f"CollapseMonitor got metric "
@@ -283,6 +303,10 @@ class CollapseMonitor:
         self.neighbor_hops, self.remote_hops = neighbor_hops, remote_hops
         self.records: List[Dict[str, Any]] = []
         self.writer = writer
+        self.dtype, self.nonfinite = dtype, nonfinite
+        # Stacked runs: outputs [runs, rows, d], measured run by run.
+        from gnorm.models.deep_gcn import DeepGCN
+        self.runs = model.runs if isinstance(model, DeepGCN) else None
         self._recording: Optional[_Recording] = None
         self._cache: Dict[str, _Prepared] = {}
         modules = dict(model.named_modules())
@@ -312,8 +336,8 @@ class CollapseMonitor:
         x, inputs, kind = self._features(name, module, args, output,
                                         rec.inputs)
         prepared = self._prepare(x, inputs, kind)
-        x = x.detach()
-        if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.detach()  # kept as it is; cast to dtype chunk by chunk
+        if self.dtype is None and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
         rec.outputs[name] = (x, prepared)
 
@@ -338,24 +362,28 @@ class CollapseMonitor:
             inputs = (layout['token_edge_index'], layout['token_batch'],
                       layout['mask'].size(0), None)
             return x, inputs, 'tokens'
+        if self.runs is not None:
+            if output.dim() == 2:  # a layer the runs share (1-layer DeepGCN)
+                output = output.expand(self.runs, *output.shape)
+            if output.dim() == 3 and output.size(0) == self.runs:
+                return output, inputs, 'nodes'  # [runs, rows, d]
         if output.dim() != 2:
             raise ValueError(f"CollapseMonitor: layer {name!r} returned "
                              f"shape {list(output.shape)}; it measures node "
                              f"features [num_nodes, channels]: hook a layer "
-                             f"before to_dense_batch ([B, N, C]), or monitor "
-                             f"a model of one run ([runs, N, C])")
+                             f"before to_dense_batch ([B, N, C])")
         return output, inputs, 'nodes'
 
     def _prepare(self, x: Tensor, inputs, kind: str) -> _Prepared:
         r"""The :class:`_Prepared` inputs of an output :obj:`x`: the last
         one of this :obj:`kind` (record()'s inputs, or a Graphormer
         layer's tokens) while they are the same tensors, unchanged."""
-        ident = (x.size(0), x.device,
+        ident = (x.size(-2), x.device,
                  *[(id(t), t._version) if isinstance(t, Tensor) else t
                    for t in inputs])
         found = self._cache.get(kind)
         if found is None or found.ident != ident:
-            found = _Prepared(self, x.size(0), *inputs, x.device)
+            found = _Prepared(self, x.size(-2), *inputs, x.device)
             # The entry holds the inputs, so their ids stay theirs.
             found.ident, found.inputs = ident, inputs
             self._cache[kind] = found
@@ -405,7 +433,8 @@ class CollapseMonitor:
         return torch.stack(out, -1)  # [L, metrics + 1]
 
     def _table(self, rec: '_Recording') -> Dict[str, Tensor]:
-        r"""The :meth:`_values` of every recorded layer, layers of one
+        r"""The :meth:`_values` of every recorded layer (:obj:`[metrics +
+        1]`, or :obj:`[runs, metrics + 1]` for stacked runs), layers of one
         shape and inputs stacked and measured together (the pairwise
         metrics in chunks of layers)."""
         groups: Dict[Any, List[str]] = {}
@@ -415,14 +444,24 @@ class CollapseMonitor:
         values = {}
         for names in groups.values():
             p = rec.outputs[names[0]][1]
+            runs = rec.outputs[names[0]][0].dim() == 3
             per = 1
             if p.pairs is not None:
                 per = max(1, _PAIR_CHUNK // max(1, p.pairs.valid.numel()
                                                 * p.pairs.valid.size(-1)))
+                if runs:  # a layer of R runs counts as R outputs
+                    per = max(1, per // rec.outputs[names[0]][0].size(0))
             for start in range(0, len(names), per):
                 chunk = names[start:start + per]
                 stacked = torch.stack([rec.outputs[n][0] for n in chunk])
-                for name, row in zip(chunk, self._values(stacked, p)):
+                if self.dtype is not None:
+                    stacked = stacked.to(self.dtype)
+                if runs:  # [L, runs, rows, d]: every run an output of its own
+                    table = self._values(stacked.flatten(0, 1), p)
+                    table = table.view(*stacked.shape[:2], -1)  # [L, R, M+1]
+                else:  # [L, rows, d]
+                    table = self._values(stacked, p)  # [L, M + 1]
+                for name, row in zip(chunk, table):
                     values[name] = row
         return {name: values[name] for name in rec.outputs}
 
@@ -471,13 +510,23 @@ class CollapseMonitor:
             values = self._table(rec)
         names = list(values)
         table = torch.stack([values[n] for n in names]).tolist()  # once
-        for name, row in zip(names, table):
-            if row[-1] != 1.0:
-                raise ValueError(f"CollapseMonitor: layer {name!r} output "
-                                 f"non-finite values at step {rec.step}")
-        new = [{'step': rec.step, 'layer': name, 'metric': metric,
-                'value': value, 'graphs': rec.outputs[name][1].graphs}
-               for name, row in zip(names, table)
+        if self.runs is None:
+            table = [[row] for row in table]  # [layers, 1, metrics + 1]
+        for name, rows in zip(names, table):
+            for run, row in enumerate(rows):
+                if row[-1] != 1.0 and self.nonfinite == 'nan':
+                    row[:] = [math.nan] * len(row)
+                elif row[-1] != 1.0:
+                    which = '' if self.runs is None else f' of run {run}'
+                    raise ValueError(f"CollapseMonitor: layer {name!r} "
+                                     f"output non-finite values{which} at "
+                                     f"step {rec.step}")
+        new = [{'step': rec.step, **({} if self.runs is None else
+                                     {'run': run}),
+                'layer': name, 'metric': metric, 'value': value,
+                'graphs': rec.outputs[name][1].graphs}
+               for name, rows in zip(names, table)
+               for run, row in enumerate(rows)
                for metric, value in zip(self.metrics, row)]
         self.records.extend(new)
         if self.writer is not None:
@@ -503,15 +552,18 @@ class CollapseMonitor:
     # -------------------------------------------------------------- outputs
     def to_csv(self, path) -> None:
         r"""Writes :obj:`records` as a tidy CSV file: columns :obj:`step`,
-        :obj:`layer`, :obj:`metric`, :obj:`value`, :obj:`graphs`."""
+        (:obj:`run` for stacked runs), :obj:`layer`, :obj:`metric`,
+        :obj:`value`, :obj:`graphs`."""
         with open(path, 'w', newline='') as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=COLUMNS if self.runs is None
+                                    else RUN_COLUMNS)
             writer.writeheader()
             writer.writerows(self.records)
 
     def to_tensorboard(self, writer) -> None:
         r"""Adds every record as a TensorBoard scalar, tag
-        :obj:`"collapse/{metric}/{layer}"` at its step.
+        :obj:`"collapse/{metric}/{layer}"` (for stacked runs
+        :obj:`"collapse/{metric}/{layer}/run_{run}"`) at its step.
 
         Args:
             writer: A :class:`torch.utils.tensorboard.SummaryWriter` (or a
@@ -530,16 +582,19 @@ class CollapseMonitor:
 
     def plot(self, path=None, kind: str = 'lines',
              metrics: Optional[Sequence[str]] = None,
-             log: Sequence[str] = SCALED):
+             log: Sequence[str] = SCALED, run: int = 0):
         r"""Plots the records, one panel per metric: :obj:`"lines"` with
         the layers on the x axis and one line per step (coloured by step),
         or :obj:`"heatmap"`, layers by steps. The metrics in :obj:`log`
         (default: those that scale with the features, variance and the
         Dirichlet energies, which span orders of magnitude) are drawn on a
-        log scale. Saves to :obj:`path` if given; returns the
+        log scale. For stacked runs, the records of run :obj:`run`.
+        Saves to :obj:`path` if given; returns the
         :class:`matplotlib.figure.Figure` (drawn without
         :mod:`matplotlib.pyplot`, so the backend stays as it is)."""
-        return plot_records(self.records, self.layers,
+        records = self.records if self.runs is None else \
+            [r for r in self.records if r['run'] == run]
+        return plot_records(records, self.layers,
                             list(metrics or self.metrics), path, kind, log)
 
 
@@ -573,8 +628,9 @@ class _RecordContext:
 
 def _add_scalars(writer, records: Sequence[Dict[str, Any]]) -> None:
     for r in records:
-        writer.add_scalar(f"collapse/{r['metric']}/{r['layer']}", r['value'],
-                          r['step'])
+        run = f"/run_{r['run']}" if 'run' in r else ''
+        writer.add_scalar(f"collapse/{r['metric']}/{r['layer']}{run}",
+                          r['value'], r['step'])
     if hasattr(writer, 'flush'):
         writer.flush()
 

@@ -10,7 +10,12 @@ configuration::
 A key names a field of the run: a top-level field of ``results.json``
 (``status``, ``test_acc``, ``tag``...), a config group choice (``norm``,
 ``dataset``, ``model``) or a dotted config path (``layers``,
-``norm.scale``, ``dataset.name``). Without ``--by``, runs are grouped by
+``norm.scale``, ``dataset.name``). A metric (``--metrics``) is a number
+in ``results.json`` (``test_acc``, ``val_loss``) or a layer's value of its
+``collapse`` field, ``collapse.<metric>.<layer>`` with the layer ``first``,
+``last`` or its number from 1 (``collapse.effective_rank.last``,
+``collapse.mad_gap.16``; ``collapse.csv`` in each run folder holds the same
+values as tidy records). Without ``--by``, runs are grouped by
 every key their command lines set except ``--over`` (default: ``seed``).
 Runs whose configs differ elsewhere (apart from ``--over`` and the keys
 that cannot change a result, :func:`gnorm.run_keys.identity`; the number
@@ -205,13 +210,30 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def metric_value(run: Dict[str, Any], key: str) -> Any:
+    r"""The metric :obj:`key` of :obj:`run`: its field :obj:`key`, or for
+    ``collapse.<metric>.<layer>`` (layer ``first``, ``last`` or its number
+    from 1) that layer's value of the run's ``collapse`` field;
+    :obj:`None` if it has none."""
+    if key in run or not key.startswith('collapse.'):
+        return run.get(key)
+    _, metric, layer = (key.split('.') + [''])[:3]
+    values = (run.get('collapse') or {}).get(metric)
+    if not isinstance(values, list) or not values:
+        return None
+    index = {'first': 0, 'last': len(values) - 1}.get(layer)
+    if index is None and layer.isdigit() and 1 <= int(layer) <= len(values):
+        index = int(layer) - 1
+    return None if index is None else values[index]
+
+
 def check_keys(runs: Sequence[Dict[str, Any]], keys: Sequence[str],
                option: str, metric: bool = False) -> None:
     r"""Raises :class:`ConfigError` for a key of :obj:`keys` that no run
     has (a number, if :obj:`metric`), naming the closest ones."""
     def has(run, key):
         if metric:
-            return _number(run.get(key))
+            return _number(metric_value(run, key))
         return value(run, key, MISSING) is not MISSING
     for key in keys:
         if any(has(run, key) for run in runs):
@@ -222,6 +244,9 @@ def check_keys(runs: Sequence[Dict[str, Any]], keys: Sequence[str],
         for run in runs:
             if metric:
                 known.update(k for k, v in run.items() if _number(v))
+                known.update(f'collapse.{m}.last'
+                             for m in run.get('collapse') or {}
+                             if m not in ('layer', 'graphs'))
             else:
                 known.update(k for k in run if not k.startswith('_'))
                 known.update(run.get('choices', {}))
@@ -446,7 +471,7 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
         group['_seeds'].add(_seed(run, over))
         group['paths'].append(run['_path'])
         for m in metrics:
-            v = run.get(m)
+            v = metric_value(run, m)
             if _number(v) and math.isfinite(v):
                 group['_values'].setdefault(column(run, m), {}).setdefault(
                     _seed(run, over), []).append(float(v))

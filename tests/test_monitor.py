@@ -202,14 +202,6 @@ def test_bad_input_is_one_line_and_leaves_no_hook():
             model(x)
     _one_line_and_no_hooks(e, model)
 
-    model = DeepGCN(12, 4, num_layers=2, runs=2)  # outputs [runs, n, d]
-    monitor = CollapseMonitor(model, metrics=['variance'])
-    with pytest.raises(ValueError, match=r"'outputs.0' returned shape "
-                                         r"\[2, 120, 32\]") as e:
-        with monitor.record(0):
-            model(x, edge_index)
-    _one_line_and_no_hooks(e, model)
-
     model = GCN(12, 16, num_layers=3)
     monitor = CollapseMonitor(model, layers=['act'],
                               metrics=['variance'])  # shared by all layers
@@ -328,6 +320,61 @@ def test_deep_gcn_layer_outputs_are_return_hidden():
     table = by_layer(monitor.records)
     for i, h in enumerate(hidden):
         assert_same(table[f'outputs.{i}'], expected(h, edge_index))
+
+
+@pytest.mark.parametrize('num_layers', [1, 4])
+def test_stacked_runs_are_measured_run_by_run(num_layers, tmp_path):
+    x, edge_index = graph(n=200, m=220, seed=7)  # sparse: remote pairs
+    torch.manual_seed(0)
+    model = DeepGCN(12, 4, num_layers=num_layers, hidden_channels=8,
+                    runs=3).double().eval()
+    monitor = CollapseMonitor(model)
+    with torch.no_grad(), monitor.record(2, edge_index=edge_index):
+        _, hidden = model(x.double(), edge_index, return_hidden=True)
+    assert len(monitor.records) == num_layers * 3 * len(METRICS)
+    assert list(monitor.records[0]) == ['step', 'run', 'layer', 'metric',
+                                        'value', 'graphs']
+    for r in range(3):
+        table = by_layer([rec for rec in monitor.records
+                          if rec['run'] == r])
+        for i, h in enumerate(hidden):
+            h = h.expand(3, *h.shape[-2:])  # a layer the runs share
+            want = expected(h[r], edge_index)  # the metrics of run r alone
+            assert set(table[f'outputs.{i}']) == set(want)
+            for metric, value in want.items():
+                assert table[f'outputs.{i}'][metric] == pytest.approx(
+                    value, rel=1e-9, abs=1e-12, nan_ok=True), metric
+    monitor.to_csv(tmp_path / 'collapse.csv')
+    rows = list(csv.DictReader(open(tmp_path / 'collapse.csv')))
+    assert list(rows[0]) == ['step', 'run', 'layer', 'metric', 'value',
+                             'graphs']
+    assert {row['run'] for row in rows} == {'0', '1', '2'}
+    monitor.remove()
+
+
+def test_stacked_runs_equal_the_single_models_of_each_run():
+    x, edge_index = graph(n=150, m=200, seed=8)
+    torch.manual_seed(0)
+    runs = DeepGCN(12, 4, num_layers=3, hidden_channels=8, runs=2).eval()
+    ones = [DeepGCN(12, 4, num_layers=3, hidden_channels=8).eval()
+            for _ in range(2)]
+    for r, one in enumerate(ones):  # run r's weights in a model of its own
+        one.load_state_dict({k: v[r] for k, v in runs.state_dict().items()})
+    monitors = [CollapseMonitor(m, dtype=torch.float64)
+                for m in [runs] + ones]
+    for monitor, model in zip(monitors, [runs] + ones):
+        with torch.no_grad(), monitor.record(0, edge_index=edge_index):
+            model(x, edge_index)
+    assert all('run' not in rec for m in monitors[1:] for rec in m.records)
+    for r in range(2):
+        stacked = [{k: v for k, v in rec.items() if k != 'run'}
+                   for rec in monitors[0].records if rec['run'] == r]
+        alone = monitors[1 + r].records
+        assert [(a['layer'], a['metric']) for a in stacked] == \
+            [(a['layer'], a['metric']) for a in alone]
+        for a, b in zip(stacked, alone):
+            assert a['value'] == pytest.approx(b['value'], rel=1e-5,
+                                               abs=1e-6, nan_ok=True)
 
 
 def test_graphormer_layers_are_measured_per_graph_on_their_tokens():
@@ -517,3 +564,57 @@ def test_a_metric_without_finite_values_says_so_in_its_panel(kind):
         'no finite value recorded\n(e.g. mad_gap of a graph\nwithout '
         'remote pairs)']
     assert list(mad.texts) == []
+
+
+def test_a_nonfinite_output_raises_or_gives_nan_values():
+    x, edge_index = graph(seed=9)
+    model = GCN(12, 16, num_layers=2)
+    with torch.no_grad():
+        model.convs[1].lin.weight[0, 0] = math.inf
+    monitor = CollapseMonitor(model, metrics=['variance', 'mad'])
+    with pytest.raises(ValueError, match="layer 'convs.1' output "
+                                         "non-finite values at step 0"):
+        with monitor.record(0, edge_index=edge_index):
+            model(x, edge_index)
+    monitor = CollapseMonitor(model, metrics=['variance', 'mad'],
+                              nonfinite='nan')
+    with monitor.record(0, edge_index=edge_index):
+        model(x, edge_index)
+    table = by_layer(monitor.records)
+    assert all(math.isfinite(v) for v in table['convs.0'].values())
+    assert all(math.isnan(v) for v in table['convs.1'].values())
+    with pytest.raises(ValueError, match="nonfinite='raise' or 'nan'"):
+        CollapseMonitor(model, nonfinite='skip')
+
+
+def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(
+        tmp_path):
+    r"""experiments/results/monitor_cora.csv: both models at the recorded
+    epochs, every layer and metric; the figure drawn from it shows its
+    values (line by line), and docs/monitor.rst quotes the sentence the
+    script writes from it."""
+    import re
+    from pathlib import Path
+    script = experiment('monitor_cora')
+    rows = script.read()
+    collapse = [r for r in rows if r['metric'] != 'val_acc']
+    assert len(collapse) == len(script.MODELS) * len(script.STEPS) * 32 * \
+        len(METRICS)
+    assert {r['step'] for r in rows} == set(script.STEPS)
+    fig = script.plot(rows, tmp_path / 'monitor_cora.png')
+    assert (tmp_path / 'monitor_cora.png').stat().st_size > 10000
+    axes = fig.axes[:2 * len(METRICS)]  # [metric, model] row by row
+    layers = [f'convs.{i}' for i in range(32)]
+    for i, metric in enumerate(METRICS):
+        for j, model in enumerate(script.MODELS):
+            drawn = [list(line.get_ydata()) for line in axes[2 * i + j].lines]
+            want = [[next(r['value'] for r in collapse if r['model'] == model
+                          and r['metric'] == metric and r['layer'] == n
+                          and r['step'] == s) for n in layers]
+                    for s in script.STEPS]
+            assert drawn == want, (metric, model)
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'monitor.rst'
+            ).read_text()
+    quoted = re.search(r'\.\. monitor-cora-numbers\n\n(.*?)\n\n\.\. '
+                       r'/monitor-cora-numbers', page, re.S).group(1)
+    assert ' '.join(quoted.split()) == script.guide_sentence(rows)

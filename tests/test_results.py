@@ -409,3 +409,26 @@ def test_a_norm_is_shown_by_what_trains():
                                                      ('halfln', 1)]
     del runs[0]['names']  # a record made before names: Hydra's choice
     assert label(runs[0], 'norm') == 'none'
+
+
+def test_a_layer_of_the_collapse_field_is_a_metric(tmp_path, capsys):
+    r"""``--metrics collapse.<metric>.<layer>``: a layer's value of the
+    runs' per-layer collapse metrics (first, last, or its number)."""
+    for seed, last in ((0, 2.0), (1, 4.0)):
+        run = _node(2, seed, 0.5)
+        run['collapse'] = {'layer': [1, 2], 'effective_rank': [9.0, last],
+                           'mad_gap': [0.5, None]}
+        _write(tmp_path, f'seed={seed}', run)
+    code, out, _ = _cli(capsys, tmp_path, '--by', 'layers', '--metrics',
+                        'collapse.effective_rank.last',
+                        'collapse.effective_rank.1')
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith('| 2'))
+    assert '3.0000 ± 1.0000' in row and '9.0000 ± 0.0000' in row
+    rows = aggregate(load_runs(tmp_path), ['layers'],
+                     ['collapse.effective_rank.2', 'collapse.mad_gap.last'])
+    assert rows[0]['collapse.effective_rank.2_mean'] == 3.0
+    assert 'collapse.mad_gap.last_mean' not in rows[0]  # null: undefined
+    code, _, err = _cli(capsys, tmp_path, '--metrics',
+                        'collapse.effective_rank.3')
+    assert code == 2 and 'closest: collapse.effective_rank.last' in err

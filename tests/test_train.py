@@ -1,3 +1,4 @@
+import csv
 import json
 import math
 import os
@@ -16,6 +17,13 @@ from omegaconf import read_write
 
 from gnorm.data import PYG_DATASETS, raw_files
 from gnorm.errors import ConfigError, TrainingError
+from gnorm.metrics import (dirichlet_energy, effective_rank,
+                           feature_cosine_similarity, feature_variance)
+from gnorm.models import DeepGCN
+from gnorm.monitor import METRICS
+from gnorm.train import collapse as train_collapse
+from gnorm.train.epoch_log import NODE_CURVE, csv_value
+from gnorm.train.node import evaluate
 from gnorm.train import CONF_DIR, train, write_json
 from conftest import MIRROR, compose_train, needs_mirror
 
@@ -61,11 +69,32 @@ def test_train_writes_results(tmp_path):
         assert results[key] == curve[key][best - 1]
 
     collapse = results['collapse']
+    assert list(collapse) == ['layer', *METRICS]  # the first 4 as before
     assert collapse['layer'] == [1, 2, 3]
-    for key in ('effective_rank', 'cosine_similarity', 'variance',
-                'dirichlet_energy'):
+    for key in METRICS:
         assert len(collapse[key]) == 3
     assert 1.0 <= collapse['effective_rank'][-1] <= 3.0  # 3 classes
+    # The same values, per layer, in collapse.csv (the monitor's records).
+    with open(tmp_path / 'collapse.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ['step', 'layer', 'metric', 'value', 'graphs']
+    assert len(rows) == 3 * len(METRICS)
+    assert {int(r['step']) for r in rows} == {best}
+    for r in rows:
+        i = int(r['layer'].split('.')[1])
+        assert float(r['value']) == collapse[r['metric']][i]
+    # metrics.csv: the curve per epoch, named as graph runs name theirs.
+    with open(tmp_path / 'metrics.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(NODE_CURVE)
+    assert [int(r['epoch']) for r in rows] == curve['epoch']
+    for new, old in (('loss', 'loss'), ('train_metric', 'train_acc'),
+                     ('val_metric', 'val_acc'), ('val_loss', 'val_loss'),
+                     ('test_metric', 'test_acc')):
+        assert [float(r[new]) for r in rows] == [
+            csv_value(v) for v in curve[old]], new
+    assert {r['lr'] for r in rows} == {'0.005'} and \
+        {r['time_s'] for r in rows} == {''}
     # The code that made the run: this checkout's commit.
     root = Path(__file__).resolve().parents[1]
     if (root / '.git').exists():
@@ -73,6 +102,40 @@ def test_train_writes_results(tmp_path):
                               capture_output=True, text=True).stdout.strip()
         assert results['source']['commit'] == head
         assert isinstance(results['source']['modified'], bool)
+
+
+@pytest.mark.parametrize('runs', [None, 3])
+def test_collapse_values_are_those_of_the_float64_formulas(runs):
+    r"""results.json's collapse values (the monitor's, one pass over all
+    runs) equal the per-layer formulas gnorm.train used before the monitor:
+    each run's layer output in float64 through gnorm.metrics."""
+    from torch_geometric.data import Data
+    g = torch.Generator().manual_seed(0)
+    n = 90
+    data = Data(x=torch.randn(n, 6, generator=g),
+                edge_index=torch.randint(0, n, (2, 300), generator=g),
+                y=torch.randint(0, 3, (n, ), generator=g))
+    for split in ('train', 'val', 'test'):
+        data[f'{split}_mask'] = torch.rand(runs or 1, n, generator=g) < 0.5
+    torch.manual_seed(0)
+    model = DeepGCN(6, 3, num_layers=4, hidden_channels=8, runs=runs)
+    monitor = train_collapse.monitor(model)
+    evaluate(model, data, monitor, step=7)
+    monitor.remove()
+    _, hidden = model(data.x, data.edge_index, return_hidden=True)
+    for r in range(runs or 1):
+        records = train_collapse.run_records(monitor.records, runs and r, 7)
+        field = train_collapse.collapse_field(records)
+        assert field['layer'] == [1, 2, 3, 4]
+        for i, h in enumerate(hidden):
+            h = h.detach().view(-1, n, h.size(-1))[r].double()
+            old = {'effective_rank': effective_rank(h),
+                   'cosine_similarity': feature_cosine_similarity(h),
+                   'variance': feature_variance(h, reduce='mean'),
+                   'dirichlet_energy': dirichlet_energy(h, data.edge_index)}
+            for key, value in old.items():
+                assert field[key][i] == pytest.approx(float(value),
+                                                      rel=1e-12), key
 
 
 def test_select_last(tmp_path):

@@ -19,6 +19,7 @@ from gnorm.train.checkpoints import _generators
 from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
+from gnorm.monitor import METRICS
 from gnorm.results import aggregate, load_runs
 from gnorm.train import check_choices, check_config, train
 from gnorm.train.run import train_runs
@@ -71,6 +72,28 @@ def test_train_graph_writes_results(tmp_path):
     assert math.isfinite(results['test_loss']) and 'test_loss' not in curve
     assert curve['val_metric'][-1] < curve['val_metric'][0]  # it learns
     assert _csv_curve(tmp_path) == _as_csv(curve)
+    # collapse_metrics (true by default): the selected weights' per-layer
+    # metrics on the validation graphs (250 < graph.COLLAPSE_GRAPHS).
+    collapse = results['collapse']
+    assert list(collapse) == ['layer', *METRICS, 'graphs']
+    assert collapse['layer'] == [1] and collapse['graphs'] == [250]
+    assert 1.0 < collapse['effective_rank'][0] <= 16.0
+    with open(tmp_path / 'collapse.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert [(r['step'], r['layer'], r['metric'], r['graphs'])
+            for r in rows] == [(str(best), 'layers.0', m, '250')
+                               for m in METRICS]
+    assert [float(r['value']) for r in rows] == [
+        collapse[m][0] for m in METRICS if collapse[m][0] is not None]
+
+
+@needs_mirror
+def test_collapse_metrics_false_records_none(tmp_path):
+    results = train(compose_train(*TINY, 'train.epochs=1',
+                                  'collapse_metrics=false'),
+                    output_dir=tmp_path)
+    assert 'collapse' not in results
+    assert not (tmp_path / 'collapse.csv').exists()
 
 
 def _csv_curve(folder):
@@ -560,6 +583,13 @@ def test_a_seed_alone_equals_the_seed_among_others(tmp_path):
     assert [r['batch_runs'] for r in alone] == [1, 1]
     for a, b in zip(alone, together):
         _same_run(a, b)
+        # Run by run; the weights agree to ~1e-5, which the pairwise
+        # metrics (MAD: pairs counted above a distance threshold; MADGap:
+        # the difference of two close means) amplify to ~1e-3.
+        for key, values in a['collapse'].items():
+            rel = 1e-2 if key in ('mad', 'mad_gap') else 1e-4
+            assert b['collapse'][key] == pytest.approx(values, rel=rel,
+                                                       abs=1e-6), key
     # The seeds differ, and the clipping matters here.
     assert alone[0]['curve']['loss'] != alone[1]['curve']['loss']
     unclipped = _runs(tmp_path, 'unclipped', [0])[0]

@@ -1,5 +1,6 @@
-r"""The per-epoch record of a graph-level run (:mod:`gnorm.train.graph`):
-``metrics.csv`` in the run folder and, optionally, TensorBoard events.
+r"""The per-epoch record of a run (:mod:`gnorm.train.graph`,
+:mod:`gnorm.train.node`): ``metrics.csv`` in the run folder and, for
+graph-level runs optionally, TensorBoard events.
 """
 import csv
 import math
@@ -14,6 +15,9 @@ TENSORBOARD = 'tensorboard'
 # The per-epoch columns of results.json's curve and of metrics.csv.
 CURVE = ('epoch', 'loss', 'lr', 'val_metric', 'val_loss', 'test_metric',
          'time_s')
+# The columns of a node-level run's metrics.csv: the same, and the
+# training nodes' accuracy (its curve's train_acc).
+NODE_CURVE = CURVE + ('train_metric', )
 DIGITS = 6  # significant digits of the floats of metrics.csv
 
 
@@ -30,7 +34,7 @@ def csv_value(value):
 
 class EpochLog:
     r"""The per-epoch record of a run for a person watching it: one row per
-    epoch (the columns of :obj:`CURVE`) appended to ``metrics.csv`` in the
+    epoch (the columns of :obj:`columns`, default :obj:`CURVE`) appended to ``metrics.csv`` in the
     run folder (always; it costs nothing), and with :obj:`tensorboard` the
     same scalars in TensorBoard event files in ``tensorboard/``
     (:class:`torch.utils.tensorboard.SummaryWriter`, needs the
@@ -38,15 +42,15 @@ class EpochLog:
     :obj:`curve` (the epochs a resumed run restored) and drops later
     TensorBoard events, so neither holds epochs the checkpoint lacks."""
     def __init__(self, folder: Path, curve: Dict[str, list], metric: str,
-                 tensorboard: bool = False):
+                 tensorboard: bool = False, columns=CURVE):
         self.path = folder / METRICS_CSV
-        self.metric = metric
+        self.metric, self.columns = metric, tuple(columns)
         folder.mkdir(parents=True, exist_ok=True)
         with open(self.path, 'w', newline='') as f:
             writer = csv.writer(f)
-            writer.writerow(CURVE)
+            writer.writerow(self.columns)
             writer.writerows(zip(*([csv_value(v) for v in curve[k]]
-                                   for k in CURVE)))
+                                   for k in self.columns)))
         self.writer = None
         if tensorboard:
             try:
@@ -60,9 +64,9 @@ class EpochLog:
                                         purge_step=len(curve['epoch']) + 1)
 
     def add(self, row: Dict[str, float]) -> None:
-        r"""Records the epoch :obj:`row` (keys :obj:`CURVE`)."""
+        r"""Records the epoch :obj:`row` (keys :obj:`columns`)."""
         with open(self.path, 'a', newline='') as f:
-            csv.writer(f).writerow([csv_value(row[k]) for k in CURVE])
+            csv.writer(f).writerow([csv_value(row[k]) for k in self.columns])
         if self.writer is None:
             return
         tags = {'loss': 'train/loss', 'lr': 'train/lr',

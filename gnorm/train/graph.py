@@ -70,8 +70,9 @@ from gnorm.train.checkpoints import (CHECKPOINT, load_checkpoints, restore,
 from gnorm.train.common import run_name
 from gnorm.train.graph_config import (  # noqa: F401 (check_config: the task's)
     build_model, check_config, min_batch_graphs)
+import gnorm.train.collapse as collapse
 from gnorm.train.epoch_log import CURVE, EpochLog
-from gnorm.train.graph_batches import Loaders, build_loaders
+from gnorm.train.graph_batches import LayoutCollater, Loaders, build_loaders
 from gnorm.train.progress import Progress, on_one_line, shown
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ _DATASET_META = ('name', 'default_split', 'task')
 STACKED_KEYS = ('seed', 'tag')
 # The SeedSequence key of the dropout generators (train.data_seed).
 _DROPOUT_KEY = 1
+# collapse_metrics=true: the per-layer metrics of the selected weights on
+# the first this many validation graphs (in the dataset's order), one batch.
+COLLAPSE_GRAPHS = 256
 
 
 def lr_factor(step: int, warmup: int, total: int, end: float,
@@ -246,7 +250,8 @@ def run(cfgs, device: torch.device, results: List[Dict[str, Any]],
     that :func:`batch_key` groups, as one
     :class:`~gnorm.models.StackedGraphormer`) on it and returns each run's
     :obj:`results` completed with the val/test metric of its selected epoch
-    and its per-epoch curve. Run :math:`r`'s weights come from its seed
+    and its per-epoch curve (and, with ``collapse_metrics``, the per-layer
+    collapse metrics of :func:`record_collapse`). Run :math:`r`'s weights come from its seed
     and, with ``train.data_seed``, its dropout masks from a generator of
     its own: its results do not depend on the runs it trains with. Raises
     :class:`TrainingError` if a run's loss stops being finite
@@ -278,7 +283,43 @@ def run(cfgs, device: torch.device, results: List[Dict[str, Any]],
         best_states = fit(cfgs, training, loaders, results, best_states,
                           start, checkpoints)
         select(cfgs, training, loaders, results, best_states)
+        if cfg.collapse_metrics and rank == 0:
+            record_collapse(cfgs, training, splits['valid'], results,
+                            [p.parent for p in paths])
         return results
+
+
+@torch.no_grad()
+def record_collapse(cfgs, training: 'Training', graphs,
+                    results: List[Dict[str, Any]],
+                    folders: List[Path]) -> None:
+    r"""The per-layer collapse metrics of each run's selected weights
+    (:class:`~gnorm.monitor.CollapseMonitor` on every Graphormer layer's
+    tokens, per graph, in float64) on the first :data:`COLLAPSE_GRAPHS`
+    of :obj:`graphs` (the validation set), one forward pass in evaluation
+    mode (bf16 autocast as evaluation runs): ``collapse`` in each run's
+    :obj:`results` (the values averaged over the graphs, their count in
+    ``graphs``) and ``collapse.csv`` in its folder. Training is done: the
+    runs' results and random streams do not change."""
+    count = min(COLLAPSE_GRAPHS, len(graphs))
+    collate = LayoutCollater(graphs, cfgs[0].model.max_dist)
+    batch = collate([graphs[i] for i in range(count)]).to(training.device)
+    for run, (c, res, folder) in enumerate(zip(cfgs, results, folders)):
+        model = training.model
+        if isinstance(model, StackedGraphormer):  # run by run
+            with torch.random.fork_rng(devices=[]):
+                model = build_model(c).to(training.device)
+            model.load_state_dict(training.run_state(run))
+        model.eval()
+        monitor = collapse.monitor(model)
+        with torch.autocast(training.device.type, torch.bfloat16,
+                            enabled=training.autocast), \
+                monitor.record(res['selected_epoch']):
+            forward(model, batch)
+        monitor.remove()
+        res['collapse'] = collapse.collapse_field(monitor.records,
+                                                  graphs=True)
+        collapse.write_csv(folder, monitor.records)
 
 
 def init_model(cfg: DictConfig) -> torch.nn.Module:

@@ -20,13 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from gnorm.data.nodes import check_split, load_dataset
 from gnorm.errors import ConfigError
-from gnorm.metrics import (
-    dirichlet_energy,
-    effective_rank,
-    feature_cosine_similarity,
-    feature_variance,
-)
+from gnorm.monitor import CollapseMonitor
 from gnorm.run_keys import batch_key as runs_key
+import gnorm.train.collapse as collapse
+from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
 from gnorm.train.common import (free_memory, is_int, one_line, option,
                                  run_name, unknown_norm_keys)
@@ -235,21 +232,22 @@ def _metrics(out: torch.Tensor, data, val_index: MaskIndex) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, data, hidden: bool = False,
+def evaluate(model: torch.nn.Module, data,
+             monitor: Optional[CollapseMonitor] = None, step: int = 0,
              ) -> Dict[str, Any]:
     r"""Per run: accuracies (fractions) and validation loss of
     :obj:`model` in evaluation mode (lists, one entry per run; the masks of
-    :obj:`data` are :obj:`[runs, nodes]`); with :obj:`hidden`, also the
-    output of every layer."""
+    :obj:`data` are :obj:`[runs, nodes]`); with :obj:`monitor`, its
+    forward pass is recorded (as :obj:`step`) on the full graph."""
     model.eval()
     graph = model.prepare(data.x, data.edge_index)
-    out = model(data.x, graph, return_hidden=hidden)
-    out, layers = out if hidden else (out, None)
+    with contextlib.ExitStack() as stack:
+        if monitor is not None:
+            stack.enter_context(monitor.record(step,
+                                               edge_index=data.edge_index))
+        out = model(data.x, graph)
     values = _metrics(out, data, mask_index(data.val_mask)).T.tolist()
-    result = dict(zip(METRICS, values))
-    if hidden:
-        result['layers'] = [h.view(-1, *h.shape[-2:]) for h in layers]
-    return result
+    return dict(zip(METRICS, values))
 
 
 def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
@@ -263,25 +261,6 @@ def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
     loss = F.cross_entropy(out[run, node], y[node], reduction='none')
     total = loss.new_zeros(out.size(0)).index_add(0, run, loss)
     return total / count  # [runs]
-
-
-@torch.no_grad()
-def collapse_metrics(layers: List[torch.Tensor],
-                     edge_index: torch.Tensor) -> Dict[str, List[float]]:
-    r"""Per-layer collapse metrics of the full graph: effective rank, mean
-    pairwise cosine similarity, variance (mean squared distance of a node's
-    features to the mean node) and Dirichlet energy."""
-    rows = {'layer': [], 'effective_rank': [], 'cosine_similarity': [],
-            'variance': [], 'dirichlet_energy': []}
-    for i, h in enumerate(layers, start=1):
-        h = h.double()
-        rows['layer'].append(i)
-        rows['effective_rank'].append(float(effective_rank(h)))
-        rows['cosine_similarity'].append(float(feature_cosine_similarity(h)))
-        rows['variance'].append(float(feature_variance(h, reduce='mean')))
-        rows['dirichlet_energy'].append(float(dirichlet_energy(h,
-                                                               edge_index)))
-    return rows
 
 
 class Step:
@@ -346,8 +325,9 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         epochs: int, lr: float, weight_decay: float,
         generators: Sequence[torch.Generator], progress: bool = True,
         log_every: int = 10, precision: str = 'fp32',
-        compile: bool = False,
-        eval_every: int = 1) -> Dict[str, torch.Tensor]:
+        compile: bool = False, eval_every: int = 1,
+        logs: Optional[Sequence[EpochLog]] = None,
+        ) -> Dict[str, torch.Tensor]:
     r"""Full-batch Adam of the runs of :obj:`model` (one per entry of
     :obj:`results`), each on its own training nodes (the masks of
     :obj:`data` are :obj:`[runs, nodes]`) with its own dropout masks
@@ -362,7 +342,9 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     failed run can be recorded: ``curve`` (per epoch ``epoch``, ``loss``,
     ``train_acc``, ``val_acc``, ``val_loss``, ``test_acc``),
     ``best_epoch`` and ``best`` (the metrics of the best-validation epoch
-    so far: highest accuracy, then lowest loss). Returns the weights of
+    so far: highest accuracy, then lowest loss), and with :obj:`logs`
+    (one :class:`~gnorm.train.epoch_log.EpochLog` per run) each run's
+    ``metrics.csv`` rows as they reach the host. Returns the weights of
     every run's best epoch. A run whose loss stops being finite gets
     ``status: failed`` and stops counting."""
     runs, device = len(results), data.y.device
@@ -405,7 +387,7 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
             if epoch == epochs or (log_every > 0 and epoch % log_every == 0):
                 _record(results, epoch - len(pending) + 1,
                         torch.stack(pending).tolist(), best.tolist(),
-                        best_epoch.tolist())
+                        best_epoch.tolist(), logs, lr)
                 pending = []
                 _show(bar, results, epoch)
     return best_state
@@ -413,11 +395,12 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
 
 def _record(results: List[Dict[str, Any]], first: int,
             rows: List[List[List[float]]], best: List[List[float]],
-            best_epoch: List[int]) -> None:
+            best_epoch: List[int], logs: Optional[Sequence[EpochLog]] = None,
+            lr: float = math.nan) -> None:
     r"""Appends the epochs :obj:`first, first + 1, ...` (:obj:`rows`, per
-    epoch and run: alive, loss, :obj:`METRICS`) to each run's curve, marks
-    a run whose loss stopped being finite as failed, and sets each run's
-    best epoch."""
+    epoch and run: alive, loss, :obj:`METRICS`) to each run's curve (and
+    :obj:`logs`, its ``metrics.csv``), marks a run whose loss stopped
+    being finite as failed, and sets each run's best epoch."""
     for r, res in enumerate(results):
         for epoch, row in enumerate(rows, start=first):
             alive, loss, *values = row[r]
@@ -431,9 +414,24 @@ def _record(results: List[Dict[str, Any]], first: int,
             row = {'epoch': epoch, 'loss': loss, **dict(zip(METRICS, values))}
             for key, column in res['curve'].items():
                 column.append(row[key])
+            if logs is not None:
+                logs[r].add(csv_row(row, lr))
         if best_epoch[r] > 0:
             res.update(best_epoch=best_epoch[r],
                        best=dict(zip(METRICS, best[r])))
+
+
+def csv_row(row: Dict[str, float], lr: float) -> Dict[str, float]:
+    r"""An epoch of the curve (:obj:`CURVE`) as a row of ``metrics.csv``,
+    named as graph-level runs name theirs
+    (:obj:`gnorm.train.epoch_log.NODE_CURVE`): the accuracies are
+    ``train_metric``, ``val_metric``, ``test_metric``, ``lr`` Adam's
+    constant rate; ``time_s`` is empty (an epoch stays on the device, it
+    is not timed alone)."""
+    return {'epoch': row['epoch'], 'loss': row['loss'], 'lr': lr,
+            'val_metric': row['val_acc'], 'val_loss': row['val_loss'],
+            'test_metric': row['test_acc'], 'time_s': math.nan,
+            'train_metric': row['train_acc']}
 
 
 def _last(values: List[float]) -> float:
@@ -506,7 +504,10 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     results do not depend on the other runs) and returns each run's
     :obj:`results` completed with the metrics of the selected epoch, the
     per-epoch curve and (with :obj:`cfg.collapse_metrics`) per-layer
-    collapse metrics. A run whose loss stops being finite is marked
+    collapse metrics of the selected weights, measured by
+    :class:`~gnorm.monitor.CollapseMonitor` in float64 (all runs in one
+    pass). Each run folder gets ``metrics.csv`` (per epoch) and
+    ``collapse.csv`` (per layer). A run whose loss stops being finite is marked
     ``status: failed`` (:func:`gnorm.train.run.train_runs` records it)."""
     cfg = cfgs[0]
     data = load_runs(cfgs, device)
@@ -536,15 +537,20 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
             'model': str(alone),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
         })
+    logs = [EpochLog(p.parent, {k: [] for k in NODE_CURVE}, 'acc',
+                     columns=NODE_CURVE) for p in paths]
     with matmul_precision(cfg.train.precision, device):
         best_state = fit(model, data, results, cfg.train.epochs,
                          cfg.train.lr, cfg.train.weight_decay, generators,
                          cfg.train.progress, cfg.train.log_every,
                          cfg.train.precision, cfg.train.compile,
-                         cfg.train.get('eval_every', 1))
+                         cfg.train.get('eval_every', 1), logs)
     if cfg.select == 'best_val':
         model.load_state_dict(best_state)
-    final = evaluate(model, data, hidden=cfg.collapse_metrics)
+    monitor = collapse.monitor(model) if cfg.collapse_metrics else None
+    final = evaluate(model, data, monitor)
+    if monitor is not None:
+        monitor.remove()
     for r, res in enumerate(results):
         if res.get('status') == 'failed':
             continue
@@ -556,7 +562,10 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
             **{k: final[k][r] for k in ('train_acc', 'val_acc', 'test_acc',
                                         'val_loss')},
         )
-        if cfg.collapse_metrics:
-            res['collapse'] = collapse_metrics(
-                [h[r] for h in final['layers']], data.edge_index)
+        if monitor is not None:
+            records = collapse.run_records(
+                monitor.records, None if model.runs is None else r,
+                res['selected_epoch'])
+            res['collapse'] = collapse.collapse_field(records)
+            collapse.write_csv(paths[r].parent, records)
     return results

@@ -1,0 +1,66 @@
+r"""The per-layer collapse metrics of a finished run, for every task: one
+:class:`gnorm.monitor.CollapseMonitor` pass over the final model (the
+metrics computed in float64), written to ``results.json``'s ``collapse``
+field and, as the monitor's tidy records, to ``collapse.csv`` in the run
+folder.
+"""
+import csv
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from gnorm.monitor import COLUMNS, CollapseMonitor
+
+COLLAPSE_CSV = 'collapse.csv'
+
+
+def monitor(model: torch.nn.Module) -> CollapseMonitor:
+    r"""A :class:`~gnorm.monitor.CollapseMonitor` of :obj:`model`'s layers
+    (every metric, computed in float64; a non-finite output, of a run
+    that diverged, gives :obj:`nan` values rather than an error)."""
+    return CollapseMonitor(model, dtype=torch.float64, nonfinite='nan')
+
+
+def run_records(records: Sequence[Dict[str, Any]], run: Optional[int],
+                step: int) -> List[Dict[str, Any]]:
+    r"""The records of run :obj:`run` (:obj:`None`: a model of one run),
+    without their ``run`` field, at step :obj:`step` (the epoch whose
+    weights were measured)."""
+    return [{**{k: v for k, v in r.items() if k != 'run'}, 'step': step}
+            for r in records if run is None or r['run'] == run]
+
+
+def collapse_field(records: Sequence[Dict[str, Any]],
+                   graphs: bool = False) -> Dict[str, list]:
+    r"""``results.json``'s ``collapse`` field of one run's :obj:`records`
+    (one step): ``layer`` (1 ... L, in the model's order) and one list per
+    metric, a value per layer; with :obj:`graphs`, also ``graphs``, the
+    number of graphs each layer's values are the mean of. An undefined
+    value (:obj:`nan`) is :obj:`None`, as ``results.json`` keeps it."""
+    layers: List[str] = []
+    values: Dict[str, list] = {}
+    counts: Dict[str, int] = {}
+    for r in records:
+        if r['layer'] not in counts:
+            layers.append(r['layer'])
+            counts[r['layer']] = r['graphs']
+        value = r['value']  # nan (e.g. MADGap without remote pairs): null
+        values.setdefault(r['metric'], []).append(
+            None if math.isnan(value) else value)
+    field: Dict[str, list] = {'layer': list(range(1, len(layers) + 1))}
+    field.update(values)
+    if graphs:
+        field['graphs'] = [counts[n] for n in layers]
+    return field
+
+
+def write_csv(folder: Path, records: Sequence[Dict[str, Any]]) -> None:
+    r"""Writes one run's :obj:`records` to ``collapse.csv`` in
+    :obj:`folder` (the columns of :meth:`CollapseMonitor.to_csv`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / COLLAPSE_CSV, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(records)
