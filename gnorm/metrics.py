@@ -41,6 +41,13 @@ def _check_x(fn: str, x: Tensor) -> None:
                          f"{x.dtype}); pass 'x.float()'")
 
 
+def _check_samples(fn: str, max_samples: int) -> None:
+    if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
+            or max_samples < 2:
+        raise ValueError(f"'{fn}' expects an integer 'max_samples' of at "
+                         f"least 2 (got {max_samples!r})")
+
+
 def _check_batch(fn: str, x: Tensor, batch: Optional[Tensor],
                  batch_size: Optional[int]) -> Tuple[Tensor, int]:
     r"""Returns a batch vector (all zeros when :obj:`batch` is :obj:`None`)
@@ -349,10 +356,7 @@ def uniformity(x: Tensor, batch: Optional[Tensor] = None,
         tensor of shape :obj:`[batch_size]`.
     """
     _check_x('uniformity', x)
-    if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
-            or max_samples < 2:
-        raise ValueError(f"'uniformity' expects an integer 'max_samples' of "
-                         f"at least 2 (got {max_samples!r})")
+    _check_samples('uniformity', max_samples)
     batch_vec, size = _check_batch('uniformity', x, batch, batch_size)
     if size == 0:
         return x.new_empty(0)

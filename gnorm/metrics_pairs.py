@@ -14,8 +14,9 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from gnorm.metrics import (_check_batch, _check_edge_index, _check_x,
-                           _finish, _sorted, _subsample, _unit_rows)
+from gnorm.metrics import (_check_batch, _check_edge_index, _check_samples,
+                           _check_x, _finish, _sorted, _subsample,
+                           _unit_rows)
 
 # Largest number of entries of one [num_edges, sources] block of the search.
 _SEARCH_CHUNK = 1 << 24
@@ -170,13 +171,6 @@ def _mad(dist: Tensor, counted: Tensor, mask: Tensor) -> Tensor:
     # No pair at all: undefined (nan); pairs at zero distance only: 0.
     return torch.where(mask.flatten(-2).any(-1), out,
                        torch.full_like(out, float('nan')))
-
-
-def _check_samples(fn: str, max_samples: int) -> None:
-    if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
-            or max_samples < 2:
-        raise ValueError(f"'{fn}' expects an integer 'max_samples' of at "
-                         f"least 2 (got {max_samples!r})")
 
 
 def _check_hops(fn: str, hops) -> None:
