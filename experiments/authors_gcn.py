@@ -398,25 +398,6 @@ def run_seeds(path, config, seeds, train, meta=None):
     return record
 
 
-def read_records(folder) -> list:
-    r"""The records this script wrote in :obj:`folder` (``*.json``, by
-    name): each record's ``dataset``, ``layers``, ``scale``,
-    ``norm_mode``, their ``commit`` (7 digits), ``path`` and ``runs``:
-    seed -> last-epoch test accuracy in % (from the runs themselves, not
-    the rounded summary)."""
-    records = []
-    for path in sorted(Path(folder).glob('*.json')):
-        record = json.loads(path.read_text())
-        config = record['config']
-        records.append(dict(
-            dataset=config['dataset'], layers=int(config['layers']),
-            scale=float(config['scale']), norm_mode=config['norm_mode'],
-            commit=(record['authors']['commit'] or '')[:7], path=path,
-            runs={int(seed): 100 * run['test_acc_last']
-                  for seed, run in record['runs'].items()}))
-    return records
-
-
 # ------------------------------------------------------------ provenance
 def _git(folder, *args):
     try:

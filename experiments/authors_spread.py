@@ -27,10 +27,7 @@ their weights drift (plotted in ``authors_twin.png``) and where each run
 ends.
 """
 import argparse
-import itertools
 import json
-import math
-import random
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -40,46 +37,18 @@ sys.path.insert(0, str(ROOT))
 
 from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
 from gnorm.run_keys import drop_keys, record_identity  # noqa: E402
-from experiments.authors_gcn import read_records  # noqa: E402
 from experiments.authors_speed import speed_lines  # noqa: E402
-from experiments.table3 import (  # noqa: E402
-    AUTHORS_COMPARED, relative, save_bytes, save_figure)
+from gnorm.study.inputs import read_records, relative  # noqa: E402
+from gnorm.study.plot import save_bytes, save_figure  # noqa: E402
+from gnorm.study.stats import permutation_p  # noqa: E402
+
+AUTHORS_COMPARED = 'experiments/results/authors_vs_gnorm.md'
 
 AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
 RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
         ROOT / 'experiments' / 'runs' / 'table3_paper_seeds']
 TWINS = ROOT / 'experiments' / 'results' / 'authors_twin'
 OUT = ROOT / AUTHORS_COMPARED
-# Above this many splits of the pooled runs, the test samples them.
-EXACT_LIMIT = 200_000
-SAMPLES = 100_000
-
-
-def permutation_p(a: Sequence[float], b: Sequence[float],
-                  samples: int = SAMPLES, seed: int = 0) -> Tuple[float, bool]:
-    r"""Two-sided permutation p-value of the difference of the means of
-    :obj:`a` and :obj:`b`: the share of the splits of the pooled values into
-    groups of their sizes whose difference is at least as large in absolute
-    value (every split when there are at most :data:`EXACT_LIMIT`, else
-    :obj:`samples` random ones, the observed split counted once). Returns
-    (p, exact)."""
-    pooled, n = list(a) + list(b), len(a)
-    total = sum(pooled)
-    observed = abs(sum(a) / n - (total - sum(a)) / len(b))
-    tolerance = 1e-9 * max(1.0, observed)
-
-    def extreme(first: float) -> bool:
-        return abs(first / n - (total - first) / len(b)) >= \
-            observed - tolerance
-
-    if math.comb(len(pooled), n) <= EXACT_LIMIT:
-        splits = [sum(c) for c in itertools.combinations(pooled, n)]
-        return sum(map(extreme, splits)) / len(splits), True
-    rng = random.Random(seed)
-    hits = sum(extreme(sum(rng.sample(pooled, n))) for _ in range(samples))
-    return (hits + 1) / (samples + 1), False
-
-
 def read_authors(folder: Path) -> List[Dict[str, Any]]:
     r"""The ContraNorm records of ``experiments/authors_gcn.py`` in
     :obj:`folder` (:func:`read_records`)."""

@@ -10,6 +10,7 @@ import pytest
 from conftest import experiment
 
 spread = experiment('authors_spread')
+from gnorm.study import stats  # noqa: E402
 
 
 def test_permutation_p_counts_every_split():
@@ -24,7 +25,7 @@ def test_permutation_p_counts_every_split():
 
 
 def test_permutation_p_samples_many_splits(monkeypatch):
-    monkeypatch.setattr(spread, 'EXACT_LIMIT', 5)
+    monkeypatch.setattr(stats, "EXACT_LIMIT", 5)
     p, exact = spread.permutation_p([1, 2, 3], [4, 5, 6], samples=20_000)
     assert not exact and p == pytest.approx(0.1, abs=0.01)
 

@@ -1,0 +1,32 @@
+r"""Studies: your own table of norms (or models) against depth, or rows
+paired by seed against a baseline, from a spec, with one command.
+
+    python -m gnorm.study table3_fair          # one of gnorm's studies
+    python -m gnorm.study my_study.yaml        # your own spec file
+
+A spec is an experiment config (the protocol: overrides of every run)
+with a ``table:`` section: the study's kind (``depth`` or ``paired``),
+rows as override lists (any norm or model class Python can import:
+``norm._target_=mypkg.MyNorm``), seeds, datasets and depths, each row's
+grid of candidate settings (chosen by validation), the rows to compare
+and how seeds pair (``pairing: seed`` or ``none``). The study runs what
+is missing (many runs as one model, or a Hydra launcher), counts a cell
+only when every setting and seed finished with the study's config, and
+writes a report from the runs alone. Guide: ``docs/study.rst``.
+
+Modules, in the order a study uses them: :mod:`~gnorm.study.spec` (find,
+compose and check a spec), :mod:`~gnorm.study.compose` (the runs of a
+depth study), :mod:`~gnorm.study.runner` (train what is missing),
+:mod:`~gnorm.study.select` (selection by validation),
+:mod:`~gnorm.study.stats` (intervals and verdicts),
+:mod:`~gnorm.study.compare`, :mod:`~gnorm.study.paired` (the readings),
+:mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
+:mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),
+:mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command).
+"""
+from gnorm.study.spec import Spec, SpecError, load_spec
+from gnorm.study.stats import (Interval, compare, paired_interval, verdict,
+                               welch_interval)
+
+__all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'compare',
+           'paired_interval', 'welch_interval', 'verdict']

@@ -1,0 +1,222 @@
+r"""The runs of a depth study: its (dataset, row, depth) cells, each the
+Hydra multirun ``python -m gnorm.train -m <spec> dataset=... layers=...
+tag=<row> <row's overrides> seed=... <grid>``, composed here as that
+command composes its jobs (:class:`Composer`: the same overrides, configs,
+group choices and run folders), and the finished runs found by their
+identity (:func:`gnorm.run_keys.identity`)."""
+import copy
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gnorm.run_keys import identity, record_identity
+from gnorm.study.spec import Spec, compose, grid, settings
+
+# Nodes and symmetrised edges, only to run cheap cells first.
+_SIZE = {'cora': (2708, 10556), 'citeseer': (3327, 9104),
+         'chameleon': (2277, 62792), 'squirrel': (5201, 396846)}
+
+
+def _values(values: Sequence[Any]) -> str:
+    return ','.join(str(v) for v in values)
+
+
+def setting_label(setting: Dict[str, Any]) -> str:
+    r"""``PN-SI, s=0.5`` for ``{norm.mode: PN-SI, norm.scale: 0.5}``."""
+    return ', '.join(f's={v:g}' if k == 'norm.scale' else str(v)
+                     for k, v in setting.items())
+
+
+def cells(spec: Spec, datasets: Sequence[str], rows: Sequence[str],
+          depths: Sequence[int], seeds: Sequence[int]
+          ) -> List[Dict[str, Any]]:
+    r"""The (dataset, row, depth) cells of :obj:`spec` over the given
+    selection, cheapest first, each with its multirun's overrides:
+    ``base`` (fixed) and ``sweep`` (the seeds and the row's grid), and its
+    ``position`` in the table's order."""
+    out = []
+    for dataset in datasets:
+        for row in rows:
+            found = grid(spec, row)
+            candidates = settings(spec, row)
+            for depth in depths:
+                base = [f'dataset={dataset}', f'layers={depth}',
+                        f'tag={row}', *spec.table['rows'][row]]
+                sweep = [f"seed={_values(seeds)}",
+                         *(f'{k}={_values(v)}' for k, v in found.items())]
+                runs = len(candidates) * len(seeds)
+                out.append(dict(dataset=dataset, row=row, depth=depth,
+                                base=base, sweep=sweep, settings=candidates,
+                                expected=len(seeds),
+                                cost=_cost(dataset, depth, base) * runs,
+                                position=len(out)))
+    return sorted(out, key=lambda c: c['cost'])
+
+
+def _cost(dataset: str, depth: int, base: Sequence[str]) -> int:
+    r"""A run's CPU time, roughly, only to run cheap cells first: per
+    layer and epoch ~42 ns per edge or node channel, ~7 ns per node pair
+    of ContraNorm's attention."""
+    nodes, edges = _SIZE.get(dataset, (1000, 5000))
+    cost = depth * (edges + 32 * nodes)
+    if 'norm=contranorm' in base and 'norm.scale=0.0' not in base:
+        cost += depth * nodes * nodes // 6
+    return cost
+
+
+def arguments(spec: Spec, cell: Dict[str, Any],
+              sets: Sequence[str]) -> List[str]:
+    r"""The overrides of :obj:`cell`'s multirun."""
+    return [*spec.overrides(), *cell['base'], *cell['sweep'], *sets]
+
+
+def command(spec: Spec, cell: Dict[str, Any], runs_dir: Path,
+            sets: Sequence[str], launcher: Optional[str] = None) -> List[str]:
+    r"""The ``python -m gnorm.train -m`` command of one cell."""
+    return ['python', '-m', 'gnorm.train', '-m',
+            *arguments(spec, cell, sets),
+            f'hydra.sweep.dir={runs_dir}',
+            *([f'hydra/launcher={launcher}'] if launcher else [])]
+
+
+def run_key(found: Dict[str, Any]) -> str:
+    r"""The identity :obj:`found` of a run (:func:`gnorm.run_keys.identity`
+    of a composed config, :func:`gnorm.run_keys.record_identity` of a
+    record) as text."""
+    return json.dumps(found, sort_keys=True)
+
+
+class Composer:
+    r"""Composes the runs of cells as ``python -m gnorm.train -m`` composes
+    its jobs: the jobs' overrides from Hydra's basic sweeper, each job's
+    config, group choices and run folder (``hydra.sweep.subdir``). Configs
+    that differ only in ``layers``, ``seed`` and grid keys (plain values)
+    are composed once and the values set (the tests check that this equals
+    composing each)."""
+
+    def __init__(self, varying: Sequence[str]):
+        from hydra.core.override_parser.overrides_parser import \
+            OverridesParser
+        self.parser = OverridesParser.create()
+        self.varying = ('layers', 'seed', *varying)
+        self.composed: Dict[tuple, Any] = {}
+        self.resolved: Dict[tuple, Dict[str, Any]] = {}
+        self.parsed: Dict[str, Any] = {}
+
+    def jobs(self, overrides: Sequence[str]) -> List[List[str]]:
+        r"""The job overrides of the multirun over :obj:`overrides`."""
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        parsed = self.parser.parse_overrides(list(overrides))
+        return [job for chunk in BasicSweeper.split_arguments(parsed, None)
+                for job in chunk]
+
+    def _parse(self, job: List[str]) -> list:
+        for item in job:
+            if item not in self.parsed:
+                self.parsed[item] = self.parser.parse_override(item)
+        return [self.parsed[item] for item in job]
+
+    def _compose(self, fixed: Tuple[str, ...]):
+        if fixed not in self.composed:
+            from omegaconf import OmegaConf
+            cfg = compose(fixed, hydra=True)
+            choices = {k: v for k, v in cfg.hydra.runtime.choices.items()
+                       if not k.startswith('hydra/') and k != 'hydra'}
+            task = OmegaConf.masked_copy(cfg, [k for k in cfg
+                                               if k != 'hydra'])
+            text = json.dumps(OmegaConf.to_container(task))
+            # Values set after resolving unless something interpolates them.
+            late = [k for k in self.varying
+                    if k != 'layers' and '${' + k not in text]
+            self.composed[fixed] = (cfg, task, choices, late)
+        return self.composed[fixed]
+
+    def run(self, job: List[str], runs_dir: Path) -> Dict[str, Any]:
+        r"""One job: ``dir``, ``info`` (for ``results.json``), ``key``
+        (:func:`run_key`) and what :meth:`config` needs."""
+        from hydra._internal.config_loader_impl import get_overrides_dirname
+        from omegaconf import OmegaConf, open_dict
+        parsed = self._parse(job)
+        fixed = tuple(o.input_line for o in parsed
+                      if o.get_key_element() not in self.varying)
+        values = {o.get_key_element(): o.value() for o in parsed
+                  if o.get_key_element() in self.varying}
+        full, task, choices, late = self._compose(fixed)
+        early = tuple((k, v) for k, v in values.items() if k not in late)
+        if (fixed, early) not in self.resolved:
+            cfg = copy.deepcopy(task)
+            for k, v in early:
+                OmegaConf.update(cfg, k, v)
+            self.resolved[fixed, early] = OmegaConf.to_container(
+                cfg, resolve=True)
+        config = copy.deepcopy(self.resolved[fixed, early])
+        for k, v in values.items():
+            if k in late:
+                *path, last = k.split('.')
+                node = config
+                for part in path:
+                    node = node[part]
+                node[last] = v
+        # The job's own overrides, as Hydra keeps them apart from its
+        # hydra.* ones (e.g. the search path of a user's spec).
+        own = [o for o in parsed if not o.get_key_element().startswith(
+            ('hydra.', 'hydra/'))]
+        naming = full.hydra.job.config.override_dirname
+        with open_dict(full.hydra.job):
+            full.hydra.job.override_dirname = get_overrides_dirname(
+                own, list(naming.exclude_keys), naming.item_sep,
+                naming.kv_sep)
+        return dict(fixed=fixed, values=values,
+                    dir=runs_dir / str(full.hydra.sweep.subdir),
+                    info={'choices': dict(choices),
+                          'overrides': [o.input_line for o in own]},
+                    key=run_key(identity(config)))
+
+    def config(self, run: Dict[str, Any]):
+        r"""The config of :obj:`run` (a :class:`DictConfig` of its own)."""
+        from omegaconf import OmegaConf
+        cfg = copy.deepcopy(self._compose(run['fixed'])[1])
+        for k, v in run['values'].items():
+            OmegaConf.update(cfg, k, v)
+        return cfg
+
+
+def compose_cells(spec: Spec, todo: List[Dict[str, Any]],
+                  sets: Sequence[str], runs_dir: Path) -> Composer:
+    r"""Adds to each cell of :obj:`todo` its ``runs``: one per job of its
+    multirun, with its ``setting`` (of the row's grid) and ``seed``;
+    returns the :class:`Composer` that makes their configs."""
+    grid_keys = sorted({k for row in spec.table['rows']
+                        for k in grid(spec, row)})
+    composer = Composer(grid_keys)
+    for cell in todo:
+        cell['runs'] = []
+        keys = list(cell['settings'][0])
+        for job in composer.jobs(arguments(spec, cell, sets)):
+            run = composer.run(job, runs_dir)
+            run['setting'] = setting_label(
+                {k: run['values'][k] for k in keys})
+            run['seed'] = run['values']['seed']
+            cell['runs'].append(run)
+    return composer
+
+
+def index(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    r"""The finished runs by :func:`run_key` (the first by path of equal
+    ones: e.g. a run whose overrides spell out a default)."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for run in runs:
+        if run.get('status') == 'ok' and 'config' in run:
+            found.setdefault(run_key(record_identity(run)), run)
+    return found
+
+
+def _write_hydra(run: Dict[str, Any], cfg) -> None:
+    r"""``.hydra/config.yaml`` and ``overrides.yaml`` of a run, as a job of
+    a multirun writes them."""
+    from omegaconf import OmegaConf
+    hydra_dir = run['dir'] / '.hydra'
+    hydra_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, hydra_dir / 'config.yaml')
+    OmegaConf.save(OmegaConf.create(run['info']['overrides']),
+                   hydra_dir / 'overrides.yaml')

@@ -1,0 +1,130 @@
+r"""A study's plan: what it runs and what its report counts, for both
+kinds (:class:`DepthPlan`, :class:`PairedPlan`). ``run()`` trains what is
+missing (:mod:`gnorm.study.runner`) and returns the number of failures;
+``report()`` writes the report from the runs on disk and returns its
+``.md``."""
+import argparse
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+from gnorm.results import load_runs
+from gnorm.study.spec import SpecError, Spec, compose, config_sets
+
+
+def _found(runs_dir: Path) -> List[Dict[str, Any]]:
+    return load_runs(runs_dir) if runs_dir.is_dir() else []
+
+
+class DepthPlan:
+    r"""The cells of a depth study: those selected (to run) and those the
+    report covers (the whole study for its own report)."""
+
+    def __init__(self, spec: Spec, args: argparse.Namespace, places):
+        from gnorm.study.compose import cells, compose_cells
+        table = spec.table
+        self.spec, self.args, self.places = spec, args, places
+
+        def pick(key, given):
+            return given or list(table[key])
+        self.todo = cells(spec, pick('datasets', args.datasets),
+                          pick('rows', args.rows), pick('depths', args.depths),
+                          pick('seeds', args.seeds))
+        self.cells = self.todo if not places.whole else cells(
+            spec, table['datasets'], list(table['rows']), table['depths'],
+            table['seeds'])
+        try:
+            self.composer = compose_cells(
+                spec, self.cells + ([] if self.cells is self.todo
+                                    else self.todo), args.set, places.runs)
+        except Exception as e:  # e.g. a bad --set value
+            raise SpecError(f"cannot compose the study's runs: "
+                            f"{' '.join(str(e).split())}") from e
+        self.found = self._index()
+
+    def _index(self) -> Dict[str, Any]:
+        from gnorm.study.compose import index
+        return index(_found(self.places.runs))
+
+    def run(self) -> int:
+        from gnorm.study.runner import run_cells
+        args = self.args
+        failed = run_cells(self.spec, self.todo, self.places.runs, args.set,
+                           self.found, self.composer, args.threads,
+                           args.dry_run, args.launcher)
+        if args.launcher and not args.dry_run:  # the runs are on disk now
+            self.found = self._index()
+        return failed
+
+    def report(self) -> Path:
+        from gnorm.study.depth_report import write_report
+        from gnorm.study.inputs import (read_authors, read_notes, read_paper,
+                                        with_authors_runs)
+        from gnorm.study.select import summarise
+        spec, table = self.spec, self.spec.table
+        paper = read_paper(spec.file('paper')) if table.get('paper') else {}
+        authors = read_authors(spec.file('authors'))
+        flag = table.get('flag') or {}
+        notes = with_authors_runs(read_notes(spec.file('notes')), authors,
+                                  paper, flag.get('paper_stds', 2.0))
+        records = summarise(self.cells, self.found, paper, flag, notes,
+                            authors, table.get('authors_compared'))
+        counted = [self.found[r['key']] for c in self.cells
+                   for r in c['runs'] if r['key'] in self.found]
+        sets = config_sets(self.args.set)
+        command = report_command(spec, sets, self.places.runs,
+                                 self.places.default_runs)
+        return write_report(spec, records, counted, sets, self.places.runs,
+                            self.places.out, command,
+                            authors if table.get('paper_lines') else None)
+
+
+class PairedPlan:
+    r"""The (row, seed) runs of a paired study; its report covers every
+    row, whatever a selection ran."""
+
+    def __init__(self, spec: Spec, args: argparse.Namespace, places):
+        self.spec, self.args, self.places = spec, args, places
+        try:
+            self.cfg = compose([*spec.overrides(), *args.set])
+        except Exception as e:
+            raise SpecError(f"cannot compose the study's runs: "
+                            f"{' '.join(str(e).split())}") from e
+
+    def run(self) -> int:
+        from gnorm.study.runner import run_paired
+        args = self.args
+        return run_paired(self.spec, args.rows or list(self.spec.table['rows']),
+                          args.seeds, self.places.runs, args.set,
+                          args.threads, args.dry_run)
+
+    def report(self) -> Path:
+        from gnorm.study.paired import summarise
+        from gnorm.study.paired_report import write_report
+        spec = self.spec
+        records = summarise(spec, _found(self.places.runs),
+                            list(spec.table['rows']))
+        sets = config_sets(self.args.set)
+        command = report_command(spec, sets, self.places.runs,
+                                 self.places.default_runs)
+        return write_report(spec, self.cfg, records, self.places.runs,
+                            self.places.out, sets, command)
+
+
+def report_command(spec: Spec, sets: Sequence[str], runs_dir: Path,
+                   default_runs: Path) -> str:
+    r"""The command that rewrites this report."""
+    args = [spec.experiment if spec.own else spec.source.name,
+            '--report-only']
+    if sets:
+        args += ['--set', *sets]
+    if runs_dir != default_runs:
+        args += ['--runs', os.path.relpath(runs_dir, spec.home())]
+    return 'python -m gnorm.study ' + shlex.join(args)
+
+
+def plan(spec: Spec, args: argparse.Namespace, places):
+    r"""The plan of :obj:`spec`'s kind."""
+    return (DepthPlan if spec.kind == 'depth' else PairedPlan)(
+        spec, args, places)

@@ -1,0 +1,167 @@
+r"""A paired study's report: ``<name>.md`` (the reading in words, the
+paired differences to the baseline row, every row, the recipe and data),
+``<name>.csv`` and the validation curves, from the runs alone (the recipe
+from their recorded configs, the spec's only while there is no run): the
+same runs give the same bytes."""
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from gnorm.results import machines, plural, write_records
+from gnorm.study.compare import signed
+from gnorm.study.paired import (in_words, interval, metric, min_seeds,
+                                sentence, short)
+from gnorm.study.plot import plot_curves, save_bytes
+from gnorm.study.recipe import epochs_note, data_note, recipe_lines, recipes
+from gnorm.study.spec import Spec, set_name
+
+COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
+           'test_std', 'val_mean', 'val_std', 'epochs', 'best_epochs',
+           'best_before_last', 'runtime_s', 'paper', 'pairs',
+           'paired_seeds', 'test_diffs', 'test_diff', 'test_lo', 'test_hi',
+           'val_diffs', 'val_diff', 'val_lo', 'val_hi', 'paper_diff',
+           'paper_place', 'verdict']
+
+
+def seeds_note(spec: Spec, records: List[Dict[str, Any]]) -> str:
+    r"""How many seeds the rows have, against the ones a decision
+    needs."""
+    need = min_seeds(spec)
+    few = [r for r in records if r['runs'] < need]
+    if not few:
+        return (f'**Seeds**: every row has at least {need} finished '
+                f'seeds, enough to decide.')
+    counts = ', '.join(str(n) for n in sorted({r['runs'] for r in few}))
+    return (f'**Not enough seeds to decide**: {len(few)} of {len(records)} '
+            f'rows have fewer than the {need} finished seeds a '
+            f'decision needs (they have {counts}). Their intervals are '
+            f'shown for the record; a reading counts only with '
+            f'{need} or more paired seeds.')
+
+
+def _interval(r: Dict[str, Any], key: str) -> str:
+    return interval(r[f'{key}_diff'], r[f'{key}_lo'], r[f'{key}_hi'],
+                    r['pairs'])
+
+
+def _paired_row(r: Dict[str, Any]) -> str:
+    per_seed = ' '.join(signed(d) for d in r['test_diffs'])
+    paper = ('' if r['paper_diff'] is None else
+             f"{signed(r['paper_diff'])}"
+             + (f" ({r['paper_place']})" if r['paper_place'] else ''))
+    seeds = (f"{r['pairs']}: {' '.join(map(str, r['paired_seeds']))}"
+             if r['pairs'] else '0')
+    return (f"| {short(r)} | {seeds} | {per_seed} | "
+            f"**{_interval(r, 'test')}** | {_interval(r, 'val')} | {paper} "
+            f"| {r['verdict']} |")
+
+
+def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
+    r"""The readings and the table of paired differences to the first
+    row."""
+    base = short(records[0])
+    name = metric(spec)
+    return [
+        f'## Against {base}, seed by seed', '',
+        *[f'- {sentence(spec, r, base)}' for r in records[1:]], '',
+        f'Δ = the row − {base} of the same seed (runs of one seed share '
+        f'the seed of initialisation and data order), over the seeds both '
+        f'finished; mean and {spec.level:.0%} confidence interval from the '
+        f't distribution with n − 1 degrees of freedom (std with ddof=1). '
+        f"Test and validation {name} (%) at each run's best validation "
+        f"epoch. Paper Δ: the paper's value of the row − its {base} "
+        f'value, and where it lies relative to the test interval. The '
+        f'reading needs at least {min_seeds(spec)} paired seeds.', '',
+        f'| norm | paired seeds (n: seeds) | Δ test per seed | Δ test, mean '
+        f'[{spec.level:.0%} CI] | Δ val, mean [{spec.level:.0%} CI] | '
+        'paper Δ | reading |', '|---|---|---|---|---|---|---|',
+        *[_paired_row(r) for r in records[1:]]]
+
+
+def _pm(mean: Optional[float], std: Optional[float]) -> str:
+    return '' if mean is None else f'{mean:.2f} ± {std:.2f}'
+
+
+def _row_line(r: Dict[str, Any]) -> str:
+    seeds = (f"{r['runs']}/{r['expected']}"
+             + ('' if r['enough'] else ' (too few to decide)'))
+    if r['runs'] == 0:
+        return (f"| {r['label']} | {seeds} | missing | | "
+                f"{r['paper'] or ''} | | | |")
+    return (f"| {r['label']} | {seeds} | "
+            f"**{_pm(r['test_mean'], r['test_std'])}** | "
+            f"{_pm(r['val_mean'], r['val_std'])} | "
+            f"{r['paper'] if r['paper'] else ''} | "
+            f"{'/'.join(map(str, r['epochs']))} | "
+            f"{' '.join(map(str, r['best_epochs']))} | "
+            f"{r['runtime_s']:.0f} s |")
+
+
+def row_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
+    r"""The table of the rows: seeds, test and validation metric."""
+    name = metric(spec)
+    return [
+        '## Every row', '',
+        f'Test and validation {name} (%) at the best validation epoch, '
+        "mean ± std over seeds (ddof=0); seeds = finished seeds / the "
+        "table's; epochs = epochs run per run; best = the selected epoch of "
+        'each run; time = mean wall time per run.', '',
+        f'| norm | seeds | test {name} | val {name} | paper | epochs | '
+        'best | time |', '|---|---|---|---|---|---|---|---|',
+        *[_row_line(r) for r in records]]
+
+
+def recipe_section(spec: Spec, cfg, ok: List[Dict[str, Any]]) -> List[str]:
+    r"""The recipe and data section."""
+    lines = ['## Recipe and data', '',
+             f"**Recipe** (from the runs' recorded configs): "
+             f"{recipes(ok, cfg)}."
+             + (f" {spec.table['recipe_note']}"
+                if spec.table.get('recipe_note') else '')]
+    if spec.table.get('published'):
+        lines += ['', *recipe_lines(spec, cfg, ok)]
+    lines += ['', epochs_note(ok, spec.table.get('epochs_why', '')), '',
+              data_note(spec, ok)]
+    return lines
+
+
+def elsewhere_section(spec: Spec) -> List[str]:
+    r"""What ``table.elsewhere`` lists ([model, value] pairs), after
+    ``table.elsewhere_intro``."""
+    found = spec.table.get('elsewhere') or []
+    if not found:
+        return []
+    return ['', '## Elsewhere', '', spec.table.get('elsewhere_intro', ''),
+            '', f'| model | test {metric(spec)} (%) |', '|---|---|',
+            *[f'| {name} | {score} |' for name, score in found]]
+
+
+def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
+                 runs_dir: Path, out: Path, sets: Sequence[str],
+                 command: str) -> Path:
+    r"""Writes ``<report>.md``, ``<report>.csv`` and the plot
+    (``<report>``: the study's name, plus ``+<override>`` for each of
+    :obj:`sets`) and returns the path of the ``.md``."""
+    report = set_name(spec.name, sets)
+    out.mkdir(parents=True, exist_ok=True)
+    write_records(out / f'{report}.csv', records, COLUMNS)
+    ok = [run for r in records for run in r['runs_list']]
+    title = spec.table.get('title', 'rows against the first, paired by seed')
+    lines = [
+        f'# {title} ({spec.name})'
+        + (f" — with {' '.join(sets)}" if sets else ''),
+        '',
+        f"Generated by `{command}` from {plural(len(ok), 'finished run')} "
+        f'in `{os.path.relpath(runs_dir, spec.home())}` (config: '
+        f"`{os.path.relpath(spec.source, spec.home())}`"
+        + (f" plus `{' '.join(sets)}`" if sets else '') + '). Machines: '
+        f'{machines(ok) or "none yet"}.',
+        '', seeds_note(spec, records), '',
+        f'**In words**: {in_words(spec, records)}', '',
+        *paired_lines(spec, records), '', *row_lines(spec, records), '',
+        *recipe_section(spec, cfg, ok), *elsewhere_section(spec),
+        '', f'![validation {metric(spec)} per epoch]({report}_val.png)', '']
+    save_bytes(out / f'{report}.md', '\n'.join(lines).encode())
+    plot_curves(records, out / f'{report}_val.png', report,
+                spec.table.get('plot_title', spec.name), metric(spec))
+    return out / f'{report}.md'

@@ -1,0 +1,277 @@
+r"""The plots of a study's report, PNG without the metadata that changes
+between matplotlib versions (the same runs give the same bytes): a depth
+study's accuracy vs depth and effective rank vs layer, a paired study's
+validation curves."""
+import io
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from gnorm.results import plural
+from gnorm.study.compare import partial, shown
+
+
+def save_bytes(path: Path, data: bytes) -> None:
+    r"""Writes :obj:`data` to :obj:`path` unless it already holds exactly
+    that (a regenerated report leaves an unchanged file untouched)."""
+    if not (path.is_file() and path.read_bytes() == data):
+        path.write_bytes(data)
+
+
+def save_figure(fig, path: Path) -> None:
+    r"""Saves :obj:`fig` as PNG without the metadata that changes between
+    matplotlib versions, so the same records give the same bytes."""
+    import matplotlib.pyplot as plt
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=110, bbox_inches='tight',
+                metadata={'Software': None})
+    plt.close(fig)
+    save_bytes(path, buffer.getvalue())
+
+
+def _spans(depths: List[int]) -> str:
+    return ', '.join(f'L={d}' for d in depths)
+
+
+def _panels(n: int, height: float = 3.4):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, height), squeeze=False)
+    return fig, axes[0]
+
+
+def _notes(ax, notes: List[str]) -> None:
+    r"""Writes :obj:`notes` under the panel :obj:`ax`, off the data."""
+    if notes:
+        ax.text(0.0, -0.3, '\n'.join(notes), transform=ax.transAxes,
+                fontsize=7, va='top', color='0.25')
+
+
+def plot_depth(records: List[Dict[str, Any]], path: Path,
+               paper_lines: bool, authors: Optional[Dict] = None) -> None:
+    r"""Test accuracy vs depth, a panel per dataset: per row a line with a
+    std band through its complete cells only; a partial cell is an open
+    marker labelled ``k of n settings``; a missing cell is not drawn and
+    is listed under the panel. :obj:`paper_lines`: the paper's values too
+    (dashed, crosses); only where the splits are the paper's. :obj:`authors`
+    (:func:`read_authors`): the authors' code's mean at every scale it ran,
+    a diamond each, in the row's colour."""
+    authors = authors or {}
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    drawn = shown(records)
+    datasets = list(dict.fromkeys(r['dataset'] for r in drawn
+                                  if r['cell_runs']))
+    empty = [d for d in dict.fromkeys(r['dataset'] for r in drawn)
+             if d not in datasets]
+    row_names = list(dict.fromkeys(r['row'] for r in drawn))
+    depths = sorted({r['layers'] for r in drawn})
+    fig, axes = _panels(max(len(datasets), 1))
+    for ax, dataset in zip(axes, datasets):
+        lacking: Dict[str, List[str]] = {}  # depths without runs -> rows
+        for k, row in enumerate(row_names):
+            rs = sorted((r for r in drawn if r['dataset'] == dataset
+                         and r['row'] == row), key=lambda r: r['layers'])
+            color = f'C{k}'
+            x = [r['layers'] for r in rs]
+            nan = float('nan')
+            m = [r['test_mean'] if r['complete'] else nan for r in rs]
+            s = [r['test_std'] if r['complete'] else nan for r in rs]
+            ax.errorbar(x, m, yerr=s, fmt='o-', color=color, capsize=2,
+                        elinewidth=0.8)
+            ax.fill_between(x, [a - b for a, b in zip(m, s)],
+                            [a + b for a, b in zip(m, s)], color=color,
+                            alpha=0.15, lw=0)
+            for r in rs:
+                if r['cell_runs'] and not r['complete']:
+                    ax.plot(r['layers'], r['test_mean'], 'o', mfc='white',
+                            color=color)
+                    last = r['layers'] == depths[-1]  # label inwards
+                    ax.annotate(partial(r), (r['layers'], r['test_mean']),
+                                xytext=(-5 if last else 5, 3),
+                                textcoords='offset points', fontsize=6,
+                                color=color, ha='right' if last else 'left')
+            none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0])
+            if none:
+                lacking.setdefault(none, []).append(row)
+            theirs = [(layers, run['mean'])
+                      for (d, name, layers), runs in authors.items()
+                      if d == dataset and name == row for run in runs]
+            if theirs:
+                ax.plot(*zip(*theirs), 'D', color=color, mec='black',
+                        ms=7, ls='none', zorder=4)  # over gnorm's markers
+            paper = [r for r in rs if r['paper_mean'] is not None]
+            if paper_lines and paper:
+                ax.plot([r['layers'] for r in paper],
+                        [r['paper_mean'] for r in paper], 'x--',
+                        color=color, alpha=0.6)
+        ax.set_xscale('log', base=2)
+        ax.xaxis.set_major_locator(FixedLocator(depths))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
+        ax.set_title(dataset)
+        ax.set_xlabel('layers')
+        ax.set_ylabel('test accuracy (%)')
+        ax.grid(alpha=0.3)
+        _notes(ax, [f"{', '.join(rows)}: no runs at {spans}"
+                    for spans, rows in lacking.items()])
+    handles = [Line2D([], [], color=f'C{k}', marker='o', label=row)
+               for k, row in enumerate(row_names)]
+    handles.append(Line2D([], [], color='0.4', marker='o', ls='none',
+                          mfc='white', label='partial cell (not every '
+                          'setting and seed run): not on the line'))
+    if paper_lines:
+        handles.append(Line2D([], [], color='0.4', marker='x', ls='--',
+                              label='paper'))
+    if authors:
+        handles.append(Line2D([], [], color='0.4', marker='D', mec='black',
+                              ls='none', label="authors' code, their recipe "
+                              '(one per scale run)'))
+    title = ('gnorm: mean ± std over seeds (error bar and band); the '
+             'setting chosen by validation')
+    if not paper_lines:
+        title += ("; the paper's values are not drawn: its splits differ, "
+                  'not comparable')
+    if empty:
+        title += f"\nno runs yet, not drawn: {', '.join(empty)}"
+    fig.legend(handles=handles, loc='upper center', ncol=len(handles),
+               fontsize=8, title=title, title_fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
+    r"""Effective rank vs layer of each dataset's deepest models with
+    effective ranks (mean over seeds, band: min to max), a panel per
+    dataset that has them; returns whether there was any to plot (no file
+    otherwise)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,
+                                   NullFormatter)
+
+    drawn = [r for r in shown(records) if r['erank']]
+    datasets = list(dict.fromkeys(r['dataset'] for r in drawn))
+    if not datasets:
+        return False
+    row_names = list(dict.fromkeys(r['row'] for r in shown(records)))
+    fig, axes = _panels(len(datasets))
+    for ax, dataset in zip(axes, datasets):
+        deepest = max(r['layers'] for r in drawn if r['dataset'] == dataset)
+        absent, partial = [], []
+        for k, row in enumerate(row_names):
+            r = next((r for r in drawn if r['dataset'] == dataset
+                      and r['row'] == row and r['layers'] == deepest), None)
+            if r is None:
+                absent.append(row)
+                continue
+            layers = range(1, len(r['erank']) + 1)
+            ax.plot(layers, r['erank'], color=f'C{k}',
+                    ls='-' if r['complete'] else ':')
+            ax.fill_between(layers, r['erank_min'], r['erank_max'],
+                            color=f'C{k}', alpha=0.15, lw=0)
+            if not r['complete']:
+                partial.append(f'{row} ({partial(r)})')
+        ax.set_title(f'{dataset}, {deepest} layers')
+        ax.set_xlabel('layer')
+        ax.set_ylabel('effective rank')
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_yscale('log')
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.grid(alpha=0.3)
+        _notes(ax, ([f"no effective rank at {deepest} layers: "
+                     f"{', '.join(absent)}"] if absent else [])
+               + ([f"partial cell, dotted: {', '.join(partial)}"]
+                  if partial else []))
+    handles = [Line2D([], [], color=f'C{k}', label=row)
+               for k, row in enumerate(row_names)
+               if any(r['row'] == row for r in drawn)]
+    fig.legend(handles=handles, loc='upper center', ncol=len(handles),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0),
+               title='mean over seeds of the setting chosen by validation; '
+               'band: min to max over seeds', title_fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    return True
+
+
+MARKERS = 'os^vD'
+
+
+def plot_curves(records: List[Dict[str, Any]], path: Path, title: str,
+                where: str, metric: str) -> None:
+    r"""A paired study's validation :obj:`metric` per epoch: each row's
+    mean over seeds as a line and the min–max over seeds as a band; with
+    one epoch per run (no curve to draw), each row's seeds as dots beside
+    their mean ± std."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    if all(len(run['curve']['epoch']) <= 1
+           for r in records for run in r['runs_list']):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        _plot_seeds(ax, records, f'{where}, {title}', metric)
+        fig.tight_layout()
+        return save_figure(fig, path)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for k, r in enumerate(records):
+        _plot_band(ax, r, f'C{k}', MARKERS[k % len(MARKERS)])
+    ax.set_xlabel('epoch')
+    ax.set_ylabel(f'validation {metric} (%)')
+    ax.grid(alpha=0.3)
+    ax.set_title(f'{where}, {title}: validation {metric} per epoch',
+                 fontsize=9)
+    ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), fontsize=8,
+              title='line: mean over seeds\nband: min–max over seeds',
+              title_fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def _short(record: Dict[str, Any]) -> str:
+    return record['label'].split(' (')[0]
+
+
+def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
+    r"""A row's mean validation metric per epoch over its seeds, and the
+    band from the seeds' minimum to their maximum."""
+    per_epoch: Dict[int, List[float]] = {}
+    for run in record['runs_list']:
+        for e, v in zip(run['curve']['epoch'], run['curve']['val_metric']):
+            per_epoch.setdefault(e, []).append(100 * v)
+    if not per_epoch:
+        return
+    epochs = sorted(per_epoch)
+    values = [per_epoch[e] for e in epochs]
+    ax.fill_between(epochs, [min(v) for v in values],
+                    [max(v) for v in values], color=color, alpha=0.15,
+                    lw=0)
+    ax.plot(epochs, [sum(v) / len(v) for v in values], color=color, lw=1.6,
+            marker=marker, ms=4, markevery=max(1, len(epochs) // 20),
+            label=f"{_short(record)} ({plural(record['runs'], 'seed')})")
+
+
+def _plot_seeds(ax, records: List[Dict[str, Any]], title: str,
+                metric: str) -> None:
+    r"""Validation metric of runs of one epoch: a dot per seed, the mean ±
+    std over seeds beside them, a column per row."""
+    for k, r in enumerate(records):
+        values = [100 * run['val_metric'] for run in r['runs_list']]
+        ax.plot([k - 0.08] * len(values), values, 'o', color=f'C{k}',
+                alpha=0.6, ms=5)
+        if values:
+            ax.errorbar([k + 0.08], [r['val_mean']], yerr=[r['val_std']],
+                        fmt='D', color=f'C{k}', capsize=4)
+    ax.set_xticks(range(len(records)))
+    ax.set_xticklabels([f"{_short(r)}\n({plural(r['runs'], 'seed')})"
+                        for r in records], fontsize=7)
+    ax.set_xlim(-0.5, len(records) - 0.5)
+    ax.set_ylabel(f'validation {metric} (%)')
+    ax.grid(axis='y', alpha=0.3)
+    ax.set_title(f'{title}: one epoch per run, no curve\n'
+                 'dots: each seed; diamond and bar: mean ± std over seeds '
+                 '(ddof=0)', fontsize=9)

@@ -1,0 +1,145 @@
+r"""Selection by validation: each (dataset, row, depth) cell of a depth
+study shows the setting of the row's grid with the best mean validation
+accuracy over its seeds (and, labelled optimistic, the best mean test
+accuracy). Ties are declared, not broken silently: means equal to within
+:data:`TIE` tie, the tie goes to the setting listed first in the row's
+``table.grid``, and the cell lists the tied settings it did not choose."""
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gnorm.results import mean_std, plural, value
+from gnorm.study.compose import setting_label
+
+# Mean accuracies (fractions) closer than this are a tie: equal numbers of
+# correct nodes summed in another order differ in the last bits only.
+TIE = 1e-9
+
+
+def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
+            metric: str, order: Sequence[str] = ()
+            ) -> Tuple[Optional[str], List[str]]:
+    r"""The setting of :obj:`groups` with the best mean :obj:`metric`, and
+    the settings tied with it (means within :data:`TIE`); only settings
+    with every seed finished compete while there are any. A tie goes to
+    the setting that comes first in :obj:`order` (the row's ``table.grid``
+    order: for ContraNorm's s, the smaller scale)."""
+    if not groups:
+        return None, []
+    full = {s: g for s, g in groups.items() if len(g) >= expected} or groups
+    means = {s: mean_std([r[metric] for r in g])[0] for s, g in full.items()}
+    best = max(means.values())
+    rank = {s: k for k, s in enumerate(order)}
+    tied = sorted((s for s in full if best - means[s] <= TIE),
+                  key=lambda s: rank.get(s, len(rank)))
+    return tied[0], tied[1:]
+
+
+def _tie_text(setting: str, runs: List[Dict[str, Any]]) -> str:
+    r"""``s=0.8: 87.98 ± 1.27``: a tied setting and its test accuracy
+    (%, mean ± std over its seeds)."""
+    mean, std = mean_std([100 * r['test_acc'] for r in runs])
+    return f'{setting}: {mean:.2f} ± {std:.2f}'
+
+
+def _at_scales(groups: Dict[str, List[Dict[str, Any]]],
+               runs: List[Dict[str, Any]], compared: Optional[str]) -> str:
+    r"""gnorm's test accuracy at the scales of the authors' :obj:`runs`
+    (:obj:`groups`: gnorm's finished runs of the cell by setting), as a
+    clause; empty where gnorm ran none of them."""
+    said = []
+    for run in runs:
+        ours = groups.get(setting_label({'norm.scale': run['scale']}), [])
+        if ours:
+            mean, std = mean_std([100 * r['test_acc'] for r in ours])
+            said.append(f"{mean:.2f} ± {std:.2f} at s = {run['scale']:g} "
+                        f"({plural(len(ours), 'seed')})")
+    if not said:
+        return ''
+    return (f"; gnorm at the same scales: {'; '.join(said)}"
+            + (f' (seed by seed, with a permutation test: {compared})'
+               if compared else ''))
+
+
+def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
+              paper: Dict, flag: Optional[Dict[str, Any]] = None,
+              notes: Optional[Dict] = None,
+              authors: Optional[Dict] = None,
+              compared: Optional[str] = None) -> List[Dict[str, Any]]:
+    r"""One record per (dataset, row, depth, selection) of the cells
+    :obj:`todo` (with their composed ``runs``): test accuracy mean and std
+    over the seeds of the selected setting, counting only the finished
+    runs of :obj:`found` whose config is that of one of the cell's runs;
+    the paper's value and the difference. Rows with several settings get two
+    selections: ``val`` (best mean validation accuracy) and ``test`` (best
+    mean test accuracy: optimistic). A record of a row in
+    ``flag['rows']`` more than ``flag['paper_stds']`` paper stds from the
+    paper gets a ``note`` (from :obj:`notes`, or that none is known), and,
+    where :obj:`authors` (:func:`read_authors`) ran the cell, gnorm's
+    accuracy at the scales they ran."""
+    flag = flag or {}
+    notes, authors = notes or {}, authors or {}
+    records = []
+    # In the table's order: datasets, rows, depths as the spec lists them.
+    for cell in sorted(todo, key=lambda c: c.get('position', 0)):
+        groups: Dict[str, List[Dict[str, Any]]] = {}
+        for run in cell['runs']:
+            if run['key'] in found:
+                groups.setdefault(run['setting'], []).append(
+                    found[run['key']])
+        several = len(cell['settings']) > 1
+        where = (cell['dataset'], cell['row'], cell['depth'])
+        order = [setting_label(s) for s in cell['settings']]
+        for selection in (('val', 'test') if several else ('val', )):
+            setting, tied = _choose(groups, cell['expected'],
+                                    f'{selection}_acc', order)
+            chosen = groups.get(setting, [])
+            test_mean, test_std = mean_std(
+                [100 * r['test_acc'] for r in chosen])
+            val_mean, _ = mean_std([100 * r['val_acc'] for r in chosen])
+            p_mean, p_std = paper.get(where, (None, None))
+            diff = (None if test_mean is None or p_mean is None
+                    else test_mean - p_mean)
+            stds = None if diff is None or not p_std else diff / p_std
+            note = None
+            if (cell['row'] in flag.get('rows', []) and stds is not None
+                    and abs(stds) > flag.get('paper_stds', 2)):
+                note = notes.get(where, notes.get(
+                    (*where[:2], None), 'no explanation known yet: the '
+                    "authors' code was not run at this cell"))
+                if where in authors:
+                    note += _at_scales(groups, authors[where], compared)
+            cell_runs = sum(len(g) for g in groups.values())
+            cell_expected = len(cell['settings']) * cell['expected']
+            erank = [r.get('collapse', {}).get('effective_rank')
+                     for r in chosen]
+            records.append(dict(
+                dataset=cell['dataset'], row=cell['row'],
+                layers=cell['depth'],
+                selection=selection if several else '',
+                setting=setting if several else None,
+                settings_run=len(groups), settings=len(cell['settings']),
+                runs=len(chosen), expected=cell['expected'],
+                cell_runs=cell_runs, cell_expected=cell_expected,
+                complete=cell_runs == cell_expected,
+                test_mean=test_mean, test_std=test_std, val_mean=val_mean,
+                paper_mean=p_mean, paper_std=p_std, diff=diff,
+                diff_paper_stds=stds, note=note,
+                ties='; '.join(_tie_text(t, groups[t]) for t in tied),
+                test_by_seed={value(r, 'seed'): 100 * r['test_acc']
+                              for r in chosen},
+                erank=_curve(erank, _mean), erank_min=_curve(erank, min),
+                erank_max=_curve(erank, max),
+            ))
+    return records
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _curve(curves: List[Optional[List[float]]], how) -> Optional[List]:
+    r""":obj:`how` (mean, min, max) of :obj:`curves` per layer; :obj:`None`
+    if no curve."""
+    curves = [c for c in curves if c]
+    if not curves:
+        return None
+    return [how(v) for v in zip(*curves)]

@@ -1,0 +1,332 @@
+r"""A study's spec: an experiment config with a ``table:`` section, found
+by name under gnorm's ``conf/experiment/`` or as a YAML file of the
+user's, composed by Hydra and checked before anything trains.
+
+A spec file outside ``conf/`` is composed as ``experiment=<its stem>``
+from a search-path folder holding a link to it (:func:`hydra_folder`),
+so that its ``defaults:`` may name gnorm's experiments and every run,
+trained here or by a Hydra launcher, composes exactly what the file says.
+"""
+import atexit
+import importlib
+import itertools
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from gnorm.errors import ConfigError
+from gnorm.results import NOT_CONFIG_KEYS
+from gnorm.study.stats import LEVEL, PAIRINGS
+from gnorm.train import CONF_DIR
+
+KINDS = ('depth', 'paired')
+# Where gnorm's own studies keep their runs and reports: the checkout
+# holding conf/ (experiments/runs, experiments/results).
+REPO = CONF_DIR.parent
+# Keys a depth study sets in each run itself; --set cannot change them.
+AXES = ('experiment', 'dataset', 'layers', 'seed', 'tag')
+
+
+class SpecError(ConfigError):
+    r"""A bad spec or command line: one line, exit status 2."""
+
+
+@dataclass
+class Spec:
+    r"""A composed spec: ``name`` (``table.name``, else the experiment's),
+    ``experiment`` (the option of Hydra's ``experiment`` group),
+    ``source`` (its YAML file), ``folder`` (the search-path folder of a
+    user's file, else :obj:`None`) and ``table`` (the resolved ``table:``
+    section)."""
+    name: str
+    experiment: str
+    source: Path
+    folder: Optional[Path]
+    table: Dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.table.get('kind', 'depth')
+
+    @property
+    def pairing(self) -> str:
+        return self.table.get('pairing', 'none')
+
+    @property
+    def level(self) -> float:
+        return float(self.table.get('level', LEVEL))
+
+    @property
+    def own(self) -> bool:
+        r"""Whether the spec is one of gnorm's (``conf/experiment/``)."""
+        return self.folder is None
+
+    def overrides(self) -> List[str]:
+        r"""The overrides that pick this spec's experiment."""
+        found = [f'experiment={self.experiment}']
+        if self.folder is not None:
+            found.append(f'hydra.searchpath=[file://{self.folder}]')
+        return found
+
+    def home(self) -> Path:
+        r"""The folder relative paths of the spec are read from: the
+        checkout for gnorm's specs, the spec file's folder otherwise."""
+        return REPO if self.own else self.source.parent
+
+    def path(self, key: str, default: Path) -> Path:
+        r"""The folder ``table.<key>`` names (relative to :meth:`home`),
+        else :obj:`default`."""
+        given = self.table.get(key)
+        return (self.home() / given if given else default).resolve()
+
+    def runs_dir(self) -> Path:
+        r"""Where the study's runs go: ``table.runs``, else
+        ``experiments/runs/<name>`` for gnorm's specs and
+        ``runs/<name>`` beside a user's spec file."""
+        default = (REPO / 'experiments' / 'runs' if self.own
+                   else self.source.parent / 'runs') / self.name
+        return self.path('runs', default)
+
+    def out_dir(self) -> Path:
+        r"""Where the study's report goes: ``table.out``, else
+        ``experiments/results`` for gnorm's specs and ``results`` beside
+        a user's spec file."""
+        default = (REPO / 'experiments' / 'results' if self.own
+                   else self.source.parent / 'results')
+        return self.path('out', default)
+
+    def file(self, key: str) -> Optional[Path]:
+        r"""The file ``table.<key>`` names, relative to :meth:`home`."""
+        given = self.table.get(key)
+        return self.home() / given if given else None
+
+
+def hydra_folder(source: Path) -> Path:
+    r"""A search-path folder whose ``experiment/<stem>.yaml`` links to the
+    user's spec file :obj:`source` (made once per process)."""
+    folder = Path(tempfile.mkdtemp(prefix='gnorm-study-'))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    (folder / 'experiment').mkdir()
+    (folder / 'experiment' / source.name).symlink_to(source.resolve())
+    return folder
+
+
+def _experiments() -> List[str]:
+    return sorted(p.stem for p in (CONF_DIR / 'experiment').glob('*.yaml'))
+
+
+def locate(ref: str) -> tuple:
+    r"""(experiment, source file, search-path folder or :obj:`None`) of
+    :obj:`ref`: a YAML file, or the name of one of gnorm's experiments."""
+    path = Path(ref)
+    if path.suffix in ('.yaml', '.yml') or os.sep in ref:
+        if not path.is_file():
+            raise SpecError(f'no spec file {ref}')
+        if path.suffix != '.yaml':
+            raise SpecError(f'a spec file ends in .yaml (Hydra reads no '
+                            f'other), got {ref}')
+        if path.stem in _experiments():
+            raise SpecError(f"{ref}: gnorm has an experiment named "
+                            f"{path.stem!r}; rename the file")
+        return path.stem, path.resolve(), hydra_folder(path)
+    if ref not in _experiments():
+        raise SpecError(f'unknown study {ref!r}: pass a spec file '
+                        f'(.yaml) or one of {", ".join(_experiments())}')
+    return ref, CONF_DIR / 'experiment' / f'{ref}.yaml', None
+
+
+def compose(overrides: Sequence[str], hydra: bool = False):
+    r"""The config ``train`` composed with :obj:`overrides` (with Hydra's
+    own node when :obj:`hydra`)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    import gnorm.train  # noqa: F401  (registers gnorm's resolvers)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
+        return hydra_compose('train', overrides=list(overrides),
+                             return_hydra_config=hydra)
+
+
+def load_spec(ref: str) -> Spec:
+    r"""The :class:`Spec` of :obj:`ref` (see :func:`locate`), checked
+    (:func:`check_spec`)."""
+    from omegaconf import OmegaConf
+    experiment, source, folder = locate(ref)
+    spec = Spec(experiment, experiment, source, folder, {})
+    try:
+        cfg = compose(spec.overrides())
+    except Exception as e:
+        raise SpecError(f'{ref}: cannot compose: '
+                        f"{' '.join(str(e).split())}") from None
+    if 'table' not in cfg:
+        raise SpecError(f'{ref}: no table: section (the study: rows, '
+                        f'seeds...); see docs/study.rst')
+    spec.table = OmegaConf.to_container(cfg.table, resolve=True)
+    spec.name = str(spec.table.get('name') or experiment)
+    check_spec(spec)
+    return spec
+
+
+# ------------------------------------------------------------- checks
+
+
+def _datasets() -> List[str]:
+    return sorted(p.stem for p in (CONF_DIR / 'dataset').glob('*.yaml'))
+
+
+def _ints(spec: Spec, key: str, low: int, what: str) -> None:
+    values = spec.table.get(key)
+    if values is None:
+        return
+    if not isinstance(values, list) or not values or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise SpecError(f'{spec.name}: table.{key} must be a list of '
+                        f'integers, got {values!r}')
+    bad = [v for v in values if v < low]
+    if bad:
+        raise SpecError(f'{spec.name}: table.{key} must be {what} '
+                        f'(integers >= {low}), got {bad[0]}')
+    if len(set(values)) < len(values):
+        raise SpecError(f'{spec.name}: table.{key} names a value twice: '
+                        f'{values}')
+
+
+def _check_rows(spec: Spec) -> None:
+    rows = spec.table.get('rows')
+    if not isinstance(rows, dict) or not rows:
+        raise SpecError(f'{spec.name}: table.rows must map row names to '
+                        f'override lists, e.g. mine: [norm=layernorm]')
+    for row, overrides in rows.items():
+        if not isinstance(overrides, list) or not overrides or not all(
+                isinstance(o, str) and '=' in o for o in overrides):
+            raise SpecError(f'{spec.name}: row {row!r} needs a list of '
+                            f'key=value overrides, got {overrides!r}')
+
+
+def _check_targets(spec: Spec) -> None:
+    r"""Every ``..._target_=module.Class`` of a row imports."""
+    for row, overrides in spec.table['rows'].items():
+        for item in overrides:
+            key, value = item.split('=', 1)
+            if not key.endswith('_target_'):
+                continue
+            module, _, name = value.rpartition('.')
+            try:
+                getattr(importlib.import_module(module), name)
+            except Exception as e:
+                raise SpecError(
+                    f'{spec.name}: row {row!r}: {item} does not import '
+                    f'({type(e).__name__}: {e}); is its module on '
+                    f'PYTHONPATH?') from None
+
+
+def check_spec(spec: Spec) -> None:
+    r"""Raises :class:`SpecError`, one line, for a spec that cannot run:
+    an unknown kind, pairing or dataset, a row without overrides, depths
+    below 1, negative seeds, a grid key no config has, a class that does
+    not import."""
+    table = spec.table
+    if spec.kind not in KINDS:
+        raise SpecError(f'{spec.name}: table.kind must be one of '
+                        f'{", ".join(KINDS)}, got {spec.kind!r}')
+    if spec.pairing not in PAIRINGS:
+        raise SpecError(f'{spec.name}: table.pairing must be one of '
+                        f'{", ".join(PAIRINGS)}, got {spec.pairing!r}')
+    if not 0 < spec.level < 1:
+        raise SpecError(f'{spec.name}: table.level must lie in (0, 1), '
+                        f'got {spec.level}')
+    _check_rows(spec)
+    if not table.get('seeds'):
+        raise SpecError(f'{spec.name}: table.seeds must list the seeds, '
+                        f'e.g. [0, 1, 2]')
+    _ints(spec, 'seeds', 0, 'seeds')
+    if spec.kind == 'depth':
+        for key in ('datasets', 'depths'):
+            if not table.get(key):
+                raise SpecError(f'{spec.name}: a depth study needs '
+                                f'table.{key}')
+        _ints(spec, 'depths', 1, 'depths in layers')
+        known = _datasets()
+        bad = [d for d in table['datasets'] if d not in known]
+        if bad:
+            raise SpecError(f'{spec.name}: unknown dataset {bad[0]!r}; '
+                            f'pick from {", ".join(known)}')
+    _check_compare(spec)
+    _check_targets(spec)
+    check_row_keys(spec)
+
+
+def _check_compare(spec: Spec) -> None:
+    compare = spec.table.get('compare') or {}
+    rows = spec.table['rows']
+    for key in ('rows', 'against'):
+        bad = [r for r in compare.get(key, []) if r not in rows]
+        if bad:
+            raise SpecError(f'{spec.name}: table.compare.{key} names '
+                            f'{bad[0]!r}, no row of the study')
+
+
+def grid(spec: Spec, row: str) -> Dict[str, list]:
+    r"""The candidate settings of :obj:`row`: ``table.grid.<row>``."""
+    return (spec.table.get('grid') or {}).get(row) or {}
+
+
+def settings(spec: Spec, row: str) -> List[Dict[str, Any]]:
+    r"""Every combination of :obj:`row`'s grid (``[{}]`` without one)."""
+    found = grid(spec, row)
+    return [dict(zip(found, values))
+            for values in itertools.product(*found.values())]
+
+
+def check_row_keys(spec: Spec, sets: Sequence[str] = ()) -> None:
+    r"""Raises :class:`SpecError` for a row override, grid key or
+    :obj:`sets` key that the config has not, or an unknown group option,
+    naming the closest (as ``python -m gnorm.train`` does)."""
+    from gnorm.train.arguments import check_choices, check_keys
+    for row, overrides in spec.table['rows'].items():
+        argv = [*spec.overrides(), *overrides,
+                *(f'{k}={v[0]}' for k, v in grid(spec, row).items()),
+                *sets]
+        try:
+            check_choices(argv)
+            check_keys(argv)
+        except ConfigError as e:
+            raise SpecError(f'{spec.name}: row {row!r}: {e}') from None
+    unknown = set(spec.table.get('grid') or {}) - set(spec.table['rows'])
+    if unknown:
+        raise SpecError(f'{spec.name}: table.grid names {sorted(unknown)[0]!r}'
+                        f', no row of the study')
+
+
+def check_sets(spec: Spec, sets: Sequence[str]) -> None:
+    r"""Raises :class:`SpecError` for a ``--set`` the study sets itself
+    or that no run has."""
+    keys = set(AXES)
+    for row, overrides in spec.table['rows'].items():
+        keys |= {o.split('=', 1)[0] for o in overrides}
+        keys |= set(grid(spec, row))
+    for item in sets:
+        if '=' not in item:
+            raise SpecError(f'--set takes key=value, got {item!r}')
+        key = item.split('=', 1)[0].lstrip('+~')
+        if key in keys:
+            raise SpecError(f'--set {item}: the study sets {key} itself; '
+                            f'select with --datasets, --depths, --seeds, '
+                            f'--rows or change the spec')
+    if sets:
+        check_row_keys(spec, sets)
+
+
+def config_sets(sets: Sequence[str]) -> List[str]:
+    r"""The overrides of :obj:`sets` that change what a run computes (not
+    threads, data folders...: :data:`gnorm.results.NOT_CONFIG_KEYS`)."""
+    return [s for s in sets
+            if s.split('=', 1)[0].lstrip('+~') not in NOT_CONFIG_KEYS]
+
+
+def set_name(name: str, sets: Sequence[str]) -> str:
+    r"""``table3_fair+train.epochs=50``: the name of the runs and report
+    of :obj:`name` with the overrides :obj:`sets` (``/`` becomes ``_``);
+    :obj:`name` itself without any."""
+    return name + ''.join(f"+{s.replace('/', '_')}" for s in sets)
