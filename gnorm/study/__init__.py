@@ -25,8 +25,8 @@ depth study), :mod:`~gnorm.study.runner` (train what is missing),
 :mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command).
 """
 from gnorm.study.spec import Spec, SpecError, load_spec
-from gnorm.study.stats import (Interval, compare, paired_interval, verdict,
+from gnorm.study.stats import (Interval, paired_interval, verdict,
                                welch_interval)
 
-__all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'compare',
-           'paired_interval', 'welch_interval', 'verdict']
+__all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'paired_interval',
+           'welch_interval', 'verdict']

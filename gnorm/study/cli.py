@@ -38,7 +38,8 @@ def parser() -> argparse.ArgumentParser:
         prog='python -m gnorm.study',
         description='Runs what a study misses (a depth sweep or a paired '
         'comparison of norms), then writes its report: <name>.md, '
-        '<name>.csv and plots.')
+        '<name>.csv and plots.',
+        epilog=' '.join(__doc__.split('\n\n')[2].split()))
     found.add_argument('spec', help='a spec file (.yaml: an experiment '
                        'config with a table: section) or one of gnorm\'s: '
                        f"{', '.join(studies())}")
@@ -58,18 +59,24 @@ def parser() -> argparse.ArgumentParser:
                        help='the folder of selections\' reports and of '
                        f'--set studies (default: {SCRATCH})')
     found.add_argument('--runs', type=Path, help='the runs folder (default: '
-                       'the study\'s, see above)')
+                       'the study\'s, see below)')
     found.add_argument('--out', type=Path, help='the report folder '
-                       '(default: the study\'s, see above)')
+                       '(default: the study\'s, see below)')
     found.add_argument('--threads', type=int, help='CPU threads of the runs')
     found.add_argument('--launcher', help='hand each cell of a depth study '
                        'to python -m gnorm.train -m hydra/launcher=LAUNCHER '
-                       '(conf/hydra/launcher: local processes, SLURM)')
+                       '(conf/hydra/launcher: local processes, SLURM); '
+                       f"installed: {', '.join(_launchers())}")
     found.add_argument('--report-only', action='store_true',
                        help='run nothing, write the report')
     found.add_argument('--dry-run', action='store_true',
                        help='print what would run; run and write nothing')
     return found
+
+
+def _launchers() -> List[str]:
+    from gnorm.train.arguments import launchers
+    return launchers()
 
 
 def studies() -> List[str]:
@@ -130,16 +137,18 @@ class Places:
                 else study_out
         self.runs = (args.runs.resolve() if args.runs
                      else self.default_runs)
+        if self.runs != self.default_runs:  # a runs folder of the user's
+            out = self.runs.with_name(f'{self.runs.name}-report')
         self.whole = self.runs == self.study_runs and not sets \
             and not selected
         self.out = args.out.resolve() if args.out else out
+        if args.report_only and not args.dry_run and not self.runs.is_dir():
+            raise SpecError(f'--report-only: no runs folder {self.runs}; '
+                            f'pass --runs <the folder of the runs>')
         if self.out == study_out and not self.whole:
             raise SpecError(f'{study_out} holds the report of the whole '
                             f'study from {self.study_runs} only; pass '
                             f'another --out')
-        if args.report_only and not args.dry_run and not self.runs.is_dir():
-            raise SpecError(f'--report-only: no runs folder {self.runs}; '
-                            f'pass --runs <the folder of the runs>')
         check_folder(self.runs, f'--runs {self.runs}',
                      write=not args.report_only)
         if not args.dry_run:
@@ -157,7 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         spec = load_spec(args.spec)
         check_selection(spec, args)
-        check_sets(spec, args.set)
+        check_sets(spec, args.set, args.rows, args.datasets)
         if args.launcher is not None:
             from gnorm.train.arguments import check_launcher
             check_launcher(args.launcher)

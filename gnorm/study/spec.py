@@ -99,9 +99,17 @@ class Spec:
         return self.path('out', default)
 
     def file(self, key: str) -> Optional[Path]:
-        r"""The file ``table.<key>`` names, relative to :meth:`home`."""
+        r"""The file ``table.<key>`` names: relative to :meth:`home`, or,
+        for a key inherited from one of gnorm's specs, to gnorm's
+        checkout; :obj:`None` if the spec names none."""
         given = self.table.get(key)
-        return self.home() / given if given else None
+        if not given:
+            return None
+        for folder in (self.home(), REPO):
+            if (folder / given).exists():
+                return folder / given
+        raise SpecError(f'{self.name}: table.{key} names {given}, found '
+                        f'neither beside the spec nor in {REPO}')
 
 
 def hydra_folder(source: Path) -> Path:
@@ -253,6 +261,9 @@ def check_spec(spec: Spec) -> None:
             raise SpecError(f'{spec.name}: unknown dataset {bad[0]!r}; '
                             f'pick from {", ".join(known)}')
     _check_compare(spec)
+    for key in ('paper', 'notes', 'authors'):
+        if isinstance(table.get(key), str):
+            spec.file(key)
     _check_targets(spec)
     check_row_keys(spec)
 
@@ -279,29 +290,39 @@ def settings(spec: Spec, row: str) -> List[Dict[str, Any]]:
             for values in itertools.product(*found.values())]
 
 
-def check_row_keys(spec: Spec, sets: Sequence[str] = ()) -> None:
-    r"""Raises :class:`SpecError` for a row override, grid key or
-    :obj:`sets` key that the config has not, or an unknown group option,
+def check_row_keys(spec: Spec, sets: Sequence[str] = (),
+                   rows: Optional[Sequence[str]] = None,
+                   datasets: Optional[Sequence[str]] = None) -> None:
+    r"""Raises :class:`SpecError` for an override, grid key or :obj:`sets`
+    key of :obj:`rows` (default: every row) on :obj:`datasets` (default:
+    the study's) that the config has not, or an unknown group option,
     naming the closest (as ``python -m gnorm.train`` does)."""
     from gnorm.train.arguments import check_choices, check_keys
-    for row, overrides in spec.table['rows'].items():
-        argv = [*spec.overrides(), *overrides,
-                *(f'{k}={v[0]}' for k, v in grid(spec, row).items()),
-                *sets]
-        try:
-            check_choices(argv)
-            check_keys(argv)
-        except ConfigError as e:
-            raise SpecError(f'{spec.name}: row {row!r}: {e}') from None
     unknown = set(spec.table.get('grid') or {}) - set(spec.table['rows'])
     if unknown:
-        raise SpecError(f'{spec.name}: table.grid names {sorted(unknown)[0]!r}'
-                        f', no row of the study')
+        raise SpecError(f'{spec.name}: table.grid names '
+                        f'{sorted(unknown)[0]!r}, no row of the study')
+    datasets = datasets or spec.table.get('datasets')
+    picked = [f"dataset={','.join(datasets)}"] if datasets else []
+    for row in rows or list(spec.table['rows']):
+        overrides = [*spec.overrides(), *picked, *spec.table['rows'][row],
+                     *(f'{k}={v[0]}' for k, v in grid(spec, row).items())]
+        for argv, what in ((overrides, f'{spec.name}: row {row!r}'),
+                           ([*overrides, *sets], '--set')):
+            try:
+                check_choices(argv)
+                check_keys(argv)
+            except ConfigError as e:
+                raise SpecError(f'{what}: {e}') from None
+            if not sets:
+                break
 
 
-def check_sets(spec: Spec, sets: Sequence[str]) -> None:
+def check_sets(spec: Spec, sets: Sequence[str],
+               rows: Optional[Sequence[str]] = None,
+               datasets: Optional[Sequence[str]] = None) -> None:
     r"""Raises :class:`SpecError` for a ``--set`` the study sets itself
-    or that no run has."""
+    or that a run of :obj:`rows` (default: every row) has not."""
     keys = set(AXES)
     for row, overrides in spec.table['rows'].items():
         keys |= {o.split('=', 1)[0] for o in overrides}
@@ -315,7 +336,7 @@ def check_sets(spec: Spec, sets: Sequence[str]) -> None:
                             f'select with --datasets, --depths, --seeds, '
                             f'--rows or change the spec')
     if sets:
-        check_row_keys(spec, sets)
+        check_row_keys(spec, sets, rows, datasets)
 
 
 def config_sets(sets: Sequence[str]) -> List[str]:

@@ -1,0 +1,688 @@
+r"""The study engine on depth studies (``python -m gnorm.study``, the
+ContraNorm paper's Table 3 as ``table3_paper``/``table3_fair``): selection
+by validation and its ties, composed runs equal the committed multirun's,
+resuming, where runs and reports go, the comparison by intervals, the
+footnotes from the authors' runs, bad input in one line."""
+import csv
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from gnorm.results import load_runs
+from gnorm.results import overrides as run_overrides
+from gnorm.run_keys import NOT_RESULT_KEYS, record_identity
+from gnorm.study import compare as study_compare
+from gnorm.study import plot as study_plot
+from gnorm.study.cli import main as study
+from gnorm.study.compose import cells, compose_cells, run_key, setting_label
+from gnorm.study.depth_report import TIE_RULE, _cell as cell_text, completeness
+from gnorm.study.inputs import read_authors, read_notes, with_authors_runs
+from gnorm.study.select import summarise
+from gnorm.study.spec import Spec, load_spec, settings as spec_settings
+from conftest import compose_train
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
+
+
+def _spec(table):
+    r"""A spec of :obj:`table` alone (no file), for the pure functions."""
+    return Spec('t', 't', Path('t.yaml'), None, table)
+
+
+def _settings(grid, row):
+    return spec_settings(_spec({'grid': grid}), row)
+
+
+def _cell(row, settings, results, seeds=(0, 1)):
+    r"""A composed cell of :obj:`settings` and its finished runs:
+    ``results[k]`` = (val_acc, test_acc) of setting k, for every seed."""
+    cell = dict(dataset='cora', row=row, depth=16, settings=settings,
+                expected=len(seeds), runs=[])
+    found = {}
+    for setting, (val, test) in zip(settings, results):
+        for seed in seeds:
+            key = f'{setting}-{seed}'
+            cell['runs'].append(dict(key=key, seed=seed,
+                                     setting=setting_label(setting)))
+            found[key] = {'status': 'ok', 'val_acc': val, 'test_acc': test}
+    return cell, found
+
+
+def test_setting_chosen_by_validation_not_test():
+    cell, found = _cell('contranorm', _settings(
+        {'contranorm': {'norm.scale': [0.2, 1.0]}}, 'contranorm'),
+        [(0.70, 0.50), (0.60, 0.65)])
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    by = {r['selection']: r for r in summarise([cell], found, paper)}
+    assert by['val']['setting'] == 's=0.2' and by['val']['test_mean'] == 50.0
+    assert by['test']['setting'] == 's=1' and by['test']['test_mean'] == 65.0
+    assert by['val']['diff'] == pytest.approx(50.0 - 68.75)
+    assert by['val']['runs'] == 2 and by['val']['expected'] == 2
+    # A run whose config is not one of the cell's is never counted.
+    found['stranger'] = {'status': 'ok', 'val_acc': 0.99, 'test_acc': 0.0}
+    assert summarise([cell], found, paper)[0]['test_mean'] == 50.0
+
+
+def test_a_tie_goes_to_the_first_setting_of_the_grid_and_is_shown():
+    r"""Mean validation accuracies equal but for the last bits (the same
+    correct nodes summed in another order) tie: the setting listed first
+    in the grid (the smaller s) is chosen, and the cell names the other
+    with its test accuracy."""
+    settings = _settings({'contranorm': {
+        'norm.scale': [0.2, 0.5, 1.0]}}, 'contranorm')
+    cell, found = _cell('contranorm', settings, [
+        (0.7, 0.50), (0.6, 0.90), (0.7 + 1e-12, 0.65)])
+    by = {r['selection']: r for r in summarise([cell], found, {})}
+    assert by['val']['setting'] == 's=0.2' and by['val']['test_mean'] == 50.0
+    assert by['val']['ties'] == 's=1: 65.00 ± 0.00'
+    assert 'tie, not chosen: s=1: 65.00 ± 0.00' in cell_text(by['val'])
+    assert by['test']['setting'] == 's=0.5' and by['test']['ties'] == ''
+    assert 'tie' not in cell_text(by['test'])
+    # The grid's order decides, not the order the runs were found in.
+    cell['runs'].reverse()
+    by = {r['selection']: r for r in summarise([cell], found, {})}
+    assert by['val']['setting'] == 's=0.2'
+    assert 'the tie goes to the setting listed first' in TIE_RULE
+
+
+def test_pairnorm_grid_picks_variant_and_scale():
+    settings = _settings({'pairnorm': {'norm.mode': ['PN', 'PN-SI'],
+                                       'norm.scale': [0.5, 1.0]}}, 'pairnorm')
+    assert settings[1] == {'norm.mode': 'PN', 'norm.scale': 1.0}
+    assert [setting_label(s) for s in settings] == [
+        'PN, s=0.5', 'PN, s=1', 'PN-SI, s=0.5', 'PN-SI, s=1']
+    cell, found = _cell('pairnorm', settings, [
+        (0.5, 0.9), (0.6, 0.2), (0.8, 0.4), (0.7, 0.5)])
+    by = {r['selection']: r for r in summarise([cell], found, {})}
+    assert by['val']['setting'] == 'PN-SI, s=0.5'
+    assert by['val']['test_mean'] == pytest.approx(40.0)
+    assert by['test']['setting'] == 'PN, s=0.5'
+
+
+def test_flagged_cells_get_their_explanation():
+    cell, found = _cell('contranorm', [{}], [(0.5, 0.52)])
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    flag = {'rows': ['contranorm'], 'paper_stds': 2}
+    notes = {('cora', 'contranorm', 16): 'known'}
+    record, = summarise([cell], found, paper, flag, notes)
+    assert record['note'] == notes['cora', 'contranorm', 16]
+    found = {k: {**r, 'test_acc': 0.68} for k, r in found.items()}
+    record, = summarise([cell], found, paper, flag, notes)
+    assert record['note'] is None  # within 2 paper stds
+
+
+def test_a_note_without_layers_covers_every_depth():
+    cell, found = _cell('contranorm', [{}], [(0.9, 0.95)])
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    flag = {'rows': ['contranorm'], 'paper_stds': 2}
+    notes = read_notes(load_spec('table3_fair').file('notes'))
+    assert 'not comparable' in notes['cora', 'contranorm', None]
+    # Both the paper's text (60/20/20) and the authors' code (public split).
+    assert "The paper's Setup paragraph (Section 4.3) says it used 60/20/20 " \
+        "splits too, but the authors' published GCN code trains on the " \
+        'public split' in notes['cora', 'contranorm', None]
+    record, = summarise([cell], found, paper, flag, notes)
+    assert record['note'] == notes['cora', 'contranorm', None]
+    # A line for the depth itself wins over the line for every depth.
+    notes['cora', 'contranorm', 16] = 'this depth'
+    record, = summarise([cell], found, paper, flag, notes)
+    assert record['note'] == 'this depth'
+
+
+def _result_overrides(run):
+    return {k: v for k, v in run_overrides(run).items()
+            if k not in NOT_RESULT_KEYS}
+
+
+def test_composed_runs_are_those_of_the_committed_multirun():
+    r"""The in-process composition gives the configs and run folders that
+    ``python -m gnorm.train -m`` gave the committed runs."""
+    spec = load_spec('table3_paper')
+    runs_dir = ROOT / 'experiments' / 'runs' / 'table3_paper'
+    seeds = spec.table['seeds']
+    todo = cells(spec, ['cora'], ['none', 'contranorm'], [2], seeds)
+    composer = compose_cells(spec, todo, [], runs_dir)
+    runs = [r for c in todo for r in c['runs']]
+    assert len(runs) == 5 + 4 * 5
+    for run in runs:
+        stored = json.loads((run['dir'] / 'results.json').read_text())
+        assert run_key(record_identity(stored)) == run['key']
+        # The same overrides, but for keys that do not change a result
+        # (a unit of several runs was made with batch_runs=5).
+        assert _result_overrides(stored) == _result_overrides(run['info'])
+    run = runs[-1]
+    assert (composer.config(run) == compose_train(*run['info']['overrides']))
+    # A run with a result-changing override is another run.
+    cell, = cells(spec, ['cora'], ['none'], [2], seeds)
+    compose_cells(spec, [cell], ['train.epochs=5'], runs_dir)
+    assert not {r['key'] for r in cell['runs']} & {r['key'] for r in runs}
+    assert all('train.epochs=5' in r['dir'].name for r in cell['runs'])
+
+
+def test_table_resumes_without_redoing_finished_runs(tmp_path):
+    runs, out = tmp_path / 'runs', tmp_path / 'out'
+    args = ['table3_paper', '--datasets', 'csbm', '--rows', 'none',
+            'contranorm',
+            '--depths', '2', '--seeds', '0', '1', '--set', 'train.epochs=2',
+            'collapse_metrics=false', 'dataset.num_nodes=60',
+            '--runs', str(runs), '--out', str(out), '--threads', '1']
+    assert study(args) == 0
+    paths = sorted(runs.rglob('results.json'))
+    assert len(paths) == 2 + 2 * 4  # none: 2 seeds; contranorm: 2 x 4 scales
+    stamps = {p: p.stat().st_mtime_ns for p in paths}
+    lost = next(p for p in paths if 'norm.scale=0.5' in str(p)
+                and 'seed=1' in str(p))
+    lost.unlink()  # as if interrupted before this run finished
+
+    assert study(args) == 0
+    assert lost.is_file()
+    for p in paths:
+        if p != lost:
+            assert p.stat().st_mtime_ns == stamps[p], f'{p} was redone'
+    name = ('table3_paper+train.epochs=2+collapse_metrics=false'
+            '+dataset.num_nodes=60')  # the protocol plus --set
+    report = (out / f'{name}.md').read_text()
+    assert '## csbm' in report and 'missing' not in report.split('## csbm')[1]
+    assert (out / f'{name}.csv').is_file()
+    assert (out / f'{name}_depth.png').stat().st_size > 0
+    # collapse_metrics=false: no effective ranks, so no (empty) plot of them
+    assert not (out / f'{name}_erank.png').exists()
+    assert 'No run of this report recorded effective ranks' in report
+
+
+TINY = ['--datasets', 'csbm', '--depths', '2', '--seeds', '0', '--set',
+        'train.epochs=2', 'collapse_metrics=false', 'dataset.num_nodes=60',
+        '--threads', '1']
+TINY_NAME = ('table3_paper+train.epochs=2+collapse_metrics=false'
+             '+dataset.num_nodes=60')
+
+
+def test_bad_selection_is_refused_before_anything_runs(tmp_path, capsys):
+    for bad in (['--datasets', 'pubmed'], ['--depths', '0'],
+                ['--seeds', '-1'], ['--rows', 'batchnorm'],
+                ['--set', 'layers=3'], ['--set', 'train.epochs'],
+                ['--launcher', 'kubernetes']):
+        assert study(['table3_paper', *bad, '--runs',
+                            str(tmp_path / 'runs')]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith('error: ') and err.count('\n') == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_places_and_typos_are_one_line(tmp_path, capsys):
+    (tmp_path / 'afile').touch()
+    missing = tmp_path / 'missing'
+    cases = [
+        (['table3_fair', '--report-only', '--runs', str(missing)],
+         f'error: --report-only: no runs folder {missing}; pass --runs '),
+        (['table3_paper', '--runs', str(tmp_path / 'runs'), '--out',
+          str(tmp_path / 'afile' / 'out')],
+         f'error: --out {tmp_path}/afile/out: {tmp_path}/afile/out lies '
+         f'under the file {tmp_path}/afile; pass a folder'),
+        (['table3_paper', '--runs', str(tmp_path / 'afile' / 'runs')],
+         f'error: --runs {tmp_path}/afile/runs: '),
+        (['table3_paper', '--set', 'train.epoch=3', '--runs', str(missing)],
+         "error: --set: unknown key 'train.epoch' in train.epoch=3; "
+         "closest keys: train.epochs"),
+        (['table3_paper', '--rows', 'none', '--set', 'norm.scal=0.5', '--runs',
+          str(missing)], "error: --set: unknown key 'norm.scal'"),
+    ]
+    for args, start in cases:
+        assert study(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(start) and err.count('\n') == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['afile']
+    # A key of ContraNorm's is fine for its row.
+    assert study(['table3_paper', '--datasets', 'csbm', '--depths', '2',
+                        '--rows', 'contranorm', '--set',
+                        'norm.temperature=2', '--runs',
+                        str(missing), '--dry-run']) == 0
+
+
+def _help() -> str:
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        study(['--help'])
+    return out.getvalue()
+
+
+def test_help_of_every_option_and_installed_launchers(monkeypatch, capsys):
+    from gnorm.train import arguments
+    text = _help()
+    assert text.startswith('usage: python -m gnorm.study')
+    description = text.split('\n\n')[1]
+    assert description.rstrip().endswith('.'), description
+    options = [line for line in text.splitlines()
+               if line.startswith('  -') or line.startswith('  {')]
+    for line in options:  # a help text on the line or the next one
+        following = text.split(line, 1)[1].split('\n', 2)[1]
+        assert len(line.split('  ')) > 2 or \
+            following.startswith(' ' * 10), line
+    for name in ('table3_paper', 'table3_fair', 'sepnorm_molhiv,',
+                 'sepnorm_molhiv_cpu,', 'sepnorm_molhiv_cpu_long'):
+        assert name in ' '.join(text.split())
+    assert 'installed: basic, joblib, processes, slurm' in \
+        ' '.join(text.split())
+    monkeypatch.setattr(arguments, '_installed', lambda module: False)
+    assert 'installed: basic\n' in _help().replace(' ' * 24, '')
+    assert study(['table3_paper', '--launcher', 'processes']) == 2
+    assert 'hydra/launcher=processes needs hydra-joblib-launcher, which is ' \
+        'not installed: pip install "gnorm[launchers]"' in \
+        capsys.readouterr().err
+
+
+def test_the_old_scripts_are_aliases(tmp_path, capsys):
+    from conftest import experiment
+    table3, sepnorm = experiment('table3'), experiment('sepnorm')
+    assert table3.main(['fair', '--datasets', 'cora', '--depths', '64',
+                        '--rows', 'none', '--dry-run']) == 0
+    assert 'experiment=table3_fair' in capsys.readouterr().out
+    assert sepnorm.main(['long', 'train.epochs=2', '--rows', 'sharenorm',
+                         '--seeds', '0', '--dry-run', '--scratch',
+                         str(tmp_path)]) == 0
+    said = capsys.readouterr().out
+    assert 'experiment=sepnorm_molhiv_cpu_long' in said
+    assert 'train.epochs=2' in said
+    for script in (table3, sepnorm):
+        assert script.main(['nope']) == 2
+        assert capsys.readouterr().err.startswith('usage: ')
+
+
+def test_set_runs_are_a_study_of_their_own(tmp_path, capsys):
+    r"""``--set`` runs and their report go to the scratch folder, each
+    config apart; the study's own runs folder and report stay as they
+    were."""
+    committed = ROOT / 'experiments' / 'results' / 'table3_paper.md'
+    stamp = committed.stat().st_mtime_ns
+    scratch = tmp_path / 'scratch'
+    base = ['table3_paper', *TINY, '--rows', 'none', '--scratch',
+            str(scratch)]
+    assert study(base) == 0
+    own = scratch / TINY_NAME
+    assert len(list((own / 'runs').rglob('results.json'))) == 1
+    report = own / f'{TINY_NAME}.csv'
+    before = report.read_text()
+    assert study([*base, '--set', 'train.lr=0.05']) == 0
+    other = scratch / f'{TINY_NAME}+train.lr=0.05'
+    assert len(list((other / 'runs').rglob('results.json'))) == 1
+    title = (other / f'{TINY_NAME}+train.lr=0.05.md').read_text(
+        ).splitlines()[0]
+    assert title.startswith('# table3_paper') and 'train.lr=0.05' in title
+    capsys.readouterr()
+    assert study([*base, '--dry-run']) == 0
+    assert '1 runs in 1 cells, 1 done' in capsys.readouterr().out
+    assert study([*base, '--report-only']) == 0
+    assert report.read_text() == before  # the same one run, not the mix
+    assert committed.stat().st_mtime_ns == stamp
+    assert study([*base, '--report-only', '--out',
+                  str(ROOT / 'experiments' / 'results')]) == 2
+    assert 'holds the report of the whole study' in capsys.readouterr().err
+
+
+def test_table_trains_its_cells_in_this_process(tmp_path, monkeypatch,
+                                                capsys):
+    import subprocess
+    popen = subprocess.Popen
+
+    def no_training_process(args, *rest, **kwargs):
+        assert 'gnorm.train' not in ' '.join(map(str, args)), args
+        return popen(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, 'Popen', no_training_process)
+    runs = tmp_path / 'runs'
+    assert study(['table3_paper', *TINY, '--rows', 'none', 'layernorm',
+                  '--runs', str(runs), '--scratch',
+                  str(tmp_path / 'scratch')]) == 0
+    # Each run's epochs show as they pass (nohup, a terminal alike).
+    epochs = re.findall(r'^  \d\d:\d\d:\d\d train epoch (\d+)/(\d+) \| loss ',
+                        capsys.readouterr().out, re.M)
+    assert epochs and epochs[-1][0] == epochs[-1][1]
+    assert not logging.getLogger('gnorm.train.progress').handlers
+    paths = sorted(runs.glob('*/results.json'))
+    assert len(paths) == 2  # two cells, one run each
+    for path in paths:
+        assert (path.parent / '.hydra' / 'config.yaml').is_file()
+        assert (path.parent / '.hydra' / 'overrides.yaml').is_file()
+        run = json.loads(path.read_text())
+        assert run['status'] == 'ok'
+        assert run['overrides'][0] == 'experiment=table3_paper'
+        assert path.parent.name == ','.join(sorted(
+            o for o in run['overrides'][1:]
+            if o.split('=')[0] not in NOT_CONFIG_KEYS))
+
+
+def test_tiny_pairnorm_row_chooses_variant_and_scale_by_validation(tmp_path):
+    runs, out = tmp_path / 'runs', tmp_path / 'out'
+    assert study(['table3_paper', *TINY, '--rows', 'pairnorm', '--runs',
+                  str(runs), '--out', str(out)]) == 0
+    done = load_runs(runs)
+    assert sorted({(r['config']['norm']['mode'], r['config']['norm']['scale'])
+                   for r in done}) == sorted(
+        (m, s) for m in ('PN', 'PN-SI', 'PN-SCS') for s in (0.2, 0.5, 0.8, 1.0))
+    with open(out / f'{TINY_NAME}.csv') as f:
+        by = {r['selection']: r for r in csv.DictReader(f)}
+    for selection in ('val', 'test'):
+        best = max(r[f'{selection}_acc'] for r in done)
+        chosen = [r for r in done if setting_label(
+            {'norm.mode': r['config']['norm']['mode'],
+             'norm.scale': r['config']['norm']['scale']})
+            == by[selection]['setting']]
+        assert len(chosen) == 1 and chosen[0][f'{selection}_acc'] == best
+        assert float(by[selection]['test_mean']) == pytest.approx(
+            100 * chosen[0]['test_acc'], abs=1e-4)
+    report = (out / f'{TINY_NAME}.md').read_text()
+    line = next(x for x in report.splitlines()
+                if x.startswith('| pairnorm (chosen by val)'))
+    assert by['val']['setting'] in line
+
+
+def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
+    import gnorm.train
+    real, calls = gnorm.train.train_runs, []
+
+    def stop_at_second_cell(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(gnorm.train, 'train_runs', stop_at_second_cell)
+    runs = tmp_path / 'runs'
+    args = ['table3_paper', *TINY, '--rows', 'none', 'layernorm', '--runs',
+            str(runs), '--scratch', str(tmp_path / 'scratch')]
+    assert study(args) == 130
+    first = list(runs.glob('*/results.json'))
+    assert len(first) == 1
+    stamp = first[0].stat().st_mtime_ns
+    assert study(args) == 0
+    assert len(list(runs.glob('*/results.json'))) == 2
+    assert first[0].stat().st_mtime_ns == stamp
+    assert len(calls) == 3  # the rerun trained only the missing cell
+
+
+def _record(row, depth, by_seed, complete=True):
+    return dict(dataset='cora', row=row, layers=depth, selection='',
+                test_by_seed=by_seed, complete=complete,
+                settings_run=4 if complete else 1, settings=4,
+                cell_runs=20 if complete else 5, cell_expected=20)
+
+
+def _t_half(values, level=0.95):
+    r"""Half the t interval of the mean of :obj:`values`, by hand."""
+    from scipy.stats import t
+    n = len(values)
+    mean = sum(values) / n
+    s = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    return t.ppf((1 + level) / 2, n - 1) * s / n ** 0.5
+
+
+def _welch_half(a, b, level=0.95):
+    r"""Half Welch's interval of mean(b) - mean(a), by hand."""
+    from scipy.stats import t
+
+    def var(v):
+        m = sum(v) / len(v)
+        return sum((x - m) ** 2 for x in v) / (len(v) - 1)
+    sa, sb = var(a) / len(a), var(b) / len(b)
+    df = (sa + sb) ** 2 / (sa ** 2 / (len(a) - 1) + sb ** 2 / (len(b) - 1))
+    return t.ppf((1 + level) / 2, df) * (sa + sb) ** 0.5
+
+
+OURS = {0: 80.0, 1: 82.0, 2: 81.0}
+OTHER = {0: 78.0, 1: 80.5, 2: 79.0}   # below OURS on every seed
+
+
+def test_beats_when_the_interval_excludes_0_paired_or_welch():
+    r"""Seed by seed OURS is 1.5-2 points above OTHER: paired, the
+    interval lies above 0; unpaired (Welch), the seeds' spread hides it.
+    The rule of earlier reports (Δ beyond the larger std) says beats."""
+    diffs = [OURS[s] - OTHER[s] for s in OURS]
+    mean = sum(diffs) / 3
+    half = _t_half(diffs)
+    paired = study_compare.compare(OTHER, OURS, 'seed')
+    assert paired.diff == pytest.approx(mean)
+    assert (paired.lo, paired.hi) == pytest.approx((mean - half,
+                                                    mean + half))
+    assert paired.verdict == 'beats' and paired.n == '3'
+    welch = study_compare.compare(OTHER, OURS, 'none')
+    half = _welch_half(list(OTHER.values()), list(OURS.values()))
+    assert (welch.lo, welch.hi) == pytest.approx((mean - half, mean + half))
+    assert welch.verdict == 'not distinguishable' and welch.n == '3+3'
+
+    records = [_record('contranorm', 2, OURS),
+               _record('pairnorm', 2, OTHER),
+               _record('layernorm', 2, {0: 90.0, 1: 91.0, 2: 92.0}),
+               _record('contranorm', 4, OURS),
+               _record('pairnorm', 4, OURS),
+               _record('layernorm', 4, OTHER, complete=False)]
+    lines = study_compare.comparison(records, 'contranorm',
+                                     ['pairnorm', 'layernorm'], 'seed',
+                                     0.95, spread_rule=True)
+    assert 'per-seed differences' in ' '.join(lines)
+    two = next(x for x in lines if x.startswith('| cora | 2 |'))
+    four = next(x for x in lines if x.startswith('| cora | 4 |'))
+    assert two.startswith('| cora | 2 | **beats** (Δ +1.83 [+1.12, +2.55], '
+                          'n=3) | **loses** (Δ \u221210.00')
+    assert four == ('| cora | 4 | not distinguishable (Δ +0.00 [+0.00, '
+                    '+0.00], n=3) | not compared: layernorm partial (1 of '
+                    '4 settings) |')
+    assert lines[-3] == (
+        'In words: against pairnorm, contranorm beats at cora L=2; not '
+        'distinguishable at cora L=4. Against layernorm, contranorm loses '
+        'at cora L=2 (not compared yet, incomplete: cora L=4).')
+    assert lines[-1].endswith('reads every compared cell as the interval '
+                              'does.')
+    welch_lines = study_compare.comparison(
+        records, 'contranorm', ['pairnorm'], 'none', 0.95, spread_rule=True)
+    assert "Welch's" in ' '.join(welch_lines)
+    assert welch_lines[-1].endswith(
+        'reads 1 compared cell otherwise: cora L=2 vs pairnorm: beats, the '
+        'interval: not distinguishable.')
+    assert study_compare.comparison(
+        [r for r in records if r['row'] != 'contranorm'], 'contranorm',
+        ['pairnorm'], 'seed', 0.95) == []
+
+
+def test_partial_cells_are_counted_and_not_points_of_the_curve(
+        tmp_path, monkeypatch):
+    settings = [{'norm.scale': 0.2}, {'norm.scale': 1.0}]
+    full, found = _cell('contranorm', settings, [(0.7, 0.5), (0.6, 0.65)])
+    partial, some = _cell('contranorm', settings[:1], [(0.7, 0.4)],
+                          seeds=(5, 6))
+    partial.update(depth=32, settings=settings)  # 1 of its 2 settings run
+    empty, _ = _cell('contranorm', settings, [])
+    empty.update(depth=64)
+    records = summarise([full, partial, empty], {**found, **some}, {})
+    by = {r['layers']: r for r in records if r['selection'] == 'val'}
+    assert [by[d]['complete'] for d in (16, 32, 64)] == [True, False, False]
+    assert (by[32]['settings_run'], by[32]['settings']) == (1, 2)
+    assert (by[32]['cell_runs'], by[32]['cell_expected']) == (2, 4)
+    assert completeness(records).startswith(
+        '**1 of 3 cells complete** (every setting of the grid run with '
+        'every seed), 1 partial, 1 missing; 6 of 12 runs of the grid done '
+        '(3 of 6 settings with runs)')
+    figures = []
+    monkeypatch.setattr(study_plot, 'save_figure',
+                        lambda fig, path: figures.append(fig))
+    study_plot.plot_depth(records, tmp_path / 'depth.png', paper_lines=False)
+    ax, = figures[0].axes
+    curve = next(line for line in ax.lines if line.get_linestyle() == '-')
+    y = list(curve.get_ydata())
+    assert y[0] == pytest.approx(50.0) and y[1] != y[1] and y[2] != y[2]
+    open_markers = [line for line in ax.lines
+                    if line.get_markerfacecolor() == 'white']
+    assert [list(m.get_xdata()) for m in open_markers] == [[32]]
+    assert [t.get_text() for t in ax.texts] == [
+        '1 of 2 settings', 'contranorm: no runs at L=64']
+    assert not [line for line in ax.lines if line.get_marker() == 'x']
+    # The authors' code: a diamond per scale run, at its cell's depth.
+    figures.clear()
+    authors = {('cora', 'contranorm', 16): [
+        dict(scale=1.0, mean=51.0), dict(scale=0.2, mean=26.0)]}
+    study_plot.plot_depth(records, tmp_path / 'depth.png', paper_lines=True,
+                      authors=authors)
+    ax, = figures[0].axes
+    diamond, = [line for line in ax.lines if line.get_marker() == 'D']
+    assert list(diamond.get_xdata()) == [16, 16]
+    assert list(diamond.get_ydata()) == [51.0, 26.0]
+
+
+TINY_SPEC = '''# @package _global_
+defaults:
+  - table3_paper
+train:
+  epochs: 2
+collapse_metrics: false
+dataset:
+  num_nodes: 60
+table:
+  name: tiny_table
+  datasets: [csbm]
+  depths: [2, 4]
+  seeds: [0]
+  grid:
+    contranorm: {norm.scale: [0.5, 1.0]}
+'''
+
+
+def _tiny_study(folder):
+    r"""A whole table small enough to train in seconds, as a user's spec
+    file: table3_paper's protocol and rows on csbm, depths 2 and 4, one
+    seed, ContraNorm at two scales, PairNorm's whole grid."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / 'tiny_table.yaml'
+    path.write_text(TINY_SPEC)
+    return path
+
+
+def test_a_study_report_is_the_same_bytes_from_the_same_runs(tmp_path):
+    r"""A user's spec: runs beside it (``runs/<name>``), the report of the
+    whole study in ``results/``; a selection trains into the study's runs
+    but writes its report to the scratch folder; the same runs give the
+    same bytes, not even rewritten."""
+    spec = _tiny_study(tmp_path / 'mine')
+    results, scratch = tmp_path / 'mine' / 'results', tmp_path / 'scratch'
+    args = [str(spec), '--threads', '1', '--scratch', str(scratch),
+            '--rows', 'none', 'contranorm']
+    assert study([*args, '--depths', '2']) == 0
+    assert not results.exists()
+    selected = (scratch / 'tiny_table-selection' / 'tiny_table.md'
+                ).read_text()
+    assert 'It covers only the selected cells' in selected
+    assert len(list((tmp_path / 'mine' / 'runs' / 'tiny_table').rglob(
+        'results.json'))) == 3
+    assert study([str(spec), '--threads', '1', '--rows', 'none',
+                  'contranorm', '--scratch', str(scratch)]) == 0
+    assert not results.exists()  # still a selection (rows)
+    assert study([str(spec), '--report-only']) == 0
+
+    def files():
+        return {p.name: (p.read_bytes(), p.stat().st_mtime_ns)
+                for p in sorted(results.iterdir())}
+
+    first = files()
+    assert set(first) == {'tiny_table.md', 'tiny_table.csv',
+                          'tiny_table_depth.png'}
+    report = first['tiny_table.md'][0].decode()
+    assert '**4 of 8 cells complete**' in report  # pairnorm, layernorm not run
+    assert 'Generated by `python -m gnorm.study tiny_table.yaml ' \
+        '--report-only` from the 6 finished runs in `runs/tiny_table`' \
+        in report
+    assert not re.search(r'\d{4}-\d\d-\d\d', report)  # no date
+    with open(results / 'tiny_table.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert {(r['settings_run'], r['settings'], r['complete'])
+            for r in rows if r['row'] == 'contranorm'} == {('2', '2', 'True')}
+    assert study([str(spec), '--report-only']) == 0
+    assert files() == first  # the same bytes, not even rewritten
+    assert study([str(spec), '--report-only', '--datasets', 'csbm',
+                  '--depths', '2', '--rows', 'none', '--scratch',
+                  str(scratch)]) == 0
+    assert files() == first
+
+
+def test_the_authors_runs_lead_the_footnote_of_their_cell(tmp_path):
+    r"""A record of experiments/authors_gcn.py becomes the first sentence
+    of its cell's note, its numbers read from the record; other cells keep
+    their notes."""
+    def record(dataset, layers, scale, accuracies):
+        return {'config': {'dataset': dataset, 'layers': layers,
+                           'scale': scale, 'norm_mode': 'CN'},
+                'runs': {str(seed): {'test_acc_last': a / 100}
+                         for seed, a in enumerate(accuracies)},
+                # rounded as authors_gcn.py writes it: not read back
+                'summary': {'n': len(accuracies), 'test_acc_last_pct':
+                            {'mean': 54.755, 'std': 6.5241}},
+                'authors': {'commit': 'c9bed6a67bedb813717de07a'}}
+    # mean 54.75499...: 54.75, not 54.76 from the rounded summary
+    (tmp_path / 'cora_L16_s0.2.json').write_text(json.dumps(record(
+        'cora', 16, 0.2, [53.62669245647969, 63.2495164410058,
+                          47.38878143133462])))
+    notes = {('cora', 'contranorm', 16): 'known before',
+             ('citeseer', 'contranorm', 8): 'untouched'}
+    notes = with_authors_runs(notes, read_authors(tmp_path))
+    assert notes['cora', 'contranorm', 16] == (
+        "the authors' published GCN code (PKU-ML/ContraNorm c9bed6a, their "
+        "recipe, run by experiments/authors_gcn.py; last-epoch test "
+        f"accuracy) gives 54.75 ± 6.52 at s = 0.2 (3 seeds, "
+        f"{tmp_path / 'cora_L16_s0.2.json'}); known before")
+    assert notes['citeseer', 'contranorm', 8] == 'untouched'
+    assert read_authors(tmp_path / 'none') == {}
+
+
+def test_the_authors_runs_are_held_against_the_paper(tmp_path):
+    r"""With the paper's value, the footnote says which of the authors'
+    scales come within the flag's paper stds of it, highest scale first."""
+    for scale, accuracy in ((0.2, 40.0), (1.0, 67.0), (0.5, 60.0)):
+        (tmp_path / f'cora_L16_s{scale}.json').write_text(json.dumps({
+            'config': {'dataset': 'cora', 'layers': 16, 'scale': scale,
+                       'norm_mode': 'CN'},
+            'runs': {str(seed): {'test_acc_last': (accuracy + d) / 100}
+                     for seed, d in enumerate((-1.0, 0.0, 1.0))},
+            'authors': {'commit': 'c9bed6a67bedb813717de07a'}}))
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    note = with_authors_runs({}, read_authors(tmp_path),
+                                    paper, 2.0)[
+        'cora', 'contranorm', 16]
+    assert note.index('at s = 1 ') < note.index('at s = 0.5 ') \
+        < note.index('at s = 0.2 ')
+    assert note.endswith(": of these 3 scales, s = 1 comes within 2 paper "
+                         "stds of the paper's 68.75 ± 2.10")
+    paper = {('cora', 'contranorm', 16): (80.0, 2.0)}
+    assert with_authors_runs({}, read_authors(tmp_path),
+                                    paper, 2.0)[
+        'cora', 'contranorm', 16].endswith(
+        ": of these 3 scales, none comes within 2 paper stds of the "
+        "paper's 80.00 ± 2.00")
+    for path in sorted(tmp_path.glob('*_s0.[25].json')):
+        path.unlink()
+    assert with_authors_runs({}, read_authors(tmp_path),
+                                    paper, 2.0)[
+        'cora', 'contranorm', 16].endswith(
+        ": this does not come within 2 paper stds of the paper's "
+        "80.00 ± 2.00")
+
+
+def test_a_footnote_gives_gnorm_at_the_scales_the_authors_ran():
+    cell, found = _cell('contranorm', _settings(
+        {'contranorm': {'norm.scale': [0.2, 0.5, 1.0]}}, 'contranorm'), [(0.70, 0.50), (0.60, 0.40), (0.65, 0.55)])
+    paper = {('cora', 'contranorm', 16): (68.75, 2.10)}
+    flag = {'rows': ['contranorm'], 'paper_stds': 2}
+    authors = {('cora', 'contranorm', 16): [
+        dict(scale=1.0, mean=51.0, std=7.7, n=3, path='a', commit='c'),
+        dict(scale=0.8, mean=54.4, std=2.2, n=3, path='b', commit='c'),
+        dict(scale=0.2, mean=26.2, std=6.3, n=3, path='c', commit='c')]}
+    notes = with_authors_runs({}, authors, paper)
+    record = summarise([cell], found, paper, flag, notes, authors,
+                       'experiments/results/authors_vs_gnorm.md')[0]
+    assert record['note'].startswith(notes['cora', 'contranorm', 16])
+    assert record['note'].endswith(  # gnorm ran no s = 0.8
+        '; gnorm at the same scales: 55.00 ± 0.00 at s = 1 (2 seeds); '
+        '50.00 ± 0.00 at s = 0.2 (2 seeds) (seed by seed, with a '
+        'permutation test: experiments/results/authors_vs_gnorm.md)')
