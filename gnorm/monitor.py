@@ -23,12 +23,9 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from torch_geometric.utils import scatter
-
 from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
-                           _effective_rank, _variance)
-from gnorm.metrics_pairs import (cosine_distances, draw_pairs, mad_gap_of,
-                                 mad_of, pair_mask)
+                           _effective_rank, _graph_sum, _variance)
+from gnorm.metrics_pairs import draw_pairs, gap_hops, gap_of, mads, pair_masks
 from gnorm.monitor_plot import plot_records
 
 METRICS = ('effective_rank', 'cosine_similarity', 'variance',
@@ -41,9 +38,10 @@ COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
 RUN_COLUMNS = ('step', 'run', 'layer', 'metric', 'value', 'graphs')
 # The metrics that scale with the features, plotted on a log scale.
 SCALED = ('variance', 'dirichlet_energy', 'dirichlet_energy_normalized')
-# Largest number of entries of the stacked pairwise distances of a chunk of
-# layers [L, B, S, S].
-_PAIR_CHUNK = 1 << 24
+# Largest number of entries of the temporary tensors of a chunk of layers
+# measured together (rows [L, rows, d], pairwise distances [2, L, B, S, S]):
+# small enough to be reused by the allocator instead of mapped afresh.
+_CHUNK = 1 << 21
 
 
 def _auto_types() -> tuple:
@@ -143,12 +141,7 @@ class _Prepared:
             _need_edges(metrics)
         else:
             _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
-            src, dst = edge_index[0].long(), edge_index[1].long()
-            deg = torch.bincount(dst, minlength=rows)  # in-degree
-            scale = (1 + deg).double().rsqrt()  # [rows], cast to the outputs'
-            self.edges = (src, dst, batch_vec[dst],
-                          torch.bincount(batch_vec, minlength=size),
-                          scale[dst].unsqueeze(-1), scale[src].unsqueeze(-1))
+            self.edges = _Edges(edge_index, batch_vec, size)
         self.pairs = None
         if 'mad' in metrics or 'mad_gap' in metrics:
             generator = torch.Generator().manual_seed(monitor.seed)
@@ -157,28 +150,72 @@ class _Prepared:
                 nodes, self.batch, size, monitor.max_samples, generator,
                 edge_index if with_hops else None,
                 monitor.remote_hops - 1, graph_nodes=rows)
-            self.all_pairs = pair_mask(self.pairs, None)
+            # The masks of MAD (all pairs) and MADGap, in one block.
+            hops = ([None] if 'mad' in metrics else []) + (gap_hops(
+                monitor.neighbor_hops, monitor.remote_hops)
+                if with_hops else [])
+            self.masks = pair_masks(self.pairs, hops, torch.float32)
 
 
-def _dirichlet_energies(x: Tensor, p: _Prepared) -> Tensor:
-    r""":func:`gnorm.metrics.dirichlet_energy` without and with
-    :obj:`normalized=True` of the outputs :obj:`x` :obj:`[L, rows, d]`,
-    :obj:`[2, L, B]`: layer by layer, so that the :obj:`[E, d]` gathers
-    stay in the cache, and both from one gather."""
-    src, dst, batch_dst, counts, scale_dst, scale_src = p.edges
-    scale_dst, scale_src = scale_dst.to(x.dtype), scale_src.to(x.dtype)
-    out = []
-    for h in x:
-        h_dst, h_src = h.index_select(0, dst), h.index_select(0, src)
-        plain = (h_dst - h_src).pow(2).sum(-1)  # [E]
-        normed = (h_dst * scale_dst - h_src * scale_src).pow(2).sum(-1)
-        out.append(torch.stack([plain, normed]))  # [2, E]
-    sq = torch.stack(out, 1)  # [2, L, E]
-    if p.size == 1:
-        total = sq.sum(-1, keepdim=True)
-    else:
-        total = scatter(sq, batch_dst, dim=-1, dim_size=p.size, reduce='sum')
-    return total / counts.to(total.dtype).clamp(min=1)  # [2, L, B]
+class _Edges:
+    r"""The edges of the Dirichlet energies, as pairs of nodes:
+    :math:`\|\mathbf{x}_i - \mathbf{x}_j\|` is that of edge :obj:`(j, i)`
+    and of :obj:`(i, j)`, and :math:`0` for a self-loop, so each pair
+    :obj:`i < j` is measured once, weighted by its count of edges (half
+    the work for an undirected graph stored with both directions); and
+    the graph of each pair and the nodes of each graph."""
+    def __init__(self, edge_index: Tensor, batch: Tensor, size: int):
+        rows = batch.numel()
+        src, dst = edge_index[0].long(), edge_index[1].long()
+        deg = torch.bincount(dst, minlength=rows)  # in-degree
+        scale = (1 + deg).double().rsqrt()  # [rows], cast to the outputs'
+        low, high = torch.minimum(src, dst), torch.maximum(src, dst)
+        keep = low != high  # self-loops add 0
+        key, count = torch.unique(low[keep] * rows + high[keep],
+                                  return_counts=True)  # [P]
+        self.i, self.j = key // rows, key % rows  # the pairs i < j
+        self.weight = count.double()  # [P], edges per pair
+        self.scale_i = scale[self.i].unsqueeze(-1)  # [P, 1]
+        self.scale_j = scale[self.j].unsqueeze(-1)
+        self.batch, self.size = batch[self.i], size  # graph of each pair
+        self.counts = torch.bincount(batch, minlength=size)  # [B]
+
+    def energies(self, x: Tensor) -> Tensor:
+        r""":func:`gnorm.metrics.dirichlet_energy` without and with
+        :obj:`normalized=True` of the outputs :obj:`x` :obj:`[L, rows,
+        d]`, :obj:`[2, L, B]`: layer by layer, so that the differences
+        :obj:`[P, d]` stay in the cache."""
+        scale_i, scale_j = self.scale_i.to(x.dtype), self.scale_j.to(x.dtype)
+        norms = []
+        for h in x:
+            a, b = h.index_select(0, self.i), h.index_select(0, self.j)
+            normed = torch.addcmul(a * scale_i, b, scale_j, value=-1)
+            norms.append(torch.stack([
+                torch.linalg.vector_norm(a.sub_(b), dim=-1),
+                torch.linalg.vector_norm(normed, dim=-1)]))  # [2, P]
+        sq = torch.stack(norms, 1).square() * self.weight.to(x.dtype)
+        total = _graph_sum(sq, self.batch, self.size, -1)  # [2, L, B]
+        return total / self.counts.to(total.dtype).clamp(min=1)
+
+
+def _dense(nodes: Tensor, p: _Prepared) -> Tensor:
+    r"""The node rows :obj:`[L, nodes, d]` graph by graph, zero-padded
+    :obj:`[L, B, N, d]` (padding adds only zero singular values)."""
+    if p.size == 1:  # one graph: no padding
+        return nodes.unsqueeze(1)  # [L, 1, nodes, d]
+    dense = nodes.new_zeros(nodes.size(0), p.size * p.width, nodes.size(-1))
+    dense = dense.index_copy(1, p.pos, nodes.index_select(1, p.order))
+    return dense.view(nodes.size(0), p.size, p.width, -1)
+
+
+def _chunk(x: Tensor, p: _Prepared) -> int:
+    r"""How many layers with outputs like :obj:`x` (:obj:`[rows, d]`, or
+    :obj:`[runs, rows, d]`) are measured together."""
+    outputs = x.numel() // (x.size(-2) * x.size(-1))  # R runs: R outputs
+    size = x.size(-2) * x.size(-1)  # [rows, d]
+    if p.pairs is not None:  # distances and counts [2, B, S, S]
+        size = max(size, 2 * p.pairs.valid.numel() * p.pairs.valid.size(-1))
+    return max(1, _CHUNK // max(1, size * outputs))
 
 
 class _Recording:
@@ -391,46 +428,41 @@ class CollapseMonitor:
 
     def _values(self, x: Tensor, p: _Prepared) -> Tensor:
         r"""The metrics of :obj:`self.metrics` of the outputs :obj:`x`
-        :obj:`[L, rows, d]` of :obj:`L` layers, averaged over the graphs,
-        and whether each output is finite: :obj:`[L, metrics + 1]`, on the
-        device, no value read to the host."""
-        # One pass: a nan or inf entry makes the sum non-finite.
-        finite = torch.isfinite(x.sum((-2, -1), dtype=torch.float64))  # [L]
-        x = x.nan_to_num(0.0, 0.0, 0.0)  # flagged above; keeps SVD defined
+        :obj:`[L, rows, d]` of :obj:`L` layers (a tensor of its own,
+        changed in place), averaged over the graphs, and whether each
+        output is finite: :obj:`[L, metrics + 1]`, on the device, no value
+        read to the host."""
+        # A nan or inf entry makes its product with 0 nan (no overflow).
+        finite = (x * 0).sum((-2, -1)) == 0  # [L]
+        x = x.nan_to_num_(0.0, 0.0, 0.0)  # flagged above; keeps SVD defined
+        values = self._metrics(x, p)
+        out = [values[m].index_select(-1, p.nonempty).to(torch.float64)
+               .nanmean(-1) for m in self.metrics]  # [L] each
+        return torch.stack(out + [finite.to(torch.float64)], -1)
+
+    def _metrics(self, x: Tensor, p: _Prepared) -> Dict[str, Tensor]:
+        r"""Each metric of :obj:`self.metrics` of the outputs :obj:`x`
+        :obj:`[L, rows, d]`, per graph :obj:`[L, B]`."""
         nodes = x[:, :p.nodes]  # [L, nodes, d]
-        out = []
-        distances = energies = None
-        for metric in self.metrics:
-            if metric == 'effective_rank':
-                if p.size == 1:  # one graph: no padding
-                    dense = nodes.unsqueeze(1)  # [L, 1, nodes, d]
-                else:
-                    dense = nodes.new_zeros(x.size(0), p.size * p.width,
-                                            nodes.size(-1))
-                    dense = dense.index_copy(
-                        1, p.pos, nodes.index_select(1, p.order))
-                    dense = dense.view(x.size(0), p.size, p.width, -1)
-                v = _effective_rank(dense)
-            elif metric == 'cosine_similarity':
-                v = _cosine_similarity(nodes, p.batch, p.size)
-            elif metric == 'variance':
-                v = _variance(nodes, p.batch, p.size, 'mean')
-            elif metric.startswith('dirichlet_energy'):
-                if energies is None:
-                    energies = _dirichlet_energies(x, p)  # [2, L, B]
-                v = energies[int(metric == 'dirichlet_energy_normalized')]
-            else:
-                if distances is None:
-                    distances = cosine_distances(nodes, p.pairs)
-                if metric == 'mad':
-                    v = mad_of(distances, p.all_pairs)
-                else:
-                    v = mad_gap_of(distances, p.pairs, self.neighbor_hops,
-                                   self.remote_hops)
-            v = v.index_select(-1, p.nonempty).to(torch.float64)
-            out.append(v.nanmean(-1))  # [L]
-        out.append(finite.to(torch.float64))
-        return torch.stack(out, -1)  # [L, metrics + 1]
+        metrics, out = self.metrics, {}
+        if 'effective_rank' in metrics:
+            out['effective_rank'] = _effective_rank(_dense(nodes, p))
+        if 'cosine_similarity' in metrics:
+            out['cosine_similarity'] = _cosine_similarity(nodes, p.batch,
+                                                          p.size)
+        if 'variance' in metrics:
+            out['variance'] = _variance(nodes, p.batch, p.size, 'mean')
+        if p.edges is not None and any(m.startswith('dirichlet_energy')
+                                       for m in metrics):
+            out['dirichlet_energy'], out['dirichlet_energy_normalized'] = \
+                p.edges.energies(x)
+        if p.pairs is not None:
+            values = mads(nodes, p.pairs, p.masks.to(x.dtype))  # [L, B, K]
+            if 'mad' in metrics:  # the first mask
+                out['mad'] = values[..., 0]
+            if 'mad_gap' in metrics:  # the last two masks
+                out['mad_gap'] = gap_of(values[..., -2:])
+        return out
 
     def _table(self, rec: '_Recording') -> Dict[str, Tensor]:
         r"""The :meth:`_values` of every recorded layer (:obj:`[metrics +
@@ -445,12 +477,7 @@ class CollapseMonitor:
         for names in groups.values():
             p = rec.outputs[names[0]][1]
             runs = rec.outputs[names[0]][0].dim() == 3
-            per = 1
-            if p.pairs is not None:
-                per = max(1, _PAIR_CHUNK // max(1, p.pairs.valid.numel()
-                                                * p.pairs.valid.size(-1)))
-                if runs:  # a layer of R runs counts as R outputs
-                    per = max(1, per // rec.outputs[names[0]][0].size(0))
+            per = _chunk(rec.outputs[names[0]][0], p)
             for start in range(0, len(names), per):
                 chunk = names[start:start + per]
                 stacked = torch.stack([rec.outputs[n][0] for n in chunk])

@@ -587,6 +587,41 @@ def test_a_nonfinite_output_raises_or_gives_nan_values():
         CollapseMonitor(model, nonfinite='skip')
 
 
+def test_a_huge_finite_output_is_measured_not_refused():
+    r"""Entries near the largest float32 are finite: no overflow in the
+    check that flags nan and inf outputs."""
+    x = graph(seed=4)[0].abs()
+    model = torch.nn.Sequential(torch.nn.Linear(12, 8, bias=False))
+    with torch.no_grad():  # positive entries: their sum overflows float32
+        model[0].weight.abs_().mul_(1e37 / 4)
+    monitor = CollapseMonitor(model, layers=['0'],
+                              metrics=['cosine_similarity'])
+    with monitor.record(0):
+        h = model(x)
+    assert torch.isfinite(h).all() and torch.isinf(h.detach().sum())
+    want = float(feature_cosine_similarity(h.detach()))
+    assert monitor.records[0]['value'] == pytest.approx(want, **TOL)
+
+
+def test_dirichlet_energies_of_directed_repeated_and_self_loop_edges():
+    r"""The monitor measures each pair of nodes once, weighted by its
+    count of edges: the energies of dirichlet_energy (edge by edge) for
+    directed, repeated, reversed and self-loop edges, graph by graph."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(20, 6, generator=g, dtype=torch.float64)
+    batch = torch.tensor([0] * 12 + [1] * 8)
+    edge_index = torch.tensor([[0, 1, 1, 5, 5, 3, 4, 12, 13, 19, 19, 7],
+                               [1, 0, 0, 5, 2, 3, 11, 13, 12, 18, 18, 2]])
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5).double())
+    metrics = ['dirichlet_energy', 'dirichlet_energy_normalized']
+    monitor = CollapseMonitor(model, layers=['0'], metrics=metrics)
+    with monitor.record(0, edge_index=edge_index, batch=batch):
+        h = model(x).detach()
+    for r, normalized in zip(monitor.records, (False, True)):
+        want = dirichlet_energy(h, edge_index, batch, normalized=normalized)
+        assert r['value'] == pytest.approx(float(want.mean()), rel=1e-12)
+
+
 def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(
         tmp_path):
     r"""experiments/results/monitor_cora.csv: both models at the recorded
