@@ -489,6 +489,14 @@ def test_the_guide_quotes_the_committed_benchmark():
     assert quoted == bench.guide_table(rows)
     command = 'python experiments/bench_monitor.py'
     assert bench.report(rows, command) == bench.OUT.read_text()
+    # The guide's reading of the rows.
+    deep, gat, two = rows
+    assert gat['every_10'] < 0.05
+    for r in (deep, two):
+        epoch = r['train_s']
+        assert r['every_10'] > 0.05 > r['record_s'] / (50 * epoch)
+        assert 0.025 < r['forward_s'] / (10 * epoch) < 0.05  # most of 5 %
+        assert r['record_s'] - r['forward_s'] < epoch  # metrics < an epoch
 
 
 def test_inputs_are_prepared_once_while_they_are_the_same_tensors():
