@@ -10,9 +10,9 @@ the dtype of :obj:`x`.
   (dimensional collapse), ContraNorm Def. 3.1.
 * :func:`feature_cosine_similarity`: mean pairwise cosine similarity of node
   features, ContraNorm App. C.
-* :func:`feature_variance`: :math:`\mathrm{Var}(\mathbf{H})`, the squared
-  distance of node features from their mean (complete collapse), ContraNorm
-  App. B.
+* :func:`feature_variance`: :math:`\mathrm{Var}(\mathbf{H}) / N`, the mean
+  squared distance of node features from their mean (complete collapse),
+  ContraNorm App. B (:obj:`reduce="sum"`: the paper's sum).
 * :func:`uniformity`: the uniformity metric of Wang and Isola (2020) as used in
   SepNorm Eq. 4.
 * :func:`dirichlet_energy`: squared feature differences along edges
@@ -253,7 +253,7 @@ def _weighted_graph_sum(w: Tensor, x: Tensor, batch: Tensor,
 
 def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
                      batch_size: Optional[int] = None,
-                     reduce: str = 'sum') -> Tensor:
+                     reduce: str = 'mean') -> Tensor:
     r"""Computes the variance of node features,
     :math:`\mathrm{Var}(\mathbf{H})`, from the `"ContraNorm: A Contrastive
     Learning Perspective on Oversmoothing and Beyond"
@@ -267,9 +267,13 @@ def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
         \qquad \mathbf{e} = \mathbf{1}/\sqrt{N},\;
         \bar{\mathbf{h}} = \frac{1}{N}\sum_{i=1}^{N} \mathbf{h}_i,
 
-    over the :math:`N` nodes of a graph. As in the paper, the default is the
-    *sum* of squared distances to the mean row; :obj:`reduce="mean"` divides
-    it by :math:`N`. It is :math:`0` for a graph without nodes.
+    over the :math:`N` nodes of a graph. The default, :obj:`reduce="mean"`,
+    divides it by :math:`N`: the mean squared distance of a row to the mean
+    row, which does not grow with the number of nodes and is the
+    :obj:`variance` that :class:`gnorm.monitor.CollapseMonitor`,
+    ``collapse.csv`` and ``results.json`` record; :obj:`reduce="sum"` is the
+    paper's :math:`\mathrm{Var}(\mathbf{H})`, the sum. It is :math:`0` for a
+    graph without nodes.
 
     Args:
         x (torch.Tensor): The node features of shape
@@ -279,9 +283,9 @@ def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
             :obj:`None`. (default: :obj:`None`)
         batch_size (int, optional): The number of graphs, for graphs without
             nodes at the end of the batch. (default: :obj:`None`)
-        reduce (str, optional): :obj:`"sum"` (the paper's
-            :math:`\mathrm{Var}`) or :obj:`"mean"` over the nodes.
-            (default: :obj:`"sum"`)
+        reduce (str, optional): :obj:`"mean"` over the nodes or
+            :obj:`"sum"` (the paper's :math:`\mathrm{Var}`).
+            (default: :obj:`"mean"`)
 
     Returns:
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a

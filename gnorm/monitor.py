@@ -257,8 +257,9 @@ class CollapseMonitor:
     * :obj:`effective_rank`: :func:`gnorm.metrics.effective_rank`;
     * :obj:`cosine_similarity`:
       :func:`gnorm.metrics.feature_cosine_similarity`;
-    * :obj:`variance`: :func:`gnorm.metrics.feature_variance` with
-      :obj:`reduce="mean"` (mean squared distance to the mean row);
+    * :obj:`variance`: :func:`gnorm.metrics.feature_variance` (its
+      default :obj:`reduce="mean"`: mean squared distance to the mean
+      row);
     * :obj:`dirichlet_energy`, :obj:`dirichlet_energy_normalized`:
       :func:`gnorm.metrics.dirichlet_energy` (Rusch et al., 2023) and with
       :obj:`normalized=True` (degree-normalised, Cai and Wang, 2020);

@@ -29,7 +29,7 @@ def expected(h, edge_index, batch=None, batch_size=None, samples=256,
     values = {
         'effective_rank': effective_rank(h, batch, batch_size),
         'cosine_similarity': feature_cosine_similarity(h, batch, batch_size),
-        'variance': feature_variance(h, batch, batch_size, reduce='mean'),
+        'variance': feature_variance(h, batch, batch_size),  # defaults
         'dirichlet_energy': dirichlet_energy(h, edge_index, batch,
                                              batch_size),
         'dirichlet_energy_normalized': dirichlet_energy(
@@ -103,6 +103,22 @@ def test_gcn_8_layers_equal_metrics_of_captured_outputs():
     assert not math.isnan(table['convs.0']['mad_gap'])
     monitor.remove()
     assert no_hooks(model)
+
+
+def test_variance_is_feature_variance_with_its_default_arguments():
+    r"""One name, one meaning: the monitor's variance is what
+    feature_variance(h) returns, not a value a factor N apart."""
+    x, edge_index = graph(seed=2)
+    model = GCN(12, 16, num_layers=2)
+    monitor = CollapseMonitor(model, metrics=['variance'])
+    captured, handles = capture(model, monitor.layers)
+    with monitor.record(0):
+        model(x, edge_index)
+    for h in handles:
+        h.remove()
+    for r in monitor.records:
+        want = float(feature_variance(captured[r['layer']].detach()))
+        assert r['value'] == pytest.approx(want, **TOL)
 
 
 def test_nothing_recorded_outside_record_and_hooks_return_at_once():
