@@ -10,9 +10,9 @@ the dtype of :obj:`x`.
   (dimensional collapse), ContraNorm Def. 3.1.
 * :func:`feature_cosine_similarity`: mean pairwise cosine similarity of node
   features, ContraNorm App. C.
-* :func:`feature_variance`: :math:`\mathrm{Var}(\mathbf{H})`, the squared
-  distance of node features from their mean (complete collapse), ContraNorm
-  App. B.
+* :func:`feature_variance`: :math:`\mathrm{Var}(\mathbf{H}) / N`, the mean
+  squared distance of node features from their mean (complete collapse),
+  ContraNorm App. B (:obj:`reduce="sum"`: the paper's sum).
 * :func:`uniformity`: the uniformity metric of Wang and Isola (2020) as used in
   SepNorm Eq. 4.
 * :func:`dirichlet_energy`: squared feature differences along edges
@@ -105,14 +105,19 @@ def _finish(out: Tensor, batch: Optional[Tensor]) -> Tensor:
     return out.squeeze(0) if batch is None else out
 
 
+def _scaled_rows(x: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""The rows divided by their largest entry (so that their norms
+    neither over- nor underflow) and the norms of those :obj:`[...,
+    num_nodes]`: :obj:`y / norm` are the unit rows."""
+    peak = x.abs().amax(dim=-1, keepdim=True)  # [..., num_nodes, 1]
+    y = x / torch.where(peak > 0, peak, torch.ones_like(peak))
+    return y, torch.linalg.vector_norm(y, dim=-1)
+
+
 def _unit_rows(x: Tensor) -> Tensor:
     r"""Rows scaled to unit norm; zero rows stay zero."""
-    # Divide by the largest entry first so that the norm of very large or
-    # very small rows neither overflows nor underflows.
-    peak = x.abs().amax(dim=-1, keepdim=True)  # [num_nodes, 1]
-    x = x / torch.where(peak > 0, peak, torch.ones_like(peak))
-    norm = x.norm(dim=-1, keepdim=True)  # [num_nodes, 1]
-    return x / torch.where(norm > 0, norm, torch.ones_like(norm))
+    y, norm = _scaled_rows(x)
+    return y / torch.where(norm > 0, norm, torch.ones_like(norm)).unsqueeze(-1)
 
 
 def _sorted(x: Tensor, batch: Tensor) -> Tuple[Tensor, Tensor]:
@@ -224,9 +229,11 @@ def _cosine_similarity(x: Tensor, batch: Tensor, size: int) -> Tensor:
     r""":func:`feature_cosine_similarity` of checked inputs
     :obj:`[..., num_nodes, d]` (leading dimensions: several outputs at
     once), :obj:`[..., size]`, with no value read to the host."""
-    u = _unit_rows(x)
-    u_sum = _graph_sum(u, batch, size, -2)  # [..., B, d]
-    self_sum = _graph_sum(u.pow(2).sum(dim=-1), batch, size, -1)  # [..., B]
+    y, norm = _scaled_rows(x)
+    inv = torch.where(norm > 0, 1 / norm, torch.zeros_like(norm))
+    u_sum = _weighted_graph_sum(inv, y, batch, size)  # [..., B, d]
+    # |u_i|^2 is 1 for a nonzero row and 0 for a zero row.
+    self_sum = _graph_sum((norm > 0).to(x.dtype), batch, size, -1)  # [..., B]
     n = scatter(x.new_ones(batch.numel()), batch, dim=0, dim_size=size,
                 reduce='sum')  # [B]
     pairs = n * (n - 1)
@@ -234,9 +241,19 @@ def _cosine_similarity(x: Tensor, batch: Tensor, size: int) -> Tensor:
     return torch.where(n > 1, sim, torch.full_like(sim, float('nan')))
 
 
+def _weighted_graph_sum(w: Tensor, x: Tensor, batch: Tensor,
+                        size: int) -> Tensor:
+    r"""The sums :math:`\sum_i w_i \mathbf{x}_i` :obj:`[..., B, d]` over
+    the nodes of each graph of rows :obj:`x` :obj:`[..., num_nodes, d]`
+    weighted by :obj:`w` :obj:`[..., num_nodes]`."""
+    if size == 1:  # one graph: one matrix product
+        return w.unsqueeze(-2) @ x
+    return _graph_sum(x * w.unsqueeze(-1), batch, size, -2)
+
+
 def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
                      batch_size: Optional[int] = None,
-                     reduce: str = 'sum') -> Tensor:
+                     reduce: str = 'mean') -> Tensor:
     r"""Computes the variance of node features,
     :math:`\mathrm{Var}(\mathbf{H})`, from the `"ContraNorm: A Contrastive
     Learning Perspective on Oversmoothing and Beyond"
@@ -250,9 +267,13 @@ def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
         \qquad \mathbf{e} = \mathbf{1}/\sqrt{N},\;
         \bar{\mathbf{h}} = \frac{1}{N}\sum_{i=1}^{N} \mathbf{h}_i,
 
-    over the :math:`N` nodes of a graph. As in the paper, the default is the
-    *sum* of squared distances to the mean row; :obj:`reduce="mean"` divides
-    it by :math:`N`. It is :math:`0` for a graph without nodes.
+    over the :math:`N` nodes of a graph. The default, :obj:`reduce="mean"`,
+    divides it by :math:`N`: the mean squared distance of a row to the mean
+    row, which does not grow with the number of nodes and is the
+    :obj:`variance` that :class:`gnorm.monitor.CollapseMonitor`,
+    ``collapse.csv`` and ``results.json`` record; :obj:`reduce="sum"` is the
+    paper's :math:`\mathrm{Var}(\mathbf{H})`, the sum. It is :math:`0` for a
+    graph without nodes.
 
     Args:
         x (torch.Tensor): The node features of shape
@@ -262,9 +283,9 @@ def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
             :obj:`None`. (default: :obj:`None`)
         batch_size (int, optional): The number of graphs, for graphs without
             nodes at the end of the batch. (default: :obj:`None`)
-        reduce (str, optional): :obj:`"sum"` (the paper's
-            :math:`\mathrm{Var}`) or :obj:`"mean"` over the nodes.
-            (default: :obj:`"sum"`)
+        reduce (str, optional): :obj:`"mean"` over the nodes or
+            :obj:`"sum"` (the paper's :math:`\mathrm{Var}`).
+            (default: :obj:`"mean"`)
 
     Returns:
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
@@ -282,12 +303,15 @@ def _variance(x: Tensor, batch: Tensor, size: int, reduce: str) -> Tensor:
     r""":func:`feature_variance` of checked inputs :obj:`[..., num_nodes,
     d]`, :obj:`[..., size]`."""
     if size == 1:  # one graph: plain means and sums
-        sq_dist = (x - x.mean(-2, keepdim=True)).pow(2).sum(dim=-1)
+        centred = x - x.mean(-2, keepdim=True)
+    else:
+        mean = scatter(x, batch, dim=-2, dim_size=size,
+                       reduce='mean')  # [..., B, d]
+        centred = x - mean.index_select(-2, batch)
+    sq_dist = torch.linalg.vector_norm(centred, dim=-1).square()  # [..., N]
+    if size == 1:
         return (sq_dist.mean(-1, keepdim=True) if reduce == 'mean'
                 else sq_dist.sum(-1, keepdim=True))
-    mean = scatter(x, batch, dim=-2, dim_size=size,
-                   reduce='mean')  # [..., B, d]
-    sq_dist = (x - mean.index_select(-2, batch)).pow(2).sum(dim=-1)
     return scatter(sq_dist, batch, dim=-1, dim_size=size,
                    reduce=reduce)  # [..., B]
 

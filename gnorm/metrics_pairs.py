@@ -9,7 +9,8 @@ the drawn nodes are those of the whole graph, found by a breadth-first
 search from the drawn nodes along :obj:`edge_index` (no dense
 :math:`N \times N` matrix).
 """
-from typing import NamedTuple, Optional, Tuple
+import math
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -134,43 +135,55 @@ def pair_mask(pairs: Pairs, hops: Optional[Tuple[int, Optional[int]]],
     return mask
 
 
-def cosine_distances(x: Tensor, pairs: Pairs) -> Tensor:
-    r"""The cosine distances :math:`D_{ij}` :obj:`[..., B, S, S]` between
-    the drawn rows of :obj:`x` :obj:`[..., num_nodes, d]` of each graph."""
+def pair_masks(pairs: Pairs,
+               hops: Sequence[Optional[Tuple[int, Optional[int]]]],
+               dtype: torch.dtype) -> Tensor:
+    r"""The :func:`pair_mask` of each of the :obj:`K` entries of
+    :obj:`hops` as 0 and 1 of :obj:`dtype`, :obj:`[B, S, K, S]`, the
+    layout :func:`mads` takes."""
+    return torch.stack([pair_mask(pairs, h) for h in hops], -2).to(dtype)
+
+
+def mads(x: Tensor, pairs: Pairs, masks: Tensor) -> Tensor:
+    r"""MAD :obj:`[..., B, K]` of the drawn rows of :obj:`x`
+    :obj:`[..., num_nodes, d]` of each graph over the pairs of each of the
+    :obj:`K` masks (:func:`pair_masks`), without reading a value to the
+    host: the cosine distances of all drawn pairs, those that count (the
+    paper leaves zero distances out), then each mask's sums and counts
+    per row as one matrix product."""
     B, S = pairs.valid.shape
     u = _unit_rows(x.index_select(-2, pairs.index))  # [..., kept, d]
-    lead = u.shape[:-2]
-    dense = u.new_zeros(*lead, B * S, u.size(-1)).index_copy(-2, pairs.pos,
-                                                              u)
-    dense = dense.view(*lead, B, S, -1)  # [..., B, S, d]
-    return (1 - dense @ dense.transpose(-1, -2)).clamp(0, 2)
+    lead, d = u.shape[:-2], u.size(-1)
+    n = math.prod(lead)  # outputs measured at once
+    dense = u.new_zeros(*lead, B * S, d).index_copy(-2, pairs.pos, u)
+    dense = dense.view(n * B, S, d)
+    stats = dense.new_empty(2, n * B, S, S)  # distances, counted
+    dist = torch.bmm(dense, dense.mT, out=stats[0])  # cosine similarity
+    dist.neg_().add_(1)  # the distance
+    # Zero (<= 4 eps) distances do not count; a nan stays nan.
+    torch.nn.functional.threshold(dist, 4 * torch.finfo(dist.dtype).eps,
+                                  0.0, inplace=True).clamp_(max=2)
+    torch.sign(dist, out=stats[1])  # 1 where a distance counts
+    rows = stats.view(2 * n, B * S, S).transpose(0, 1)  # [B * S, 2n, S]
+    K = masks.size(-2)
+    table = masks.view(B * S, K, S) @ rows.mT  # [B * S, K, 2n]
+    table = table.view(B, S, K, 2, *lead).movedim((3, 0, 1, 2),
+                                                   (0, -3, -2, -1))
+    sums, counts = table  # [..., B, S, K] each
+    return _mad(sums, counts, masks.sum((1, 3)) > 0)
 
 
-def mad_of(dist: Tensor, mask: Tensor) -> Tensor:
-    r"""MAD :obj:`[..., B]` of the :func:`cosine_distances` :obj:`dist` over
-    the pairs of :obj:`mask` (:func:`pair_mask`), without reading a value
-    to the host."""
-    return _mad(*_nonzero(dist), mask)
-
-
-def _nonzero(dist: Tensor) -> Tuple[Tensor, Tensor]:
-    r"""The distances that count (the paper leaves zero distances out) and
-    where they are."""
-    counted = dist > 4 * torch.finfo(dist.dtype).eps
-    return dist * counted, counted
-
-
-def _mad(dist: Tensor, counted: Tensor, mask: Tensor) -> Tensor:
+def _mad(sums: Tensor, counts: Tensor, any_pair: Tensor) -> Tensor:
+    r"""MAD :obj:`[..., B, K]` from each row's sum :obj:`sums` and count
+    :obj:`counts` of the distances that count :obj:`[..., B, S, K]`, and
+    whether each mask has a pair at all :obj:`[B, K]`."""
     # Zero distances count neither in a row's mean nor (a row without a
     # nonzero distance) in the mean over rows.
-    counted = counted & mask
-    per_row = counted.sum(-1)  # [..., B, S]
-    row_mean = (dist * mask).sum(-1) / per_row.clamp(min=1)
-    rows = (per_row > 0).sum(-1)  # [..., B]
-    out = row_mean.sum(-1) / rows.clamp(min=1)
+    row_mean = sums / counts.clamp(min=1)
+    rows = (counts > 0).sum(-2)  # [..., B, K]
+    out = row_mean.sum(-2) / rows.clamp(min=1)
     # No pair at all: undefined (nan); pairs at zero distance only: 0.
-    return torch.where(mask.flatten(-2).any(-1), out,
-                       torch.full_like(out, float('nan')))
+    return torch.where(any_pair, out, torch.full_like(out, float('nan')))
 
 
 def _check_hops(fn: str, hops) -> None:
@@ -253,8 +266,8 @@ def mad(x: Tensor, edge_index: Optional[Tensor] = None,
                                        else hops[0] - 1)
     pairs = draw_pairs(x.size(0), batch_vec, size, max_samples, generator,
                        edge_index if hops is not None else None, max_hops)
-    return _finish(mad_of(cosine_distances(x, pairs), pair_mask(pairs, hops)),
-                   batch)
+    masks = pair_masks(pairs, [hops], x.dtype)
+    return _finish(mads(x, pairs, masks).squeeze(-1), batch)
 
 
 def mad_gap(x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
@@ -314,17 +327,16 @@ def mad_gap(x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
     _check_edge_index('mad_gap', edge_index, batch_vec)
     pairs = draw_pairs(x.size(0), batch_vec, size, max_samples, generator,
                        edge_index, remote_hops - 1)
-    return _finish(mad_gap_of(cosine_distances(x, pairs), pairs,
-                              neighbor_hops, remote_hops), batch)
+    masks = pair_masks(pairs, gap_hops(neighbor_hops, remote_hops), x.dtype)
+    return _finish(gap_of(mads(x, pairs, masks)), batch)
 
 
-def mad_gap_of(dist: Tensor, pairs: Pairs, neighbor_hops: int,
-               remote_hops: int) -> Tensor:
-    r""":func:`mad_gap` :obj:`[..., B]` from the :func:`cosine_distances`
-    :obj:`dist` of :obj:`pairs` (:func:`draw_pairs` with
-    :obj:`max_hops >= remote_hops - 1`), without reading a value to the
-    host."""
-    nonzero = _nonzero(dist)
-    remote = _mad(*nonzero, pair_mask(pairs, (remote_hops, None)))
-    near = _mad(*nonzero, pair_mask(pairs, (1, neighbor_hops)))
-    return remote - near
+def gap_hops(neighbor_hops: int, remote_hops: int) -> List[Tuple]:
+    r"""The hops of MADGap's masks: remote pairs, then neighbour pairs."""
+    return [(remote_hops, None), (1, neighbor_hops)]
+
+
+def gap_of(values: Tensor) -> Tensor:
+    r"""MADGap :obj:`[..., B]` from the :func:`mads` :obj:`[..., B, 2]`
+    of the masks of :func:`gap_hops`."""
+    return values[..., 0] - values[..., 1]

@@ -23,29 +23,18 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from torch_geometric.utils import scatter
-
-from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
-                           _effective_rank, _variance)
-from gnorm.metrics_pairs import (cosine_distances, draw_pairs, mad_gap_of,
-                                 mad_of, pair_mask)
+from gnorm.monitor_measure import (EDGE_METRICS, METRICS, Prepared, measure,
+                                   need_edges)
 from gnorm.monitor_plot import plot_records
 
-METRICS = ('effective_rank', 'cosine_similarity', 'variance',
-           'dirichlet_energy', 'dirichlet_energy_normalized', 'mad',
-           'mad_gap')
-# The metrics that read the graph's edges.
-EDGE_METRICS = ('dirichlet_energy', 'dirichlet_energy_normalized', 'mad_gap')
+__all__ = ['CollapseMonitor', 'find_layers', 'METRICS', 'EDGE_METRICS',
+           'COLUMNS', 'RUN_COLUMNS', 'SCALED']
+
 COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
 # The columns of the records of a model of stacked runs (DeepGCN's runs=R).
 RUN_COLUMNS = ('step', 'run', 'layer', 'metric', 'value', 'graphs')
 # The metrics that scale with the features, plotted on a log scale.
 SCALED = ('variance', 'dirichlet_energy', 'dirichlet_energy_normalized')
-# Largest number of entries of the stacked pairwise distances of a chunk of
-# layers [L, B, S, S].
-_PAIR_CHUNK = 1 << 24
-
-
 def _auto_types() -> tuple:
     from torch_geometric.nn import MessagePassing
 
@@ -92,100 +81,11 @@ def find_layers(model: torch.nn.Module,
     return found
 
 
-def _need_edges(metrics: Sequence[str]) -> None:
-    needs = [m for m in metrics if m in EDGE_METRICS]
-    if needs:
-        raise ValueError(f"CollapseMonitor.record: {', '.join(needs)} need "
-                         f"the graph's edges; pass edge_index=data.edge_index "
-                         f"or leave them out of metrics=")
-
-
-class _Prepared:
-    r"""What the metrics of one set of inputs need, computed once (host
-    reads allowed here): the rows the node metrics see, the graphs, the
-    dense layout, the edges and the drawn pairs."""
-    def __init__(self, monitor: 'CollapseMonitor', rows: int,
-                 edge_index: Optional[Tensor], batch: Optional[Tensor],
-                 batch_size: Optional[int], seeds: Optional[int],
-                 device: torch.device):
-        metrics = monitor.metrics
-        if seeds is not None:
-            if batch is not None:
-                raise ValueError("CollapseMonitor.record: pass 'batch' or "
-                                 "'num_seed_nodes', not both")
-            if not 0 < seeds <= rows:
-                raise ValueError(f"CollapseMonitor.record: "
-                                 f"num_seed_nodes={seeds} but the layer "
-                                 f"output has {rows} rows")
-        nodes = rows if seeds is None else seeds  # rows of the node metrics
-        # The inputs where the outputs are (e.g. edges left on the CPU).
-        edge_index = None if edge_index is None else edge_index.to(device)
-        batch = batch.to(device) if isinstance(batch, Tensor) else batch
-        probe = torch.empty(rows, 0, device=device)
-        batch_vec, size = _check_batch('CollapseMonitor.record', probe, batch,
-                                       batch_size)
-        self.rows, self.nodes, self.size = rows, nodes, size
-        self.batch = batch_vec[:nodes]
-        # Graphs sorted, zero-padded to [B, N] for the effective rank.
-        order = torch.argsort(self.batch, stable=True)
-        counts = torch.bincount(self.batch, minlength=size)  # [B]
-        self.width = int(counts.max()) if nodes > 0 else 0
-        starts = torch.cumsum(counts, 0) - counts
-        sorted_batch = self.batch[order]
-        self.order = order
-        self.pos = sorted_batch * self.width + \
-            torch.arange(nodes, device=device) - starts[sorted_batch]
-        self.graphs = int((counts > 0).sum())
-        # The graphs averaged over: those with nodes.
-        self.nonempty = (counts > 0).nonzero().flatten()
-        self.edges = None
-        if edge_index is None:
-            _need_edges(metrics)
-        else:
-            _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
-            src, dst = edge_index[0].long(), edge_index[1].long()
-            deg = torch.bincount(dst, minlength=rows)  # in-degree
-            scale = (1 + deg).double().rsqrt()  # [rows], cast to the outputs'
-            self.edges = (src, dst, batch_vec[dst],
-                          torch.bincount(batch_vec, minlength=size),
-                          scale[dst].unsqueeze(-1), scale[src].unsqueeze(-1))
-        self.pairs = None
-        if 'mad' in metrics or 'mad_gap' in metrics:
-            generator = torch.Generator().manual_seed(monitor.seed)
-            with_hops = 'mad_gap' in metrics
-            self.pairs = draw_pairs(
-                nodes, self.batch, size, monitor.max_samples, generator,
-                edge_index if with_hops else None,
-                monitor.remote_hops - 1, graph_nodes=rows)
-            self.all_pairs = pair_mask(self.pairs, None)
-
-
-def _dirichlet_energies(x: Tensor, p: _Prepared) -> Tensor:
-    r""":func:`gnorm.metrics.dirichlet_energy` without and with
-    :obj:`normalized=True` of the outputs :obj:`x` :obj:`[L, rows, d]`,
-    :obj:`[2, L, B]`: layer by layer, so that the :obj:`[E, d]` gathers
-    stay in the cache, and both from one gather."""
-    src, dst, batch_dst, counts, scale_dst, scale_src = p.edges
-    scale_dst, scale_src = scale_dst.to(x.dtype), scale_src.to(x.dtype)
-    out = []
-    for h in x:
-        h_dst, h_src = h.index_select(0, dst), h.index_select(0, src)
-        plain = (h_dst - h_src).pow(2).sum(-1)  # [E]
-        normed = (h_dst * scale_dst - h_src * scale_src).pow(2).sum(-1)
-        out.append(torch.stack([plain, normed]))  # [2, E]
-    sq = torch.stack(out, 1)  # [2, L, E]
-    if p.size == 1:
-        total = sq.sum(-1, keepdim=True)
-    else:
-        total = scatter(sq, batch_dst, dim=-1, dim_size=p.size, reduce='sum')
-    return total / counts.to(total.dtype).clamp(min=1)  # [2, L, B]
-
-
 class _Recording:
     def __init__(self, step, edge_index, batch, batch_size, seeds):
         self.step = step
         self.inputs = (edge_index, batch, batch_size, seeds)
-        # layer -> (its output [rows, d], the _Prepared inputs), in order
+        # layer -> (its output [rows, d], the Prepared inputs), in order
         self.outputs: Dict[str, Any] = {}
 
 
@@ -220,8 +120,9 @@ class CollapseMonitor:
     * :obj:`effective_rank`: :func:`gnorm.metrics.effective_rank`;
     * :obj:`cosine_similarity`:
       :func:`gnorm.metrics.feature_cosine_similarity`;
-    * :obj:`variance`: :func:`gnorm.metrics.feature_variance` with
-      :obj:`reduce="mean"` (mean squared distance to the mean row);
+    * :obj:`variance`: :func:`gnorm.metrics.feature_variance` (its
+      default :obj:`reduce="mean"`: mean squared distance to the mean
+      row);
     * :obj:`dirichlet_energy`, :obj:`dirichlet_energy_normalized`:
       :func:`gnorm.metrics.dirichlet_energy` (Rusch et al., 2023) and with
       :obj:`normalized=True` (degree-normalised, Cai and Wang, 2020);
@@ -308,7 +209,7 @@ class CollapseMonitor:
         from gnorm.models.deep_gcn import DeepGCN
         self.runs = model.runs if isinstance(model, DeepGCN) else None
         self._recording: Optional[_Recording] = None
-        self._cache: Dict[str, _Prepared] = {}
+        self._cache: Dict[str, Prepared] = {}
         modules = dict(model.named_modules())
         from gnorm.models.graphormer_layer import GraphormerLayer
         # Layers that carry their own batch and edges (gnorm's Graphormer).
@@ -374,8 +275,8 @@ class CollapseMonitor:
                              f"before to_dense_batch ([B, N, C])")
         return output, inputs, 'nodes'
 
-    def _prepare(self, x: Tensor, inputs, kind: str) -> _Prepared:
-        r"""The :class:`_Prepared` inputs of an output :obj:`x`: the last
+    def _prepare(self, x: Tensor, inputs, kind: str) -> Prepared:
+        r"""The :class:`Prepared` inputs of an output :obj:`x`: the last
         one of this :obj:`kind` (record()'s inputs, or a Graphormer
         layer's tokens) while they are the same tensors, unchanged."""
         ident = (x.size(-2), x.device,
@@ -383,87 +284,11 @@ class CollapseMonitor:
                    for t in inputs])
         found = self._cache.get(kind)
         if found is None or found.ident != ident:
-            found = _Prepared(self, x.size(-2), *inputs, x.device)
+            found = Prepared(self, x.size(-2), *inputs, x.device)
             # The entry holds the inputs, so their ids stay theirs.
             found.ident, found.inputs = ident, inputs
             self._cache[kind] = found
         return found
-
-    def _values(self, x: Tensor, p: _Prepared) -> Tensor:
-        r"""The metrics of :obj:`self.metrics` of the outputs :obj:`x`
-        :obj:`[L, rows, d]` of :obj:`L` layers, averaged over the graphs,
-        and whether each output is finite: :obj:`[L, metrics + 1]`, on the
-        device, no value read to the host."""
-        # One pass: a nan or inf entry makes the sum non-finite.
-        finite = torch.isfinite(x.sum((-2, -1), dtype=torch.float64))  # [L]
-        x = x.nan_to_num(0.0, 0.0, 0.0)  # flagged above; keeps SVD defined
-        nodes = x[:, :p.nodes]  # [L, nodes, d]
-        out = []
-        distances = energies = None
-        for metric in self.metrics:
-            if metric == 'effective_rank':
-                if p.size == 1:  # one graph: no padding
-                    dense = nodes.unsqueeze(1)  # [L, 1, nodes, d]
-                else:
-                    dense = nodes.new_zeros(x.size(0), p.size * p.width,
-                                            nodes.size(-1))
-                    dense = dense.index_copy(
-                        1, p.pos, nodes.index_select(1, p.order))
-                    dense = dense.view(x.size(0), p.size, p.width, -1)
-                v = _effective_rank(dense)
-            elif metric == 'cosine_similarity':
-                v = _cosine_similarity(nodes, p.batch, p.size)
-            elif metric == 'variance':
-                v = _variance(nodes, p.batch, p.size, 'mean')
-            elif metric.startswith('dirichlet_energy'):
-                if energies is None:
-                    energies = _dirichlet_energies(x, p)  # [2, L, B]
-                v = energies[int(metric == 'dirichlet_energy_normalized')]
-            else:
-                if distances is None:
-                    distances = cosine_distances(nodes, p.pairs)
-                if metric == 'mad':
-                    v = mad_of(distances, p.all_pairs)
-                else:
-                    v = mad_gap_of(distances, p.pairs, self.neighbor_hops,
-                                   self.remote_hops)
-            v = v.index_select(-1, p.nonempty).to(torch.float64)
-            out.append(v.nanmean(-1))  # [L]
-        out.append(finite.to(torch.float64))
-        return torch.stack(out, -1)  # [L, metrics + 1]
-
-    def _table(self, rec: '_Recording') -> Dict[str, Tensor]:
-        r"""The :meth:`_values` of every recorded layer (:obj:`[metrics +
-        1]`, or :obj:`[runs, metrics + 1]` for stacked runs), layers of one
-        shape and inputs stacked and measured together (the pairwise
-        metrics in chunks of layers)."""
-        groups: Dict[Any, List[str]] = {}
-        for name, (x, p) in rec.outputs.items():
-            groups.setdefault((id(p), tuple(x.shape), x.dtype, x.device),
-                              []).append(name)
-        values = {}
-        for names in groups.values():
-            p = rec.outputs[names[0]][1]
-            runs = rec.outputs[names[0]][0].dim() == 3
-            per = 1
-            if p.pairs is not None:
-                per = max(1, _PAIR_CHUNK // max(1, p.pairs.valid.numel()
-                                                * p.pairs.valid.size(-1)))
-                if runs:  # a layer of R runs counts as R outputs
-                    per = max(1, per // rec.outputs[names[0]][0].size(0))
-            for start in range(0, len(names), per):
-                chunk = names[start:start + per]
-                stacked = torch.stack([rec.outputs[n][0] for n in chunk])
-                if self.dtype is not None:
-                    stacked = stacked.to(self.dtype)
-                if runs:  # [L, runs, rows, d]: every run an output of its own
-                    table = self._values(stacked.flatten(0, 1), p)
-                    table = table.view(*stacked.shape[:2], -1)  # [L, R, M+1]
-                else:  # [L, rows, d]
-                    table = self._values(stacked, p)  # [L, M + 1]
-                for name, row in zip(chunk, table):
-                    values[name] = row
-        return {name: values[name] for name in rec.outputs}
 
     # ------------------------------------------------------------ recording
     def record(self, step: int, edge_index: Optional[Tensor] = None,
@@ -497,7 +322,7 @@ class CollapseMonitor:
         if self._recording is not None:
             raise RuntimeError("CollapseMonitor: record() inside record()")
         if rec.inputs[0] is None and not self._own_edges:
-            _need_edges(self.metrics)
+            need_edges(self.metrics)
         self._recording = rec
 
     def _finish(self, rec: _Recording) -> None:
@@ -507,7 +332,7 @@ class CollapseMonitor:
                              "record(); run the model's forward pass in the "
                              "with block")
         with torch.no_grad():
-            values = self._table(rec)
+            values = measure(rec.outputs, self.metrics, self.dtype)
         names = list(values)
         table = torch.stack([values[n] for n in names]).tolist()  # once
         if self.runs is None:

@@ -267,8 +267,22 @@ def test_variance_of_identical_rows_is_zero():
 def test_variance_mean_in_batch():
     x, batch = two_graphs()
     out = feature_variance(x, batch, reduce='mean')
-    torch.testing.assert_close(out, feature_variance(x, batch) /
-                               torch.tensor([4.0, 7.0], dtype=x.dtype))
+    torch.testing.assert_close(out, feature_variance(x, batch, reduce='sum')
+                               / torch.tensor([4.0, 7.0], dtype=x.dtype))
+
+
+def test_variance_default_is_the_mean_over_nodes():
+    r"""The default is the per-node mean (what every gnorm record calls
+    variance), not the paper's sum: a graph twice as large with the same
+    rows has the same default value and twice the sum."""
+    x = randn(6, 3, seed=4)
+    twice = torch.cat([x, x])
+    assert feature_variance(twice).item() == pytest.approx(
+        feature_variance(x).item(), rel=1e-12)
+    assert feature_variance(x).item() == pytest.approx(
+        variance_ref(x) / 6, rel=1e-10)
+    assert feature_variance(twice, reduce='sum').item() == pytest.approx(
+        2 * feature_variance(x, reduce='sum').item(), rel=1e-12)
 
 
 # Uniformity ################################################################

@@ -29,7 +29,7 @@ def expected(h, edge_index, batch=None, batch_size=None, samples=256,
     values = {
         'effective_rank': effective_rank(h, batch, batch_size),
         'cosine_similarity': feature_cosine_similarity(h, batch, batch_size),
-        'variance': feature_variance(h, batch, batch_size, reduce='mean'),
+        'variance': feature_variance(h, batch, batch_size),  # defaults
         'dirichlet_energy': dirichlet_energy(h, edge_index, batch,
                                              batch_size),
         'dirichlet_energy_normalized': dirichlet_energy(
@@ -103,6 +103,22 @@ def test_gcn_8_layers_equal_metrics_of_captured_outputs():
     assert not math.isnan(table['convs.0']['mad_gap'])
     monitor.remove()
     assert no_hooks(model)
+
+
+def test_variance_is_feature_variance_with_its_default_arguments():
+    r"""One name, one meaning: the monitor's variance is what
+    feature_variance(h) returns, not a value a factor N apart."""
+    x, edge_index = graph(seed=2)
+    model = GCN(12, 16, num_layers=2)
+    monitor = CollapseMonitor(model, metrics=['variance'])
+    captured, handles = capture(model, monitor.layers)
+    with monitor.record(0):
+        model(x, edge_index)
+    for h in handles:
+        h.remove()
+    for r in monitor.records:
+        want = float(feature_variance(captured[r['layer']].detach()))
+        assert r['value'] == pytest.approx(want, **TOL)
 
 
 def test_nothing_recorded_outside_record_and_hooks_return_at_once():
@@ -489,6 +505,14 @@ def test_the_guide_quotes_the_committed_benchmark():
     assert quoted == bench.guide_table(rows)
     command = 'python experiments/bench_monitor.py'
     assert bench.report(rows, command) == bench.OUT.read_text()
+    # The guide's reading of the rows.
+    deep, gat, two = rows
+    assert gat['every_10'] < 0.05
+    for r in (deep, two):
+        epoch = r['train_s']
+        assert r['every_10'] > 0.05 > r['record_s'] / (50 * epoch)
+        assert 0.025 < r['forward_s'] / (10 * epoch) < 0.05  # most of 5 %
+        assert r['record_s'] - r['forward_s'] < epoch  # metrics < an epoch
 
 
 def test_inputs_are_prepared_once_while_they_are_the_same_tensors():
@@ -585,6 +609,41 @@ def test_a_nonfinite_output_raises_or_gives_nan_values():
     assert all(math.isnan(v) for v in table['convs.1'].values())
     with pytest.raises(ValueError, match="nonfinite='raise' or 'nan'"):
         CollapseMonitor(model, nonfinite='skip')
+
+
+def test_a_huge_finite_output_is_measured_not_refused():
+    r"""Entries near the largest float32 are finite: no overflow in the
+    check that flags nan and inf outputs."""
+    x = graph(seed=4)[0].abs()
+    model = torch.nn.Sequential(torch.nn.Linear(12, 8, bias=False))
+    with torch.no_grad():  # positive entries: their sum overflows float32
+        model[0].weight.abs_().mul_(1e37 / 4)
+    monitor = CollapseMonitor(model, layers=['0'],
+                              metrics=['cosine_similarity'])
+    with monitor.record(0):
+        h = model(x)
+    assert torch.isfinite(h).all() and torch.isinf(h.detach().sum())
+    want = float(feature_cosine_similarity(h.detach()))
+    assert monitor.records[0]['value'] == pytest.approx(want, **TOL)
+
+
+def test_dirichlet_energies_of_directed_repeated_and_self_loop_edges():
+    r"""The monitor measures each pair of nodes once, weighted by its
+    count of edges: the energies of dirichlet_energy (edge by edge) for
+    directed, repeated, reversed and self-loop edges, graph by graph."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(20, 6, generator=g, dtype=torch.float64)
+    batch = torch.tensor([0] * 12 + [1] * 8)
+    edge_index = torch.tensor([[0, 1, 1, 5, 5, 3, 4, 12, 13, 19, 19, 7],
+                               [1, 0, 0, 5, 2, 3, 11, 13, 12, 18, 18, 2]])
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5).double())
+    metrics = ['dirichlet_energy', 'dirichlet_energy_normalized']
+    monitor = CollapseMonitor(model, layers=['0'], metrics=metrics)
+    with monitor.record(0, edge_index=edge_index, batch=batch):
+        h = model(x).detach()
+    for r, normalized in zip(monitor.records, (False, True)):
+        want = dirichlet_energy(h, edge_index, batch, normalized=normalized)
+        assert r['value'] == pytest.approx(float(want.mean()), rel=1e-12)
 
 
 def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(

@@ -164,8 +164,10 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
                   'metrics', 'data', 'models', 'monitor', 'train', 'results')
 # Modules that are one layer split in two files: gnorm.metrics re-exports
 # the pairwise metrics of gnorm.metrics_pairs, which use its helpers;
-# gnorm.monitor draws its plots with gnorm.monitor_plot.
-SAME_LAYER = {'metrics_pairs': 'metrics', 'monitor_plot': 'monitor'}
+# gnorm.monitor draws its plots with gnorm.monitor_plot and measures the
+# layer outputs with gnorm.monitor_measure.
+SAME_LAYER = {'metrics_pairs': 'metrics', 'monitor_plot': 'monitor',
+              'monitor_measure': 'monitor'}
 
 
 def _imports(path):
