@@ -29,9 +29,25 @@ TIE_RULE = ('Ties: settings whose mean accuracy (the one choosing) is '
             'their test accuracy ("tie, not chosen").')
 
 
+def not_run(spec: Spec, records: List[Dict[str, Any]]) -> None:
+    r"""Sets ``not_run`` of each record without runs whose cell
+    ``table.not_run`` names (a list of ``datasets``, ``rows``, ``depths``,
+    each optional, and ``why``): the reason, e.g. GPU work."""
+    for r in records:
+        if r['cell_runs']:
+            continue
+        for entry in spec.table.get('not_run') or []:
+            if all(r[field] in entry[key]
+                   for key, field in (('datasets', 'dataset'),
+                                      ('rows', 'row'), ('depths', 'layers'))
+                   if key in entry):
+                r['not_run'] = entry['why']
+                break
+
+
 def _cell(r: Dict[str, Any]) -> str:
     if r['runs'] == 0:
-        ours = 'missing'
+        ours = f"not run: {r['not_run']}" if r.get('not_run') else 'missing'
     else:
         ours = f"**{r['test_mean']:.2f}** ± {r['test_std']:.2f}"
         if r['runs'] < r['expected']:
@@ -56,9 +72,12 @@ def completeness(records: List[Dict[str, Any]]) -> str:
     cells = shown(records)
     complete = sum(r['complete'] for r in cells)
     missing = sum(r['cell_runs'] == 0 for r in cells)
+    later = sum(bool(r.get('not_run')) for r in cells)
     return (f"**{complete} of {len(cells)} cells complete** (every setting "
             f"of the grid run with every seed), "
-            f"{len(cells) - complete - missing} partial, {missing} missing; "
+            f"{len(cells) - complete - missing} partial, {missing} missing"
+            + (f" ({later} of them not run here: `table.not_run` says why, "
+               f"in the cells)" if later else '') + '; '
             f"{sum(r['cell_runs'] for r in cells)} of "
             f"{sum(r['cell_expected'] for r in cells)} runs of the grid "
             f"done ({sum(r['settings_run'] for r in cells)} of "
@@ -90,7 +109,7 @@ COLUMNS = ['dataset', 'row', 'layers', 'selection', 'setting',
            'settings_run', 'settings', 'runs', 'expected', 'cell_runs',
            'cell_expected', 'complete', 'test_mean', 'test_std', 'val_mean',
            'paper_mean', 'paper_std', 'diff', 'diff_paper_stds', 'note',
-           'ties']
+           'ties', 'not_run']
 
 
 def _grids(spec: Spec) -> str:
@@ -209,6 +228,7 @@ def write_report(spec: Spec, records: List[Dict[str, Any]],
     name = set_name(spec.name, sets)
     out.mkdir(parents=True, exist_ok=True)
     scratch = out / f'.{name}.csv.new'
+    not_run(spec, records)
     write_records(scratch, records,
                   COLUMNS + interval_columns(spec, records))
     save_bytes(out / f'{name}.csv', scratch.read_bytes())
