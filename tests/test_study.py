@@ -473,7 +473,7 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
                     '+0.00], n=3) | not compared: layernorm partial (1 of '
                     '4 settings) |')
     assert lines[-3] == (
-        'In words: against pairnorm, contranorm beats at cora L=2; not '
+        'In words: against pairnorm, contranorm beats at cora L=2; is not '
         'distinguishable at cora L=4. Against layernorm, contranorm loses '
         'at cora L=2 (not compared yet, incomplete: cora L=4).')
     assert lines[-1].endswith('reads every compared cell as the interval '
@@ -686,3 +686,128 @@ def test_a_footnote_gives_gnorm_at_the_scales_the_authors_ran():
         '; gnorm at the same scales: 55.00 ± 0.00 at s = 1 (2 seeds); '
         '50.00 ± 0.00 at s = 0.2 (2 seeds) (seed by seed, with a '
         'permutation test: experiments/results/authors_vs_gnorm.md)')
+
+
+MY_NORM = '''import torch
+
+
+class HalfLN(torch.nn.Module):
+    def __init__(self, in_channels, alpha=0.5):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(in_channels)
+        self.alpha = alpha
+
+    def forward(self, x, batch=None, batch_size=None):
+        return self.alpha * self.ln(x) + (1 - self.alpha) * x
+'''
+
+MY_SPEC = '''# @package _global_
+split: random
+test_set: split
+select: best_val
+collapse_metrics: false
+train:
+  epochs: 2
+dataset:
+  num_nodes: 60
+table:
+  name: {name}
+  kind: {kind}
+  pairing: seed
+  min_seeds: 2
+  datasets: [csbm]
+  depths: [2]
+  seeds: [0, 1]
+  rows:
+    none: [norm=none]
+    mine: [norm=none, norm._target_=my_norm_{name}.HalfLN]
+  compare: {{rows: [mine], against: [none]}}
+'''
+
+
+def _my_study(folder, name, kind='depth', monkeypatch=None):
+    r"""A user's norm module and spec file :obj:`name` in :obj:`folder`
+    (the module on ``sys.path`` with :obj:`monkeypatch`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f'my_norm_{name}.py').write_text(MY_NORM)
+    path = folder / f'{name}.yaml'
+    path.write_text(MY_SPEC.format(name=name, kind=kind))
+    if monkeypatch is not None:
+        monkeypatch.syspath_prepend(str(folder))
+    return path
+
+
+def test_a_users_spec_and_norm_need_no_hydra_section(tmp_path, monkeypatch,
+                                                     capsys):
+    r"""A spec file of the user's, outside gnorm, with no ``hydra:``
+    section and a row whose norm class lives in the user's module:
+    trained, reported, and a rerun trains nothing."""
+    spec = _my_study(tmp_path, 'mine_depth', monkeypatch=monkeypatch)
+    assert study([str(spec), '--threads', '1']) == 0
+    runs = tmp_path / 'runs' / 'mine_depth'
+    folders = sorted(p.parent.name for p in runs.rglob('results.json'))
+    assert folders == [  # one folder per run, named after its overrides
+        f'dataset=csbm,layers=2,{norm},seed={seed},tag={tag}'
+        for norm, tag in (('norm._target_=my_norm_mine_depth.HalfLN,'
+                           'norm=none', 'mine'), ('norm=none', 'none'))
+        for seed in (0, 1)]
+    report = (tmp_path / 'results' / 'mine_depth.md').read_text()
+    assert '## Does mine beat none?' in report
+    assert '**2 of 2 cells complete**' in report
+    capsys.readouterr()
+    assert study([str(spec), '--dry-run']) == 0
+    assert '4 runs in 2 cells, 4 done, 0 to run' in capsys.readouterr().out
+
+
+def test_a_paired_study_of_node_runs(tmp_path, monkeypatch):
+    r"""Rows paired by seed on node classification: accuracies in %, the
+    recipe left to the runs' configs (no Graphormer words)."""
+    spec = _my_study(tmp_path, 'mine_paired', 'paired', monkeypatch)
+    spec.write_text(spec.read_text().replace(
+        '# @package _global_\n',
+        '# @package _global_\ndefaults:\n  - override /dataset: csbm\n'))
+    # Each run is a process of its own: it finds the user's module as the
+    # user's own command would, on PYTHONPATH.
+    import os
+    monkeypatch.setenv('PYTHONPATH', os.pathsep.join(
+        [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
+    assert study([str(spec), '--threads', '1']) == 0
+    report = (tmp_path / 'results' / 'mine_paired.md').read_text()
+    assert '## Against none, seed by seed' in report
+    assert "**Recipe** (from the runs' recorded configs): each run's " \
+        '`.hydra/config.yaml`' in report
+    assert 'Graphormer' not in report
+    with open(tmp_path / 'results' / 'mine_paired.csv') as f:
+        rows = {r['row']: r for r in csv.DictReader(f)}
+    runs = load_runs(tmp_path / 'runs' / 'mine_paired')
+    tests = sorted(100 * r['test_acc'] for r in runs
+                   if r['config']['tag'] == 'none')
+    assert float(rows['none']['test_mean']) == pytest.approx(
+        sum(tests) / 2, abs=1e-3)
+    assert rows['mine']['pairs'] == '2'
+
+
+@pytest.mark.parametrize('old,new,says', [
+    ('datasets: [csbm]', 'datasets: [pubmed]', "unknown dataset 'pubmed'"),
+    ('none: [norm=none]', 'none: []', "row 'none' needs a list of "
+     'key=value overrides'),
+    ('min_seeds: 2', 'grid: {none: {norm.scal: [1, 2]}}',
+     "row 'none': unknown key 'norm.scal'"),
+    ('.HalfLN]', '.Nope]', 'does not import (AttributeError'),
+    ('depths: [2]', 'depths: [0]', 'table.depths must be depths in layers '
+     '(integers >= 1), got 0'),
+    ('kind: depth', 'kind: sweep', 'table.kind must be one of depth, '
+     'paired'),
+    ('pairing: seed', 'pairing: split', 'table.pairing must be one of seed,'
+     ' none'),
+])
+def test_a_bad_spec_is_one_line_before_anything_trains(tmp_path, capsys,
+                                                       monkeypatch, old,
+                                                       new, says):
+    spec = _my_study(tmp_path, 'bad', monkeypatch=monkeypatch)
+    spec.write_text(spec.read_text().replace(old, new))
+    assert study([str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: ') and err.count('\n') == 1, err
+    assert says in err, err
+    assert not (tmp_path / 'runs').exists()

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from gnorm.errors import GnormError
-from gnorm.study.spec import (SpecError, Spec, _datasets, _experiments,
-                              check_sets, config_sets, load_spec, set_name)
+from gnorm.study.spec import (SpecError, Spec, _datasets, check_sets,
+                              config_sets, load_spec, set_name, studies)
 
 SCRATCH = Path('outputs') / 'study'
 
@@ -77,14 +77,6 @@ def parser() -> argparse.ArgumentParser:
 def _launchers() -> List[str]:
     from gnorm.train.arguments import launchers
     return launchers()
-
-
-def studies() -> List[str]:
-    r"""gnorm's experiments that are studies (have a ``table:``)."""
-    from gnorm.train import CONF_DIR
-    return [name for name in _experiments()
-            if '\ntable:' in (CONF_DIR / 'experiment' /
-                              f'{name}.yaml').read_text()]
 
 
 def check_selection(spec: Spec, args: argparse.Namespace) -> None:

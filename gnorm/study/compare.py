@@ -10,6 +10,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from gnorm.study.stats import VERDICTS, Interval, compare, spread_verdict
 
 NOT_COMPARED = 'not compared'
+# A verdict as the in-words paragraph says it of a row.
+SAID = {'beats': 'beats', 'loses': 'loses',
+        'not distinguishable': 'is not distinguishable'}
 Key = Tuple[str, str, int]
 
 
@@ -164,7 +167,7 @@ def in_words(row: str, verdicts: Dict[str, Dict[str, List[str]]]) -> str:
     distinguishable from it, and which cells are not compared yet."""
     parts = []
     for other, found in verdicts.items():
-        said = [f"{verdict} at {', '.join(found[verdict])}"
+        said = [f"{SAID[verdict]} at {', '.join(found[verdict])}"
                 for verdict in VERDICTS if found.get(verdict)]
         left = found.get(NOT_COMPARED, [])
         parts.append(f"against {other}, {row} "

@@ -8,13 +8,15 @@ paper's difference (``table.paper``: row -> value) lies. A reading needs
 ``table.min_seeds`` paired seeds (default 5)."""
 from typing import Any, Dict, List, Optional, Sequence
 
-from gnorm.results import mean_std, plural, value
+from gnorm.results import UNITS, mean_std, metric_name, plural, value
 from gnorm.study.compare import signed
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
 from gnorm.study.stats import paired_interval, placed, verdict
 
 MIN_SEEDS = 5
+# Metrics whose lower values are the better ones.
+LOWER_IS_BETTER = ('mae', 'loss')
 
 
 def label(spec: Spec, row: str) -> str:
@@ -31,19 +33,51 @@ def min_seeds(spec: Spec) -> int:
     return int(spec.table.get('min_seeds', MIN_SEEDS))
 
 
-def by_seed(runs: Sequence[Dict[str, Any]], key: str) -> Dict[int, float]:
-    r"""The field :obj:`key` (``test_metric``, ``val_metric``) of each run
-    in %, by the run's ``seed`` (runs that do not record one are left
-    out)."""
-    return {value(r, 'seed'): 100 * r[key] for r in runs
+def field(run: Dict[str, Any], split: str) -> str:
+    r"""The field of :obj:`run`'s metric on :obj:`split`: a graph run's
+    ``<split>_metric``, a node run's ``<split>_acc``."""
+    return f'{split}_metric' if f'{split}_metric' in run else f'{split}_acc'
+
+
+def _kind(run: Dict[str, Any]) -> str:
+    return (metric_name(run) or 'metric') if 'test_metric' in run else 'acc'
+
+
+def factor(run: Dict[str, Any]) -> float:
+    r"""What :obj:`run`'s metric is multiplied by in the report: 100 for
+    accuracies and ROC-AUC (shown in %), 1 for an MAE."""
+    return UNITS.get(_kind(run), UNITS['metric'])[2]
+
+
+def score(run: Dict[str, Any], split: str) -> float:
+    r""":obj:`run`'s metric on :obj:`split` as the report shows it."""
+    return factor(run) * run[field(run, split)]
+
+
+def higher_is_better(spec: Spec, runs: Sequence[Dict[str, Any]]) -> bool:
+    r"""``table.higher_is_better``, else from the runs' metric: an error
+    (MAE, a loss) is better lower, an accuracy or ROC-AUC higher."""
+    if 'higher_is_better' in spec.table:
+        return bool(spec.table['higher_is_better'])
+    return not any(_kind(r) in LOWER_IS_BETTER for r in runs)
+
+
+def by_seed(runs: Sequence[Dict[str, Any]], split: str) -> Dict[int, float]:
+    r"""Each run's metric on :obj:`split` (:func:`score`) by the run's
+    ``seed`` (runs that do not record one are left out)."""
+    return {value(r, 'seed'): score(r, split) for r in runs
             if value(r, 'seed') is not None}
 
 
-def reading(lo: Optional[float], hi: Optional[float], base: str) -> str:
-    r"""An interval of a difference to :obj:`base` in words."""
+def reading(lo: Optional[float], hi: Optional[float], base: str,
+            higher: bool = True) -> str:
+    r"""An interval of a difference to :obj:`base` in words; above 0 is
+    better when :obj:`higher` is (else below 0)."""
+    said = verdict(lo, hi) if higher else verdict(
+        None if hi is None else -hi, None if lo is None else -lo)
     return {None: 'no interval', 'beats': f'better than {base}',
             'loses': f'worse than {base}'}.get(
-        verdict(lo, hi), f'not distinguishable from {base} at this recipe')
+        said, f'not distinguishable from {base} at this recipe')
 
 
 def interval(mean: Optional[float], lo: Optional[float],
@@ -65,14 +99,14 @@ def row_record(spec: Spec, runs: List[Dict[str, Any]],
     r"""A row's finished runs, summarised (see :func:`summarise`)."""
     ok = [r for r in runs if value(r, 'tag') == row
           and r.get('status') == 'ok']
-    test, test_std = mean_std([100 * r['test_metric'] for r in ok])
-    val, val_std = mean_std([100 * r['val_metric'] for r in ok])
+    test, test_std = mean_std([score(r, 'test') for r in ok])
+    val, val_std = mean_std([score(r, 'val') for r in ok])
     return dict(
         row=row, label=label(spec, row), runs=len(ok),
         expected=len(row_seeds(spec, row)),
         enough=len(ok) >= min_seeds(spec), test_mean=test,
         test_std=test_std, val_mean=val, val_std=val_std,
-        seeds=sorted(by_seed(ok, 'test_metric')),
+        seeds=sorted(by_seed(ok, 'test')),
         epochs=sorted({_last(r) for r in ok}),
         best_epochs=sorted(r['selected_epoch'] for r in ok),
         best_before_last=sum(r['selected_epoch'] < _last(r) for r in ok),
@@ -86,11 +120,8 @@ def against(spec: Spec, record: Dict[str, Any],
     validation), their mean and t interval, the paper's difference and
     the reading."""
     for key in ('test', 'val'):
-        found = paired_interval(
-            by_seed(base['runs_list'], f'{key}_metric'),
-            by_seed(record['runs_list'], f'{key}_metric'), spec.level)
-        a, b = (by_seed(x['runs_list'], f'{key}_metric')
-                for x in (base, record))
+        a, b = (by_seed(x['runs_list'], key) for x in (base, record))
+        found = paired_interval(a, b, spec.level)
         record.update({
             f'{key}_diffs': [round(b[s] - a[s], 4) for s in found.seeds],
             f'{key}_diff': found.diff, f'{key}_lo': found.lo,
@@ -99,8 +130,10 @@ def against(spec: Spec, record: Dict[str, Any],
     record['pairs'] = len(record['paired_seeds'])
     record['paper_diff'] = (None if None in (record['paper'], base['paper'])
                             else record['paper'] - base['paper'])
+    higher = higher_is_better(spec, base['runs_list'] + record['runs_list'])
+    record['higher'] = higher
     record['verdict'] = (reading(record['test_lo'], record['test_hi'],
-                                 short(base))
+                                 short(base), higher)
                          if record['pairs'] >= min_seeds(spec)
                          else 'not enough seeds to decide')
     record['paper_place'] = (
@@ -129,7 +162,7 @@ def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
     n, lo, hi = record['pairs'], record['test_lo'], record['test_hi']
     head = (f"**{short(record)}** − {base}, test {metric(spec)}: "
             f"{interval(record['test_diff'], lo, hi, n)}")
-    said = reading(lo, hi, base)
+    said = reading(lo, hi, base, record.get('higher', True))
     need = min_seeds(spec)
     if n < need:
         text = (f"{head}: not enough seeds to decide "

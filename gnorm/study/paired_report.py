@@ -111,11 +111,20 @@ def row_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         *[_row_line(r) for r in records]]
 
 
+def _graph(cfg, ok: List[Dict[str, Any]]) -> bool:
+    r"""Whether the study's runs are graph-level runs (their recipe has
+    words of its own)."""
+    if ok:
+        return all(run.get('task') == 'graph' for run in ok)
+    return cfg.dataset.get('task', 'node') == 'graph'
+
+
 def recipe_section(spec: Spec, cfg, ok: List[Dict[str, Any]]) -> List[str]:
     r"""The recipe and data section."""
+    said = (recipes(ok, cfg) if _graph(cfg, ok) else
+            "each run's `.hydra/config.yaml` in the runs folder")
     lines = ['## Recipe and data', '',
-             f"**Recipe** (from the runs' recorded configs): "
-             f"{recipes(ok, cfg)}."
+             f"**Recipe** (from the runs' recorded configs): {said}."
              + (f" {spec.table['recipe_note']}"
                 if spec.table.get('recipe_note') else '')]
     if spec.table.get('published'):

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from gnorm.results import plural
 from gnorm.study.compare import partial, shown
+from gnorm.study.paired import factor, field, score
 
 
 def save_bytes(path: Path, data: bytes) -> None:
@@ -241,8 +242,9 @@ def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
     band from the seeds' minimum to their maximum."""
     per_epoch: Dict[int, List[float]] = {}
     for run in record['runs_list']:
-        for e, v in zip(run['curve']['epoch'], run['curve']['val_metric']):
-            per_epoch.setdefault(e, []).append(100 * v)
+        scale, key = factor(run), field(run, 'val')
+        for e, v in zip(run['curve']['epoch'], run['curve'][key]):
+            per_epoch.setdefault(e, []).append(scale * v)
     if not per_epoch:
         return
     epochs = sorted(per_epoch)
@@ -260,7 +262,7 @@ def _plot_seeds(ax, records: List[Dict[str, Any]], title: str,
     r"""Validation metric of runs of one epoch: a dot per seed, the mean ±
     std over seeds beside them, a column per row."""
     for k, r in enumerate(records):
-        values = [100 * run['val_metric'] for run in r['runs_list']]
+        values = [score(run, 'val') for run in r['runs_list']]
         ax.plot([k - 0.08] * len(values), values, 'o', color=f'C{k}',
                 alpha=0.6, ms=5)
         if values:

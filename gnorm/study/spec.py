@@ -30,6 +30,13 @@ REPO = CONF_DIR.parent
 AXES = ('experiment', 'dataset', 'layers', 'seed', 'tag')
 
 
+# A depth study's run folders: <runs>/<overrides but NOT_RESULT_KEYS>.
+RUN_FOLDERS = [
+    'hydra.sweep.subdir=${hydra.job.override_dirname}',
+    'hydra.job.config.override_dirname.exclude_keys='
+    '${gnorm.not_result_keys:experiment}']
+
+
 class SpecError(ConfigError):
     r"""A bad spec or command line: one line, exit status 2."""
 
@@ -65,10 +72,15 @@ class Spec:
         return self.folder is None
 
     def overrides(self) -> List[str]:
-        r"""The overrides that pick this spec's experiment."""
+        r"""The overrides that pick this spec's experiment; for a depth
+        study also its run folders, one per run named after its overrides
+        without the keys that change no result (what gnorm's studies say
+        in their ``hydra:`` section, so that a user's spec need not)."""
         found = [f'experiment={self.experiment}']
         if self.folder is not None:
             found.append(f'hydra.searchpath=[file://{self.folder}]')
+        if self.kind == 'depth':
+            found += RUN_FOLDERS
         return found
 
     def home(self) -> Path:
@@ -126,6 +138,13 @@ def _experiments() -> List[str]:
     return sorted(p.stem for p in (CONF_DIR / 'experiment').glob('*.yaml'))
 
 
+def studies() -> List[str]:
+    r"""gnorm's experiments that are studies (have a ``table:``)."""
+    return [name for name in _experiments()
+            if '\ntable:' in (CONF_DIR / 'experiment' /
+                              f'{name}.yaml').read_text()]
+
+
 def locate(ref: str) -> tuple:
     r"""(experiment, source file, search-path folder or :obj:`None`) of
     :obj:`ref`: a YAML file, or the name of one of gnorm's experiments."""
@@ -140,9 +159,9 @@ def locate(ref: str) -> tuple:
             raise SpecError(f"{ref}: gnorm has an experiment named "
                             f"{path.stem!r}; rename the file")
         return path.stem, path.resolve(), hydra_folder(path)
-    if ref not in _experiments():
+    if ref not in studies():
         raise SpecError(f'unknown study {ref!r}: pass a spec file '
-                        f'(.yaml) or one of {", ".join(_experiments())}')
+                        f'(.yaml) or one of {", ".join(studies())}')
     return ref, CONF_DIR / 'experiment' / f'{ref}.yaml', None
 
 
@@ -150,7 +169,6 @@ def compose(overrides: Sequence[str], hydra: bool = False):
     r"""The config ``train`` composed with :obj:`overrides` (with Hydra's
     own node when :obj:`hydra`)."""
     from hydra import compose as hydra_compose, initialize_config_dir
-    import gnorm.train  # noqa: F401  (registers gnorm's resolvers)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):
         return hydra_compose('train', overrides=list(overrides),
                              return_hydra_config=hydra)
