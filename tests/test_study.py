@@ -811,3 +811,37 @@ def test_a_bad_spec_is_one_line_before_anything_trains(tmp_path, capsys,
     assert err.startswith('error: ') and err.count('\n') == 1, err
     assert says in err, err
     assert not (tmp_path / 'runs').exists()
+
+
+@pytest.mark.parametrize('launcher', ['processes', 'submitit_local'])
+def test_a_study_hands_its_cells_to_a_hydra_launcher(tmp_path, launcher,
+                                                     capsys, monkeypatch):
+    r"""``--launcher``: each cell a ``python -m gnorm.train -m`` multirun
+    on a local Hydra launcher (joblib processes, submitit's local
+    executor); the same runs and folders as training here, and a rerun
+    trains nothing."""
+    import os
+    spec = _my_study(tmp_path, f'launched_{launcher}', monkeypatch=monkeypatch)
+    monkeypatch.setenv('PYTHONPATH', os.pathsep.join(
+        [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
+    assert study([str(spec), '--launcher', launcher, '--threads', '1']) == 0
+    runs = tmp_path / 'runs' / f'launched_{launcher}'
+    assert len(list(runs.glob('*/results.json'))) == 4
+    report = (tmp_path / 'results' / f'launched_{launcher}.md').read_text()
+    assert '**2 of 2 cells complete**' in report
+    capsys.readouterr()
+    assert study([str(spec), '--launcher', launcher, '--dry-run']) == 0
+    assert '4 runs in 2 cells, 4 done, 0 to run' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('name', ['table3_paper', 'table3_fair',
+                                  'sepnorm_molhiv_cpu',
+                                  'sepnorm_molhiv_cpu_long'])
+def test_committed_reports_regenerate_byte_identically(tmp_path, name):
+    r"""``python -m gnorm.study <name> --report-only`` writes the
+    committed report's files, byte for byte, from the committed runs."""
+    spec = load_spec(name)
+    assert study([name, '--report-only', '--out', str(tmp_path)]) == 0
+    for path in sorted(tmp_path.iterdir()):
+        assert path.read_bytes() == (spec.out_dir() / path.name
+                                     ).read_bytes(), path.name
