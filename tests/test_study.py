@@ -22,7 +22,7 @@ from gnorm.study.depth_report import TIE_RULE, _cell as cell_text, completeness
 from gnorm.study.inputs import read_authors, read_notes, with_authors_runs
 from gnorm.study.select import summarise
 from gnorm.study.spec import Spec, load_spec, settings as spec_settings
-from conftest import compose_train
+from conftest import USER_NORM, compose_train
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
@@ -688,19 +688,6 @@ def test_a_footnote_gives_gnorm_at_the_scales_the_authors_ran():
         'permutation test: experiments/results/authors_vs_gnorm.md)')
 
 
-MY_NORM = '''import torch
-
-
-class HalfLN(torch.nn.Module):
-    def __init__(self, in_channels, alpha=0.5):
-        super().__init__()
-        self.ln = torch.nn.LayerNorm(in_channels)
-        self.alpha = alpha
-
-    def forward(self, x, batch=None, batch_size=None):
-        return self.alpha * self.ln(x) + (1 - self.alpha) * x
-'''
-
 MY_SPEC = '''# @package _global_
 split: random
 test_set: split
@@ -729,7 +716,7 @@ def _my_study(folder, name, kind='depth', monkeypatch=None):
     r"""A user's norm module and spec file :obj:`name` in :obj:`folder`
     (the module on ``sys.path`` with :obj:`monkeypatch`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f'my_norm_{name}.py').write_text(MY_NORM)
+    (folder / f'my_norm_{name}.py').write_text(USER_NORM)
     path = folder / f'{name}.yaml'
     path.write_text(MY_SPEC.format(name=name, kind=kind))
     if monkeypatch is not None:
