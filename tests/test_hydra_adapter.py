@@ -28,3 +28,13 @@ def test_jobs_are_every_combination_in_hydras_order():
     # A key given twice: the last value, at the place of the first.
     assert job_overrides(None, None, ['layers=2', 'seed=0', 'layers=3,4']
                          ) == [['layers=3', 'seed=0'], ['layers=4', 'seed=0']]
+
+
+def test_a_jobs_folder_is_named_by_its_overrides_as_hydra_names_it():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from gnorm.train.hydra_adapter import override_dirname
+    parsed = OverridesParser.create().parse_overrides(
+        ['seed=1', 'norm=pairnorm', 'threads=2', 'experiment=table3_fair',
+         'norm.scale=0.5'])
+    assert override_dirname(parsed, ['threads', 'experiment'], ',', '=') == \
+        'norm.scale=0.5,norm=pairnorm,seed=1'

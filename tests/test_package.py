@@ -161,7 +161,12 @@ TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'collapse',
                 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it.
 PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
-                  'metrics', 'data', 'models', 'monitor', 'train', 'results')
+                  'metrics', 'data', 'models', 'monitor', 'train', 'results',
+                  'study')
+# gnorm.study's modules, each importing only those before it.
+STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'select', 'inputs',
+                'compare', 'paired', 'plot', 'recipe', 'depth_report',
+                'paired_report', 'engine', 'cli')
 # Modules that are one layer split in two files: gnorm.metrics re-exports
 # the pairwise metrics of gnorm.metrics_pairs, which use its helpers;
 # gnorm.monitor draws its plots with gnorm.monitor_plot and measures the
@@ -205,6 +210,15 @@ def test_imports_run_one_way():
             other = _part(module, 'gnorm.train.')
             if other in TRAIN_LAYERS:
                 assert TRAIN_LAYERS.index(other) < TRAIN_LAYERS.index(name), \
+                    (name, module)
+    study = gnorm / 'study'
+    assert {p.stem for p in study.glob('*.py')} == {
+        *STUDY_LAYERS, '__init__', '__main__'}
+    for name in STUDY_LAYERS:
+        for module in _imports(study / f'{name}.py'):
+            other = _part(module, 'gnorm.study.')
+            if other in STUDY_LAYERS:
+                assert STUDY_LAYERS.index(other) < STUDY_LAYERS.index(name), \
                     (name, module)
     plugin = REPO / 'hydra_plugins' / 'gnorm_sweeper' / 'gnorm_sweeper.py'
     assert {m for m in _imports(plugin) if m.startswith('gnorm')} == {

@@ -37,7 +37,7 @@ def _molhiv_run(folder, row, seed, val, test=None, curve=None):
     best = curve.index(max(curve)) + 1
     folder.mkdir(parents=True)
     (folder / 'results.json').write_text(json.dumps({
-        'status': 'ok', 'tag': row,
+        'status': 'ok', 'tag': row, 'metric': 'rocauc',
         'test_metric': val - 0.01 if test is None else test,
         'val_metric': max(curve), 'selected_epoch': best,
         'curve': {'epoch': list(range(1, len(curve) + 1)),
@@ -82,7 +82,7 @@ def _finished_run_of(folder, experiment, row, seed, *sets):
                    f'seed={seed}', 'resume=true', *sets])
     folder.mkdir(parents=True)
     (folder / 'results.json').write_text(json.dumps({
-        'status': 'ok', 'tag': row, 'test_metric': 0.6, 'val_metric': 0.6,
+        'status': 'ok', 'tag': row, 'metric': 'rocauc', 'test_metric': 0.6, 'val_metric': 0.6,
         'selected_epoch': 1, 'curve': {'epoch': [1], 'val_metric': [0.6]},
         'runtime_s': 1.0, 'device': 'cpu',
         'config': OmegaConf.to_container(cfg, resolve=True)}))

@@ -105,10 +105,8 @@ class Composer:
 
     def jobs(self, overrides: Sequence[str]) -> List[List[str]]:
         r"""The job overrides of the multirun over :obj:`overrides`."""
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        parsed = self.parser.parse_overrides(list(overrides))
-        return [job for chunk in BasicSweeper.split_arguments(parsed, None)
-                for job in chunk]
+        from gnorm.train.hydra_adapter import job_overrides
+        return job_overrides(None, None, overrides)
 
     def _parse(self, job: List[str]) -> list:
         for item in job:
@@ -134,8 +132,8 @@ class Composer:
     def run(self, job: List[str], runs_dir: Path) -> Dict[str, Any]:
         r"""One job: ``dir``, ``info`` (for ``results.json``), ``key``
         (:func:`run_key`) and what :meth:`config` needs."""
-        from hydra._internal.config_loader_impl import get_overrides_dirname
         from omegaconf import OmegaConf, open_dict
+        from gnorm.train.hydra_adapter import override_dirname
         parsed = self._parse(job)
         fixed = tuple(o.input_line for o in parsed
                       if o.get_key_element() not in self.varying)
@@ -163,9 +161,8 @@ class Composer:
             ('hydra.', 'hydra/'))]
         naming = full.hydra.job.config.override_dirname
         with open_dict(full.hydra.job):
-            full.hydra.job.override_dirname = get_overrides_dirname(
-                own, list(naming.exclude_keys), naming.item_sep,
-                naming.kv_sep)
+            full.hydra.job.override_dirname = override_dirname(
+                own, naming.exclude_keys, naming.item_sep, naming.kv_sep)
         return dict(fixed=fixed, values=values,
                     dir=runs_dir / str(full.hydra.sweep.subdir),
                     info={'choices': dict(choices),

@@ -115,7 +115,7 @@ def _graph(cfg, ok: List[Dict[str, Any]]) -> bool:
     r"""Whether the study's runs are graph-level runs (their recipe has
     words of its own)."""
     if ok:
-        return all(run.get('task') == 'graph' for run in ok)
+        return all('test_metric' in run for run in ok)
     return cfg.dataset.get('task', 'node') == 'graph'
 
 

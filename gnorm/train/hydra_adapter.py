@@ -2,7 +2,10 @@ r"""The one place where gnorm uses Hydra's internals: how Hydra's basic
 sweeper expands the overrides of ``-m`` into jobs
 (``BasicSweeper.split_arguments``, in ``hydra._internal``), which
 :class:`gnorm.train.sweep.BatchedSweeper` reuses so that a sweep means
-what it means with Hydra's own sweeper. An upgrade of Hydra may change it
+what it means with Hydra's own sweeper, and how Hydra names a job's
+folder after its overrides (``get_overrides_dirname``), which
+:mod:`gnorm.study` reuses to find a study's runs where ``python -m
+gnorm.train -m`` writes them. An upgrade of Hydra may change it
 without notice; ``tests/test_hydra_adapter.py`` checks what gnorm relies
 on and fails if it changes.
 
@@ -12,11 +15,12 @@ which would put a new class in place of the one a subclass extends.
 """
 from typing import Dict, List, Optional, Sequence
 
+from hydra._internal.config_loader_impl import get_overrides_dirname
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-__all__ = ['job_overrides']
+__all__ = ['job_overrides', 'override_dirname']
 
 
 def job_overrides(config_loader: Optional[ConfigLoader],
@@ -31,3 +35,13 @@ def job_overrides(config_loader: Optional[ConfigLoader],
         [f'{k}={v}' for k, v in (params or {}).items()] + list(arguments))
     return [job for chunk in BasicSweeper.split_arguments(overrides, None)
             for job in chunk]
+
+
+def override_dirname(overrides: Sequence, exclude_keys: Sequence[str],
+                     item_sep: str, kv_sep: str) -> str:
+    r"""``hydra.job.override_dirname`` of a job with the parsed
+    :obj:`overrides` (its own, not Hydra's), as Hydra computes it: the
+    overrides but :obj:`exclude_keys`, sorted, joined by :obj:`item_sep`,
+    key and value by :obj:`kv_sep`."""
+    return get_overrides_dirname(list(overrides), list(exclude_keys),
+                                 item_sep, kv_sep)
