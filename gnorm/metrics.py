@@ -337,6 +337,27 @@ def _subsample(batch: Tensor, size: int, max_samples: int,
     return torch.cat(keep)
 
 
+def _uniformity_of(dense: Tensor, mask: Tensor) -> Tensor:
+    r"""The :func:`uniformity` :obj:`[b]` of the unit rows :obj:`dense`
+    :obj:`[b, N, d]` of :obj:`b` graphs, those of :obj:`mask` :obj:`[b, N]`
+    valid (:obj:`nan` for fewer than two)."""
+    num = dense.size(1)
+    sq_norm = dense.pow(2).sum(dim=-1)  # [b, N]
+    # Squared distances between rows of one graph: [b, N, N]
+    sq_dist = sq_norm.unsqueeze(-1) + sq_norm.unsqueeze(-2) - \
+        2 * dense @ dense.transpose(1, 2)
+    logits = -2 * sq_dist.clamp(min=0)
+    upper = torch.ones(num, num, dtype=torch.bool,
+                       device=dense.device).triu(1)
+    pair = upper & mask.unsqueeze(-1) & mask.unsqueeze(-2)  # [b, N, N]
+    logits = logits.masked_fill(~pair, float('-inf'))
+    log_sum = torch.logsumexp(logits.flatten(1), dim=-1)  # [b]
+    n = mask.sum(dim=-1).to(dense.dtype)  # [b]
+    log_pairs = torch.log((n * (n - 1) / 2).clamp(min=1))
+    return torch.where(n > 1, log_sum - log_pairs,
+                       torch.full_like(log_sum, float('nan')))
+
+
 def uniformity(x: Tensor, batch: Optional[Tensor] = None,
                batch_size: Optional[int] = None, max_samples: int = 2048,
                generator: Optional[torch.Generator] = None) -> Tensor:
@@ -392,25 +413,10 @@ def uniformity(x: Tensor, batch: Optional[Tensor] = None,
 
     u = _unit_rows(x)
     dense, mask = to_dense_batch(u, batch_vec, batch_size=size)  # [B, N, d]
-    num = dense.size(1)
-    sq_norm = dense.pow(2).sum(dim=-1)  # [B, N]
-    upper = torch.ones(num, num, dtype=torch.bool, device=x.device).triu(1)
-    chunk = max(1, _PAIR_CHUNK // max(1, num * num))
-    log_sums = []
-    for start in range(0, size, chunk):
-        d, m, s = (t[start:start + chunk] for t in (dense, mask, sq_norm))
-        # Squared distances between rows of one graph: [b, N, N]
-        sq_dist = s.unsqueeze(-1) + s.unsqueeze(-2) - 2 * d @ d.transpose(1, 2)
-        logits = -2 * sq_dist.clamp(min=0)
-        pair = upper & m.unsqueeze(-1) & m.unsqueeze(-2)  # [b, N, N]
-        logits = logits.masked_fill(~pair, float('-inf'))
-        log_sums.append(torch.logsumexp(logits.flatten(1), dim=-1))  # [b]
-    log_sum = torch.cat(log_sums)  # [B]
-
-    n = mask.sum(dim=-1).to(x.dtype)  # [B]
-    log_pairs = torch.log((n * (n - 1) / 2).clamp(min=1))
-    out = torch.where(n > 1, log_sum - log_pairs,
-                      torch.full_like(log_sum, float('nan')))
+    chunk = max(1, _PAIR_CHUNK // max(1, dense.size(1) ** 2))
+    out = torch.cat([_uniformity_of(dense[start:start + chunk],
+                                    mask[start:start + chunk])
+                     for start in range(0, size, chunk)])  # [B]
     return _finish(out, batch)
 
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from gnorm.metrics import (_check_batch, _check_edge_index, _check_samples,
                            _check_x, _finish, _sorted, _subsample,
-                           _unit_rows)
+                           _uniformity_of, _unit_rows)
 
 # Largest number of entries of one [num_edges, sources] block of the search.
 _SEARCH_CHUNK = 1 << 24
@@ -86,7 +86,7 @@ def draw_pairs(num_nodes: int, batch: Tensor, size: int, max_samples: int,
     :obj:`graph_nodes` nodes (default: :obj:`num_nodes`; more when the
     candidates are its first rows, the seed nodes of a sampled
     subgraph). Reads values to the host; what it returns lets
-    :func:`cosine_distances` and :func:`mad_of` run without."""
+    :func:`mads` and :func:`uniformities` run without."""
     device = batch.device
     order = torch.arange(num_nodes, device=device)
     order, sorted_batch = _sorted(order.unsqueeze(-1), batch)
@@ -144,6 +144,27 @@ def pair_masks(pairs: Pairs,
     return torch.stack([pair_mask(pairs, h) for h in hops], -2).to(dtype)
 
 
+def _drawn_rows(x: Tensor, pairs: Pairs) -> Tensor:
+    r"""The drawn rows of :obj:`x` :obj:`[..., num_nodes, d]` scaled to
+    unit norm, graph by graph, zero-padded :obj:`[n * B, S, d]` (:obj:`n`
+    the outputs of the leading dimensions)."""
+    B, S = pairs.valid.shape
+    u = _unit_rows(x.index_select(-2, pairs.index))  # [..., kept, d]
+    lead, d = u.shape[:-2], u.size(-1)
+    dense = u.new_zeros(*lead, B * S, d).index_copy(-2, pairs.pos, u)
+    return dense.view(math.prod(lead) * B, S, d)
+
+
+def uniformities(x: Tensor, pairs: Pairs) -> Tensor:
+    r""":func:`gnorm.metrics.uniformity` :obj:`[..., B]` of the drawn
+    rows of :obj:`x` :obj:`[..., num_nodes, d]` of each graph, without
+    reading a value to the host."""
+    B, S = pairs.valid.shape
+    lead = x.shape[:-2]
+    mask = pairs.valid.expand(*lead, B, S).reshape(math.prod(lead) * B, S)
+    return _uniformity_of(_drawn_rows(x, pairs), mask).view(*lead, B)
+
+
 def mads(x: Tensor, pairs: Pairs, masks: Tensor) -> Tensor:
     r"""MAD :obj:`[..., B, K]` of the drawn rows of :obj:`x`
     :obj:`[..., num_nodes, d]` of each graph over the pairs of each of the
@@ -152,11 +173,9 @@ def mads(x: Tensor, pairs: Pairs, masks: Tensor) -> Tensor:
     paper leaves zero distances out), then each mask's sums and counts
     per row as one matrix product."""
     B, S = pairs.valid.shape
-    u = _unit_rows(x.index_select(-2, pairs.index))  # [..., kept, d]
-    lead, d = u.shape[:-2], u.size(-1)
+    lead = x.shape[:-2]
     n = math.prod(lead)  # outputs measured at once
-    dense = u.new_zeros(*lead, B * S, d).index_copy(-2, pairs.pos, u)
-    dense = dense.view(n * B, S, d)
+    dense = _drawn_rows(x, pairs)  # [n * B, S, d]
     stats = dense.new_empty(2, n * B, S, S)  # distances, counted
     dist = torch.bmm(dense, dense.mT, out=stats[0])  # cosine similarity
     dist.neg_().add_(1)  # the distance

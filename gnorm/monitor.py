@@ -23,12 +23,12 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from gnorm.monitor_measure import (EDGE_METRICS, METRICS, Prepared, measure,
-                                   need_edges)
+from gnorm.monitor_measure import (EDGE_METRICS, METRICS, OPTIONAL_METRICS,
+                                   Prepared, measure, need_edges)
 from gnorm.monitor_plot import plot_records
 
-__all__ = ['CollapseMonitor', 'find_layers', 'METRICS', 'EDGE_METRICS',
-           'COLUMNS', 'RUN_COLUMNS', 'SCALED']
+__all__ = ['CollapseMonitor', 'find_layers', 'METRICS', 'OPTIONAL_METRICS',
+           'EDGE_METRICS', 'COLUMNS', 'RUN_COLUMNS', 'SCALED']
 
 COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
 # The columns of the records of a model of stacked runs (DeepGCN's runs=R).
@@ -111,7 +111,8 @@ class CollapseMonitor:
     :class:`~torch_geometric.nn.conv.GATConv` with
     :obj:`return_attention_weights=True`) is measured on its first element.
 
-    Metrics (:obj:`metrics`, all by default), each of the hooked output
+    Metrics (:obj:`metrics`, those of :obj:`METRICS` by default; add
+    :obj:`OPTIONAL_METRICS` by name), each of the hooked output
     :math:`\mathbf{H}` of every graph, then averaged over the graphs with
     nodes, leaving out undefined (:obj:`nan`) values, such as MADGap of a
     graph without remote pairs (the count of graphs is recorded,
@@ -129,24 +130,29 @@ class CollapseMonitor:
     * :obj:`mad`, :obj:`mad_gap`: :func:`gnorm.metrics.mad` of all pairs
       and :func:`gnorm.metrics.mad_gap` (Chen et al., 2020) of at most
       :obj:`max_samples` nodes per graph, drawn with a generator seeded by
-      :obj:`seed`, the same nodes at every step.
+      :obj:`seed`, the same nodes at every step;
+    * :obj:`uniformity` (not recorded by default):
+      :func:`gnorm.metrics.uniformity` (SepNorm Eq. 4) of at most
+      :obj:`max_samples` nodes per graph, drawn as MAD's; of a
+      :class:`~gnorm.models.Graphormer` layer, of each graph's node
+      tokens (its graph token left out).
 
     With :obj:`num_seed_nodes` (a
     :class:`~torch_geometric.loader.NeighborLoader` batch's
     :obj:`batch_size`), the node metrics (effective rank, cosine
-    similarity, variance, MAD, MADGap) see the seed nodes, the first rows;
-    the Dirichlet energies all nodes and edges of the sampled subgraph, and
-    MADGap the seeds' hop distances in it.
+    similarity, variance, MAD, MADGap, uniformity) see the seed nodes,
+    the first rows; the Dirichlet energies all nodes and edges of the
+    sampled subgraph, and MADGap the seeds' hop distances in it.
 
     Args:
         model (torch.nn.Module): The model to watch.
         layers (str or list, optional): :obj:`"auto"`, or module names and
             types. (default: :obj:`"auto"`)
-        metrics (sequence of str, optional): Which of :obj:`METRICS` to
-            record. (default: all)
+        metrics (sequence of str, optional): Which of :obj:`METRICS` and
+            :obj:`OPTIONAL_METRICS` to record. (default: :obj:`METRICS`)
         max_samples (int, optional): Nodes per graph above which the
-            pairwise metrics (MAD, MADGap) subsample: their cost grows with
-            its square, and 256 nodes give 32,640 pairs.
+            pairwise metrics (MAD, MADGap, uniformity) subsample: their
+            cost grows with its square, and 256 nodes give 32,640 pairs.
             (default: :obj:`256`)
         seed (int, optional): Seed of the subsampling. (default: :obj:`0`)
         neighbor_hops (int, optional): MADGap's neighbour pairs are at most
@@ -177,11 +183,12 @@ class CollapseMonitor:
         if nonfinite not in ('raise', 'nan'):
             raise ValueError(f"CollapseMonitor expects nonfinite='raise' or "
                              f"'nan' (got {nonfinite!r})")
-        bad = [m for m in metrics if m not in METRICS]
+        known = METRICS + OPTIONAL_METRICS
+        bad = [m for m in metrics if m not in known]
         if bad or not metrics:
             raise ValueError(f"CollapseMonitor got metric "
                              f"{bad[0] if bad else None!r}; pass some of "
-                             f"{', '.join(METRICS)}")
+                             f"{', '.join(known)}")
         if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
                 or max_samples < 2:
             raise ValueError(f"CollapseMonitor expects an integer "
@@ -284,7 +291,8 @@ class CollapseMonitor:
                    for t in inputs])
         found = self._cache.get(kind)
         if found is None or found.ident != ident:
-            found = Prepared(self, x.size(-2), *inputs, x.device)
+            found = Prepared(self, x.size(-2), *inputs, x.device,
+                             graph_tokens=kind == 'tokens')
             # The entry holds the inputs, so their ids stay theirs.
             found.ident, found.inputs = ident, inputs
             self._cache[kind] = found

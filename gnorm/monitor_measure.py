@@ -11,11 +11,15 @@ from torch import Tensor
 
 from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
                            _effective_rank, _graph_sum, _variance)
-from gnorm.metrics_pairs import draw_pairs, gap_hops, gap_of, mads, pair_masks
+from gnorm.metrics_pairs import (Pairs, draw_pairs, gap_hops, gap_of, mads,
+                                  pair_masks, uniformities)
 
+# The metrics recorded by default.
 METRICS = ('effective_rank', 'cosine_similarity', 'variance',
            'dirichlet_energy', 'dirichlet_energy_normalized', 'mad',
            'mad_gap')
+# The metrics recorded when asked for (metrics=[*METRICS, 'uniformity']).
+OPTIONAL_METRICS = ('uniformity', )
 # The metrics that read the graph's edges.
 EDGE_METRICS = ('dirichlet_energy', 'dirichlet_energy_normalized', 'mad_gap')
 # Largest number of entries of the temporary tensors of a chunk of layers
@@ -39,11 +43,12 @@ class Prepared:
     dense layout, the edges and the drawn pairs. :obj:`monitor` is the
     :class:`~gnorm.monitor.CollapseMonitor` (its :obj:`metrics`,
     :obj:`max_samples`, :obj:`seed`, :obj:`neighbor_hops`,
-    :obj:`remote_hops`)."""
+    :obj:`remote_hops`). With :obj:`graph_tokens`, the first row of each
+    graph is its graph token, which uniformity leaves out."""
     def __init__(self, monitor, rows: int,
                  edge_index: Optional[Tensor], batch: Optional[Tensor],
                  batch_size: Optional[int], seeds: Optional[int],
-                 device: torch.device):
+                 device: torch.device, graph_tokens: bool = False):
         metrics = monitor.metrics
         if seeds is not None:
             if batch is not None:
@@ -93,6 +98,28 @@ class Prepared:
                 monitor.neighbor_hops, monitor.remote_hops)
                 if with_hops else [])
             self.masks = pair_masks(self.pairs, hops, torch.float32)
+        self.uniform = None  # the drawn nodes of uniformity
+        if 'uniformity' in metrics:
+            self.uniform = self.pairs  # MAD's nodes, if the same candidates
+            if graph_tokens or self.uniform is None:
+                self.uniform = _uniform_pairs(self.batch, size, monitor,
+                                              graph_tokens)
+
+
+def _uniform_pairs(batch: Tensor, size: int, monitor,
+                   graph_tokens: bool) -> Pairs:
+    r"""The nodes of uniformity, drawn as MAD's are: of the rows of
+    :obj:`batch`, or with :obj:`graph_tokens` (:obj:`batch` sorted) of
+    those after each graph's first row, its graph token."""
+    rows = torch.arange(batch.numel(), device=batch.device)
+    if graph_tokens:
+        first = torch.ones_like(batch, dtype=torch.bool)
+        first[1:] = batch[1:] != batch[:-1]
+        rows = rows[~first]  # the node tokens
+    generator = torch.Generator().manual_seed(monitor.seed)
+    pairs = draw_pairs(rows.numel(), batch[rows], size, monitor.max_samples,
+                       generator)
+    return pairs._replace(index=rows[pairs.index])  # rows of the output
 
 
 class _Edges:
@@ -151,8 +178,9 @@ def _chunk(x: Tensor, p: Prepared) -> int:
     :obj:`[runs, rows, d]`) are measured together."""
     outputs = x.numel() // (x.size(-2) * x.size(-1))  # R runs: R outputs
     size = x.size(-2) * x.size(-1)  # [rows, d]
-    if p.pairs is not None:  # distances and counts [2, B, S, S]
-        size = max(size, 2 * p.pairs.valid.numel() * p.pairs.valid.size(-1))
+    for pairs in (p.pairs, p.uniform):  # distances and counts [2, B, S, S]
+        if pairs is not None:
+            size = max(size, 2 * pairs.valid.numel() * pairs.valid.size(-1))
     return max(1, _CHUNK // max(1, size * outputs))
 
 
@@ -193,6 +221,8 @@ def _metrics(x: Tensor, p: Prepared,
             out['mad'] = values[..., 0]
         if 'mad_gap' in metrics:  # the last two masks
             out['mad_gap'] = gap_of(values[..., -2:])
+    if p.uniform is not None:
+        out['uniformity'] = uniformities(x, p.uniform)
     return out
 
 

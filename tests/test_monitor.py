@@ -13,17 +13,19 @@ from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 from conftest import experiment
 from gnorm.metrics import (dirichlet_energy, effective_rank,
                            feature_cosine_similarity, feature_variance, mad,
-                           mad_gap)
+                           mad_gap, uniformity)
 from gnorm.models import DeepGCN
-from gnorm.monitor import METRICS, CollapseMonitor
+from gnorm.monitor import METRICS, OPTIONAL_METRICS, CollapseMonitor
 from test_metrics_pairs import random_graph, ref_hops, ref_mad
 
 TOL = dict(rel=1e-4, abs=1e-5)
+EVERY = METRICS + OPTIONAL_METRICS
 
 
 def expected(h, edge_index, batch=None, batch_size=None, samples=256,
-             seed=0):
-    r"""The public metrics of one captured output, averaged over graphs."""
+             seed=0, metrics=METRICS):
+    r"""The public :obj:`metrics` of one captured output, averaged over
+    graphs."""
     gen = lambda: torch.Generator().manual_seed(seed)  # noqa: E731
     h = h.detach()
     values = {
@@ -38,8 +40,10 @@ def expected(h, edge_index, batch=None, batch_size=None, samples=256,
                    max_samples=samples, generator=gen()),
         'mad_gap': mad_gap(h, edge_index, batch, batch_size,
                            max_samples=samples, generator=gen()),
+        'uniformity': uniformity(h, batch, batch_size, max_samples=samples,
+                                 generator=gen()),
     }
-    return {k: float(v.double().nanmean()) for k, v in values.items()}
+    return {k: float(values[k].double().nanmean()) for k in metrics}
 
 
 def capture(model, names):
@@ -80,26 +84,32 @@ def graph(n=120, m=240, channels=12, seed=0):
             random_graph(n, m, seed=seed))
 
 
-def test_gcn_8_layers_equal_metrics_of_captured_outputs():
+@pytest.mark.parametrize('metrics', [None, EVERY])
+def test_gcn_8_layers_equal_metrics_of_captured_outputs(metrics):
+    r"""The default metrics, or every one: uniformity is asked for."""
     torch.manual_seed(0)
     x, edge_index = graph(n=300, m=330)  # sparse: remote pairs exist
     model = GCN(12, 16, num_layers=8, out_channels=5)
-    monitor = CollapseMonitor(model)
+    monitor = CollapseMonitor(model, **({} if metrics is None else
+                                        {'metrics': metrics}))
+    metrics = metrics or METRICS
+    assert 'uniformity' not in METRICS
     assert monitor.layers == [f'convs.{i}' for i in range(8)]
     assert str(monitor) == \
-        f'CollapseMonitor(layers=8, metrics={list(METRICS)})'
+        f'CollapseMonitor(layers=8, metrics={list(metrics)})'
     captured, handles = capture(model, monitor.layers)
     with monitor.record(step=3, edge_index=edge_index):
         model(x, edge_index)
     for h in handles:
         h.remove()
-    assert len(monitor.records) == 8 * len(METRICS)
+    assert len(monitor.records) == 8 * len(metrics)
     assert {r['step'] for r in monitor.records} == {3}
     assert {r['graphs'] for r in monitor.records} == {1}
     table = by_layer(monitor.records)
     assert list(table) == monitor.layers  # in the model's order
-    for name in monitor.layers:
-        assert_same(table[name], expected(captured[name], edge_index))
+    for name in monitor.layers:  # 256 of the 300 nodes in the pairs
+        assert_same(table[name], expected(captured[name], edge_index,
+                                          metrics=metrics))
     assert not math.isnan(table['convs.0']['mad_gap'])
     monitor.remove()
     assert no_hooks(model)
@@ -238,7 +248,7 @@ def test_gat_on_neighbor_sampled_batches_measures_the_seed_nodes():
     loader = bench.neighbor_loader(data, [4, 4], batch_size=40)
     torch.manual_seed(0)
     model = GAT(12, 16, num_layers=2, out_channels=3, heads=2)
-    monitor = CollapseMonitor(model, max_samples=64)
+    monitor = CollapseMonitor(model, max_samples=64, metrics=EVERY)
     assert monitor.layers == ['convs.0', 'convs.1']
     for step, batch in enumerate(loader):
         assert batch.batch_size == 40 and batch.n_id.numel() == batch.num_nodes
@@ -253,7 +263,7 @@ def test_gat_on_neighbor_sampled_batches_measures_the_seed_nodes():
         for name, h in captured.items():
             # (edges of the seeds alone: replaced below)
             want = expected(h[:40], torch.zeros(2, 0, dtype=torch.long),
-                            samples=64)
+                            samples=64, metrics=EVERY)
             want['dirichlet_energy'] = float(dirichlet_energy(
                 h, batch.edge_index))
             want['dirichlet_energy_normalized'] = float(dirichlet_energy(
@@ -265,7 +275,7 @@ def test_gat_on_neighbor_sampled_batches_measures_the_seed_nodes():
             assert_same(table[name], want)
         if step == 1:
             break
-    assert len(monitor.records) == 2 * 2 * len(METRICS)
+    assert len(monitor.records) == 2 * 2 * len(EVERY)
 
 
 def test_a_custom_module_with_layers_by_name_and_type():
@@ -309,7 +319,7 @@ def test_mini_batches_of_graphs_average_per_graph_values(cls):
     b = Batch.from_data_list(graphs)
     torch.manual_seed(0)
     model = cls(12, 16, num_layers=3)
-    monitor = CollapseMonitor(model, max_samples=10)
+    monitor = CollapseMonitor(model, max_samples=10, metrics=EVERY)
     captured, handles = capture(model, monitor.layers)
     with monitor.record(0, edge_index=b.edge_index, batch=b.batch,
                         batch_size=b.num_graphs + 1):  # one graph empty
@@ -319,7 +329,8 @@ def test_mini_batches_of_graphs_average_per_graph_values(cls):
     assert {r['graphs'] for r in monitor.records} == {3}
     table = by_layer(monitor.records)
     for name, h in captured.items():
-        want = expected(h, b.edge_index, b.batch, 3, samples=10)
+        want = expected(h, b.edge_index, b.batch, 3, samples=10,
+                        metrics=EVERY)
         assert_same(table[name], want)
 
 
@@ -344,10 +355,10 @@ def test_stacked_runs_are_measured_run_by_run(num_layers, tmp_path):
     torch.manual_seed(0)
     model = DeepGCN(12, 4, num_layers=num_layers, hidden_channels=8,
                     runs=3).double().eval()
-    monitor = CollapseMonitor(model)
+    monitor = CollapseMonitor(model, metrics=EVERY)
     with torch.no_grad(), monitor.record(2, edge_index=edge_index):
         _, hidden = model(x.double(), edge_index, return_hidden=True)
-    assert len(monitor.records) == num_layers * 3 * len(METRICS)
+    assert len(monitor.records) == num_layers * 3 * len(EVERY)
     assert list(monitor.records[0]) == ['step', 'run', 'layer', 'metric',
                                         'value', 'graphs']
     for r in range(3):
@@ -355,7 +366,8 @@ def test_stacked_runs_are_measured_run_by_run(num_layers, tmp_path):
                           if rec['run'] == r])
         for i, h in enumerate(hidden):
             h = h.expand(3, *h.shape[-2:])  # a layer the runs share
-            want = expected(h[r], edge_index)  # the metrics of run r alone
+            want = expected(h[r], edge_index,  # the metrics of run r alone
+                            metrics=EVERY)
             assert set(table[f'outputs.{i}']) == set(want)
             for metric, value in want.items():
                 assert table[f'outputs.{i}'][metric] == pytest.approx(
@@ -395,12 +407,13 @@ def test_stacked_runs_equal_the_single_models_of_each_run():
 
 def test_graphormer_layers_are_measured_per_graph_on_their_tokens():
     r"""Each graph's tokens (graph token, then its nodes), its edges
-    between node tokens: the metrics per graph, averaged."""
+    between node tokens: the metrics per graph, averaged; uniformity of
+    its node tokens alone, subsampled above max_samples."""
     from test_graphormer import _graph, _model
     graphs = [_graph(7, seed=1), _graph(5, seed=2, extra=3)]
     b = Batch.from_data_list(graphs)
     model = _model().eval()
-    monitor = CollapseMonitor(model)
+    monitor = CollapseMonitor(model, metrics=EVERY, max_samples=6)
     assert monitor.layers == ['layers.0', 'layers.1']
     tokens = {}
     handles = [model.layers[i].register_forward_hook(
@@ -415,14 +428,19 @@ def test_graphormer_layers_are_measured_per_graph_on_their_tokens():
     assert {r['graphs'] for r in monitor.records} == {2}
     for i in range(2):
         h = tokens[i]  # packed: the 2 graph tokens, then the nodes
-        per_graph = []
-        start = 2
-        for g, data in enumerate(graphs):
-            own = torch.cat([h[g:g + 1], h[start:start + data.num_nodes]])
-            per_graph.append(expected(own, data.edge_index + 1))
+        own, graph_of, edges, start = [], [], [], 2
+        for g, data in enumerate(graphs):  # graph token, then its nodes
+            edges.append(data.edge_index + 1 + len(graph_of))
+            own += [h[g:g + 1], h[start:start + data.num_nodes]]
+            graph_of += [g] * (1 + data.num_nodes)
             start += data.num_nodes
-        want = {k: float(torch.tensor([v[k] for v in per_graph]).nanmean())
-                for k in per_graph[0]}
+        own, graph_of = torch.cat(own), torch.tensor(graph_of)
+        want = expected(own, torch.cat(edges, 1), graph_of, 2, samples=6)
+        node = torch.ones_like(graph_of, dtype=torch.bool)
+        node[[0, 1 + graphs[0].num_nodes]] = False  # the graph tokens
+        want['uniformity'] = float(uniformity(
+            own[node], graph_of[node], 2, max_samples=6,
+            generator=torch.Generator().manual_seed(0)).nanmean())
         assert_same(table[f'layers.{i}'], want)
 
 

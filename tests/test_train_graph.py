@@ -19,7 +19,8 @@ from gnorm.train.checkpoints import _generators
 from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
-from gnorm.monitor import METRICS
+from gnorm.monitor import CollapseMonitor
+from gnorm.train.collapse import GRAPH_METRICS
 from gnorm.results import aggregate, load_runs
 from gnorm.train import check_choices, check_config, train
 from gnorm.train.run import train_runs
@@ -75,16 +76,43 @@ def test_train_graph_writes_results(tmp_path):
     # collapse_metrics (true by default): the selected weights' per-layer
     # metrics on the validation graphs (250 < graph.COLLAPSE_GRAPHS).
     collapse = results['collapse']
-    assert list(collapse) == ['layer', *METRICS, 'graphs']
+    assert list(collapse) == ['layer', *GRAPH_METRICS, 'graphs']
     assert collapse['layer'] == [1] and collapse['graphs'] == [250]
     assert 1.0 < collapse['effective_rank'][0] <= 16.0
     with open(tmp_path / 'collapse.csv') as f:
         rows = list(csv.DictReader(f))
     assert [(r['step'], r['layer'], r['metric'], r['graphs'])
             for r in rows] == [(str(best), 'layers.0', m, '250')
-                               for m in METRICS]
+                               for m in GRAPH_METRICS]
     assert [float(r['value']) for r in rows] == [
-        collapse[m][0] for m in METRICS if collapse[m][0] is not None]
+        collapse[m][0] for m in GRAPH_METRICS if collapse[m][0] is not None]
+
+
+@needs_mirror
+def test_a_graph_run_records_the_uniformity_of_its_node_tokens(tmp_path):
+    r"""SepNorm's own metric: every layer's uniformity of each validation
+    graph's node tokens, finite, in results.json and collapse.csv, and
+    equal to the monitor's on the selected weights."""
+    cfg = compose_train(*TINY, 'layers=2', 'train.epochs=2')
+    results = train(cfg, output_dir=tmp_path)
+    values = results['collapse']['uniformity']
+    assert len(values) == 2 and all(-8.0 <= v <= 0.0 for v in values)
+    with open(tmp_path / 'collapse.csv') as f:
+        rows = [r for r in csv.DictReader(f) if r['metric'] == 'uniformity']
+    assert [(r['layer'], float(r['value'])) for r in rows] == [
+        ('layers.0', values[0]), ('layers.1', values[1])]
+    state = torch.load(tmp_path / 'checkpoint.pt', weights_only=False)
+    assert state['best_epoch'] == results['selected_epoch']
+    model = graph.build_model(cfg)
+    model.load_state_dict(state['best_state'])
+    graphs = graph.load_splits(cfg)['valid']
+    batch = graph.LayoutCollater(graphs, cfg.model.max_dist)(list(graphs))
+    monitor = CollapseMonitor(model.eval(), metrics=['uniformity'],
+                              dtype=torch.float64)
+    with torch.no_grad(), monitor.record(0):
+        graph.forward(model, batch)
+    assert [r['value'] for r in monitor.records] == pytest.approx(
+        values, rel=1e-9)
 
 
 @needs_mirror

@@ -2,7 +2,8 @@ r"""The per-layer collapse metrics of a finished run, for every task: one
 :class:`gnorm.monitor.CollapseMonitor` pass over the final model (the
 metrics computed in float64), written to ``results.json``'s ``collapse``
 field and, as the monitor's tidy records, to ``collapse.csv`` in the run
-folder.
+folder. Graph runs also record SepNorm's uniformity (of each graph's node
+tokens).
 """
 import csv
 import math
@@ -11,16 +12,20 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from gnorm.monitor import COLUMNS, CollapseMonitor
+from gnorm.monitor import COLUMNS, METRICS, CollapseMonitor
 
 COLLAPSE_CSV = 'collapse.csv'
+# The metrics of graph runs: the default ones and SepNorm's own.
+GRAPH_METRICS = (*METRICS, 'uniformity')
 
 
-def monitor(model: torch.nn.Module) -> CollapseMonitor:
+def monitor(model: torch.nn.Module,
+            metrics: Sequence[str] = METRICS) -> CollapseMonitor:
     r"""A :class:`~gnorm.monitor.CollapseMonitor` of :obj:`model`'s layers
-    (every metric, computed in float64; a non-finite output, of a run
-    that diverged, gives :obj:`nan` values rather than an error)."""
-    return CollapseMonitor(model, dtype=torch.float64, nonfinite='nan')
+    (the :obj:`metrics`, computed in float64; a non-finite output, of a
+    run that diverged, gives :obj:`nan` values rather than an error)."""
+    return CollapseMonitor(model, metrics=metrics, dtype=torch.float64,
+                           nonfinite='nan')
 
 
 def run_records(records: Sequence[Dict[str, Any]], run: Optional[int],

@@ -295,7 +295,8 @@ def record_collapse(cfgs, training: 'Training', graphs,
                     folders: List[Path]) -> None:
     r"""The per-layer collapse metrics of each run's selected weights
     (:class:`~gnorm.monitor.CollapseMonitor` on every Graphormer layer's
-    tokens, per graph, in float64) on the first :data:`COLLAPSE_GRAPHS`
+    tokens, per graph, in float64; also the uniformity of each graph's
+    node tokens) on the first :data:`COLLAPSE_GRAPHS`
     of :obj:`graphs` (the validation set), one forward pass in evaluation
     mode (bf16 autocast as evaluation runs): ``collapse`` in each run's
     :obj:`results` (the values averaged over the graphs, their count in
@@ -311,7 +312,7 @@ def record_collapse(cfgs, training: 'Training', graphs,
                 model = build_model(c).to(training.device)
             model.load_state_dict(training.run_state(run))
         model.eval()
-        monitor = collapse.monitor(model)
+        monitor = collapse.monitor(model, collapse.GRAPH_METRICS)
         with torch.autocast(training.device.type, torch.bfloat16,
                             enabled=training.autocast), \
                 monitor.record(res['selected_epoch']):
