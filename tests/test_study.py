@@ -832,3 +832,17 @@ def test_committed_reports_regenerate_byte_identically(tmp_path, name):
     for path in sorted(tmp_path.iterdir()):
         assert path.read_bytes() == (spec.out_dir() / path.name
                                      ).read_bytes(), path.name
+
+
+def test_in_words_groups_depths_and_names_cells_left_for_a_gpu():
+    records = [_record('contranorm', 2, OURS), _record('pairnorm', 2, OTHER),
+               _record('contranorm', 4, OURS), _record('pairnorm', 4, OTHER),
+               {**_record('contranorm', 64, {}, complete=False),
+                'not_run': 'GPU work', 'cell_runs': 0},
+               {**_record('pairnorm', 64, {}, complete=False),
+                'not_run': 'GPU work', 'cell_runs': 0}]
+    lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
+                                     'seed', 0.95)
+    assert '| cora | 64 | not run here: contranorm, GPU work |' in lines
+    assert lines[-1] == ('In words: against pairnorm, contranorm beats at '
+                         'cora L=2/4 (not run here: cora L=64).')

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from gnorm.study.stats import VERDICTS, Interval, compare, spread_verdict
 
 NOT_COMPARED = 'not compared'
+NOT_RUN = 'not run'
 # A verdict as the in-words paragraph says it of a row.
 SAID = {'beats': 'beats', 'loses': 'loses',
         'not distinguishable': 'is not distinguishable'}
@@ -49,6 +50,8 @@ def versus(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
     depth): the text of the table's cell and the interval (:obj:`None`
     when a cell is not complete)."""
     for r in (ours, other):
+        if r.get('not_run'):
+            return f"{NOT_RUN} here: {r['row']}, {r['not_run']}", None
         if not r['complete']:
             return (f"{NOT_COMPARED}: {r['row']} "
                     + ('missing' if r['cell_runs'] == 0 else
@@ -130,8 +133,9 @@ def comparison(records: List[Dict[str, Any]], row: str,
                            else ('no such cell', None))
             texts.append(text)
             where = f'{dataset} L={depth}'
-            said = found.verdict if found and found.verdict else NOT_COMPARED
-            verdicts[o].setdefault(said, []).append(where)
+            said = found.verdict if found and found.verdict else (
+                NOT_RUN if _not_run(ours, other) else NOT_COMPARED)
+            verdicts[o].setdefault(said, []).append((dataset, depth))
             if found and found.verdict:
                 old = spread_verdict(list(other['test_by_seed'].values()),
                                      list(ours['test_by_seed'].values()))
@@ -161,18 +165,37 @@ def disagreements(differ: List[str]) -> str:
             + '; '.join(differ) + '.')
 
 
-def in_words(row: str, verdicts: Dict[str, Dict[str, List[str]]]) -> str:
+def _not_run(*records: Optional[Dict[str, Any]]) -> bool:
+    r"""Whether a record of a cell left for another machine
+    (``table.not_run``) keeps the cells from being compared."""
+    return any(r is not None and r.get('not_run') for r in records)
+
+
+def cells_text(cells: Sequence[Tuple[str, int]]) -> str:
+    r"""``cora L=2/4/32, citeseer L=8``: (dataset, depth) cells, the
+    depths of a dataset together, in the order given."""
+    by: Dict[str, List[str]] = {}
+    for dataset, depth in cells:
+        by.setdefault(dataset, []).append(str(depth))
+    return ', '.join(f"{d} L={'/'.join(depths)}" for d, depths in by.items())
+
+
+def in_words(row: str, verdicts: Dict[str, Dict[str, list]]) -> str:
     r"""The comparison's table in one paragraph (the README quotes it):
     per other row, the cells where :obj:`row` beats it, loses, or is not
-    distinguishable from it, and which cells are not compared yet."""
+    distinguishable from it, and which cells are not compared yet or not
+    run here (``table.not_run``)."""
     parts = []
     for other, found in verdicts.items():
-        said = [f"{SAID[verdict]} at {', '.join(found[verdict])}"
+        said = [f"{SAID[verdict]} at {cells_text(found[verdict])}"
                 for verdict in VERDICTS if found.get(verdict)]
-        left = found.get(NOT_COMPARED, [])
+        left = [f"{why}: {cells_text(found[key])}"
+                for key, why in ((NOT_COMPARED, 'not compared yet, '
+                                  'incomplete'),
+                                 (NOT_RUN, 'not run here'))
+                if found.get(key)]
         parts.append(f"against {other}, {row} "
                      + ('; '.join(said) if said else 'has no complete cell')
-                     + (f" (not compared yet, incomplete: {', '.join(left)})"
-                        if left else ''))
+                     + (f" ({'; '.join(left)})" if left else ''))
     return 'In words: ' + '. '.join(
         p[0].upper() + p[1:] if i else p for i, p in enumerate(parts)) + '.'
