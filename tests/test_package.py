@@ -153,6 +153,18 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
     help = _run(python, '-m', 'gnorm.train', '--help', cwd=elsewhere,
                 env=env).stdout
     assert 'layers' in help and 'cora' in help
+    # A study of the user's from the installed package: runs and report
+    # beside the spec, nothing inside the installed package.
+    (elsewhere / 'tiny.yaml').write_text(
+        '# @package _global_\ntrain:\n  epochs: 2\ncollapse_metrics: false\n'
+        'table:\n  datasets: [cora]\n  depths: [2]\n  seeds: [0]\n'
+        '  rows:\n    none: [norm=none]\n')
+    _run(python.parent / 'gnorm-study', 'tiny.yaml', '--threads', '1',
+         cwd=elsewhere, env=env)
+    assert (elsewhere / 'results' / 'tiny.md').is_file()
+    assert len(list((elsewhere / 'runs' / 'tiny').glob('*/results.json'))) \
+        == 1
+    assert not (site / 'gnorm' / 'experiments').exists()
 
 
 # gnorm.train's modules, each importing only those before it.

@@ -23,9 +23,11 @@ from gnorm.study.stats import LEVEL, PAIRINGS
 from gnorm.train import CONF_DIR
 
 KINDS = ('depth', 'paired')
-# Where gnorm's own studies keep their runs and reports: the checkout
-# holding conf/ (experiments/runs, experiments/results).
-REPO = CONF_DIR.parent
+# Where gnorm's own studies keep their runs and reports (experiments/runs,
+# experiments/results): the checkout holding conf/, or, for an installed
+# gnorm (whose conf/ lies in the package), the working folder.
+REPO = (CONF_DIR.parent if (CONF_DIR.parent / 'experiments').is_dir()
+        else Path.cwd())
 # Keys a depth study sets in each run itself; --set cannot change them.
 AXES = ('experiment', 'dataset', 'layers', 'seed', 'tag')
 
