@@ -778,8 +778,9 @@ def test_a_paired_study_of_node_runs(tmp_path, monkeypatch):
     ('datasets: [csbm]', 'datasets: [pubmed]', "unknown dataset 'pubmed'"),
     ('none: [norm=none]', 'none: []', "row 'none' needs a list of "
      'key=value overrides'),
-    ('min_seeds: 2', 'grid: {none: {norm.scal: [1, 2]}}',
-     "row 'none': unknown key 'norm.scal'"),
+    ('min_seeds: 2', 'grid: {none: {model.dropot: [0.1, 0.2]}}',
+     "row 'none': unknown key 'model.dropot' in model.dropot=0.1; closest "
+     'keys: model.dropout'),
     ('.HalfLN]', '.Nope]', 'does not import (AttributeError'),
     ('depths: [2]', 'depths: [0]', 'table.depths must be depths in layers '
      '(integers >= 1), got 0'),

@@ -268,7 +268,9 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
                 raise ConfigError(f"{key} is in the config already; pass "
                                   f"{text.lstrip('+')} without the +")
             continue
-        near = closest(key, keys)
+        # A study's table: section describes runs, it is no place for a
+        # run's key (a typo in a grid key would suggest itself).
+        near = closest(key, {k for k in keys if not k.startswith('table.')})
         if near:
             hint = f"closest keys: {', '.join(near)}"
         else:
