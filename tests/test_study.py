@@ -708,6 +708,8 @@ table:
   rows:
     none: [norm=none]
     mine: [norm=none, norm._target_=my_norm_{name}.HalfLN]
+  grid:                      # an argument of the user's class, added with +
+    mine: {{+norm.factor: [0.25, 0.5]}}
   compare: {{rows: [mine], against: [none]}}
 '''
 
@@ -734,16 +736,24 @@ def test_a_users_spec_and_norm_need_no_hydra_section(tmp_path, monkeypatch,
     runs = tmp_path / 'runs' / 'mine_depth'
     folders = sorted(p.parent.name for p in runs.rglob('results.json'))
     assert folders == [  # one folder per run, named after its overrides
-        f'dataset=csbm,layers=2,{norm},seed={seed},tag={tag}'
-        for norm, tag in (('norm._target_=my_norm_mine_depth.HalfLN,'
-                           'norm=none', 'mine'), ('norm=none', 'none'))
+        f'{factor}dataset=csbm,layers=2,{norm},seed={seed},tag={tag}'
+        for factor, norm, tag in (
+            (f'+norm.factor={f},', 'norm._target_=my_norm_mine_depth.HalfLN,'
+             'norm=none', 'mine') for f in (0.25, 0.5))
+        for seed in (0, 1)] + [
+        f'dataset=csbm,layers=2,norm=none,seed={seed},tag=none'
         for seed in (0, 1)]
+    factors = {load_runs(runs / f)[0]['config']['norm'].get('factor')
+               for f in folders}
+    assert factors == {0.25, 0.5, None}  # the grid reached the class
     report = (tmp_path / 'results' / 'mine_depth.md').read_text()
     assert '## Does mine beat none?' in report
     assert '**2 of 2 cells complete**' in report
+    assert re.search(r'\| mine \(chosen by val\) \| \*\*[\d.]+\*\* ± [\d.]+, '
+                     r'factor=0\.(25|5) \|', report)
     capsys.readouterr()
     assert study([str(spec), '--dry-run']) == 0
-    assert '4 runs in 2 cells, 4 done, 0 to run' in capsys.readouterr().out
+    assert '6 runs in 2 cells, 6 done, 0 to run' in capsys.readouterr().out
 
 
 def test_a_paired_study_of_node_runs(tmp_path, monkeypatch):
@@ -778,8 +788,8 @@ def test_a_paired_study_of_node_runs(tmp_path, monkeypatch):
     ('datasets: [csbm]', 'datasets: [pubmed]', "unknown dataset 'pubmed'"),
     ('none: [norm=none]', 'none: []', "row 'none' needs a list of "
      'key=value overrides'),
-    ('min_seeds: 2', 'grid: {none: {model.dropot: [0.1, 0.2]}}',
-     "row 'none': unknown key 'model.dropot' in model.dropot=0.1; closest "
+    ('+norm.factor: [0.25, 0.5]', 'model.dropot: [0.1, 0.2]',
+     "row 'mine': unknown key 'model.dropot' in model.dropot=0.1; closest "
      'keys: model.dropout'),
     ('.HalfLN]', '.Nope]', 'does not import (AttributeError'),
     ('depths: [2]', 'depths: [0]', 'table.depths must be depths in layers '
@@ -814,12 +824,12 @@ def test_a_study_hands_its_cells_to_a_hydra_launcher(tmp_path, launcher,
         [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
     assert study([str(spec), '--launcher', launcher, '--threads', '1']) == 0
     runs = tmp_path / 'runs' / f'launched_{launcher}'
-    assert len(list(runs.glob('*/results.json'))) == 4
+    assert len(list(runs.glob('*/results.json'))) == 6
     report = (tmp_path / 'results' / f'launched_{launcher}.md').read_text()
     assert '**2 of 2 cells complete**' in report
     capsys.readouterr()
     assert study([str(spec), '--launcher', launcher, '--dry-run']) == 0
-    assert '4 runs in 2 cells, 4 done, 0 to run' in capsys.readouterr().out
+    assert '6 runs in 2 cells, 6 done, 0 to run' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize('name', ['table3_paper', 'table3_fair',

@@ -22,9 +22,16 @@ def _values(values: Sequence[Any]) -> str:
 
 
 def setting_label(setting: Dict[str, Any]) -> str:
-    r"""``PN-SI, s=0.5`` for ``{norm.mode: PN-SI, norm.scale: 0.5}``."""
-    return ', '.join(f's={v:g}' if k == 'norm.scale' else str(v)
-                     for k, v in setting.items())
+    r"""``PN-SI, s=0.5`` for ``{norm.mode: PN-SI, norm.scale: 0.5}``:
+    ContraNorm's and PairNorm's scale as ``s``, PairNorm's mode as it is,
+    any other key by its last part (``{+norm.factor: 0.5}``: ``factor=0.5``)."""
+    def label(key, value):
+        if key == 'norm.scale':
+            return f's={value:g}'
+        if key == 'norm.mode':
+            return str(value)
+        return f"{key.rsplit('.', 1)[-1]}={value}"
+    return ', '.join(label(k, v) for k, v in setting.items())
 
 
 def cells(spec: Spec, datasets: Sequence[str], rows: Sequence[str],
@@ -144,13 +151,13 @@ class Composer:
         if (fixed, early) not in self.resolved:
             cfg = copy.deepcopy(task)
             for k, v in early:
-                OmegaConf.update(cfg, k, v)
+                _set(cfg, k, v)
             self.resolved[fixed, early] = OmegaConf.to_container(
                 cfg, resolve=True)
         config = copy.deepcopy(self.resolved[fixed, early])
         for k, v in values.items():
             if k in late:
-                *path, last = k.split('.')
+                *path, last = k.lstrip('+').split('.')
                 node = config
                 for part in path:
                     node = node[part]
@@ -171,11 +178,19 @@ class Composer:
 
     def config(self, run: Dict[str, Any]):
         r"""The config of :obj:`run` (a :class:`DictConfig` of its own)."""
-        from omegaconf import OmegaConf
         cfg = copy.deepcopy(self._compose(run['fixed'])[1])
         for k, v in run['values'].items():
-            OmegaConf.update(cfg, k, v)
+            _set(cfg, k, v)
         return cfg
+
+
+def _set(cfg, key: str, value: Any) -> None:
+    r"""Sets the override :obj:`key` (``norm.scale``, or ``+norm.alpha``:
+    a key the config lacks, e.g. an argument of a user's norm class) of
+    :obj:`cfg` to :obj:`value`."""
+    from omegaconf import OmegaConf
+    OmegaConf.update(cfg, key.lstrip('+'), value,
+                     force_add=key.startswith('+'))
 
 
 def compose_cells(spec: Spec, todo: List[Dict[str, Any]],
