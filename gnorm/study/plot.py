@@ -48,6 +48,13 @@ def _notes(ax, notes: List[str]) -> None:
                 fontsize=7, va='top', color='0.25')
 
 
+def _rows(rows: List[str], every: List[str]) -> str:
+    r""":obj:`rows` by name, or ``every row`` when they are all of
+    :obj:`every` (two or more)."""
+    return 'every row' if len(rows) > 1 and rows == every \
+        else ', '.join(rows)
+
+
 def plot_depth(records: List[Dict[str, Any]], path: Path,
                paper_lines: bool, authors: Optional[Dict] = None) -> None:
     r"""Test accuracy vs depth, a panel per dataset: per row a line with a
@@ -93,9 +100,12 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
                                 xytext=(-5 if last else 5, 3),
                                 textcoords='offset points', fontsize=6,
                                 color=color, ha='right' if last else 'left')
-            none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0])
-            if none:
-                lacking.setdefault(none, []).append(row)
+            for why in dict.fromkeys(r.get('not_run') for r in rs
+                                     if r['cell_runs'] == 0):
+                none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0
+                               and r.get('not_run') == why])
+                said = 'not run here' if why else 'no runs'
+                lacking.setdefault(f'{said} at {none}', []).append(row)
             theirs = [(layers, run['mean'])
                       for (d, name, layers), runs in authors.items()
                       if d == dataset and name == row for run in runs]
@@ -116,8 +126,8 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
         ax.set_xlabel('layers')
         ax.set_ylabel('test accuracy (%)')
         ax.grid(alpha=0.3)
-        _notes(ax, [f"{', '.join(rows)}: no runs at {spans}"
-                    for spans, rows in lacking.items()])
+        _notes(ax, [f'{_rows(rows, row_names)}: {said}'
+                    for said, rows in lacking.items()])
     handles = [Line2D([], [], color=f'C{k}', marker='o', label=row)
                for k, row in enumerate(row_names)]
     handles.append(Line2D([], [], color='0.4', marker='o', ls='none',
@@ -137,6 +147,9 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
                   'not comparable')
     if empty:
         title += f"\nno runs yet, not drawn: {', '.join(empty)}"
+    if any(r.get('not_run') for r in drawn):
+        title += ('\nnot run here: cells the study leaves for another machine '
+                  '(table.not_run; the report says why)')
     fig.legend(handles=handles, loc='upper center', ncol=len(handles),
                fontsize=8, title=title, title_fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
