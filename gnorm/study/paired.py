@@ -120,10 +120,10 @@ def against(spec: Spec, record: Dict[str, Any],
     validation), their mean and t interval, the paper's difference and
     the reading."""
     for key in ('test', 'val'):
-        a, b = (by_seed(x['runs_list'], key) for x in (base, record))
-        found = paired_interval(a, b, spec.level)
+        found = paired_interval(by_seed(base['runs_list'], key),
+                                by_seed(record['runs_list'], key), spec.level)
         record.update({
-            f'{key}_diffs': [round(b[s] - a[s], 4) for s in found.seeds],
+            f'{key}_diffs': [round(d, 4) for d in found.diffs],
             f'{key}_diff': found.diff, f'{key}_lo': found.lo,
             f'{key}_hi': found.hi})
         record['paired_seeds'] = list(found.seeds)

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from gnorm.results import plural
 from gnorm.study.compare import partial, shown
-from gnorm.study.paired import factor, field, score
+from gnorm.study.paired import factor, field, score, short
 
 
 def save_bytes(path: Path, data: bytes) -> None:
@@ -246,10 +246,6 @@ def plot_curves(records: List[Dict[str, Any]], path: Path, title: str,
     save_figure(fig, path)
 
 
-def _short(record: Dict[str, Any]) -> str:
-    return record['label'].split(' (')[0]
-
-
 def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
     r"""A row's mean validation metric per epoch over its seeds, and the
     band from the seeds' minimum to their maximum."""
@@ -267,7 +263,7 @@ def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
                     lw=0)
     ax.plot(epochs, [sum(v) / len(v) for v in values], color=color, lw=1.6,
             marker=marker, ms=4, markevery=max(1, len(epochs) // 20),
-            label=f"{_short(record)} ({plural(record['runs'], 'seed')})")
+            label=f"{short(record)} ({plural(record['runs'], 'seed')})")
 
 
 def _plot_seeds(ax, records: List[Dict[str, Any]], title: str,
@@ -282,7 +278,7 @@ def _plot_seeds(ax, records: List[Dict[str, Any]], title: str,
             ax.errorbar([k + 0.08], [r['val_mean']], yerr=[r['val_std']],
                         fmt='D', color=f'C{k}', capsize=4)
     ax.set_xticks(range(len(records)))
-    ax.set_xticklabels([f"{_short(r)}\n({plural(r['runs'], 'seed')})"
+    ax.set_xticklabels([f"{short(r)}\n({plural(r['runs'], 'seed')})"
                         for r in records], fontsize=7)
     ax.set_xlim(-0.5, len(records) - 0.5)
     ax.set_ylabel(f'validation {metric} (%)')

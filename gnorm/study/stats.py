@@ -30,6 +30,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from scipy import stats
 
+from gnorm.results import mean_std
+
 LEVEL = 0.95
 PAIRINGS = ('seed', 'none')
 VERDICTS = ('beats', 'loses', 'not distinguishable')
@@ -40,13 +42,15 @@ class Interval:
     r"""A difference of means with its confidence interval: ``lo`` and
     ``hi`` are :obj:`None` when there are too few values for one; ``n`` is
     the number of paired seeds (paired) or ``(n_a, n_b)`` as text
-    (unpaired); ``seeds``: the paired seeds."""
+    (unpaired); ``seeds``: the paired seeds, ``diffs``: the difference of
+    each."""
     diff: Optional[float]
     lo: Optional[float]
     hi: Optional[float]
     n: str
     paired: bool
     seeds: tuple = ()
+    diffs: tuple = ()
 
     @property
     def verdict(self) -> Optional[str]:
@@ -88,9 +92,9 @@ def paired_interval(a: Dict[int, float], b: Dict[int, float],
     r""":obj:`b` − :obj:`a` seed by seed (both: seed -> value), over the
     seeds both have."""
     seeds = tuple(sorted(s for s in b if s in a))
-    diffs = [b[s] - a[s] for s in seeds]
+    diffs = tuple(b[s] - a[s] for s in seeds)
     mean, lo, hi = mean_interval(diffs, level)
-    return Interval(mean, lo, hi, str(len(seeds)), True, seeds)
+    return Interval(mean, lo, hi, str(len(seeds)), True, seeds, diffs)
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float],
@@ -149,12 +153,8 @@ def spread_verdict(a: List[float], b: List[float]) -> Optional[str]:
     else is within the spread (``not distinguishable``)."""
     if not a or not b:
         return None
-
-    def std(v):
-        m = sum(v) / len(v)
-        return math.sqrt(sum((x - m) ** 2 for x in v) / len(v))
-    diff = sum(b) / len(b) - sum(a) / len(a)
-    spread = max(std(a), std(b))
+    (mean_a, std_a), (mean_b, std_b) = mean_std(a), mean_std(b)
+    diff, spread = mean_b - mean_a, max(std_a, std_b)
     return ('beats' if diff > spread else 'loses' if diff < -spread
             else 'not distinguishable')
 
