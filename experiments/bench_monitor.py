@@ -16,13 +16,16 @@ plain-torch sampler of incoming neighbours without replacement: the same
 ``Data`` attributes (``n_id``, ``e_id``, ``input_id``, ``batch_size``, seed
 nodes first, ``num_sampled_nodes``).
 
-Per model, repeated in rotating order (the machine is shared: medians of
-alternating repeats after a warm-up): a training epoch without a monitor,
-a training epoch with the monitor's hooks attached but not recording, the
-monitored eval forward (``with monitor.record(...): model(...)``, all 7
-metrics) and the same eval forward without a monitor. Overhead of recording
-every k-th epoch = record time / (k x epoch time); the metrics' own share
-leaves out the eval forward the user writes anyway to record.
+Per model, repeated in rotating order (medians of alternating repeats
+after a warm-up): a training epoch without a monitor, a training epoch with
+the monitor's hooks attached but not recording, the monitored evaluation
+forward (``with monitor.record(...): model(...)``, all 7 metrics) and the
+same forward without a monitor. Two loops recording every k-th epoch: one
+that evaluates every epoch (``python -m gnorm.train``, PyG's examples) and
+records that evaluation, which adds the metrics alone: (record -
+evaluation) / (k x (training epoch + evaluation)); and one of training
+epochs only, to which recording adds a forward pass of its own: record /
+(k x training epoch).
 
     python experiments/bench_monitor.py  # results/bench_monitor_cpu.{md,jsonl}
 """
@@ -247,51 +250,69 @@ def report(rows, command):
             f'unless the model says otherwise, max_samples='
             f'{rows[0]["max_samples"]} (the default). Medians of '
             f'{rows[0]["repeats"]} rounds of the four measurements in '
-            f'rotating order after a warm-up round, on a machine shared '
-            f'with other jobs. Two copies of each model (same seed) train '
-            f'side by side, one never monitored, one with a monitor '
-            f'attached throughout.\n\n'
-            f'* epoch: one training epoch, no monitor;\n'
-            f'* hooked epoch: the same with the monitor attached, not '
+            f'rotating order after a warm-up round. Two copies of each '
+            f'model (same seed) train side by side, one never monitored, '
+            f'one with a monitor attached throughout.\n\n'
+            f'* training step: one epoch of training (every batch), no '
+            f'monitor; hooked: the same with the monitor attached, not '
             f'recording;\n'
-            f'* record: `with monitor.record(...): model(...)` in eval mode '
-            f'under `torch.no_grad()` (the forward and the metrics); '
-            f'forward: the same forward without a monitor; first record: '
-            f'the first one, which also prepares the inputs (graph count, '
-            f'drawn nodes, their hop distances);\n'
-            f'* every k-th: record / (k x epoch), the time added by '
-            f'recording every k-th epoch; metrics only: (record - '
-            f'forward) / (k x epoch).\n\n'
-            '| model | layers hooked | epoch | hooked epoch | forward | '
-            'record | first record | every epoch | every 10th | every 10th, '
-            'metrics only |\n|---|---|---|---|---|---|---|---|---|---|\n')
+            f'* evaluation: the forward pass of an evaluation in eval mode '
+            f'under `torch.no_grad()`, no monitor; record: the same inside '
+            f'`with monitor.record(...)` (the forward and the metrics); '
+            f'first record: the first one, which also prepares the inputs '
+            f'(graph count, drawn nodes, their hop distances);\n'
+            f'* recording the evaluation, every k-th epoch: a loop that '
+            f'evaluates every epoch (`python -m gnorm.train`, PyG\'s '
+            f'examples) and records that forward pass every k-th epoch: '
+            f'(record - evaluation) / (k x (training step + evaluation));\n'
+            f'* a forward pass of its own, every k-th epoch: a loop of '
+            f'training steps only, with a monitored forward pass added '
+            f'every k-th epoch: record / (k x training step).\n\n'
+            '| model | layers hooked | training step | hooked | evaluation '
+            '| record | first record | recording the evaluation, every '
+            'epoch | every 10th | a forward of its own, every epoch | '
+            'every 10th |\n|---|---|---|---|---|---|---|---|---|---|---|\n')
     lines = []
     for r in rows:
         lines.append(
             '| {model} | {layers} | {a:.1f} ms | {b:.1f} ms | {f:.1f} ms | '
-            '{c:.1f} ms | {c0:.1f} ms | {e1:.1f} % | {e10:.1f} % | '
-            '{m10:.1f} % |'.format(
+            '{c:.1f} ms | {c0:.1f} ms | {v1:.1f} % | {v10:.1f} % | '
+            '{e1:.1f} % | {e10:.1f} % |'.format(
                 model=r['model'], layers=r['layers'], a=1e3 * r['train_s'],
                 b=1e3 * r['train_hooked_s'], f=1e3 * r['forward_s'],
                 c=1e3 * r['record_s'], c0=1e3 * r['first_record_s'],
-                e1=100 * r['every_1'],
-                e10=100 * r['every_10'], m10=100 * r['metrics_every_10']))
+                v1=100 * r['eval_every_1'], v10=100 * r['eval_every_10'],
+                e1=100 * r['every_1'], e10=100 * r['every_10']))
     return head + '\n'.join(lines) + '\n'
 
 
 def guide_table(rows):
     r"""The rst table of docs/monitor.rst, from the committed rows."""
     lines = ['.. list-table::', '   :header-rows: 1', '',
-             '   * - model', '     - training epoch',
-             '     - record (forward + metrics)', '     - every epoch',
-             '     - every 10th epoch']
+             '   * - model', '     - training step',
+             '     - evaluation', '     - record (forward + metrics)',
+             '     - recording the evaluation every 10th epoch',
+             '     - a forward of its own every 10th epoch']
     for r in rows:
         lines += [f'   * - {r["model"]}',
                   f'     - {1e3 * r["train_s"]:.1f} ms',
+                  f'     - {1e3 * r["forward_s"]:.1f} ms',
                   f'     - {1e3 * r["record_s"]:.1f} ms',
-                  f'     - {100 * r["every_1"]:.1f} %',
+                  f'     - {100 * r["eval_every_10"]:.1f} %',
                   f'     - {100 * r["every_10"]:.1f} %']
     return '\n'.join(lines) + '\n'
+
+
+GUIDE = ROOT / 'docs' / 'monitor.rst'
+GUIDE_MARKS = ('.. bench-monitor-numbers\n\n', '\n.. /bench-monitor-numbers')
+
+
+def with_guide_table(page, rows):
+    r"""The guide's text :obj:`page` with the table between its marks
+    made from :obj:`rows`."""
+    start, end = GUIDE_MARKS
+    head, rest = page.split(start, 1)
+    return head + start + guide_table(rows) + end + rest.split(end, 1)[1]
 
 
 def load_rows(path=OUT.with_suffix('.jsonl')):
@@ -299,17 +320,21 @@ def load_rows(path=OUT.with_suffix('.jsonl')):
 
 
 def overheads(row):
-    epoch = row['train_s']
-    row['every_1'] = row['record_s'] / epoch
-    row['every_10'] = row['record_s'] / (10 * epoch)
-    row['metrics_every_10'] = (row['record_s'] - row['forward_s']) / \
-        (10 * epoch)
+    r"""The time recording adds to a loop, as a fraction of the loop's:
+    recording its evaluation (the metrics alone: the forward pass is the
+    evaluation's) or adding a forward pass of its own, every epoch and
+    every 10th."""
+    train, forward, record = row['train_s'], row['forward_s'], \
+        row['record_s']
+    for k in (1, 10):
+        row[f'eval_every_{k}'] = (record - forward) / (k * (train + forward))
+        row[f'every_{k}'] = record / (k * train)
     return row
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--repeats', type=int, default=15)
+    parser.add_argument('--repeats', type=int, default=25)
     parser.add_argument('--data-root', default=None,
                         help='folder for the dataset (default: a temporary '
                              'one, raw files copied from $GNORM_DATA_MIRROR)')
@@ -329,10 +354,12 @@ def main(argv=None):
         print(json.dumps(row), flush=True)
     out = Path(args.out)
     command = 'python experiments/bench_monitor.py' + (
-        f' --repeats {args.repeats}' if args.repeats != 15 else '')
+        f' --repeats {args.repeats}' if args.repeats != 25 else '')
     out.write_text(report(rows, command))
     out.with_suffix('.jsonl').write_text(
         ''.join(json.dumps(r) + '\n' for r in rows))
+    if out == OUT:  # the committed results: the guide quotes them
+        GUIDE.write_text(with_guide_table(GUIDE.read_text(), rows))
     print(f'wrote {out}')
 
 

@@ -29,6 +29,9 @@ from torch_geometric.utils import degree, scatter, to_dense_batch
 
 # Largest number of entries of one chunk of pairwise matrices in `uniformity`.
 _PAIR_CHUNK = 1 << 24
+# Entries of the matrices whose float64 Gram matrices are formed at once:
+# a float64 copy of 1 MiB, which stays in a core's cache.
+_GRAM_CHUNK = 1 << 17
 
 
 def _check_x(fn: str, x: Tensor) -> None:
@@ -105,13 +108,24 @@ def _finish(out: Tensor, batch: Optional[Tensor]) -> Tensor:
     return out.squeeze(0) if batch is None else out
 
 
-def _scaled_rows(x: Tensor) -> Tuple[Tensor, Tensor]:
+def _scaled_rows(x: Tensor, peak: Optional[Tensor] = None
+                 ) -> Tuple[Tensor, Tensor]:
     r"""The rows divided by their largest entry (so that their norms
     neither over- nor underflow) and the norms of those :obj:`[...,
-    num_nodes]`: :obj:`y / norm` are the unit rows."""
-    peak = x.abs().amax(dim=-1, keepdim=True)  # [..., num_nodes, 1]
+    num_nodes]`: :obj:`y / norm` are the unit rows. :obj:`peak`: the
+    largest absolute entry of each row :obj:`[..., num_nodes]`, if known
+    (:func:`_row_peaks`)."""
+    peak = _row_peaks(x) if peak is None else peak
+    peak = peak.unsqueeze(-1)  # [..., num_nodes, 1]
     y = x / torch.where(peak > 0, peak, torch.ones_like(peak))
     return y, torch.linalg.vector_norm(y, dim=-1)
+
+
+def _row_peaks(x: Tensor) -> Tensor:
+    r"""The largest absolute entry of each row of :obj:`x` :obj:`[...,
+    num_nodes, d]`, :obj:`[..., num_nodes]` (:obj:`nan` for a row with a
+    :obj:`nan`): two reductions, no temporary of the size of :obj:`x`."""
+    return torch.maximum(x.amax(dim=-1), -x.amin(dim=-1))
 
 
 def _unit_rows(x: Tensor) -> Tensor:
@@ -170,14 +184,57 @@ def effective_rank(x: Tensor, batch: Optional[Tensor] = None,
 
 
 def _effective_rank(dense: Tensor) -> Tensor:
-    r""":func:`effective_rank` of zero-padded graphs :obj:`[B, N, d]`,
-    :obj:`[B]`."""
-    sigma = torch.linalg.svdvals(dense)  # [B, min(N, d)]
-    total = sigma.sum(dim=-1, keepdim=True)  # [B, 1]
+    r""":func:`effective_rank` of zero-padded graphs :obj:`[..., B, N, d]`,
+    :obj:`[..., B]` (:obj:`nan` for a graph with a non-finite entry)."""
+    sigma = _singular_values(dense)  # [..., B, min(N, d)], float64
+    total = sigma.sum(dim=-1, keepdim=True)  # [..., B, 1]
     p = sigma / torch.where(total > 0, total, torch.ones_like(total))
-    entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # [B]
-    return torch.where(total.squeeze(-1) > 0, entropy.exp(),
-                       torch.zeros_like(entropy))
+    entropy = -torch.special.xlogy(p, p).sum(dim=-1)  # [..., B]
+    return torch.where(total.squeeze(-1) == 0, torch.zeros_like(entropy),
+                       entropy.exp()).to(dense.dtype)
+
+
+def _singular_values(x: Tensor) -> Tensor:
+    r"""The singular values :obj:`[..., min(N, d)]` of matrices :obj:`[...,
+    N, d]` in float64, largest first; :obj:`nan` for a matrix with a
+    non-finite entry.
+
+    Below float64, they are the square roots of the eigenvalues of the Gram
+    matrix of the smaller side, formed in float64: the product of two
+    float32 numbers is exact in float64, so only the sums round, at
+    float64's precision, far below float32's SVD, whose error is of the
+    order of float32's rounding of the largest singular value (tested),
+    at about the SVD's cost on a CPU (a matrix product and the eigenvalues
+    of a small matrix, where the SVD factors a tall matrix). A float64
+    input has no wider type to form its Gram matrix in and takes the SVD.
+    """
+    if x.dtype == torch.float64:
+        finite = (x * 0).sum((-2, -1)) == 0  # nan for nan and inf entries
+        sigma = torch.linalg.svdvals(x.nan_to_num(0.0, 0.0, 0.0))
+    else:
+        gram = _wide_gram(x)  # [..., Q, Q], Q = min(N, d)
+        finite = gram.isfinite().flatten(-2).all(-1)
+        eig = torch.linalg.eigvalsh(gram.nan_to_num_(0.0, 0.0, 0.0))
+        sigma = eig.flip(-1).clamp_(min=0).sqrt_()
+    return torch.where(finite.unsqueeze(-1), sigma,
+                       torch.full_like(sigma, float('nan')))
+
+
+def _wide_gram(x: Tensor) -> Tensor:
+    r"""The Gram matrices of the smaller side :obj:`[..., Q, Q]` of
+    matrices :obj:`x` :obj:`[..., N, d]`, formed in float64 a few at a time
+    (the float64 copy of each part stays in the cache)."""
+    n, d = x.shape[-2:]
+    flat = x.reshape(-1, n, d)
+    step = max(1, _GRAM_CHUNK // max(1, n * d))  # matrices at a time
+    parts = []
+    for part in flat.split(step):
+        wide = part.double()
+        parts.append(wide @ wide.mT if n < d else wide.mT @ wide)
+    q = min(n, d)
+    if not parts:  # no matrix
+        return x.new_empty(*x.shape[:-2], q, q, dtype=torch.float64)
+    return torch.cat(parts).view(*x.shape[:-2], q, q)
 
 
 def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,
@@ -225,11 +282,13 @@ def _graph_sum(t: Tensor, batch: Tensor, size: int, dim: int) -> Tensor:
     return scatter(t, batch, dim=dim, dim_size=size, reduce='sum')
 
 
-def _cosine_similarity(x: Tensor, batch: Tensor, size: int) -> Tensor:
+def _cosine_similarity(x: Tensor, batch: Tensor, size: int,
+                       peak: Optional[Tensor] = None) -> Tensor:
     r""":func:`feature_cosine_similarity` of checked inputs
     :obj:`[..., num_nodes, d]` (leading dimensions: several outputs at
-    once), :obj:`[..., size]`, with no value read to the host."""
-    y, norm = _scaled_rows(x)
+    once), :obj:`[..., size]`, with no value read to the host;
+    :obj:`peak`: :func:`_row_peaks` of :obj:`x`, if known."""
+    y, norm = _scaled_rows(x, peak)
     inv = torch.where(norm > 0, 1 / norm, torch.zeros_like(norm))
     u_sum = _weighted_graph_sum(inv, y, batch, size)  # [..., B, d]
     # |u_i|^2 is 1 for a nonzero row and 0 for a zero row.

@@ -177,12 +177,13 @@ def mads(x: Tensor, pairs: Pairs, masks: Tensor) -> Tensor:
     n = math.prod(lead)  # outputs measured at once
     dense = _drawn_rows(x, pairs)  # [n * B, S, d]
     stats = dense.new_empty(2, n * B, S, S)  # distances, counted
-    dist = torch.bmm(dense, dense.mT, out=stats[0])  # cosine similarity
-    dist.neg_().add_(1)  # the distance
+    one = dense.new_ones(()).expand(n * B, S, S)
+    # The distance, one minus the cosine similarity.
+    dist = torch.baddbmm(one, dense, dense.mT, alpha=-1, out=stats[0])
     # Zero (<= 4 eps) distances do not count; a nan stays nan.
     torch.nn.functional.threshold(dist, 4 * torch.finfo(dist.dtype).eps,
                                   0.0, inplace=True).clamp_(max=2)
-    torch.sign(dist, out=stats[1])  # 1 where a distance counts
+    torch.gt(dist, 0, out=stats[1])  # 1 where a distance counts
     rows = stats.view(2 * n, B * S, S).transpose(0, 1)  # [B * S, 2n, S]
     K = masks.size(-2)
     table = masks.view(B * S, K, S) @ rows.mT  # [B * S, K, 2n]

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
-                           _effective_rank, _graph_sum, _variance)
+                           _effective_rank, _graph_sum, _row_peaks, _variance)
 from gnorm.metrics_pairs import (Pairs, draw_pairs, gap_hops, gap_of, mads,
                                   pair_masks, uniformities)
 
@@ -138,27 +138,36 @@ class _Edges:
         keep = low != high  # self-loops add 0
         key, count = torch.unique(low[keep] * rows + high[keep],
                                   return_counts=True)  # [P]
-        self.i, self.j = key // rows, key % rows  # the pairs i < j
+        i, j = key // rows, key % rows  # the pairs i < j
         self.weight = count.double()  # [P], edges per pair
-        self.scale_i = scale[self.i].unsqueeze(-1)  # [P, 1]
-        self.scale_j = scale[self.j].unsqueeze(-1)
-        self.batch, self.size = batch[self.i], size  # graph of each pair
+        # Bags of two rows: x_i - x_j, then s_i x_i - s_j x_j.
+        ends = torch.stack([i, j], -1).flatten()  # [2P]
+        self.bags = torch.cat([ends, ends])  # [4P]
+        self.offsets = torch.arange(0, self.bags.numel(), 2,
+                                    device=self.bags.device)  # [2P]
+        signs = torch.tensor([1.0, -1.0], dtype=torch.float64,
+                             device=scale.device).repeat(i.numel())
+        self.signs = torch.cat([signs, signs * scale[ends]])  # [4P]
+        self.batch, self.size = batch[i], size  # graph of each pair
         self.counts = torch.bincount(batch, minlength=size)  # [B]
 
     def energies(self, x: Tensor) -> Tensor:
         r""":func:`gnorm.metrics.dirichlet_energy` without and with
         :obj:`normalized=True` of the outputs :obj:`x` :obj:`[L, rows,
-        d]`, :obj:`[2, L, B]`: layer by layer, so that the differences
-        :obj:`[P, d]` stay in the cache."""
-        scale_i, scale_j = self.scale_i.to(x.dtype), self.scale_j.to(x.dtype)
-        norms = []
-        for h in x:
-            a, b = h.index_select(0, self.i), h.index_select(0, self.j)
-            normed = torch.addcmul(a * scale_i, b, scale_j, value=-1)
-            norms.append(torch.stack([
-                torch.linalg.vector_norm(a.sub_(b), dim=-1),
-                torch.linalg.vector_norm(normed, dim=-1)]))  # [2, P]
-        sq = torch.stack(norms, 1).square() * self.weight.to(x.dtype)
+        d]`, :obj:`[2, L, B]`: layer by layer, the differences
+        :obj:`[2P, d]` of both as one weighted sum of bags of two rows
+        (:func:`~torch.nn.functional.embedding_bag`, no gathered rows),
+        their squared norms summed by a matrix-vector product."""
+        signs = self.signs.to(x.dtype)
+        pairs = self.offsets.numel() // 2
+        sq = x.new_empty(x.size(0), 2, pairs)  # [L, 2, P]
+        ones = x.new_ones(x.size(-1))
+        for h, out in zip(x, sq):
+            diff = torch.nn.functional.embedding_bag(
+                self.bags, h, self.offsets, mode='sum',
+                per_sample_weights=signs)  # [2P, d]
+            torch.mv(diff.square_(), ones, out=out.view(-1))
+        sq = sq.transpose(0, 1) * self.weight.to(x.dtype)  # [2, L, P]
         total = _graph_sum(sq, self.batch, self.size, -1)  # [2, L, B]
         return total / self.counts.to(total.dtype).clamp(min=1)
 
@@ -186,29 +195,29 @@ def _chunk(x: Tensor, p: Prepared) -> int:
 
 def _values(x: Tensor, p: Prepared, metrics: Sequence[str]) -> Tensor:
     r"""The :obj:`metrics` of the outputs :obj:`x` :obj:`[L, rows, d]` of
-    :obj:`L` layers (a tensor of its own, changed in place), averaged over
-    the graphs, and whether each output is finite: :obj:`[L, metrics +
-    1]`, on the device, no value read to the host."""
-    # A nan or inf entry makes its product with 0 nan (no overflow).
-    finite = (x * 0).sum((-2, -1)) == 0  # [L]
-    x = x.nan_to_num_(0.0, 0.0, 0.0)  # flagged above; keeps SVD defined
-    values = _metrics(x, p, metrics)
+    :obj:`L` layers, averaged over the graphs, and whether each output is
+    finite: :obj:`[L, metrics + 1]`, on the device, no value read to the
+    host."""
+    peak = _row_peaks(x)  # [L, rows]; nan or inf in a row: nan or inf
+    finite = peak.isfinite().all(-1)  # [L]
+    values = _metrics(x, peak, p, metrics)
     out = [values[m].index_select(-1, p.nonempty).to(torch.float64)
            .nanmean(-1) for m in metrics]  # [L] each
     return torch.stack(out + [finite.to(torch.float64)], -1)
 
 
-def _metrics(x: Tensor, p: Prepared,
+def _metrics(x: Tensor, peak: Tensor, p: Prepared,
              metrics: Sequence[str]) -> Dict[str, Tensor]:
     r"""Each of the :obj:`metrics` of the outputs :obj:`x` :obj:`[L, rows,
-    d]`, per graph :obj:`[L, B]`."""
+    d]` (the largest absolute entry of each row :obj:`peak` :obj:`[L,
+    rows]`), per graph :obj:`[L, B]`."""
     nodes = x[:, :p.nodes]  # [L, nodes, d]
     out = {}
     if 'effective_rank' in metrics:
         out['effective_rank'] = _effective_rank(_dense(nodes, p))
     if 'cosine_similarity' in metrics:
-        out['cosine_similarity'] = _cosine_similarity(nodes, p.batch,
-                                                      p.size)
+        out['cosine_similarity'] = _cosine_similarity(
+            nodes, p.batch, p.size, peak[:, :p.nodes])
     if 'variance' in metrics:
         out['variance'] = _variance(nodes, p.batch, p.size, 'mean')
     if p.edges is not None and any(m.startswith('dirichlet_energy')

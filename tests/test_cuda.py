@@ -200,6 +200,38 @@ def test_runs_equal_single_models_on_the_device(device):
         torch.testing.assert_close(out[r], expected, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize('device', DEVICES)
+def test_monitor_on_the_device_equals_float64_on_the_cpu(device):
+    r"""CollapseMonitor's values of a batch of graphs of very different
+    sizes on :obj:`device` (float32) are those of float64 on the CPU:
+    every metric, uniformity too, per graph and averaged."""
+    from gnorm.monitor import METRICS, CollapseMonitor
+    x, batch, edge_index = _graphs(seed=3)
+    torch.manual_seed(0)
+    model = DeepGCN(16, 4, num_layers=3, hidden_channels=16,
+                    dropout=0.0).eval()
+    metrics = [*METRICS, 'uniformity']
+
+    def values(dev, dtype):
+        m = copy.deepcopy(model).to(dev)
+        monitor = CollapseMonitor(m, metrics=metrics, dtype=dtype,
+                                  max_samples=8, neighbor_hops=1,
+                                  remote_hops=2)
+        with torch.no_grad(), monitor.record(
+                step=0, edge_index=edge_index.to(dev), batch=batch.to(dev),
+                batch_size=len(SIZES)):
+            m(x.float().to(dev), edge_index.to(dev))
+        return {(r['layer'], r['metric']): r['value']
+                for r in monitor.records}
+
+    got = values(device, None)
+    want = values('cpu', torch.float64)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5,
+                                         nan_ok=True), key
+
+
 NODE = ['dataset=csbm', 'dataset.num_nodes=200', 'layers=4',
         'norm=contranorm', 'norm.negatives=non_neighbors',
         'train.epochs=4', 'train.progress=false', 'collapse_metrics=false']

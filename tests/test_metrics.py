@@ -167,6 +167,47 @@ def test_effective_rank_of_zero_matrix_is_zero():
     assert effective_rank(torch.zeros(5, 3)).item() == 0.0
 
 
+@pytest.mark.parametrize('n,d', [(400, 16), (12, 40)])  # tall, wide
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_effective_rank_below_float64_is_as_exact_as_its_input(n, d, dtype):
+    # Singular values from 1 down to 1e-6: in float32 a Gram matrix loses
+    # the small ones (its rounding is eps32 * sigma_1^2, a singular value
+    # of 3e-4), one formed in float64 keeps them to float64's rounding.
+    k = min(n, d)
+    u, _ = torch.linalg.qr(randn(n, k, seed=3))
+    v, _ = torch.linalg.qr(randn(d, k, seed=4))
+    sigma = torch.logspace(0, -6, k, dtype=torch.float64)
+    x = ((u * sigma) @ v.T).to(dtype)  # the input as the metric gets it
+    want = erank_ref(x.double())
+    got = effective_rank(x)
+    assert got.dtype == dtype
+    assert got.double().item() == pytest.approx(
+        want, rel=1e-6 if dtype == torch.float32 else 1e-2)
+
+
+@pytest.mark.parametrize('n,d', [(2708, 32), (20, 64)])
+def test_singular_values_below_float64_beat_float32s_svd(n, d):
+    from gnorm.metrics import _singular_values
+    k = min(n, d)
+    u, _ = torch.linalg.qr(randn(n, k, seed=5))
+    v, _ = torch.linalg.qr(randn(d, k, seed=6))
+    x = ((u * torch.logspace(0, -7, k, dtype=torch.float64)) @ v.T).float()
+    want = torch.linalg.svdvals(x.double())  # of the float32 matrix
+    err = (_singular_values(x).double() - want).abs().max() / want[0]
+    err_svd = (torch.linalg.svdvals(x).double() - want).abs().max() / want[0]
+    assert err < err_svd / 100
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+@pytest.mark.parametrize('bad', [float('nan'), float('inf'), -float('inf')])
+def test_effective_rank_of_a_non_finite_graph_is_nan(dtype, bad):
+    x, batch = randn(9, 4, dtype=dtype), torch.tensor([0] * 4 + [1] * 5)
+    x[6, 2] = bad  # graph 1
+    got = effective_rank(x, batch)
+    assert got[0].item() == pytest.approx(erank_ref(x[:4].double()))
+    assert math.isnan(got[1].item())
+
+
 def contranorm_step(h, s):
     # Eq. (10) of the ContraNorm paper.
     return (1 + s) * h - s * (h @ h.T) @ h
