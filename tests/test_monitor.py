@@ -157,6 +157,36 @@ def test_nothing_recorded_outside_record_and_hooks_return_at_once():
         assert torch.equal(a, b)
 
 
+def test_a_recorded_training_step_trains_as_an_unrecorded_one():
+    r"""Recording the training step's own forward pass (train mode,
+    gradients on, dropout) changes neither the loss nor the gradients,
+    and records the outputs that forward computed."""
+    x, edge_index = graph(seed=4)
+    steps = []
+    for recorded in (True, False):
+        torch.manual_seed(0)
+        model = GCN(12, 16, num_layers=3, dropout=0.3).train()
+        monitor = CollapseMonitor(model, metrics=['variance'])
+        captured, handles = capture(model, monitor.layers)
+        if recorded:
+            with monitor.record(0, edge_index=edge_index):
+                loss = model(x, edge_index).square().mean()
+        else:
+            loss = model(x, edge_index).square().mean()
+        loss.backward()
+        steps.append((loss.item(), [p.grad for p in model.parameters()]))
+        for h in handles:
+            h.remove()
+        want = {n: float(feature_variance(h.detach()))
+                for n, h in captured.items()}
+        assert {r['layer']: r['value'] for r in monitor.records} == (
+            pytest.approx(want, **TOL) if recorded else {})
+    (loss_a, grads_a), (loss_b, grads_b) = steps
+    assert loss_a == loss_b
+    for a, b in zip(grads_a, grads_b):
+        assert torch.equal(a, b)
+
+
 def test_hooks_are_removed_after_an_exception():
     x, edge_index = graph()
     model = GCN(12, 16, num_layers=2)
