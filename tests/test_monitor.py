@@ -563,6 +563,9 @@ def test_the_guide_quotes_the_committed_benchmark():
         assert r['every_10'] > 0.05
         assert 0.03 < r['forward_s'] / (10 * r['train_s']) < 0.05  # ~4 %
         assert r['train_s'] < 2.5 * r['forward_s']  # ~ two forward passes
+    costs = deep['metric_s']  # each metric alone
+    assert list(costs) == list(METRICS)
+    assert max(costs, key=costs.get) == 'effective_rank'  # costs the most
 
 
 def test_inputs_are_prepared_once_while_they_are_the_same_tensors():
