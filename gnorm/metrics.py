@@ -21,6 +21,7 @@ the dtype of :obj:`x`.
   (all, neighbours, remote nodes) of Chen et al. (2020)
   (:mod:`gnorm.metrics_pairs`).
 """
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -224,17 +225,15 @@ def _wide_gram(x: Tensor) -> Tensor:
     r"""The Gram matrices of the smaller side :obj:`[..., Q, Q]` of
     matrices :obj:`x` :obj:`[..., N, d]`, formed in float64 a few at a time
     (the float64 copy of each part stays in the cache)."""
-    n, d = x.shape[-2:]
-    flat = x.reshape(-1, n, d)
+    lead, (n, d) = x.shape[:-2], x.shape[-2:]
+    flat = x.reshape(math.prod(lead), n, d)  # also with no entries
     step = max(1, _GRAM_CHUNK // max(1, n * d))  # matrices at a time
     parts = []
-    for part in flat.split(step):
+    for part in flat.split(step):  # at least one part, maybe empty
         wide = part.double()
         parts.append(wide @ wide.mT if n < d else wide.mT @ wide)
     q = min(n, d)
-    if not parts:  # no matrix
-        return x.new_empty(*x.shape[:-2], q, q, dtype=torch.float64)
-    return torch.cat(parts).view(*x.shape[:-2], q, q)
+    return torch.cat(parts).view(*lead, q, q)
 
 
 def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,

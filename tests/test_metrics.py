@@ -124,6 +124,13 @@ def test_batch_size_adds_empty_graphs(fn, empty):
                                equal_nan=True)
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_effective_rank_of_graphs_without_nodes_is_zero(dtype):
+    x, batch = torch.empty(0, 3, dtype=dtype), torch.empty(0, dtype=torch.long)
+    out = effective_rank(x, batch, batch_size=2)
+    torch.testing.assert_close(out, torch.zeros(2, dtype=dtype))
+
+
 @pytest.mark.parametrize('fn', NODE_METRICS)
 def test_gradcheck(fn):
     x = randn(6, 4, seed=3).requires_grad_()
