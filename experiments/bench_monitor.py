@@ -176,14 +176,19 @@ def bench(name, setup, record_args, repeats, metrics=None):
             **{f'{k}_s': v for k, v in med.items()}}
 
 
-def deep_gcn_case(data, repeats, metrics=None):
+def deep_gcn(data):
+    r"""The benchmark's 32-layer DeepGCN on :obj:`data`, seed 0."""
     from gnorm.models import DeepGCN
+    torch.manual_seed(0)
+    return DeepGCN(data.num_features, int(data.y.max()) + 1, num_layers=32,
+                   hidden_channels=32, dropout=0.2)
+
+
+def deep_gcn_case(data, repeats, metrics=None):
     train = data.train_mask.nonzero().flatten()
 
     def setup():
-        torch.manual_seed(0)
-        model = DeepGCN(data.num_features, int(data.y.max()) + 1,
-                        num_layers=32, hidden_channels=32, dropout=0.2)
+        model = deep_gcn(data)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
         def train_epoch():
@@ -210,10 +215,7 @@ def metric_costs(data, repeats):
     DeepGCN's evaluation: median record minus median forward, the
     measurements in rotating order (one monitor per metric; the others'
     hooks idle)."""
-    from gnorm.models import DeepGCN
-    torch.manual_seed(0)
-    model = DeepGCN(data.num_features, int(data.y.max()) + 1,
-                    num_layers=32, hidden_channels=32, dropout=0.2).eval()
+    model = deep_gcn(data).eval()
     monitors = {m: CollapseMonitor(model, metrics=[m]) for m in METRICS}
 
     def forward():

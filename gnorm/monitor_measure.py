@@ -159,8 +159,7 @@ class _Edges:
         (:func:`~torch.nn.functional.embedding_bag`, no gathered rows),
         their squared norms summed by a matrix-vector product."""
         signs = self.signs.to(x.dtype)
-        pairs = self.offsets.numel() // 2
-        sq = x.new_empty(x.size(0), 2, pairs)  # [L, 2, P]
+        sq = x.new_empty(x.size(0), 2, self.weight.numel())  # [L, 2, P]
         ones = x.new_ones(x.size(-1))
         for h, out in zip(x, sq):
             diff = torch.nn.functional.embedding_bag(
