@@ -488,6 +488,7 @@ def main(argv=None):
                         help='print progress every this many epochs')
     args = parse_cell_arguments(parser, argv)
 
+    import torch
     code = Path(args.code)
     targv = their_argv(args.dataset, args.layers, args.scale, args.epochs,
                        args.norm_mode, layer_norm=not args.no_layer_norm)
@@ -520,9 +521,20 @@ def main(argv=None):
                             nodes=data.num_nodes)
         meta['stand_ins'] = their.stand_ins
 
+        trained = []
+
         def train(seed):
+            from gnorm.train.run import peak_memory, reset_peak_memory
+            device = torch.device(args.device)
+            reset_peak_memory(device)
             result = train_seed(their, targs, data, seed, args.device,
                                 args.log_every)
+            # host_rss_mib: the process's peak so far (the runs before this
+            # one in the same process included: run one seed a process to
+            # measure a run alone).
+            result['peak_memory'] = dict(peak_memory(device),
+                                         runs_before_in_process=len(trained))
+            trained.append(seed)
             meta['stand_in_calls'] = dict(STAND_IN_CALLS)
             # The record's meta is the last invocation's; a record extended
             # with more seeds keeps, per run, what made that run.

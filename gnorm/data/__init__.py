@@ -17,6 +17,7 @@ from gnorm.data.nodes import (
     load_dataset,
     normalize_rows,
     raw_files,
+    split_fingerprint,
     split_masks,
 )
 from gnorm.data.molecules import (
@@ -61,5 +62,6 @@ __all__ = [
     'load_dataset',
     'normalize_rows',
     'raw_files',
+    'split_fingerprint',
     'split_masks',
 ]

@@ -28,6 +28,7 @@ authors' code tests on: 2,068 nodes on Cora instead of the public 1,000).
 """
 import contextlib
 import errno
+import hashlib
 import io
 import math
 import sys
@@ -268,6 +269,27 @@ def check_split(name: str, split: str, split_index: int = 0) -> None:
         raise ConfigError(f"split_index={split_index} picks a Geom-GCN "
                           f"split, and split={split} {kind}; leave "
                           f"split_index at 0 or pass split=geom_gcn")
+
+
+def split_fingerprint(train: Tensor, val: Tensor, test: Tensor) -> str:
+    r"""A fingerprint of a split: the first 16 hex digits of the SHA-256 of
+    its train, validation and test node indices (sorted, as 64-bit
+    integers, each part closed by its length). Two runs trained and tested
+    on the same nodes have the same fingerprint; any node moved between
+    the parts changes it. Paired comparisons check it
+    (:mod:`gnorm.study`).
+
+    Args:
+        train (torch.Tensor): The training node mask (boolean, 1-D).
+        val (torch.Tensor): The validation node mask.
+        test (torch.Tensor): The test node mask.
+    """
+    digest = hashlib.sha256()
+    for mask in (train, val, test):
+        index = mask.detach().cpu().reshape(-1).nonzero().reshape(-1)
+        digest.update(index.to(torch.int64).numpy().tobytes())
+        digest.update(f'|{index.numel()}|'.encode())
+    return digest.hexdigest()[:16]
 
 
 def split_masks(data: Data, split: str, split_index: int = 0, seed: int = 0,

@@ -18,7 +18,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from gnorm.data.nodes import check_split, load_dataset
+from gnorm.data.nodes import check_split, load_dataset, split_fingerprint
 from gnorm.errors import ConfigError
 from gnorm.monitor import CollapseMonitor
 from gnorm.run_keys import batch_key as runs_key
@@ -533,7 +533,10 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                         'num_features': data.num_features,
                         'num_classes': num_classes, 'split': c.split,
                         'split_sizes': [int(data[f'{s}_mask'][r].sum())
-                                        for s in ('train', 'val', 'test')]},
+                                        for s in ('train', 'val', 'test')],
+                        'split_fingerprint': split_fingerprint(
+                            *(data[f'{s}_mask'][r]
+                              for s in ('train', 'val', 'test')))},
             'model': str(alone),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
         })

@@ -16,10 +16,12 @@ to ``results.json`` with ``status: failed`` or ``interrupted``.
 """
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import platform
 import random
+import resource
 import signal
 import subprocess
 import time
@@ -168,11 +170,53 @@ def source() -> Optional[Dict[str, Any]]:
             return subprocess.run(['git', '-C', str(root), *args],
                                   capture_output=True, text=True, timeout=30,
                                   check=True).stdout.strip()
-        return {'commit': git('rev-parse', 'HEAD'),
-                'modified': bool(git('status', '--porcelain', '--', 'gnorm',
-                                     'conf', 'hydra_plugins'))}
+        paths = ('--', *CODE_PATHS)
+        found = {'commit': git('rev-parse', 'HEAD'),
+                 'modified': bool(git('status', '--porcelain', *paths))}
+        if found['modified']:
+            found['diff_sha256'] = _diff_sha256(root, git('diff', 'HEAD',
+                                                          '--binary', *paths),
+                                                git('ls-files', '--others',
+                                                    '--exclude-standard',
+                                                    *paths))
+        return found
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+# The folders whose code makes a run's results.
+CODE_PATHS = ('gnorm', 'conf', 'hydra_plugins')
+
+
+def _diff_sha256(root: Path, diff: str, untracked: str) -> str:
+    r"""SHA-256 of a modified checkout's changes: the diff of the tracked
+    files against the commit, then each untracked file's name and bytes.
+    Two runs with the same commit and hash ran the same code."""
+    digest = hashlib.sha256(diff.encode())
+    for name in sorted(filter(None, untracked.splitlines())):
+        digest.update(f'\0{name}\0'.encode())
+        digest.update((root / name).read_bytes())
+    return digest.hexdigest()
+
+
+def peak_memory(device: torch.device) -> Dict[str, float]:
+    r"""The peak memory of this process, in MiB: ``host_rss_mib``, the
+    largest resident set it has had since it started (``getrusage``:
+    earlier runs of the same process included), and on CUDA
+    ``device_mib``, the most memory torch allocated on :obj:`device` since
+    :func:`reset_peak_memory` (since the run started)."""
+    found = {'host_rss_mib': round(resource.getrusage(
+        resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if device.type == 'cuda':
+        found['device_mib'] = round(
+            torch.cuda.max_memory_allocated(device) / 2 ** 20, 1)
+    return found
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    r"""Starts :func:`peak_memory`'s count of device memory afresh."""
+    if device.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def base_results(cfg: DictConfig, device: torch.device, path: Path,
@@ -252,6 +296,7 @@ def _train_batch(task, cfgs: List[DictConfig], paths: List[Path],
     ``results.json``; a run that stops early writes what it holds (see
     :func:`train_runs`)."""
     start = time.perf_counter()
+    reset_peak_memory(device)
     results = [{'status': 'running', 'error': None} for _ in cfgs]
     try:
         results = [base_results(c, device, p, i, len(cfgs))
@@ -293,6 +338,7 @@ def _train_batch(task, cfgs: List[DictConfig], paths: List[Path],
                           else f"{p.parent}: {r['error']}")
             continue
         r['runtime_s'] = time.perf_counter() - start
+        r['peak_memory'] = peak_memory(device)
         if main_process():
             r = write_json(p, r)
             print(task.summary(r, c), flush=True)
