@@ -9,6 +9,7 @@ import copy
 import json
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
 
@@ -542,12 +543,16 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
         })
     logs = [EpochLog(p.parent, {k: [] for k in NODE_CURVE}, 'acc',
                      columns=NODE_CURVE) for p in paths]
+    start = time.perf_counter()
     with matmul_precision(cfg.train.precision, device):
         best_state = fit(model, data, results, cfg.train.epochs,
                          cfg.train.lr, cfg.train.weight_decay, generators,
                          cfg.train.progress, cfg.train.log_every,
                          cfg.train.precision, cfg.train.compile,
                          cfg.train.get('eval_every', 1), logs)
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    loop_s = time.perf_counter() - start  # the epochs alone (all runs)
     if cfg.select == 'best_val':
         model.load_state_dict(best_state)
     monitor = collapse.monitor(model) if cfg.collapse_metrics else None
@@ -560,6 +565,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
         res.update(
             status='ok',
             select=cfg.select,
+            loop_s=loop_s,
             selected_epoch=(res['best_epoch'] if cfg.select == 'best_val'
                             else cfg.train.epochs),
             **{k: final[k][r] for k in ('train_acc', 'val_acc', 'test_acc',
