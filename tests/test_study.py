@@ -378,7 +378,7 @@ def test_tiny_pairnorm_row_chooses_variant_and_scale_by_validation(tmp_path):
             100 * chosen[0]['test_acc'], abs=1e-4)
     report = (out / f'{TINY_NAME}.md').read_text()
     line = next(x for x in report.splitlines()
-                if x.startswith('| pairnorm (chosen by val)'))
+                if x.startswith('| pairnorm (chosen by val, 12 settings)'))
     assert by['val']['setting'] in line
 
 
@@ -467,23 +467,27 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
     assert 'per-seed differences' in ' '.join(lines)
     two = next(x for x in lines if x.startswith('| cora | 2 |'))
     four = next(x for x in lines if x.startswith('| cora | 4 |'))
-    assert two.startswith('| cora | 2 | **beats** (Δ +1.83 [+1.12, +2.55], '
-                          'n=3) | **loses** (Δ \u221210.00')
+    # a family of 3 tests (the partial cell has none): Holm multiplies the
+    # smallest p by 3, the next by 2
+    assert two == ('| cora | 2 | **beats** (Δ +1.83 [+1.12, +2.55], n=3, '
+                   'p=0.0082, Holm 0.0163) | **loses** (Δ \u221210.00 '
+                   '[\u221212.48, \u22127.52], n=3, p=0.0033, Holm 0.0100) |')
     assert four == ('| cora | 4 | not distinguishable (Δ +0.00 [+0.00, '
-                    '+0.00], n=3) | not compared: layernorm partial (1 of '
-                    '4 settings) |')
+                    '+0.00], n=3, p=1.0000, Holm 1.0000) | not compared: '
+                    'layernorm partial (1 of 4 settings) |')
     assert lines[-3] == (
-        'In words: against pairnorm, contranorm beats at cora L=2; is not '
-        'distinguishable at cora L=4. Against layernorm, contranorm loses '
-        'at cora L=2 (not compared yet, incomplete: cora L=4).')
-    assert lines[-1].endswith('reads every compared cell as the interval '
+        'In words (Holm-adjusted over a family of 3): against pairnorm, '
+        'contranorm beats at cora L=2; is not distinguishable at cora L=4. '
+        'Against layernorm, contranorm loses at cora L=2 (not compared yet, '
+        'incomplete: cora L=4).')
+    assert lines[-1].endswith('reads every compared cell as the verdict '
                               'does.')
     welch_lines = study_compare.comparison(
         records, 'contranorm', ['pairnorm'], 'none', 0.95, spread_rule=True)
     assert "Welch's" in ' '.join(welch_lines)
     assert welch_lines[-1].endswith(
         'reads 1 compared cell otherwise: cora L=2 vs pairnorm: beats, the '
-        'interval: not distinguishable.')
+        'verdict: not distinguishable.')
     assert study_compare.comparison(
         [r for r in records if r['row'] != 'contranorm'], 'contranorm',
         ['pairnorm'], 'seed', 0.95) == []
@@ -749,8 +753,9 @@ def test_a_users_spec_and_norm_need_no_hydra_section(tmp_path, monkeypatch,
     report = (tmp_path / 'results' / 'mine_depth.md').read_text()
     assert '## Does mine beat none?' in report
     assert '**2 of 2 cells complete**' in report
-    assert re.search(r'\| mine \(chosen by val\) \| \*\*[\d.]+\*\* ± [\d.]+, '
-                     r'factor=0\.(25|5) \|', report)
+    assert re.search(r'\| mine \(chosen by val, 2 settings\) \| [\d.]+ ± '
+                     r'[\d.]+, factor=0\.(25|5)(<br>| \|)', report)
+    assert 'paper' not in report.lower()  # a user's study has no paper
     capsys.readouterr()
     assert study([str(spec), '--dry-run']) == 0
     assert '6 runs in 2 cells, 6 done, 0 to run' in capsys.readouterr().out
@@ -855,5 +860,6 @@ def test_in_words_groups_depths_and_names_cells_left_for_a_gpu():
     lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
                                      'seed', 0.95)
     assert '| cora | 64 | not run here: contranorm, GPU work |' in lines
-    assert lines[-1] == ('In words: against pairnorm, contranorm beats at '
-                         'cora L=2/4 (not run here: cora L=64).')
+    assert lines[-1] == ('In words (Holm-adjusted over a family of 2): '
+                         'against pairnorm, contranorm beats at cora L=2/4 '
+                         '(not run here: cora L=64).')

@@ -209,15 +209,15 @@ def test_one_epoch_runs_are_dots_per_seed_not_a_curve(tmp_path, monkeypatch):
 ])
 def test_t_interval_is_mean_plus_minus_t_quantile_times_sem(values, mean,
                                                             half):
-    m, lo, hi = stats.mean_interval(values)
+    m, lo, hi, _ = stats.mean_interval(values)
     assert m == pytest.approx(mean)
     assert (lo, hi) == pytest.approx((mean - half, mean + half), abs=1e-5)
 
 
 def test_t_interval_needs_two_values():
-    assert stats.mean_interval([]) == (None, None, None)
-    assert stats.mean_interval([1.5]) == (1.5, None, None)
-    assert stats.mean_interval([2.0, 2.0]) == (2.0, 2.0, 2.0)  # no spread
+    assert stats.mean_interval([]) == (None, None, None, None)
+    assert stats.mean_interval([1.5]) == (1.5, None, None, None)
+    assert stats.mean_interval([2.0, 2.0]) == (2.0, 2.0, 2.0, 0.0)  # no spread
     assert study_paired.interval(1.5, None, None, 1) == \
         '+1.50 (n=1, no interval)'
     assert study_paired.interval(1.234, -0.4, 2.857, 5) == \

@@ -1,25 +1,61 @@
 r"""Does a row beat the others? A depth study's section, from
 ``table.compare`` (``rows``: the rows to read, ``against``: the rows they
 are compared with): per (dataset, depth) with both cells complete, the
-difference of the test accuracies (setting chosen by validation) with its
-confidence interval (:mod:`gnorm.study.stats`: paired by seed or Welch,
-as ``table.pairing`` says), the verdict, and the cells where the rule of
-earlier reports (a difference beyond the larger std) reads otherwise."""
+difference of the test accuracies with its confidence interval and the
+p of its test (:mod:`gnorm.study.stats`: paired by seed, the corrected
+resampled t where the seeds resample the split, or Welch, as
+``table.pairing`` says and the runs' splits show).
+
+The comparisons of a table are one **family** (:func:`family`): their
+p-values are adjusted together (``table.correction``: ``holm``, the
+default, or ``none``), and every verdict, in the table and in words, reads
+the adjusted p. The family is read twice: with each row's setting chosen
+by validation (tuned: a row with a larger grid had more tries), and with
+every row at its default setting (budget-matched: one setting each).
+Cells whose chosen runs learned nothing or were still improving
+(:mod:`gnorm.study.sanity`) are named beside the verdicts."""
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.study.stats import VERDICTS, Interval, compare, spread_verdict
+from gnorm.study.sanity import MEANING
+from gnorm.study.stats import (CORRECTED_T, PAIRED_T, VERDICTS, WELCH,
+                               Interval, compare, family_verdict, holm,
+                               paired_interval, spread_verdict)
 
 NOT_COMPARED = 'not compared'
 NOT_RUN = 'not run'
 # A verdict as the in-words paragraph says it of a row.
 SAID = {'beats': 'beats', 'loses': 'loses',
         'not distinguishable': 'is not distinguishable'}
+# (dataset, row, depth) of a cell; (dataset, row, other, depth) of a
+# comparison.
 Key = Tuple[str, str, int]
+Pair = Tuple[str, str, str, int]
+
+
+@dataclass
+class Found:
+    r"""One comparison of a family: its interval (:obj:`None` when the
+    cells are not compared, :obj:`why` then says why), the p adjusted in
+    the family, the verdict that p gives, and the plain paired t interval
+    where the corrected resampled t replaced it."""
+    interval: Optional[Interval]
+    why: str = ''
+    p_adj: Optional[float] = None
+    verdict: Optional[str] = None
+    naive: Optional[Interval] = None
+    flags: str = ''
 
 
 def shown(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     r"""One record per cell: the setting chosen by validation."""
-    return [r for r in records if r['selection'] != 'test']
+    return [r for r in records if r['selection'] in ('', 'val')]
+
+
+def at_default(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    r"""One record per cell of a row with a default setting: the row at
+    it (``default``), or its only setting (a row without grid)."""
+    return [r for r in records if r['selection'] in ('', 'default')]
 
 
 def partial(r: Dict[str, Any]) -> str:
@@ -33,6 +69,11 @@ def signed(x: float) -> str:
     return f'{x:+.2f}'.replace('-', '\u2212')
 
 
+def p_text(p: float) -> str:
+    r"""A p-value in four decimals, or ``<0.0001``."""
+    return '<0.0001' if p < 0.0001 else f'{p:.4f}'
+
+
 def interval_text(found: Interval) -> str:
     r"""``Δ +1.23 [−0.40, +2.86], n=5`` (paired: n seeds; unpaired:
     ``n=5+5``)."""
@@ -44,107 +85,274 @@ def interval_text(found: Interval) -> str:
             f'{signed(found.hi)}], n={found.n}')
 
 
-def versus(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
-           level: float) -> Tuple[str, Optional[Interval]]:
+def split_mismatch(ours: Dict[str, Any], other: Dict[str, Any]
+                   ) -> Optional[str]:
+    r"""Why two cells paired by seed do not share their splits: a seed
+    whose runs record different split fingerprints; :obj:`None` when every
+    common seed agrees (or its runs record none)."""
+    a = ours.get('fingerprint_by_seed') or {}
+    b = other.get('fingerprint_by_seed') or {}
+    for seed in sorted(set(a) & set(b)):
+        if a[seed] and b[seed] and a[seed] != b[seed]:
+            return f'the splits differ (seed {seed})'
+    return None
+
+
+def test_train(ours: Dict[str, Any], other: Dict[str, Any]
+               ) -> Optional[float]:
+    r""":math:`n_\mathrm{test}/n_\mathrm{train}` of two cells whose seeds
+    resample their split from one pool (``split: random``), for the
+    corrected resampled t; :obj:`None` for a fixed split."""
+    ratios = [r.get('test_train') for r in (ours, other)]
+    if any(x is None for x in ratios):
+        return None
+    return max(ratios)
+
+
+def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
+          level: float) -> Found:
     r""":obj:`ours` against :obj:`other` (two records of one dataset and
-    depth): the text of the table's cell and the interval (:obj:`None`
-    when a cell is not complete)."""
+    depth), before the family's adjustment."""
     for r in (ours, other):
         if r.get('not_run'):
-            return f"{NOT_RUN} here: {r['row']}, {r['not_run']}", None
+            return Found(None, f"{NOT_RUN} here: {r['row']}, {r['not_run']}")
         if not r['complete']:
-            return (f"{NOT_COMPARED}: {r['row']} "
-                    + ('missing' if r['cell_runs'] == 0 else
-                       f'partial ({partial(r)})')), None
+            return Found(None, f"{NOT_COMPARED}: {r['row']} "
+                         + ('missing' if r['cell_runs'] == 0 else
+                            f'partial ({partial(r)})'))
+    mismatch = pairing == 'seed' and split_mismatch(ours, other)
+    if mismatch:
+        return Found(None, f'{NOT_COMPARED}: {mismatch}')
+    ratio = test_train(ours, other) if pairing == 'seed' else None
     found = compare(other['test_by_seed'], ours['test_by_seed'], pairing,
-                    level)
-    said = found.verdict or NOT_COMPARED
+                    level, ratio)
+    naive = (paired_interval(other['test_by_seed'], ours['test_by_seed'],
+                             level) if ratio else None)
+    flagged = [f"{r['row']} {', '.join(r['flags'])}" for r in (ours, other)
+               if r.get('flags')]
+    return Found(found, naive=naive, flags='; '.join(flagged))
+
+
+def family(records: List[Dict[str, Any]],
+           compared: Sequence[Tuple[str, Sequence[str]]], pairing: str,
+           level: float, correction: str = 'holm') -> Dict[Pair, Found]:
+    r"""Every comparison of :obj:`compared` ((row, the rows it is compared
+    with) pairs) at every (dataset, depth) of :obj:`records` (one record
+    per cell: :func:`shown` or :func:`at_default`), with p-values adjusted
+    together (:func:`gnorm.study.stats.holm` for ``holm``) and the
+    verdicts they give."""
+    by = {(r['dataset'], r['row'], r['layers']): r for r in records}
+    found: Dict[Pair, Found] = {}
+    for (dataset, name, depth), ours in by.items():
+        for row, against in compared:
+            if name != row:
+                continue
+            for o in against:
+                other = by.get((dataset, o, depth))
+                found[dataset, row, o, depth] = (
+                    _pair(ours, other, pairing, level) if other
+                    else Found(None, 'no such cell'))
+    keys = list(found)
+    raw = [found[k].interval.p if found[k].interval else None for k in keys]
+    adjusted = holm(raw) if correction == 'holm' else raw
+    for k, p in zip(keys, adjusted):
+        f = found[k]
+        f.p_adj = p
+        f.verdict = f.interval and family_verdict(f.interval.diff, p, level)
+    return found
+
+
+def tested(found: Dict[Pair, Found]) -> int:
+    r"""The size of a family: its comparisons with a test."""
+    return sum(f.p_adj is not None for f in found.values())
+
+
+def cell_text(f: Found, correction: str) -> str:
+    r"""A comparison's cell of the table: the verdict (in bold when it
+    holds family-wise), Δ, interval, p and adjusted p, flags."""
+    if f.interval is None:
+        return f.why
+    said = f.verdict or NOT_COMPARED
     if said in ('beats', 'loses'):
         said = f'**{said}**'
-    return f'{said} ({interval_text(found)})', found
+    text = f'{said} ({interval_text(f.interval)}'
+    if f.interval.p is not None:
+        text += f', p={p_text(f.interval.p)}'
+        if correction == 'holm':
+            text += f', Holm {p_text(f.p_adj)}'
+    text += ')'
+    return text + (f'; flagged: {f.flags}' if f.flags else '')
 
 
-def annotate(records: List[Dict[str, Any]], row: str,
-             against: Sequence[str], pairing: str, level: float) -> List[str]:
-    r"""Adds to each record of :obj:`row` (setting chosen by validation)
-    its Δ, interval, n and verdict against each row of :obj:`against` at
-    the same dataset and depth (``vs_<other>_diff``, ``_lo``, ``_hi``,
-    ``_n``, ``_verdict``; empty where a cell is not complete); returns the
-    names of the added columns."""
-    by = {(r['dataset'], r['row'], r['layers']): r for r in shown(records)}
-    columns = [f'vs_{o}_{k}' for o in against
-               for k in ('diff', 'lo', 'hi', 'n', 'verdict')]
-    for (dataset, name, depth), ours in by.items():
-        if name != row:
-            continue
-        for o in against:
-            other = by.get((dataset, o, depth))
-            found = versus(ours, other, pairing, level)[1] if other else None
-            ours.update({f'vs_{o}_diff': found and found.diff,
-                         f'vs_{o}_lo': found and found.lo,
-                         f'vs_{o}_hi': found and found.hi,
-                         f'vs_{o}_n': found and found.n,
-                         f'vs_{o}_verdict': found and found.verdict})
+def annotate(records: List[Dict[str, Any]], found: Dict[Pair, Found],
+             view: str = '') -> List[str]:
+    r"""Adds to each record of a compared row its comparisons with each
+    other row at the same dataset and depth (``vs_<other>_<view>diff``,
+    ``_lo``, ``_hi``, ``_n``, ``_method``, ``_p``, ``_p_adj``,
+    ``_verdict``, and the plain paired t's ``_naive_lo``, ``_naive_hi``
+    where the corrected resampled t replaced it; empty where a cell is not
+    compared); returns the names of the added columns."""
+    by = {(r['dataset'], r['row'], r['layers']): r for r in records}
+    fields = ('diff', 'lo', 'hi', 'n', 'method', 'p', 'p_adj', 'verdict',
+              'naive_lo', 'naive_hi')
+    columns: List[str] = []
+    for (dataset, row, other, depth), f in found.items():
+        names = [f'vs_{other}_{view}{k}' for k in fields]
+        columns += [c for c in names if c not in columns]
+        i, n = f.interval, f.naive
+        by[dataset, row, depth].update(zip(names, (
+            i and i.diff, i and i.lo, i and i.hi, i and i.n,
+            i and i.method, i and i.p, f.p_adj, f.verdict,
+            n and n.lo, n and n.hi)))
     return columns
 
 
-def rule_text(row: str, pairing: str, level: float) -> str:
-    r"""The section's rule in words."""
-    how = ('paired by seed: seed k of every row draws the same split, so '
-           'the interval is the t interval of the per-seed differences '
-           '(n = the seeds both rows finished)'
-           if pairing == 'seed' else
-           "unpaired: the split is fixed and seeds draw only the "
-           "initialisation, so the interval is Welch's (n = the seeds of "
-           'each row)')
-    return (f'Rule: {row} (setting chosen by validation) beats a row at a '
-            f'(dataset, depth) when the {level:.0%} confidence interval of '
-            f'Δ = {row} − that row (test accuracy, %) lies above 0, loses '
-            f'when it lies below 0, and is otherwise not distinguishable '
-            f'from it with these seeds; {how}. Only complete cells (every '
-            f'setting with every seed) are compared.')
+METHODS = {
+    PAIRED_T: 'the paired t interval of the per-seed differences (seed k '
+              'of every row trains and tests on the same fixed split)',
+    CORRECTED_T: 'paired by seed over splits resampled from one pool of '
+                 'nodes, whose training sets overlap: the corrected '
+                 'resampled t interval of the per-seed differences '
+                 '(Nadeau & Bengio 2003: the variance of the mean '
+                 '(1/k + n_test/n_train) s², not s²/k; the plain paired t '
+                 'interval is in the CSV)',
+    WELCH: "unpaired: the split is fixed and seeds draw only the "
+           "initialisation, Welch's interval (n = the seeds of each row)",
+}
+
+
+def rule_text(row: str, found: Dict[Pair, Found], level: float,
+              correction: str) -> str:
+    r"""The section's rule in words: the test, the family and its
+    correction."""
+    methods = sorted({f.interval.method for f in found.values()
+                      if f.interval}) or [PAIRED_T]
+    family_size = tested(found)
+    how = ('Holm-adjusted p (Holm\'s step-down over the family: the '
+           f'chance of any false "beats" or "loses" among its '
+           f'{family_size} comparisons is at most {1 - level:.0%})'
+           if correction == 'holm' else
+           'unadjusted p (`table.correction: none`: each comparison read '
+           'alone; among many, some will pass by chance)')
+    return (f'Rule: {row} beats a row at a (dataset, depth) when the '
+            f'{how} of Δ = {row} − that row (test accuracy, %) is below '
+            f'{1 - level:.2f} and Δ > 0, loses when it is below and '
+            f'Δ < 0, and is otherwise not distinguishable from it with '
+            f'these seeds. Interval ({level:.0%}, each comparison alone) '
+            f'and p: ' + '; '.join(METHODS[m] for m in methods) + '. '
+            f'The family: the {family_size} compared cells of this '
+            f'section. Bold: a verdict that holds family-wise. Only '
+            f'complete cells (every setting with every seed) are compared.')
+
+
+VIEWS = {'val': 'setting chosen by validation',
+         'default': "every row at its default setting (one setting each: "
+                    "equal tuning budgets)"}
 
 
 def comparison(records: List[Dict[str, Any]], row: str,
                against: Sequence[str], pairing: str, level: float,
-               spread_rule: bool = False) -> List[str]:
+               spread_rule: bool = False, correction: str = 'holm',
+               found: Optional[Dict[Pair, Found]] = None,
+               view: str = 'val') -> List[str]:
     r"""The section saying, per dataset and depth, whether :obj:`row`
-    beats each of :obj:`against`; then :func:`in_words` and, with
+    beats each of :obj:`against`, each row with its setting chosen by
+    validation (:obj:`view` ``val``) or at its default (``default``);
+    :obj:`found`: the family (by default this section's comparisons
+    alone). Then :func:`in_words`, the flagged cells and, with
     :obj:`spread_rule`, where the rule of earlier reports reads a cell
     otherwise. No lines without those rows."""
-    by = {(r['dataset'], r['row'], r['layers']): r for r in shown(records)}
+    cells = shown(records) if view == 'val' else at_default(records)
+    by = {(r['dataset'], r['row'], r['layers']): r for r in cells}
     against = [o for o in against if any(k[1] == o for k in by)]
     if not against or not any(k[1] == row for k in by):
         return []
-    lines = [f'## Does {row} beat {" and ".join(against)}?', '',
-             rule_text(row, pairing, level), '',
-             '| dataset | layers | ' + ' | '.join(
-                 f'vs {o}' for o in against) + ' |',
-             '|---|---|' + '---|' * len(against)]
-    verdicts: Dict[str, Dict[str, List[str]]] = {o: {} for o in against}
-    differ: List[str] = []
-    for (dataset, name, depth), ours in by.items():
-        if name != row:
-            continue
-        texts = []
-        for o in against:
-            other = by.get((dataset, o, depth))
-            text, found = (versus(ours, other, pairing, level) if other
-                           else ('no such cell', None))
-            texts.append(text)
-            where = f'{dataset} L={depth}'
-            said = found.verdict if found and found.verdict else (
-                NOT_RUN if _not_run(ours, other) else NOT_COMPARED)
-            verdicts[o].setdefault(said, []).append((dataset, depth))
-            if found and found.verdict:
-                old = spread_verdict(list(other['test_by_seed'].values()),
-                                     list(ours['test_by_seed'].values()))
-                if old != found.verdict:
-                    differ.append(f'{where} vs {o}: {_old(old)}, the '
-                                  f'interval: {found.verdict}')
+    if found is None:
+        found = family(cells, [(row, against)], pairing, level, correction)
+    mine = {k: f for k, f in found.items() if k[1] == row and k[2] in against}
+    heading = (f'## Does {row} beat {" and ".join(against)}?'
+               if view == 'val' else
+               f'### {row} against {" and ".join(against)} at equal '
+               f'budgets')
+    lines = [heading, '', f'Each row: {VIEWS[view]}. '
+             + rule_text(row, found, level, correction), '']
+    lines += verdict_table(mine, against, correction)
+    lines += ['', in_words(row, _verdicts(mine, against),
+                           _family_words(found, correction))]
+    flagged = flagged_text(mine)
+    if flagged:
+        lines += ['', flagged]
+    if spread_rule and view == 'val':
+        lines += ['', disagreements(_differ(mine, by))]
+    return lines
+
+
+def _family_words(found: Dict[Pair, Found], correction: str) -> str:
+    return (f'Holm-adjusted over a family of {tested(found)}'
+            if correction == 'holm' else 'each comparison alone')
+
+
+def verdict_table(found: Dict[Pair, Found], against: Sequence[str],
+                  correction: str) -> List[str]:
+    r"""A line per (dataset, depth), a column per compared row."""
+    lines = ['| dataset | layers | ' + ' | '.join(
+        f'vs {o}' for o in against) + ' |', '|---|---|' + '---|' * len(
+        against)]
+    row = next(iter(found))[1]
+    for dataset, depth in dict.fromkeys((k[0], k[3]) for k in found):
+        texts = [cell_text(found[dataset, row, o, depth], correction)
+                 if (dataset, row, o, depth) in found else 'no such cell'
+                 for o in against]
         lines.append(f'| {dataset} | {depth} | ' + ' | '.join(texts) + ' |')
-    lines += ['', in_words(row, verdicts)]
-    return lines + (['', disagreements(differ)] if spread_rule else [])
+    return lines
+
+
+SPLITS_DIFFER = 'splits differ'
+
+
+def _verdicts(found: Dict[Pair, Found], against: Sequence[str]
+              ) -> Dict[str, Dict[str, list]]:
+    verdicts: Dict[str, Dict[str, list]] = {o: {} for o in against}
+    for (dataset, _, other, depth), f in found.items():
+        said = f.verdict or (NOT_RUN if f.why.startswith(NOT_RUN) else
+                             SPLITS_DIFFER if 'splits differ' in f.why
+                             else NOT_COMPARED)
+        verdicts[other].setdefault(said, []).append((dataset, depth))
+    return verdicts
+
+
+def _differ(found: Dict[Pair, Found], by: Dict[Key, Dict[str, Any]]
+            ) -> List[str]:
+    r"""The cells where the rule of earlier reports reads otherwise than
+    the family's verdict."""
+    differ = []
+    for (dataset, row, other, depth), f in found.items():
+        if not f.verdict:
+            continue
+        old = spread_verdict(
+            list(by[dataset, other, depth]['test_by_seed'].values()),
+            list(by[dataset, row, depth]['test_by_seed'].values()))
+        if old != f.verdict:
+            differ.append(f'{dataset} L={depth} vs {other}: {_old(old)}, '
+                          f'the verdict: {f.verdict}')
+    return differ
+
+
+def flagged_text(found: Dict[Pair, Found]) -> str:
+    r"""The compared cells whose runs are flagged (sanity), in words;
+    empty without any."""
+    named = {}
+    for (dataset, _, _, depth), f in found.items():
+        if f.flags:
+            named.setdefault(f.flags, []).append((dataset, depth))
+    if not named:
+        return ''
+    meanings = sorted({m for flags in named for m in MEANING
+                       if m in flags})
+    return ('Flagged (a verdict against such a row says little about the '
+            'norms): ' + '; '.join(f'{flags} at {cells_text(cells)}'
+                                   for flags, cells in named.items())
+            + '. ' + ' '.join(f'"{m}": {MEANING[m]}.' for m in meanings))
 
 
 def _old(verdict: str) -> str:
@@ -155,20 +363,14 @@ def _old(verdict: str) -> str:
 def disagreements(differ: List[str]) -> str:
     r"""Where the rule of earlier reports (beats or loses when Δ exceeds
     the larger of the two stds, ddof=0) reads a compared cell otherwise
-    than the interval."""
+    than the family's verdict."""
     rule = ('The rule of earlier reports (beats or loses when |Δ| exceeds '
             'the larger of the two seeds\' stds, else within the spread)')
     if not differ:
-        return f'{rule} reads every compared cell as the interval does.'
+        return f'{rule} reads every compared cell as the verdict does.'
     return (f'{rule} reads {len(differ)} compared '
             f"cell{'s' if len(differ) > 1 else ''} otherwise: "
             + '; '.join(differ) + '.')
-
-
-def _not_run(*records: Optional[Dict[str, Any]]) -> bool:
-    r"""Whether a record of a cell left for another machine
-    (``table.not_run``) keeps the cells from being compared."""
-    return any(r is not None and r.get('not_run') for r in records)
 
 
 def cells_text(cells: Sequence[Tuple[str, int]]) -> str:
@@ -180,11 +382,14 @@ def cells_text(cells: Sequence[Tuple[str, int]]) -> str:
     return ', '.join(f"{d} L={'/'.join(depths)}" for d, depths in by.items())
 
 
-def in_words(row: str, verdicts: Dict[str, Dict[str, list]]) -> str:
+def in_words(row: str, verdicts: Dict[str, Dict[str, list]],
+             how: str = '') -> str:
     r"""The comparison's table in one paragraph (the README quotes it):
     per other row, the cells where :obj:`row` beats it, loses, or is not
-    distinguishable from it, and which cells are not compared yet or not
-    run here (``table.not_run``)."""
+    distinguishable from it, and which cells are not compared yet, not
+    compared because their splits differ, or not run here
+    (``table.not_run``); :obj:`how`: how the verdicts were read (e.g.
+    ``Holm-adjusted over a family of 32``)."""
     parts = []
     for other, found in verdicts.items():
         said = [f"{SAID[verdict]} at {cells_text(found[verdict])}"
@@ -192,10 +397,12 @@ def in_words(row: str, verdicts: Dict[str, Dict[str, list]]) -> str:
         left = [f"{why}: {cells_text(found[key])}"
                 for key, why in ((NOT_COMPARED, 'not compared yet, '
                                   'incomplete'),
+                                 (SPLITS_DIFFER, 'not compared, the '
+                                  'splits differ'),
                                  (NOT_RUN, 'not run here'))
                 if found.get(key)]
         parts.append(f"against {other}, {row} "
                      + ('; '.join(said) if said else 'has no complete cell')
                      + (f" ({'; '.join(left)})" if left else ''))
-    return 'In words: ' + '. '.join(
+    return f"In words{f' ({how})' if how else ''}: " + '. '.join(
         p[0].upper() + p[1:] if i else p for i, p in enumerate(parts)) + '.'

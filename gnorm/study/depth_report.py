@@ -3,27 +3,36 @@ depth, footnotes, the comparison of ``table.compare``), ``<name>.csv``
 and the plots, from the runs alone: no date, no command line of the
 call, so the same runs give the same bytes, and a file that would not
 change is not rewritten."""
+import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import code, machines, write_records
-from gnorm.study.compare import annotate, comparison, shown
+from gnorm.study.budget import budget
+from gnorm.study.compare import (annotate, at_default, comparison, family,
+                                 shown)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
+from gnorm.study.sanity import MEANING
 from gnorm.study.select import TIE
-from gnorm.study.spec import REPO, Spec, set_name
+from gnorm.study.spec import REPO, Spec, grid, set_name
 
 
 def _label(record: Dict[str, Any]) -> str:
+    of = f", {record['settings']} settings" if record['settings'] > 1 else ''
     if record['selection'] == 'val':
-        return f"{record['row']} (chosen by val)"
+        return f"{record['row']} (chosen by val{of})"
     if record['selection'] == 'test':
-        return f"{record['row']} (chosen by test, optimistic)"
+        return f"{record['row']} (chosen by test{of}, optimistic)"
+    if record['selection'] == 'default':
+        return f"{record['row']} (default {record['setting']})"
     return record['row']
 
 
 TIE_RULE = ('Ties: settings whose mean accuracy (the one choosing) is '
-            f'equal, to {TIE:g}, tie; the tie goes to the setting listed '
+            'equal tie, compared exactly as numbers of correct nodes over '
+            'the split\'s nodes (metrics without counts: equal to '
+            f'{TIE:g}); the tie goes to the setting listed '
             'first in the row\'s `table.grid` (for s, the smaller scale), '
             'and the cell shows the tied settings it did not choose with '
             'their test accuracy ("tie, not chosen").')
@@ -49,7 +58,7 @@ def _cell(r: Dict[str, Any]) -> str:
     if r['runs'] == 0:
         ours = f"not run: {r['not_run']}" if r.get('not_run') else 'missing'
     else:
-        ours = f"**{r['test_mean']:.2f}** ± {r['test_std']:.2f}"
+        ours = f"{r['test_mean']:.2f} ± {r['test_std']:.2f}"
         if r['runs'] < r['expected']:
             ours += f" ({r['runs']}/{r['expected']} runs)"
         if r['setting'] is not None:
@@ -58,6 +67,8 @@ def _cell(r: Dict[str, Any]) -> str:
                 ours += f" (of {r['settings_run']}/{r['settings']})"
         if r.get('ties'):
             ours += f"<br>tie, not chosen: {r['ties']}"
+        if r.get('flags'):
+            ours += f"<br>flagged: {', '.join(r['flags'])}"
     if r['paper_mean'] is None:
         return ours
     paper = f"paper {r['paper_mean']:.2f} ± {r['paper_std']:.2f}"
@@ -109,24 +120,80 @@ COLUMNS = ['dataset', 'row', 'layers', 'selection', 'setting',
            'settings_run', 'settings', 'runs', 'expected', 'cell_runs',
            'cell_expected', 'complete', 'test_mean', 'test_std', 'val_mean',
            'paper_mean', 'paper_std', 'diff', 'diff_paper_stds', 'note',
-           'ties', 'not_run']
+           'ties', 'flags', 'test_train', 'not_run']
 
 
-def _grids(spec: Spec) -> str:
-    grids = spec.table.get('grid') or {}
-    return '; '.join(f"{row}: {' × '.join(g)}" for row, g in grids.items()
-                     if g)
+def _settings_text(spec: Spec, row: str, defaults: Dict[str, str]) -> str:
+    r"""``contranorm: norm=contranorm; grid norm.scale ∈ {0.2, 0.5}
+    (2 settings, default s=1)``."""
+    text = f"{row}: `{' '.join(spec.table['rows'][row])}`"
+    found = grid(spec, row)
+    if not found:
+        return text + ' (1 setting)'
+    keys = '; '.join(f"{k} ∈ {{{', '.join(map(str, v))}}}"
+                     for k, v in found.items())
+    default = defaults.get(row)
+    return (f"{text}; grid {keys} ({budget(spec, row)} settings"
+            + (f', default {default}' if default else '') + ')')
+
+
+PROTOCOL = (
+    ('train.epochs', '{} epochs'),
+    ('split', 'split: {}'),
+    ('split_index', 'split index {}'),
+    ('select', 'tested at: {}'),
+    ('test_set', 'test set: {}'),
+    ('model.hidden_channels', 'hidden {}'),
+    ('model.dropout', 'dropout {}'),
+    ('train.lr', 'Adam lr {}'),
+    ('train.weight_decay', 'weight decay {}'),
+)
+WORDS = {'best_val': 'the best validation epoch', 'last': 'the last epoch',
+         'rest': 'every node outside train and validation',
+         'random': 'random 60/20/20, seed k draws split k',
+         'split': "the split's own test nodes"}
+
+
+def _get(config: Dict[str, Any], key: str) -> Any:
+    for part in key.split('.'):
+        config = config.get(part, {}) if isinstance(config, dict) else {}
+    return None if config == {} else config
+
+
+def protocol_text(counted: List[Dict[str, Any]]) -> str:
+    r"""What every run of the report did, from the configs the runs
+    recorded: epochs, split, selection, test set, model and optimiser;
+    a key whose value differs between runs says so."""
+    said = []
+    for key, form in PROTOCOL:
+        values = sorted({json.dumps(_get(r.get('config', {}), key))
+                         for r in counted})
+        if not values:
+            continue
+        if len(values) > 1:
+            said.append(f'{key} differs between runs')
+            continue
+        found = json.loads(values[0])
+        if found is None or (key == 'split_index'
+                             and _get(counted[0]['config'], 'split')
+                             == 'random'):
+            continue
+        said.append(form.format(WORDS.get(found, found)))
+    return ('Protocol, as the runs recorded it: ' + '; '.join(said) + '.'
+            if said else 'Protocol: no runs yet.')
 
 
 def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
-           sets: Sequence[str], command: str, runs_dir: Path) -> List[str]:
-    r"""The report's title, where it comes from, what it counts and how
-    to read a cell."""
+           sets: Sequence[str], command: str, runs_dir: Path,
+           defaults: Optional[Dict[str, str]] = None) -> List[str]:
+    r"""The report's title, where it comes from, its protocol, each row's
+    settings and budget, what it counts and how to read a cell."""
+    defaults = defaults or {}
     made_by = code(counted)
     title = f"# {spec.name}: {spec.table.get('title', 'accuracy vs depth')}"
     if sets:
         title += f" — with {' '.join(sets)}"
-    grids = _grids(spec)
+    paper = bool(spec.table.get('paper'))
     lines = [
         title, '',
         f'Generated by `{command}` from the {len(counted)} finished runs in '
@@ -136,16 +203,22 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
         f'{_coverage(spec, records)} '
         f'Machines: {machines(counted) or "none yet"}.'
         + (f' Code: {made_by}.' if made_by else ''),
+        '', protocol_text(counted), '',
+        'Rows (overrides; settings tried, each chosen per (dataset, depth) '
+        'by mean validation accuracy): '
+        + '; '.join(_settings_text(spec, row, defaults)
+                    for row in spec.table['rows']) + '.',
         '', completeness(records), '',
-        'Each cell: our test accuracy (%), mean ± std over seeds '
-        "(ddof=0), the paper's value and Δ = ours − paper where the spec "
-        'gives one. A row with several candidate settings (`table.grid`'
-        + (f': {grids}' if grids else '') + ') shows the chosen one; '
+        'Each cell: test accuracy (%), mean ± std over seeds (ddof=0)'
+        + (", the paper's value and Δ = ours − paper" if paper else '')
+        + '. A row with several candidate settings shows the chosen one; '
         '"chosen by val" picks it per (dataset, depth) by mean validation '
         'accuracy (the honest choice), "chosen by test, optimistic" by mean '
-        'test accuracy, which is what a table built from test means shows. '
+        'test accuracy, which is what a table built from test means shows, '
+        '"default" is the row at its default setting (the budget-matched '
+        'comparison reads it). '
         '"of k/n" = only k of the n settings have runs yet; "missing" = not '
-        f'run yet. {TIE_RULE}']
+        f'run yet; "flagged" = {_flag_words()}. {TIE_RULE}']
     flag = spec.table.get('flag') or {}
     if flag:
         lines += ['', f"Cells of the rows {', '.join(flag['rows'])} more "
@@ -153,6 +226,11 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
                   'from the paper carry a footnote with what is known about '
                   'them.']
     return lines
+
+
+def _flag_words() -> str:
+    return '; '.join(f'{flag}: {meaning}' for flag, meaning in
+                     MEANING.items())
 
 
 def _footnote(r: Dict[str, Any], number: int) -> str:
@@ -196,32 +274,55 @@ def _compared(spec: Spec) -> List[tuple]:
             for row in compare.get('rows', [])]
 
 
-def comparisons(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
-    r"""A comparison section per row of ``table.compare.rows``."""
+def families(spec: Spec, records: List[Dict[str, Any]]) -> Dict[str, Dict]:
+    r"""The table's comparisons as two families (:func:`family`): ``val``,
+    each row's setting chosen by validation, and ``default``, every row
+    at its default setting (budget-matched)."""
+    correction = spec.table.get('correction', 'holm')
+    return {view: family(cells, _compared(spec), spec.pairing, spec.level,
+                         correction)
+            for view, cells in (('val', shown(records)),
+                                ('default', at_default(records)))}
+
+
+def comparisons(spec: Spec, records: List[Dict[str, Any]],
+                found: Dict[str, Dict]) -> List[str]:
+    r"""A comparison section per row of ``table.compare.rows``: tuned,
+    then budget-matched where the compared rows' budgets differ."""
     lines: List[str] = []
+    correction = spec.table.get('correction', 'holm')
     for row, against in _compared(spec):
-        found = comparison(records, row, against, spec.pairing, spec.level,
-                           bool(spec.table.get('spread_rule')))
-        if found:
-            lines += [''] + found
+        for view in ('val', 'default'):
+            if view == 'default' and not _unequal(spec, row, against):
+                continue
+            section = comparison(records, row, against, spec.pairing,
+                                 spec.level, bool(spec.table.get(
+                                     'spread_rule')), correction,
+                                 found[view], view)
+            if section:
+                lines += [''] + section
     return lines
 
 
-def interval_columns(spec: Spec, records: List[Dict[str, Any]]
-                     ) -> List[str]:
-    r"""Adds the compared rows' intervals to :obj:`records`
-    (:func:`gnorm.study.compare.annotate`); returns their columns."""
-    columns: List[str] = []
-    for row, against in _compared(spec):
-        columns += [c for c in annotate(records, row, against, spec.pairing,
-                                        spec.level) if c not in columns]
-    return columns
+def _unequal(spec: Spec, row: str, against: Sequence[str]) -> bool:
+    return len({budget(spec, r) for r in (row, *against)}) > 1
+
+
+def interval_columns(records: List[Dict[str, Any]],
+                     found: Dict[str, Dict]) -> List[str]:
+    r"""Adds the compared rows' comparisons to :obj:`records`
+    (:func:`gnorm.study.compare.annotate`: tuned, and budget-matched with
+    ``default_`` in the column names); returns their columns."""
+    columns = annotate(shown(records), found['val'])
+    return columns + annotate(at_default(records), found['default'],
+                              'default_')
 
 
 def write_report(spec: Spec, records: List[Dict[str, Any]],
                  counted: List[Dict], sets: Sequence[str], runs_dir: Path,
                  out: Path, command: str,
-                 authors: Optional[Dict] = None) -> Path:
+                 authors: Optional[Dict] = None,
+                 defaults: Optional[Dict[str, str]] = None) -> Path:
     r"""Writes ``<name>.md``, ``<name>.csv`` and the plots (``<name>``: the
     study's name, plus ``+<override>`` for each of :obj:`sets`); returns
     the path of the ``.md``."""
@@ -229,13 +330,15 @@ def write_report(spec: Spec, records: List[Dict[str, Any]],
     out.mkdir(parents=True, exist_ok=True)
     scratch = out / f'.{name}.csv.new'
     not_run(spec, records)
+    found = families(spec, records)
     write_records(scratch, records,
-                  COLUMNS + interval_columns(spec, records))
+                  COLUMNS + interval_columns(records, found))
     save_bytes(out / f'{name}.csv', scratch.read_bytes())
     scratch.unlink()
-    lines = header(spec, records, counted, sets, command, runs_dir)
-    found, footnotes = tables(records)
-    lines += found + comparisons(spec, records)
+    lines = header(spec, records, counted, sets, command, runs_dir,
+                   defaults)
+    table_lines, footnotes = tables(records)
+    lines += table_lines + comparisons(spec, records, found)
     if footnotes:
         lines += [''] + footnotes
     lines += ['', f'![accuracy vs depth]({name}_depth.png)', '']

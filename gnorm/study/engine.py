@@ -61,6 +61,7 @@ class DepthPlan:
         from gnorm.study.depth_report import write_report
         from gnorm.study.inputs import (read_authors, read_notes, read_paper,
                                         with_authors_runs)
+        from gnorm.study.budget import defaults as budget_defaults
         from gnorm.study.select import summarise
         spec, table = self.spec, self.spec.table
         paper = read_paper(spec.file('paper')) if table.get('paper') else {}
@@ -68,8 +69,10 @@ class DepthPlan:
         flag = table.get('flag') or {}
         notes = with_authors_runs(read_notes(spec.file('notes')), authors,
                                   paper, flag.get('paper_stds', 2.0))
+        defaults = budget_defaults(spec)
         records = summarise(self.cells, self.found, paper, flag, notes,
-                            authors, table.get('authors_compared'))
+                            authors, table.get('authors_compared'),
+                            defaults)
         counted = [self.found[r['key']] for c in self.cells
                    for r in c['runs'] if r['key'] in self.found]
         sets = config_sets(self.args.set)
@@ -77,7 +80,8 @@ class DepthPlan:
                                  self.places.default_runs)
         return write_report(spec, records, counted, sets, self.places.runs,
                             self.places.out, command,
-                            authors if table.get('paper_lines') else None)
+                            authors if table.get('paper_lines') else None,
+                            defaults)
 
 
 class PairedPlan:

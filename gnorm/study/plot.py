@@ -142,7 +142,7 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
                               '(one per scale run)'))
     title = ('gnorm: mean ± std over seeds (error bar and band); the '
              'setting chosen by validation')
-    if not paper_lines:
+    if not paper_lines and any(r['paper_mean'] is not None for r in drawn):
         title += ("; the paper's values are not drawn: its splits differ, "
                   'not comparable')
     if empty:

@@ -1,34 +1,80 @@
 r"""Selection by validation: each (dataset, row, depth) cell of a depth
 study shows the setting of the row's grid with the best mean validation
 accuracy over its seeds (and, labelled optimistic, the best mean test
-accuracy). Ties are declared, not broken silently: means equal to within
-:data:`TIE` tie, the tie goes to the setting listed first in the row's
-``table.grid``, and the cell lists the tied settings it did not choose."""
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+accuracy; and, for the budget-matched comparison, the row's default
+setting). Ties are declared, not broken silently: settings with equal
+means tie, the tie goes to the setting listed first in the row's
+``table.grid``, and the cell lists the tied settings it did not choose.
+
+Node accuracies are compared exactly: a run's accuracy is its number of
+correct nodes over the split's size (``results.json``'s accuracy, a
+float32, times ``dataset.split_sizes``, rounded), and a setting's mean is
+the exact rational mean of those (:func:`exact_mean`), so that equal
+counts tie whatever order float sums took. Metrics without counts (a
+graph run's) tie within :data:`TIE`."""
+from fractions import Fraction
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from gnorm.results import mean_std, plural, value
 from gnorm.study.compose import setting_label
+from gnorm.study.sanity import flags
 
-# Mean accuracies (fractions) closer than this are a tie: equal numbers of
-# correct nodes summed in another order differ in the last bits only.
+# Means of metrics without counts closer than this are a tie.
 TIE = 1e-9
+# The split a metric is measured on: its place in dataset.split_sizes.
+SPLIT_OF = {'train_acc': 0, 'val_acc': 1, 'test_acc': 2}
+
+
+def correct(run: Dict[str, Any], metric: str) -> Optional[Fraction]:
+    r"""The exact accuracy :obj:`metric` (``val_acc``, ``test_acc``) of a
+    node run: correct nodes / nodes of the split, recovered from the stored
+    float and ``dataset.split_sizes``; :obj:`None` without sizes."""
+    sizes = run.get('dataset', {}).get('split_sizes')
+    if metric not in SPLIT_OF or not sizes:
+        return None
+    size = int(sizes[SPLIT_OF[metric]])
+    if size <= 0:
+        return None
+    count = round(float(run[metric]) * size)
+    if abs(count - float(run[metric]) * size) > 1e-3:
+        return None  # not a count over this split: no exact value
+    return Fraction(count, size)
+
+
+def exact_mean(runs: Sequence[Dict[str, Any]], metric: str
+               ) -> Union[Fraction, float, None]:
+    r"""The mean :obj:`metric` of :obj:`runs`: an exact :class:`Fraction`
+    when every run gives its count (:func:`correct`), else the float
+    mean; :obj:`None` without runs."""
+    if not runs:
+        return None
+    counts = [correct(r, metric) for r in runs]
+    if all(c is not None for c in counts):
+        return sum(counts, Fraction(0)) / len(counts)
+    return mean_std([r[metric] for r in runs])[0]
+
+
+def _ties(best, mean) -> bool:
+    if isinstance(best, Fraction) and isinstance(mean, Fraction):
+        return mean == best
+    return float(best) - float(mean) <= TIE
 
 
 def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
             metric: str, order: Sequence[str] = ()
             ) -> Tuple[Optional[str], List[str]]:
-    r"""The setting of :obj:`groups` with the best mean :obj:`metric`, and
-    the settings tied with it (means within :data:`TIE`); only settings
+    r"""The setting of :obj:`groups` with the best mean :obj:`metric`
+    (:func:`exact_mean`), and the settings tied with it; only settings
     with every seed finished compete while there are any. A tie goes to
-    the setting that comes first in :obj:`order` (the row's ``table.grid``
-    order: for ContraNorm's s, the smaller scale)."""
+    the setting that comes first in :obj:`order` (the row's
+    ``table.grid`` order: for ContraNorm's s, the smaller scale)."""
     if not groups:
         return None, []
     full = {s: g for s, g in groups.items() if len(g) >= expected} or groups
-    means = {s: mean_std([r[metric] for r in g])[0] for s, g in full.items()}
+    means = {s: exact_mean(g, metric) for s, g in full.items()}
     best = max(means.values())
     rank = {s: k for k, s in enumerate(order)}
-    tied = sorted((s for s in full if best - means[s] <= TIE),
+    tied = sorted((s for s in full if _ties(best, means[s])),
                   key=lambda s: rank.get(s, len(rank)))
     return tied[0], tied[1:]
 
@@ -59,24 +105,41 @@ def _at_scales(groups: Dict[str, List[Dict[str, Any]]],
                if compared else ''))
 
 
+def _selected(groups: Dict[str, List[Dict[str, Any]]], expected: int,
+              order: Sequence[str], selection: str,
+              default: Optional[str]) -> Tuple[Optional[str], List[str]]:
+    r"""The setting a :obj:`selection` shows and the settings tied with
+    it: ``val``/``test`` choose by that mean, ``default`` is the row's
+    default setting (never tied)."""
+    if selection == 'default':
+        return default, []
+    return _choose(groups, expected, f'{selection}_acc', order)
+
+
 def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
               paper: Dict, flag: Optional[Dict[str, Any]] = None,
               notes: Optional[Dict] = None,
               authors: Optional[Dict] = None,
-              compared: Optional[str] = None) -> List[Dict[str, Any]]:
+              compared: Optional[str] = None,
+              defaults: Optional[Dict[str, str]] = None
+              ) -> List[Dict[str, Any]]:
     r"""One record per (dataset, row, depth, selection) of the cells
     :obj:`todo` (with their composed ``runs``): test accuracy mean and std
     over the seeds of the selected setting, counting only the finished
     runs of :obj:`found` whose config is that of one of the cell's runs;
     the paper's value and the difference. Rows with several settings get two
     selections: ``val`` (best mean validation accuracy) and ``test`` (best
-    mean test accuracy: optimistic). A record of a row in
+    mean test accuracy: optimistic), and a third, ``default``, where
+    :obj:`defaults` (row -> the label of its default setting) names one of
+    its settings: the row at its default, for the budget-matched
+    comparison. A record of a row in
     ``flag['rows']`` more than ``flag['paper_stds']`` paper stds from the
     paper gets a ``note`` (from :obj:`notes`, or that none is known), and,
     where :obj:`authors` (:func:`read_authors`) ran the cell, gnorm's
     accuracy at the scales they ran."""
     flag = flag or {}
     notes, authors = notes or {}, authors or {}
+    defaults = defaults or {}
     records = []
     # In the table's order: datasets, rows, depths as the spec lists them.
     for cell in sorted(todo, key=lambda c: c.get('position', 0)):
@@ -88,9 +151,13 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
         several = len(cell['settings']) > 1
         where = (cell['dataset'], cell['row'], cell['depth'])
         order = [setting_label(s) for s in cell['settings']]
-        for selection in (('val', 'test') if several else ('val', )):
-            setting, tied = _choose(groups, cell['expected'],
-                                    f'{selection}_acc', order)
+        default = defaults.get(cell['row'])
+        selections = ('val', 'test') if several else ('val', )
+        if several and default in order:
+            selections += ('default', )
+        for selection in selections:
+            setting, tied = _selected(groups, cell['expected'], order,
+                                      selection, default)
             chosen = groups.get(setting, [])
             test_mean, test_std = mean_std(
                 [100 * r['test_acc'] for r in chosen])
@@ -100,7 +167,8 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                     else test_mean - p_mean)
             stds = None if diff is None or not p_std else diff / p_std
             note = None
-            if (cell['row'] in flag.get('rows', []) and stds is not None
+            if (selection != 'default'
+                    and cell['row'] in flag.get('rows', []) and stds is not None
                     and abs(stds) > flag.get('paper_stds', 2)):
                 note = notes.get(where, notes.get(
                     (*where[:2], None), 'no explanation known yet: the '
@@ -124,12 +192,32 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 paper_mean=p_mean, paper_std=p_std, diff=diff,
                 diff_paper_stds=stds, note=note,
                 ties='; '.join(_tie_text(t, groups[t]) for t in tied),
+                flags=flags(chosen, cell['expected']),
                 test_by_seed={value(r, 'seed'): 100 * r['test_acc']
                               for r in chosen},
+                fingerprint_by_seed={
+                    value(r, 'seed'): r.get('dataset', {}).get(
+                        'split_fingerprint') for r in chosen},
+                test_train=test_train(chosen),
                 erank=_curve(erank, _mean), erank_min=_curve(erank, min),
                 erank_max=_curve(erank, max),
             ))
     return records
+
+
+def test_train(runs: Sequence[Dict[str, Any]]) -> Optional[float]:
+    r"""The mean :math:`n_\mathrm{test}/n_\mathrm{train}` of :obj:`runs`
+    whose seeds resample their split from one pool (``split: random``),
+    for the corrected resampled t; :obj:`None` for a fixed split or
+    without sizes."""
+    ratios = []
+    for r in runs:
+        sizes = r.get('dataset', {}).get('split_sizes')
+        if r.get('config', {}).get('split') != 'random' or not sizes \
+                or not sizes[0]:
+            return None
+        ratios.append(sizes[2] / sizes[0])
+    return sum(ratios) / len(ratios) if ratios else None
 
 
 def _mean(values: Sequence[float]) -> float:

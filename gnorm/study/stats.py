@@ -15,11 +15,26 @@ A comparison of row B with row A is the difference of their means,
   \sqrt{s_a^2 / n_a + s_b^2 / n_b}` with the Welch–Satterthwaite
   degrees of freedom :math:`\nu`.
 
-:func:`verdict` reads an interval: B **beats** A when the interval lies
-above 0, **loses** when it lies below, and is otherwise **not
-distinguishable** from A with these seeds. Standard deviations of the
-intervals use ddof=1; the means ± std shown beside them in the reports use
-ddof=0 (:func:`gnorm.results.mean_std`).
+* **paired over resampled splits** (:func:`corrected_interval`), where
+  seed :math:`k` draws split :math:`k` at random from one pool of nodes
+  (``split: random``): the training sets of the splits overlap, so the
+  differences are not independent and the plain paired t interval is too
+  narrow. The corrected resampled t of Nadeau & Bengio (2003, "Inference
+  for the generalization error", Machine Learning 52) multiplies the
+  variance of the mean by :math:`(1/k + n_\mathrm{test}/n_\mathrm{train})
+  / (1/k)`: :math:`\bar d \pm t_{(1 + \mathrm{level}) / 2,\, k - 1}
+  \sqrt{(1/k + n_\mathrm{test}/n_\mathrm{train})\, s_d^2}`.
+
+Every interval comes with the two-sided p of its test. A table of
+comparisons is one **family**: :func:`holm` adjusts their p-values (Holm's
+step-down, 1979: it holds the family-wise error rate at the level and is
+uniformly more powerful than Bonferroni), and :func:`family_verdict` reads
+an adjusted p: B **beats** A when it is below :math:`1 - \mathrm{level}`
+and B's mean is the higher, **loses** when it is below and B's mean is the
+lower, and is otherwise **not distinguishable** from A with these seeds.
+:func:`verdict` reads one interval alone (the same as an unadjusted p).
+Standard deviations of the intervals use ddof=1; the means ± std shown
+beside them in the reports use ddof=0 (:func:`gnorm.results.mean_std`).
 """
 import itertools
 import math
@@ -37,13 +52,19 @@ PAIRINGS = ('seed', 'none')
 VERDICTS = ('beats', 'loses', 'not distinguishable')
 
 
+# How an interval was made (Interval.method).
+PAIRED_T, CORRECTED_T, WELCH = 'paired t', 'corrected resampled t', 'Welch'
+CORRECTIONS = ('holm', 'none')
+
+
 @dataclass(frozen=True)
 class Interval:
-    r"""A difference of means with its confidence interval: ``lo`` and
-    ``hi`` are :obj:`None` when there are too few values for one; ``n`` is
-    the number of paired seeds (paired) or ``(n_a, n_b)`` as text
-    (unpaired); ``seeds``: the paired seeds, ``diffs``: the difference of
-    each."""
+    r"""A difference of means with its confidence interval and the
+    two-sided p of its test: ``lo``, ``hi`` and ``p`` are :obj:`None` when
+    there are too few values; ``n`` is the number of paired seeds (paired)
+    or ``(n_a, n_b)`` as text (unpaired); ``seeds``: the paired seeds,
+    ``diffs``: the difference of each; ``method``: :data:`PAIRED_T`,
+    :data:`CORRECTED_T` or :data:`WELCH`."""
     diff: Optional[float]
     lo: Optional[float]
     hi: Optional[float]
@@ -51,20 +72,12 @@ class Interval:
     paired: bool
     seeds: tuple = ()
     diffs: tuple = ()
+    p: Optional[float] = None
+    method: str = PAIRED_T
 
     @property
     def verdict(self) -> Optional[str]:
         return verdict(self.lo, self.hi)
-
-
-def _bounds(test, *samples, level: float) -> tuple:
-    r"""The :obj:`level` interval of scipy's :obj:`test` of
-    :obj:`samples` (its warning of nearly equal values silenced: the
-    interval is then narrow, as it should be)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', RuntimeWarning)
-        low, high = test(*samples).confidence_interval(level)
-    return float(low), float(high)
 
 
 def _constant(values: Sequence[float]) -> bool:
@@ -72,29 +85,60 @@ def _constant(values: Sequence[float]) -> bool:
 
 
 def mean_interval(values: Sequence[float], level: float = LEVEL,
-                  ) -> tuple:
-    r"""The mean of :obj:`values` and its t interval (:math:`n - 1`
-    degrees of freedom): ``(mean, lo, hi)``; no bounds for fewer than two
-    values, no mean for none."""
+                  inflation: float = 1.0) -> tuple:
+    r"""The mean of :obj:`values`, its t interval (:math:`n - 1` degrees
+    of freedom) and the two-sided p of the mean being 0:
+    ``(mean, lo, hi, p)``; the variance of the mean is multiplied by
+    :obj:`inflation` (:func:`corrected_interval`). No bounds and no p for
+    fewer than two values, no mean for none; values without spread give
+    the point as interval and p = 1 for a mean of 0, else 0."""
     values = [float(v) for v in values]
     if not values:
-        return None, None, None
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None, None
+        return None, None, None, None
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None, None, None
     if _constant(values):  # no spread: the interval is the point
-        return mean, mean, mean
-    return (mean, *_bounds(stats.ttest_1samp, values, 0.0, level=level))
+        return mean, mean, mean, float(mean == 0)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    se = sd * math.sqrt(inflation / n)
+    half = float(stats.t.ppf((1 + level) / 2, n - 1)) * se
+    p = float(2 * stats.t.sf(abs(mean) / se, n - 1))
+    return mean, mean - half, mean + half, p
+
+
+def _paired(a: Dict[int, float], b: Dict[int, float]) -> tuple:
+    seeds = tuple(sorted(s for s in b if s in a))
+    return seeds, tuple(b[s] - a[s] for s in seeds)
 
 
 def paired_interval(a: Dict[int, float], b: Dict[int, float],
                     level: float = LEVEL) -> Interval:
     r""":obj:`b` − :obj:`a` seed by seed (both: seed -> value), over the
-    seeds both have."""
-    seeds = tuple(sorted(s for s in b if s in a))
-    diffs = tuple(b[s] - a[s] for s in seeds)
-    mean, lo, hi = mean_interval(diffs, level)
-    return Interval(mean, lo, hi, str(len(seeds)), True, seeds, diffs)
+    seeds both have: the paired t interval."""
+    seeds, diffs = _paired(a, b)
+    mean, lo, hi, p = mean_interval(diffs, level)
+    return Interval(mean, lo, hi, str(len(seeds)), True, seeds, diffs, p,
+                    PAIRED_T)
+
+
+def corrected_interval(a: Dict[int, float], b: Dict[int, float],
+                       test_train: float, level: float = LEVEL
+                       ) -> Interval:
+    r""":obj:`b` − :obj:`a` seed by seed over splits resampled from one
+    pool, :obj:`test_train` = :math:`n_\mathrm{test}/n_\mathrm{train}`
+    of a split: Nadeau & Bengio's corrected resampled t interval, whose
+    variance of the mean is :math:`(1/k + n_\mathrm{test}/n_\mathrm{train})
+    s_d^2` for :math:`k` paired seeds instead of the paired t's
+    :math:`s_d^2 / k`."""
+    if not test_train > 0:
+        raise ValueError(f'test_train must be > 0, got {test_train}')
+    seeds, diffs = _paired(a, b)
+    k = len(seeds)
+    mean, lo, hi, p = mean_interval(diffs, level,
+                                    1 + k * test_train if k else 1.0)
+    return Interval(mean, lo, hi, str(k), True, seeds, diffs, p, CORRECTED_T)
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float],
@@ -103,29 +147,66 @@ def welch_interval(a: Sequence[float], b: Sequence[float],
     unless both have two values or more."""
     n = f'{len(a)}+{len(b)}'
     if not a or not b:
-        return Interval(None, None, None, n, False)
+        return Interval(None, None, None, n, False, method=WELCH)
     diff = sum(b) / len(b) - sum(a) / len(a)
     if len(a) < 2 or len(b) < 2:
-        return Interval(diff, None, None, n, False)
+        return Interval(diff, None, None, n, False, method=WELCH)
     if _constant(list(a)) and _constant(list(b)):
-        return Interval(diff, diff, diff, n, False)
-    return Interval(diff, *_bounds(_welch, list(b), list(a), level=level),
-                    n, False)
-
-
-def _welch(b: List[float], a: List[float]):
-    return stats.ttest_ind(b, a, equal_var=False)
+        return Interval(diff, diff, diff, n, False, p=float(diff == 0),
+                        method=WELCH)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        test = stats.ttest_ind(list(b), list(a), equal_var=False)
+        low, high = test.confidence_interval(level)
+    return Interval(diff, float(low), float(high), n, False,
+                    p=float(test.pvalue), method=WELCH)
 
 
 def compare(a: Dict[int, float], b: Dict[int, float], pairing: str,
-            level: float = LEVEL) -> Interval:
+            level: float = LEVEL, test_train: Optional[float] = None
+            ) -> Interval:
     r"""Row :obj:`b` against row :obj:`a` (seed -> value each) under
-    :obj:`pairing` (one of :data:`PAIRINGS`)."""
+    :obj:`pairing` (one of :data:`PAIRINGS`): paired by seed, the
+    corrected resampled t interval when the seeds resample the split
+    (:obj:`test_train`: its :math:`n_\mathrm{test}/n_\mathrm{train}`),
+    else the paired t; unpaired, Welch's."""
     if pairing == 'seed':
+        if test_train:
+            return corrected_interval(a, b, test_train, level)
         return paired_interval(a, b, level)
     if pairing == 'none':
         return welch_interval(list(a.values()), list(b.values()), level)
     raise ValueError(f'pairing must be one of {PAIRINGS}, got {pairing!r}')
+
+
+def holm(pvalues: Sequence[Optional[float]]) -> List[Optional[float]]:
+    r"""Holm's step-down adjustment of :obj:`pvalues` (one family; a
+    :obj:`None`, a comparison without a test, is left out of the family
+    and stays :obj:`None`): the :math:`i`-th smallest of :math:`m` becomes
+    :math:`\max_{j \le i} \min(1, (m - j + 1)\, p_{(j)})`. Rejecting
+    where the adjusted p is below :math:`\alpha` holds the probability of
+    any false rejection in the family at :math:`\alpha`."""
+    order = sorted((p, k) for k, p in enumerate(pvalues) if p is not None)
+    m = len(order)
+    adjusted: List[Optional[float]] = [None] * len(pvalues)
+    running = 0.0
+    for j, (p, k) in enumerate(order):
+        running = max(running, min(1.0, (m - j) * p))
+        adjusted[k] = running
+    return adjusted
+
+
+def family_verdict(diff: Optional[float], p: Optional[float],
+                   level: float = LEVEL) -> Optional[str]:
+    r"""``beats`` when the (adjusted) :obj:`p` is below
+    :math:`1 - \mathrm{level}` and :obj:`diff` > 0, ``loses`` when it is
+    below and :obj:`diff` < 0, else ``not distinguishable``; :obj:`None`
+    without a test."""
+    if p is None or diff is None:
+        return None
+    if p < 1 - level and diff != 0:
+        return 'beats' if diff > 0 else 'loses'
+    return 'not distinguishable'
 
 
 def verdict(lo: Optional[float], hi: Optional[float]) -> Optional[str]:

@@ -1,0 +1,74 @@
+r"""Tuning budgets of a depth study's rows. A row with a grid of k
+settings picks the best of k by validation; a row without one gets one
+try. When compared rows had different budgets, part of "beats" may be the
+budget, so a depth report compares twice: tuned (each row's setting
+chosen by validation) and budget-matched (every row at its default
+setting, :func:`default_setting`). ``table.budget: equal`` asks for equal
+grids of the compared rows and refuses a spec without them
+(:func:`check_budget`)."""
+from typing import Dict, List, Optional
+
+from gnorm.study.compose import setting_label
+from gnorm.study.spec import Spec, SpecError, compose, grid, settings
+
+BUDGETS = ('any', 'equal')
+
+
+def budget(spec: Spec, row: str) -> int:
+    r"""The number of settings :obj:`row` tries."""
+    return len(settings(spec, row))
+
+
+def compared_rows(spec: Spec) -> List[str]:
+    r"""The rows of ``table.compare`` (both sides), in the table's order."""
+    compare = spec.table.get('compare') or {}
+    named = set(compare.get('rows', [])) | set(compare.get('against', []))
+    return [row for row in spec.table['rows'] if row in named]
+
+
+def default_setting(spec: Spec, row: str) -> Optional[str]:
+    r"""The label of :obj:`row`'s default setting: the values its config
+    gives its grid's keys without the grid (``norm.scale: 1.0`` from
+    ``conf/norm/contranorm.yaml``), when that is one of the grid's
+    settings; :obj:`None` for a row without grid, a key the config lacks
+    (``+norm.alpha``) or a default outside the grid."""
+    keys = grid(spec, row)
+    if not keys or any(k.startswith(('+', '~')) for k in keys):
+        return None
+    from omegaconf import OmegaConf
+    dataset = (spec.table.get('datasets') or [None])[0]
+    cfg = compose([*spec.overrides(), *([f'dataset={dataset}'] if dataset
+                                        else []),
+                   *spec.table['rows'][row]])
+    chosen = {}
+    for key, values in keys.items():
+        default = OmegaConf.select(cfg, key)
+        same = [v for v in values if v == default]
+        if not same:
+            return None
+        chosen[key] = same[0]
+    return setting_label(chosen)
+
+
+def defaults(spec: Spec) -> Dict[str, str]:
+    r"""Row -> the label of its default setting, for the compared rows
+    with a grid that holds it."""
+    found = {row: default_setting(spec, row) for row in compared_rows(spec)}
+    return {row: label for row, label in found.items() if label}
+
+
+def check_budget(spec: Spec) -> None:
+    r"""Raises :class:`SpecError` when ``table.budget`` is ``equal`` and
+    the compared rows try different numbers of settings."""
+    wanted = spec.table.get('budget', 'any')
+    if wanted not in BUDGETS:
+        raise SpecError(f'{spec.name}: table.budget must be one of '
+                        f'{", ".join(BUDGETS)}, got {wanted!r}')
+    if wanted != 'equal':
+        return
+    sizes = {row: budget(spec, row) for row in compared_rows(spec)}
+    if len(set(sizes.values())) > 1:
+        said = ', '.join(f'{row} {n}' for row, n in sizes.items())
+        raise SpecError(f'{spec.name}: table.budget: equal, but the '
+                        f'compared rows try different numbers of settings '
+                        f'({said}); give them grids of one size')
