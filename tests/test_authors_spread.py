@@ -4,6 +4,7 @@ cell, and its refusal to pool runs whose configs differ; its section "Time
 per run" (``experiments/authors_speed.py``): only like-for-like pairs get a
 ratio."""
 import json
+import random
 
 import pytest
 
@@ -22,6 +23,34 @@ def test_permutation_p_counts_every_split():
     assert spread.permutation_p([10, 11, 12], [0, 1]) == (0.1, True)
     p, exact = spread.permutation_p([1, 2, 3], [1, 2, 3])
     assert exact and p == 1.0
+
+
+@pytest.mark.parametrize('n_a, n_b, least', [
+    (3, 3, 2 / 20), (3, 5, 1 / 56), (5, 3, 1 / 56), (3, 6, 1 / 84),
+    (8, 11, 1 / 75582), (1, 1, 1.0), (1, 2, 1 / 3)])
+def test_smallest_p_of_the_exact_test(n_a, n_b, least):
+    assert stats.smallest_p(n_a, n_b) == pytest.approx(least)
+    # Reached by values far apart: the first group above the second.
+    a = [100.0 + i for i in range(n_a)]
+    b = [float(i) for i in range(n_b)]
+    p, exact = stats.permutation_p(a, b)
+    assert exact and p == pytest.approx(least)
+    # And never undercut by other values.
+    rng = random.Random(0)
+    for _ in range(5):
+        values = [rng.gauss(0, 1) for _ in range(n_a + n_b)]
+        assert stats.permutation_p(values[:n_a], values[n_a:])[0] >= \
+            least - 1e-12
+
+
+def test_smallest_p_of_the_sampled_test(monkeypatch):
+    monkeypatch.setattr(stats, 'EXACT_LIMIT', 5)
+    assert stats.smallest_p(3, 3, samples=99) == 0.01
+    # 2 of C(20, 10) = 184756 splits as extreme: no sample meets them.
+    p, exact = stats.permutation_p(range(100, 110), range(10), samples=99)
+    assert not exact and p == 0.01
+    with pytest.raises(ValueError, match='smallest_p'):
+        stats.smallest_p(0, 3)
 
 
 def test_permutation_p_samples_many_splits(monkeypatch):
