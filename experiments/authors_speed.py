@@ -1,32 +1,63 @@
-r"""The time per run of the authors' GCN code and of gnorm at the same
-Table 3 cell, for the section "Time per run" of
+r"""The time per run and peak memory of the authors' GCN code and of gnorm
+at the same Table 3 cell, for the section "Time per run" of
 ``experiments/results/authors_vs_gnorm.md`` (written by
 ``experiments/authors_spread.py``).
 
 What each side records: ``experiments/authors_gcn.py`` keeps, per seed,
-``seconds``, the wall-clock time of its 200-epoch loop alone (no data
-loading, no model building), and the machine that ran it (the run's
-``made_by``; a run without it takes the record's ``machine``, that of the
-record's last invocation). gnorm's ``results.json`` keeps ``runtime_s``,
-the wall-clock time of the whole training call (data, model, epochs,
-final evaluation), ``device``, ``machine`` and ``batch_runs``: the number
-of runs trained together as one model, whose ``runtime_s`` is the whole
-batch's. A ratio is given only for a like-for-like pair (:func:`why_apart`):
-the same device, processor and thread count, and gnorm's run trained
-alone; a batched run's time divided by its batch is shown, never compared.
-Neither side records peak memory.
+``seconds``, the wall-clock time of its 200-epoch loop alone (per epoch a
+training step and a validation forward, plus a test forward at each new
+best validation accuracy; no data loading, no model building), the
+machine that ran it (the run's ``made_by``; a run without it takes the
+record's ``machine``, that of the record's last invocation) and, in newer
+records, ``peak_memory``: ``host_rss_mib``, the process's largest resident
+set so far, and ``runs_before_in_process``. gnorm's ``results.json`` keeps
+``loop_s`` (newer runs), the time of its epochs alone (per epoch a
+training step and, every ``train.eval_every``-th epoch and at the last, an
+evaluation forward giving train, validation and test accuracy),
+``runtime_s``, the whole training call (data, model, epochs, final
+evaluation), ``peak_memory`` (newer runs), ``device``, ``machine`` and
+``batch_runs``: the number of runs trained together as one model, whose
+times and memory are the whole batch's.
+
+A ratio is given only for a work-matched pair (:func:`why_apart`): the
+same device, processor and thread count; gnorm's runs trained alone,
+evaluated every epoch as the authors' loop validates every epoch, and
+timed by ``loop_s`` (loop against loop); at least :data:`MIN_RUNS` runs a
+side. It is the ratio of the mean times, with the least and greatest ratio
+of one authors' run to one gnorm run (:func:`ratio_range`); beside it the
+ratio of the mean peak memories where both sides record them.
 """
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.results import mean_std, plural
+from gnorm.results import mean_std, plural, value
 
 # (device type, processor: GPU name or CPU model, torch threads)
 Kind = Tuple[str, str, int]
 # Why a cell without any gnorm run has no pair.
 NO_RUNS = 'no gnorm runs'
+# The fewest runs a side for a ratio.
+MIN_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Runs:
+    r"""One side's runs of a cell on one machine, timed alike: ``seconds``
+    and ``memory`` (peak host RSS, MiB; :obj:`None` where not recorded)
+    per run; ``source``: what they come from (the authors' record);
+    gnorm's ``batch`` (runs trained as one model; :obj:`None`: not
+    recorded), ``eval_every`` and ``loop`` (``seconds`` time the loop
+    alone, else the whole training call)."""
+    kind: Kind
+    seconds: Tuple[float, ...]
+    memory: Tuple[Optional[float], ...]
+    source: str = ''
+    batch: Optional[int] = 1
+    eval_every: int = 1
+    loop: bool = True
 
 
 def authors_kind(machine: Dict[str, Any]) -> Kind:
@@ -50,51 +81,118 @@ def kind_label(kind: Kind) -> str:
     return f"{device}: {name}, {plural(threads, 'thread')}"
 
 
-def authors_times(path: Path) -> Dict[Kind, List[float]]:
-    r"""Machine -> the ``seconds`` of each run of the
-    ``experiments/authors_gcn.py`` record at :obj:`path`."""
-    record = json.loads(Path(path).read_text())
-    times: Dict[Kind, List[float]] = {}
+def _authors_memory(run: Dict[str, Any]) -> Optional[float]:
+    r"""The peak host RSS of an authors' run if it was the first of its
+    process (else the peak may be an earlier run's)."""
+    peak = run.get('peak_memory') or {}
+    if peak.get('runs_before_in_process', 0) != 0:
+        return None
+    return peak.get('host_rss_mib')
+
+
+def authors_times(path: Path) -> List[Runs]:
+    r"""The runs of the ``experiments/authors_gcn.py`` record at
+    :obj:`path`, one :class:`Runs` per machine: each run's ``seconds``
+    and peak memory (:func:`_authors_memory`)."""
+    path = Path(path)
+    record = json.loads(path.read_text())
+    found: Dict[Kind, List[Tuple[float, Optional[float]]]] = {}
     for run in record['runs'].values():
         machine = run.get('made_by', {}).get('machine') or record['machine']
-        times.setdefault(authors_kind(machine), []).append(run['seconds'])
-    return times
+        found.setdefault(authors_kind(machine), []).append(
+            (run['seconds'], _authors_memory(run)))
+    source = f'{path.parent.name}/{path.name}'
+    return [Runs(kind, tuple(s for s, _ in runs), tuple(m for _, m in runs),
+                 source) for kind, runs in found.items()]
 
 
-def gnorm_times(runs: Sequence[Dict[str, Any]],
-                ) -> Dict[Tuple[Kind, Optional[int]], List[float]]:
-    r"""(machine, runs per batch) -> time per run (``runtime_s`` over
-    ``batch_runs``) of gnorm's :obj:`runs`; a run that does not record
-    ``batch_runs`` has batch :obj:`None` and its ``runtime_s`` as is."""
-    times: Dict[Tuple[Kind, Optional[int]], List[float]] = {}
+def gnorm_times(runs: Sequence[Dict[str, Any]]) -> List[Runs]:
+    r"""gnorm's :obj:`runs` grouped by machine, batch, ``train.eval_every``
+    (1 where the config lacks it) and what their time covers: per run
+    ``loop_s`` where recorded, else ``runtime_s`` (over ``batch_runs``: a
+    batch records the whole batch's time; a run without ``batch_runs`` has
+    batch :obj:`None` and its time as is), and ``peak_memory.host_rss_mib``
+    (the process's: a batch's, and a later run of a process that trained
+    several includes the earlier's)."""
+    found: Dict[tuple, List[Tuple[float, Optional[float]]]] = {}
     for run in runs:
-        batch = run.get('batch_runs')
-        times.setdefault((gnorm_kind(run), batch), []).append(
-            run['runtime_s'] / (batch or 1))
-    return times
+        batch, loop = run.get('batch_runs'), 'loop_s' in run
+        seconds = run['loop_s'] if loop else run['runtime_s']
+        key = (gnorm_kind(run), batch,
+               int(value(run, 'train.eval_every', 1) or 1), loop)
+        found.setdefault(key, []).append((
+            seconds / (batch or 1),
+            (run.get('peak_memory') or {}).get('host_rss_mib')))
+    return [Runs(kind, tuple(s for s, _ in times),
+                 tuple(m for _, m in times), '', batch, every, loop)
+            for (kind, batch, every, loop), times in found.items()]
 
 
-def why_apart(authors: Kind, gnorm: Kind, batch: Optional[int]) -> List[str]:
-    r"""Why gnorm's runs (on :obj:`gnorm`, :obj:`batch` runs as one model)
-    are no like-for-like pair for the authors' runs on :obj:`authors`;
-    empty for a pair: the same device and processor, the same thread
-    count, and each gnorm run trained alone."""
+def ordinal(n: int) -> str:
+    r"""``1st``, ``2nd``, ``10th``."""
+    last = {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else last}"
+
+
+def why_apart(authors: Runs, gnorm: Runs) -> List[str]:
+    r"""Why gnorm's runs :obj:`gnorm` are no work-matched pair for the
+    authors' runs :obj:`authors`; empty for a pair: the same device,
+    processor and thread count; each gnorm run trained alone, evaluated
+    every epoch and timed by its loop alone; at least :data:`MIN_RUNS`
+    runs a side."""
     why = []
-    if authors[:2] != gnorm[:2]:
+    if authors.kind[:2] != gnorm.kind[:2]:
         why.append('other machine')
-    if authors[2] != gnorm[2]:
+    if authors.kind[2] != gnorm.kind[2]:
         why.append('other threads')
-    if batch is None:
+    if gnorm.batch is None:
         why.append('gnorm batch not recorded')
-    elif batch > 1:
+    elif gnorm.batch > 1:
         why.append('gnorm batched')
+    if gnorm.eval_every != 1:
+        why.append(f'gnorm evaluated every {ordinal(gnorm.eval_every)} '
+                   'epoch')
+    if not gnorm.loop:
+        why.append('no loop time recorded')
+    if min(len(authors.seconds), len(gnorm.seconds)) < MIN_RUNS:
+        why.append('too few runs')
     return why
 
 
 def ratio(authors: Sequence[float], gnorm: Sequence[float]) -> float:
-    r"""The authors' mean time per run over gnorm's (above 1: gnorm is
+    r"""The authors' mean over gnorm's (time: above 1, gnorm is
     faster)."""
     return mean_std(authors)[0] / mean_std(gnorm)[0]
+
+
+def ratio_range(authors: Sequence[float], gnorm: Sequence[float],
+                ) -> Tuple[float, float]:
+    r"""The least and the greatest ratio of one of :obj:`authors` to one of
+    :obj:`gnorm`, over every pair of the two (a range, not a confidence
+    interval)."""
+    ratios = [a / g for a in authors for g in gnorm]
+    return min(ratios), max(ratios)
+
+
+def memory_ratio(authors: Runs, gnorm: Runs) -> Optional[float]:
+    r"""The ratio of the mean peak memories of the runs that record it;
+    :obj:`None` unless both sides have some."""
+    mine = [m for m in authors.memory if m is not None]
+    theirs = [m for m in gnorm.memory if m is not None]
+    return ratio(mine, theirs) if mine and theirs else None
+
+
+@dataclass(frozen=True)
+class Pair:
+    r"""A work-matched pair's ratios, authors / gnorm: of the mean times,
+    its ``low``-``high`` range (:func:`ratio_range`) and of the mean peak
+    memories (:obj:`None`: not recorded by both); ``cell``: where, in
+    words (the cell and the authors' record)."""
+    cell: str
+    time: float
+    low: float
+    high: float
+    memory: Optional[float]
 
 
 def _time(seconds: Sequence[float]) -> str:
@@ -102,101 +200,169 @@ def _time(seconds: Sequence[float]) -> str:
     return f'{mean:.1f} ± {std:.1f} ({len(seconds)})'
 
 
-def _trained(batch: Optional[int]) -> str:
-    if batch is None:
-        return 'batch not recorded'
-    return ('alone' if batch == 1 else
-            f'in batches of {batch} (batch time / {batch})')
+def _memory(memory: Sequence[Optional[float]]) -> str:
+    found = [m for m in memory if m is not None]
+    if not found:
+        return 'not recorded'
+    return f'{mean_std(found)[0]:.0f} ({len(found)})'
 
 
-def cell_rows(cell: str, authors: Dict[Kind, List[float]],
-              gnorm: Dict[Tuple[Kind, Optional[int]], List[float]],
-              ) -> Tuple[List[str], List[float], List[str]]:
-    r"""The table rows of one :obj:`cell` (``dataset | L | s``): one per
-    machine of the authors' runs and group of gnorm's (:func:`gnorm_times`),
-    with the ratio for a pair and the reasons otherwise. Returns (rows,
-    ratios of the pairs, why the cell has no pair: empty if it has one)."""
-    rows, ratios, why = [], [], {}  # why: an ordered set
-    for kind, seconds in authors.items():
-        head = f'| {cell} | {kind_label(kind)} | {_time(seconds)} |'
+def _gnorm_runs(runs: Runs) -> str:
+    if runs.batch is None:
+        trained = 'batch not recorded'
+    elif runs.batch == 1:
+        trained = 'alone'
+    else:
+        trained = f'in batches of {runs.batch} (batch time / {runs.batch})'
+    evaluated = ('every epoch' if runs.eval_every == 1 else
+                 f'every {ordinal(runs.eval_every)} epoch')
+    timed = '`loop_s`' if runs.loop else '`runtime_s` (whole call)'
+    return f'{trained}, evaluated {evaluated}, {timed}'
+
+
+def _label(cell: Tuple[str, int, float]) -> str:
+    dataset, layers, scale = cell
+    return f'{dataset} L={layers} s={scale:g}'
+
+
+def cell_rows(cell: Tuple[str, int, float], authors: Sequence[Runs],
+              gnorm: Sequence[Runs]) -> Tuple[List[str], List[Pair],
+                                              List[str]]:
+    r"""The table rows of one :obj:`cell` (dataset, layers, scale): one
+    per group of the authors' runs (a record on one machine) and group of
+    gnorm's (:func:`gnorm_times`), with the ratios for a work-matched pair
+    and the reasons otherwise. Returns (rows, the pairs, why the cell has
+    no pair: empty if it has one)."""
+    dataset, layers, scale = cell
+    rows, pairs, why = [], [], {}  # why: an ordered set
+    for mine in authors:
+        head = (f'| {dataset} | {layers} | {scale:g} | {mine.source}, '
+                f'{kind_label(mine.kind)} | {_time(mine.seconds)} | '
+                f'{_memory(mine.memory)} |')
         if not gnorm:
-            rows.append(f'{head} no runs | | | — ({NO_RUNS}) |')
+            rows.append(f'{head} no runs | | | | — ({NO_RUNS}) | |')
             why[NO_RUNS] = None
-        for (theirs, batch), ours in gnorm.items():
-            apart = why_apart(kind, theirs, batch)
+        for theirs in gnorm:
+            apart = why_apart(mine, theirs)
             if apart:
                 why.update(dict.fromkeys(apart))
-                compared = f"— ({', '.join(apart)})"
+                compared = f"— ({', '.join(apart)}) | —"
             else:
-                ratios.append(ratio(seconds, ours))
-                compared = f'{ratios[-1]:.2f}x'
-            rows.append(f'{head} {kind_label(theirs)} | {_trained(batch)} | '
-                        f'{_time(ours)} | {compared} |')
-    return rows, ratios, [] if ratios else list(why)
+                memory = memory_ratio(mine, theirs)
+                pairs.append(Pair(
+                    f'{_label(cell)} ({mine.source})',
+                    ratio(mine.seconds, theirs.seconds),
+                    *ratio_range(mine.seconds, theirs.seconds), memory))
+                compared = (f'{pairs[-1].time:.2f}x ({pairs[-1].low:.2f}x-'
+                            f'{pairs[-1].high:.2f}x) | '
+                            + (f'{memory:.2f}x' if memory is not None else
+                               'not recorded'))
+            rows.append(f'{head} {kind_label(theirs.kind)} | '
+                        f'{_gnorm_runs(theirs)} | {_time(theirs.seconds)} | '
+                        f'{_memory(theirs.memory)} | {compared} |')
+    return rows, pairs, [] if pairs else list(why)
 
 
-def in_words(ratios: Sequence[float], unpaired: Sequence[List[str]]) -> str:
-    r"""The section's outcome in one sentence: the range of the
-    :obj:`ratios` of the paired cells, and how many cells have no pair
-    for which reasons (:obj:`unpaired`: each such cell's reasons)."""
-    if ratios:
-        low, high = min(ratios), max(ratios)
-        spread = f'{low:.2f}x' if low == high else f'{low:.2f}x-{high:.2f}x'
-        said = (f"Time per run: at {plural(len(ratios), 'like-for-like pair')}"
-                f" the authors' code takes {spread} gnorm's time")
+def _pair_words(pair: Pair) -> str:
+    memory = (f'{pair.memory:.2f}x its peak memory' if pair.memory is not
+              None else 'peak memory not recorded by both')
+    return (f"{pair.time:.2f}x gnorm's time ({pair.low:.2f}x-"
+            f'{pair.high:.2f}x run by run; {memory}) at {pair.cell}')
+
+
+# The order in which reasons are told (by their start).
+REASONS = ('other machine', 'other threads', 'gnorm batch not recorded',
+           'gnorm batched', 'gnorm evaluated every', 'no loop time recorded',
+           'too few runs', NO_RUNS)
+
+
+def _order(reason: str) -> Tuple[int, str]:
+    return next((i for i, start in enumerate(REASONS)
+                 if reason.startswith(start)), len(REASONS)), reason
+
+
+def in_words(pairs: Sequence[Pair], unpaired: Sequence[List[str]]) -> str:
+    r"""The section's outcome in one sentence: the ratios of the
+    work-matched :obj:`pairs`, and why the other cells have none
+    (:obj:`unpaired`: each such cell's reasons): each reason with the
+    number of those cells where it keeps a row from being a pair."""
+    if pairs:
+        said = (f"Time per run: at {plural(len(pairs), 'work-matched pair')}"
+                " (loop against loop, gnorm evaluating every epoch) the "
+                "authors' code takes " + '; '.join(map(_pair_words, pairs)))
     else:
-        said = ('Time per run: no cell has a like-for-like pair (the same '
-                'machine and threads, gnorm trained alone)')
+        said = ('Time per run: no cell has a work-matched pair yet (the '
+                'same machine and threads; gnorm trained alone, evaluated '
+                f'every epoch, timed by `loop_s`; {MIN_RUNS} runs a side '
+                'or more), so no ratio is given')
     if unpaired:
-        counts = Counter(', '.join(why) for why in unpaired)
-        said += ('; ' if ratios else ': ') + '; '.join(
-            f"{why} at {plural(n, 'cell')}"
-            for why, n in sorted(counts.items(), key=lambda c: (-c[1], c[0])))
-        if ratios:
-            said += ' without a pair'
+        counts = Counter(why for reasons in unpaired for why in set(reasons))
+        said += (f"; of the {plural(len(unpaired), 'cell')} without a pair"
+                 if pairs else '') + ': ' + '; '.join(
+            f"{why} at {plural(n, 'cell')}" for why, n in sorted(
+                counts.items(), key=lambda c: _order(c[0])))
     return said + '.'
 
 
 INTRO = (
-    "Wall-clock seconds per run, mean ± std (ddof=0; runs), by machine "
-    "(device: processor, torch threads). The authors' code "
-    "(experiments/authors_gcn.py, each run's `seconds`) times its 200-epoch "
-    'loop alone: a training step and validation each epoch, the test set '
-    'at each new best validation accuracy; not loading the data or building '
-    "the model. gnorm's `runtime_s` (results.json) times the whole training "
-    'call: loading the graph, building the model, 200 epochs with train, '
-    'validation and test accuracy each epoch, and the final evaluation with '
-    'collapse metrics; runs trained together as one model (`batch_runs` = '
-    'k > 1) record the whole batch\'s time, shown here divided by k and '
-    'never compared, since a run trained alone takes other time. The ratio '
-    "authors / gnorm (above 1: gnorm is faster) is given only for a "
-    'like-for-like pair: the same device, processor and thread count, and '
-    "gnorm's runs trained alone; every other row says why not. Peak memory: "
-    'not recorded by either side. Neither record says what else the machine '
-    'ran meanwhile.')
+    "Wall-clock seconds per run, mean ± std (ddof=0; runs), and peak "
+    "memory, the process's largest resident set (host RSS, MiB, mean over "
+    "the runs that record it; runs), by machine (device: processor, torch "
+    "threads). The authors' code (experiments/authors_gcn.py, each run's "
+    "`seconds`) times its 200-epoch loop alone: per epoch one training "
+    'step and one validation forward, plus a test forward at each new best '
+    'validation accuracy; not loading the data or building the model. Its '
+    'peak memory counts only for a run that was the first of its process '
+    "(`runs_before_in_process` 0). gnorm's `loop_s` (results.json) times "
+    'its 200 epochs alone: per epoch one training step and, every '
+    '`train.eval_every`-th epoch and at the last, one evaluation forward '
+    'that gives train, validation and test accuracy (and keeps the best '
+    'validation weights); a run without `loop_s` shows its `runtime_s`, '
+    'the whole training call (loading the graph, building the model, the '
+    'epochs, the final evaluation with collapse metrics). Runs trained '
+    'together as one model (`batch_runs` = k > 1) record the whole '
+    "batch's time, shown divided by k, and the batch's memory; gnorm's peak "
+    'is its process\'s, so a run after others in one process includes '
+    "theirs. The ratio authors / gnorm (above 1: gnorm is faster, or "
+    'smaller) is given only for a work-matched pair: the same device, '
+    "processor and thread count; gnorm's runs trained alone, evaluated "
+    "every epoch (as the authors' loop validates every epoch) and timed by "
+    f'`loop_s` (loop against loop); at least {MIN_RUNS} runs a side. Time: '
+    'the ratio of the mean times, in brackets the least and the greatest '
+    "ratio of one authors' run to one gnorm run (every pair of runs: a "
+    'range, not a confidence interval); memory: the ratio of the mean '
+    'peaks. Every other row says why not. Neither record says what else '
+    'the machine ran meanwhile.')
 
 
-def speed_lines(cells: Sequence[Tuple[str, Path, List[Dict[str, Any]]]],
-                ) -> List[str]:
-    r"""The section "Time per run": for each cell (``dataset | L | s``, the
-    path of the authors' record, gnorm's runs of the cell), its rows
-    (:func:`cell_rows`), then the outcome in words (:func:`in_words`)."""
-    lines = ['', '## Time per run', '', INTRO, '',
-             "| dataset | L | s | authors' code: machine | time per run (s) "
-             '| gnorm: machine | gnorm trained | time per run (s) | '
-             'authors / gnorm |', '|---|---|---|---|---|---|---|---|---|']
-    ratios, unpaired = [], []
-    for cell, path, runs in cells:
-        rows, paired, why = cell_rows(cell, authors_times(path),
-                                      gnorm_times(runs))
+def speed_lines(cells: Sequence[Tuple[Tuple[str, int, float], Sequence[Path],
+                                      List[Dict[str, Any]]]],
+                sources: str = '') -> List[str]:
+    r"""The section "Time per run": for each cell ((dataset, layers,
+    scale), the paths of the authors' records, gnorm's runs of the cell),
+    its rows (:func:`cell_rows`), then the outcome in words
+    (:func:`in_words`); :obj:`sources`: a sentence naming where the
+    records and runs come from."""
+    lines = ['', '## Time per run', '',
+             INTRO + (f' {sources}' if sources else ''), '',
+             "| dataset | L | s | authors' code: record, machine | time per "
+             'run (s) | peak memory (MiB) | gnorm: machine | gnorm runs | '
+             'time per run (s) | peak memory (MiB) | authors / gnorm: time | '
+             'authors / gnorm: memory |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|']
+    pairs, unpaired = [], []
+    for cell, paths, runs in cells:
+        authors = [group for path in paths for group in authors_times(path)]
+        rows, paired, why = cell_rows(cell, authors, gnorm_times(runs))
         lines += rows
-        ratios += paired
+        pairs += paired
         if why:
             unpaired.append(why)
-    lines += ['', in_words(ratios, unpaired)]
+    lines += ['', in_words(pairs, unpaired)]
     if unpaired:
-        lines += ['', "A cell without a pair needs gnorm runs of it trained "
-                  "alone on the authors' machine and thread count "
-                  "(`batch_runs=1 threads=<n>` on that machine), or the "
-                  "authors' runs on gnorm's."]
+        lines += ['', f'A cell without a pair needs {MIN_RUNS} or more gnorm '
+                  'runs of it trained alone and evaluated every epoch on the '
+                  "authors' machine and thread count (`batch_runs=1 "
+                  'threads=<n> train.eval_every=1`, recording `loop_s`), '
+                  f"beside {MIN_RUNS} or more of the authors' runs there."]
     return lines

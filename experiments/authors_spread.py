@@ -2,7 +2,9 @@ r"""Compares the authors' published GCN code and gnorm run by run, at every
 Table 3 cell and scale where both have runs under the authors' protocol:
 each side's per-seed last-epoch test accuracies, their means and stds, the
 difference of the means and an exact two-sided permutation test of it (are
-the two sets of runs draws of one distribution?).
+the two sets of runs draws of one distribution?), beside the smallest p
+that test can give with the two numbers of runs: a cell that cannot reach
+the corrected threshold has no power and shows nothing either way.
 
     python experiments/authors_spread.py
     # -> experiments/results/authors_vs_gnorm.md (and authors_twin.png)
@@ -18,9 +20,17 @@ of a cell whose configs differ in anything but the seed (and the keys that
 change no result) are an error, never averaged. The two sides draw other
 random numbers, so a seed of one is no match for the same seed of the
 other: only the distributions compare. A section "Time per run"
-(:mod:`authors_speed`) sets each side's recorded time per run beside the
-other's, with a ratio only where both ran on the same machine and threads
-and gnorm trained its runs alone. The report ends with the records of
+(:mod:`authors_speed`) sets each side's recorded time and peak memory per
+run beside the other's, with a ratio only for a work-matched pair: the same
+machine and threads, gnorm's runs trained alone, evaluated every epoch and
+timed by their loop alone, at least 3 runs a side. It also reads timing
+runs that the accuracies leave out: the authors' records in
+``experiments/results/authors_gcn/speed`` (``experiments/authors_gcn.py
+... --seeds <one> --out experiments/results/authors_gcn/speed/<cell>.json``,
+one seed a process) and gnorm's runs in ``experiments/runs/speed_pairs``
+(``python -m gnorm.train -m experiment=table3_paper ... batch_runs=1
+threads=1 train.eval_every=1 hydra.sweep.dir=experiments/runs/speed_pairs``).
+The report ends with the records of
 ``experiments/authors_twin.py`` (``experiments/results/authors_twin/``):
 their model and gnorm's trained on the same random numbers, how far apart
 their weights drift (plotted in ``authors_twin.png``) and where each run
@@ -40,15 +50,20 @@ from gnorm.run_keys import drop_keys, record_identity  # noqa: E402
 from experiments.authors_speed import speed_lines  # noqa: E402
 from gnorm.study.inputs import read_records, relative  # noqa: E402
 from gnorm.study.plot import save_bytes, save_figure  # noqa: E402
-from gnorm.study.stats import permutation_p  # noqa: E402
+from gnorm.study.stats import permutation_p, smallest_p  # noqa: E402
 
 AUTHORS_COMPARED = 'experiments/results/authors_vs_gnorm.md'
 
 AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
 RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
         ROOT / 'experiments' / 'runs' / 'table3_paper_seeds']
+# Timing runs of both sides, left out of the accuracies (see authors_speed).
+TIMING = AUTHORS / 'speed'
+TIMING_RUNS = [ROOT / 'experiments' / 'runs' / 'speed_pairs']
 TWINS = ROOT / 'experiments' / 'results' / 'authors_twin'
 OUT = ROOT / AUTHORS_COMPARED
+
+
 def read_authors(folder: Path) -> List[Dict[str, Any]]:
     r"""The ContraNorm records of ``experiments/authors_gcn.py`` in
     :obj:`folder` (:func:`read_records`)."""
@@ -96,26 +111,65 @@ def _mean(runs: Dict[int, float]) -> str:
     return f'{mean:.2f} ± {std:.2f} ({len(runs)})'
 
 
-def verdict(tested: List[Tuple[str, float]], level: float = 0.05) -> str:
-    r"""In words, which of the :obj:`tested` cells (cell, p) differ beyond
-    chance: p below :obj:`level` over the number of tests (Bonferroni)."""
+def _cells(cells: List[str]) -> str:
+    return ', '.join(cells)
+
+
+def verdict(tested: List[Tuple[str, float, float]],
+            level: float = 0.05) -> str:
+    r"""In words, which of the :obj:`tested` cells (cell, p, the smallest
+    p its numbers of runs allow: :func:`smallest_p`) differ beyond chance:
+    p below :obj:`level` over the number of tests (Bonferroni). A cell
+    whose smallest p is not below that bound has no power: it can show no
+    difference, so it shows nothing either way; only a cell with power
+    that stays above the bound is not distinguishable with these runs."""
     bound = level / len(tested)
-    beyond = [cell for cell, p in tested if p < bound]
-    below = [cell for cell, p in tested if bound <= p < level]
-    return (f'{plural(len(tested), "test")}: a p below {level:g} / '
+    powered = [(cell, p) for cell, p, least in tested if least < bound]
+    weak = [(cell, least) for cell, _, least in tested if least >= bound]
+    beyond = [cell for cell, p in powered if p < bound]
+    quiet = [cell for cell, p in powered if p >= bound]
+    below = [cell for cell, p, _ in tested if bound <= p < level]
+    said = (f'{plural(len(tested), "test")}: a p below {level:g} / '
             f'{len(tested)} = {bound:.4f} (Bonferroni) marks a difference '
-            f'that chance does not explain at the {100 * level:g} % level. '
-            + (f"Beyond chance: {', '.join(beyond)}." if beyond else
-               'No cell differs beyond chance.')
-            + (f" Below {level:g} but not beyond chance (by chance alone "
-               f"about one test in {round(1 / level)} is): "
-               f"{', '.join(below)}." if below else ''))
+            f'that chance does not explain at the {100 * level:g} % level. ')
+    said += (f"{len(powered)} of {len(tested)} cells "
+             f"{'has' if len(powered) == 1 else 'have'} the runs to reach "
+             'it at all (smallest p below it).' if powered else
+             'No cell has the runs to reach it at all (smallest p).')
+    if beyond:
+        said += f" Beyond chance: {_cells(beyond)}."
+    if quiet:
+        said += f" Not distinguishable with these runs: {_cells(quiet)}."
+    if weak:
+        least = sorted(p for _, p in weak)
+        span = (f'{least[0]:.4f}' if least[0] == least[-1] else
+                f'{least[0]:.4f} to {least[-1]:.4f}')
+        said += (f" Without power (smallest p {span}: not below "
+                 f"{bound:.4f} whatever the runs): "
+                 f"{_cells([cell for cell, _ in weak])}; a cell without "
+                 'power shows nothing either way.')
+    if below:
+        said += (f" Below {level:g} but not beyond chance (by chance alone "
+                 f"about one test in {round(1 / level)} is): "
+                 f"{_cells(below)}.")
+    return said
+
+
+def _key(record: Dict[str, Any]) -> Tuple[str, int, float]:
+    return record['dataset'], record['layers'], record['scale']
 
 
 def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
-           folders: Sequence[Path]) -> str:
+           folders: Sequence[Path],
+           timing: Sequence[Dict[str, Any]] = (),
+           timing_runs: Sequence[Dict[str, Any]] = (),
+           timing_folders: Sequence[Path] = ()) -> str:
     r"""The markdown comparison of :obj:`authors` (:func:`read_authors`)
-    with gnorm's :obj:`runs` (read from :obj:`folders`)."""
+    with gnorm's :obj:`runs` (read from :obj:`folders`); the section "Time
+    per run" also takes the authors' timing records :obj:`timing`
+    (:func:`read_authors`) and gnorm's timing runs :obj:`timing_runs`
+    (both read from :obj:`timing_folders`), which the accuracies leave
+    out."""
     lines = [
         "# The authors' GCN code and gnorm, run by run",
         '',
@@ -125,35 +179,41 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
         'have runs: last-epoch test accuracy (%), mean ± std (ddof=0; '
         'runs). The two sides draw other random numbers, so only the '
         'distributions compare: p is the two-sided permutation test of the '
-        'difference of the means (exact: every split of the pooled runs). '
-        'gnorm runs from ' + ', '.join(str(relative(f)) for f in folders)
+        'difference of the means (exact: every split of the pooled runs); '
+        'smallest p is the least p that test can give with the two numbers '
+        'of runs, whatever their values (gnorm.study.stats.smallest_p): a '
+        'cell whose smallest p is not below the threshold cannot show a '
+        'difference. gnorm runs from '
+        + ', '.join(str(relative(f)) for f in folders)
         + '. Written by `python experiments/authors_spread.py`.',
         '',
-        "| dataset | L | s | authors' code | gnorm | gnorm − authors | p |",
-        '|---|---|---|---|---|---|---|',
+        "| dataset | L | s | authors' code | gnorm | gnorm − authors | p | "
+        'smallest p |',
+        '|---|---|---|---|---|---|---|---|',
     ]
-    details, tested, timed = [], [], []  # (cell, p), (cell, record, runs)
-    for a in sorted(authors, key=lambda r: (r['dataset'], r['layers'],
-                                            r['scale'])):
-        ours = gnorm_runs(runs, a['dataset'], a['layers'], a['scale'])
+    # tested: (cell, p, smallest p); timed: (cell, records, runs)
+    details, tested, timed = [], [], []
+    for a in sorted(authors, key=_key):
+        ours = gnorm_runs(runs, *_key(a))
         cell = f"{a['dataset']} | {a['layers']} | {a['scale']:g}"
-        timed.append((cell, a['path'], [
-            r for r in runs
-            if _is_cell(r, a['dataset'], a['layers'], a['scale'])]))
+        timed.append((_key(a), [a['path']], [
+            r for r in runs if _is_cell(r, *_key(a))]))
         if not ours:
-            lines.append(f"| {cell} | {_mean(a['runs'])} | no runs | | |")
+            lines.append(f"| {cell} | {_mean(a['runs'])} | no runs | | | |")
             continue
         diff = (sum(ours.values()) / len(ours)
                 - sum(a['runs'].values()) / len(a['runs']))
-        p = ''
+        p = least = ''
         if len(ours) + len(a['runs']) >= 3:
             chance, exact = permutation_p(list(ours.values()),
                                           list(a['runs'].values()))
+            floor = smallest_p(len(ours), len(a['runs']))
             tested.append((f"{a['dataset']} L={a['layers']} "
-                           f"s={a['scale']:g}", chance))
+                           f"s={a['scale']:g}", chance, floor))
             p = f'{chance:.3f}' + ('' if exact else ' (sampled)')
+            least = f'{floor:.2g}'
         lines.append(f"| {cell} | {_mean(a['runs'])} | {_mean(ours)} | "
-                     f'{diff:+.2f} | {p} |')
+                     f'{diff:+.2f} | {p} | {least} |')
         details.append(
             f"- {a['dataset']} L={a['layers']} s={a['scale']:g}: the "
             f"authors' code {_values(a['runs'])} "
@@ -162,8 +222,30 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
             f"(seeds {', '.join(map(str, ours))}).")
     if tested:
         lines += ['', verdict(tested)]
+    cells = {key: (paths, found) for key, paths, found in timed}
+    for record in sorted(timing, key=_key):
+        cells.setdefault(_key(record), ([], []))[0].append(record['path'])
+    for key, (paths, found) in cells.items():
+        found += [r for r in timing_runs if _is_cell(r, *key)]
+    sources = ('Timing records and runs (left out of the accuracies above) '
+               'from ' + ', '.join(str(relative(f)) for f in timing_folders)
+               + '.') if timing_folders else ''
     return '\n'.join(lines + ['', 'Per seed:', ''] + details
-                     + speed_lines(timed)) + '\n'
+                     + speed_lines([(key, paths, found) for key, (paths, found)
+                                    in cells.items()], sources)) + '\n'
+
+
+def compare(authors: Path = AUTHORS, runs: Sequence[Path] = RUNS,
+            timing: Path = TIMING, timing_runs: Sequence[Path] = TIMING_RUNS,
+            ) -> str:
+    r""":func:`report` of the records and runs in these folders (those
+    that exist)."""
+    folders = [f for f in runs if f.is_dir()]
+    timed = [f for f in timing_runs if f.is_dir()]
+    return report(read_authors(authors), load_runs(*folders), folders,
+                  read_authors(timing) if timing.is_dir() else [],
+                  load_runs(*timed) if timed else [],
+                  ([timing] if timing.is_dir() else []) + timed)
 
 
 def read_twins(folder: Path) -> List[Dict[str, Any]]:
@@ -236,12 +318,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="folder of experiments/authors_gcn.py records")
     parser.add_argument('--runs', type=Path, nargs='+', default=RUNS,
                         help="gnorm's runs folders")
+    parser.add_argument('--timing', type=Path, default=TIMING,
+                        help="folder of the authors' timing records")
+    parser.add_argument('--timing-runs', type=Path, nargs='+',
+                        default=TIMING_RUNS,
+                        help="gnorm's timing runs folders")
     parser.add_argument('--twins', type=Path, default=TWINS,
                         help='folder of experiments/authors_twin.py records')
     parser.add_argument('--out', type=Path, default=OUT)
     args = parser.parse_args(argv)
-    folders = [f for f in args.runs if f.is_dir()]
-    text = report(read_authors(args.authors), load_runs(*folders), folders)
+    text = compare(args.authors, args.runs, args.timing, args.timing_runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     twins = read_twins(args.twins) if args.twins.is_dir() else []
     if twins:

@@ -268,3 +268,23 @@ def permutation_p(a: Sequence[float], b: Sequence[float],
     rng = random.Random(seed)
     hits = sum(extreme(sum(rng.sample(pooled, n))) for _ in range(samples))
     return (hits + 1) / (samples + 1), False
+
+
+def smallest_p(n_a: int, n_b: int, samples: int = SAMPLES) -> float:
+    r"""The smallest p :func:`permutation_p` can return for groups of
+    :obj:`n_a` and :obj:`n_b` values, whatever the values: below it no
+    threshold can be reached. The exact test counts the observed split
+    among the :math:`\binom{n_a + n_b}{n_a}` splits, and with
+    :math:`n_a = n_b` also its mirror (the groups swapped: the same
+    absolute difference), so its least p is :math:`2 / \binom{2n}{n}`
+    then and :math:`1 / \binom{n_a + n_b}{n_a}` otherwise (values far
+    apart: no other split is as extreme). The sampled test (more than
+    :data:`EXACT_LIMIT` splits) gives at least
+    :math:`1 / (\mathrm{samples} + 1)`."""
+    if n_a < 1 or n_b < 1:
+        raise ValueError(f'smallest_p needs a value in each group, got '
+                         f'{n_a} and {n_b}')
+    splits = math.comb(n_a + n_b, n_a)
+    if splits > EXACT_LIMIT:
+        return 1 / (samples + 1)
+    return (2 if n_a == n_b else 1) / splits
