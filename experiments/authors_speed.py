@@ -31,7 +31,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.results import mean_std, plural, value
 
@@ -50,7 +50,9 @@ class Runs:
     per run; ``source``: what they come from (the authors' record);
     gnorm's ``batch`` (runs trained as one model; :obj:`None`: not
     recorded), ``eval_every`` and ``loop`` (``seconds`` time the loop
-    alone, else the whole training call)."""
+    alone, else the whole training call); ``together``: timed side by side
+    with the other side (both in the timing folders, run at the same time
+    on one machine)."""
     kind: Kind
     seconds: Tuple[float, ...]
     memory: Tuple[Optional[float], ...]
@@ -58,6 +60,7 @@ class Runs:
     batch: Optional[int] = 1
     eval_every: int = 1
     loop: bool = True
+    together: bool = False
 
 
 def authors_kind(machine: Dict[str, Any]) -> Kind:
@@ -90,10 +93,11 @@ def _authors_memory(run: Dict[str, Any]) -> Optional[float]:
     return peak.get('host_rss_mib')
 
 
-def authors_times(path: Path) -> List[Runs]:
+def authors_times(path: Path, together: bool = False) -> List[Runs]:
     r"""The runs of the ``experiments/authors_gcn.py`` record at
     :obj:`path`, one :class:`Runs` per machine: each run's ``seconds``
-    and peak memory (:func:`_authors_memory`)."""
+    and peak memory (:func:`_authors_memory`); :obj:`together`: timed side
+    by side with gnorm's."""
     path = Path(path)
     record = json.loads(path.read_text())
     found: Dict[Kind, List[Tuple[float, Optional[float]]]] = {}
@@ -103,29 +107,32 @@ def authors_times(path: Path) -> List[Runs]:
             (run['seconds'], _authors_memory(run)))
     source = f'{path.parent.name}/{path.name}'
     return [Runs(kind, tuple(s for s, _ in runs), tuple(m for _, m in runs),
-                 source) for kind, runs in found.items()]
+                 source, together=together) for kind, runs in found.items()]
 
 
-def gnorm_times(runs: Sequence[Dict[str, Any]]) -> List[Runs]:
+def gnorm_times(runs: Sequence[Dict[str, Any]],
+                together: Collection[str] = ()) -> List[Runs]:
     r"""gnorm's :obj:`runs` grouped by machine, batch, ``train.eval_every``
     (1 where the config lacks it) and what their time covers: per run
     ``loop_s`` where recorded, else ``runtime_s`` (over ``batch_runs``: a
     batch records the whole batch's time; a run without ``batch_runs`` has
     batch :obj:`None` and its time as is), and ``peak_memory.host_rss_mib``
     (the process's: a batch's, and a later run of a process that trained
-    several includes the earlier's)."""
+    several includes the earlier's); runs whose ``_path`` is in
+    :obj:`together` were timed side by side with the authors' code."""
     found: Dict[tuple, List[Tuple[float, Optional[float]]]] = {}
     for run in runs:
         batch, loop = run.get('batch_runs'), 'loop_s' in run
         seconds = run['loop_s'] if loop else run['runtime_s']
         key = (gnorm_kind(run), batch,
-               int(value(run, 'train.eval_every', 1) or 1), loop)
+               int(value(run, 'train.eval_every', 1) or 1), loop,
+               str(run.get('_path')) in together)
         found.setdefault(key, []).append((
             seconds / (batch or 1),
             (run.get('peak_memory') or {}).get('host_rss_mib')))
     return [Runs(kind, tuple(s for s, _ in times),
-                 tuple(m for _, m in times), '', batch, every, loop)
-            for (kind, batch, every, loop), times in found.items()]
+                 tuple(m for _, m in times), '', batch, every, loop, side)
+            for (kind, batch, every, loop, side), times in found.items()]
 
 
 def ordinal(n: int) -> str:
@@ -156,6 +163,8 @@ def why_apart(authors: Runs, gnorm: Runs) -> List[str]:
         why.append('no loop time recorded')
     if min(len(authors.seconds), len(gnorm.seconds)) < MIN_RUNS:
         why.append('too few runs')
+    if not (authors.together and gnorm.together):
+        why.append('not timed side by side')
     return why
 
 
@@ -327,22 +336,28 @@ INTRO = (
     'smaller) is given only for a work-matched pair: the same device, '
     "processor and thread count; gnorm's runs trained alone, evaluated "
     "every epoch (as the authors' loop validates every epoch) and timed by "
-    f'`loop_s` (loop against loop); at least {MIN_RUNS} runs a side. Time: '
+    f'`loop_s` (loop against loop); at least {MIN_RUNS} runs a side; both '
+    'sides timed side by side (the timing folders: run at the same time on '
+    'one machine, one process a side, one seed a process, so that what '
+    'else the machine ran slowed both alike). Time: '
     'the ratio of the mean times, in brackets the least and the greatest '
     "ratio of one authors' run to one gnorm run (every pair of runs: a "
     'range, not a confidence interval); memory: the ratio of the mean '
-    'peaks. Every other row says why not. Neither record says what else '
-    'the machine ran meanwhile.')
+    'peaks. Every other row says why not. Pairs timed side by side shared '
+    'the machine with other work (tests, other runs): their absolute times '
+    'are slower than on an idle machine, their ratio is the measurement.')
 
 
 def speed_lines(cells: Sequence[Tuple[Tuple[str, int, float], Sequence[Path],
                                       List[Dict[str, Any]]]],
-                sources: str = '') -> List[str]:
+                sources: str = '', together: Collection[str] = ()
+                ) -> List[str]:
     r"""The section "Time per run": for each cell ((dataset, layers,
     scale), the paths of the authors' records, gnorm's runs of the cell),
     its rows (:func:`cell_rows`), then the outcome in words
     (:func:`in_words`); :obj:`sources`: a sentence naming where the
-    records and runs come from."""
+    records and runs come from; :obj:`together`: the paths of the
+    records and runs timed side by side (the timing folders)."""
     lines = ['', '## Time per run', '',
              INTRO + (f' {sources}' if sources else ''), '',
              "| dataset | L | s | authors' code: record, machine | time per "
@@ -352,8 +367,10 @@ def speed_lines(cells: Sequence[Tuple[Tuple[str, int, float], Sequence[Path],
              '|---|---|---|---|---|---|---|---|---|---|---|---|']
     pairs, unpaired = [], []
     for cell, paths, runs in cells:
-        authors = [group for path in paths for group in authors_times(path)]
-        rows, paired, why = cell_rows(cell, authors, gnorm_times(runs))
+        authors = [group for path in paths
+                   for group in authors_times(path, str(path) in together)]
+        rows, paired, why = cell_rows(cell, authors,
+                                      gnorm_times(runs, together))
         lines += rows
         pairs += paired
         if why:

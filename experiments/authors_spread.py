@@ -230,9 +230,12 @@ def report(authors: List[Dict[str, Any]], runs: List[Dict[str, Any]],
     sources = ('Timing records and runs (left out of the accuracies above) '
                'from ' + ', '.join(str(relative(f)) for f in timing_folders)
                + '.') if timing_folders else ''
+    together = {str(r['path']) for r in timing} | {
+        str(r['_path']) for r in timing_runs}
     return '\n'.join(lines + ['', 'Per seed:', ''] + details
                      + speed_lines([(key, paths, found) for key, (paths, found)
-                                    in cells.items()], sources)) + '\n'
+                                    in cells.items()], sources,
+                                   together)) + '\n'
 
 
 def compare(authors: Path = AUTHORS, runs: Sequence[Path] = RUNS,

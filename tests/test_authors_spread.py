@@ -207,10 +207,10 @@ def test_report_without_power_says_so(tmp_path):
 
 
 def _group(kind=('cpu', 'AMD EPYC', 1), runs=3, batch=1, eval_every=1,
-           loop=True):
+           loop=True, together=True):
     speed = experiment('authors_speed')
     return speed.Runs(kind, (1.0, ) * runs, (None, ) * runs, '', batch,
-                      eval_every, loop)
+                      eval_every, loop, together)
 
 
 @pytest.mark.parametrize('gnorm, why', [
@@ -228,7 +228,8 @@ def _group(kind=('cpu', 'AMD EPYC', 1), runs=3, batch=1, eval_every=1,
     (dict(runs=2), ['too few runs']),
     (dict(batch=5, eval_every=10, loop=False, runs=1),
      ['gnorm batched', 'gnorm evaluated every 10th epoch',
-      'no loop time recorded', 'too few runs'])])
+      'no loop time recorded', 'too few runs']),
+    (dict(together=False), ['not timed side by side'])])
 def test_a_pair_is_work_matched(gnorm, why):
     speed = experiment('authors_speed')
     assert speed.why_apart(_group(), _group(**gnorm)) == why
@@ -281,8 +282,9 @@ def test_report_never_pairs_a_run_evaluated_every_tenth_epoch(tmp_path):
     _authors(folder, [0.4] * 3, seconds=[30.0, 40.0, 50.0])
     runs = [_run(f'r{s}', s, 0.3, runtime=20.0, loop=10.0, eval_every=10)
             for s in range(3)]
-    section, rows = _section(spread.report(spread.read_authors(folder),
-                                           runs, [tmp_path]))
+    # timed side by side: the only reason left is the evaluation
+    section, rows = _section(spread.report(
+        [], [], [], spread.read_authors(folder), runs, [folder]))
     assert rows == [
         '| cora | 16 | 0.5 | authors/cora_L16_s0.5.json, cpu: AMD EPYC, 1 '
         'thread | 40.0 ± 8.2 (3) | not recorded | cpu: AMD EPYC, 1 thread | '
@@ -320,12 +322,13 @@ def test_report_times_work_matched_pairs_only(tmp_path):
     assert head + ('alone, evaluated every 10th epoch, `runtime_s` (whole '
                    'call) | 5.0 ± 0.0 (1) | not recorded | — (gnorm '
                    'evaluated every 10th epoch, no loop time recorded, too '
-                   'few runs) | — |') in rows
+                   'few runs, not timed side by side) | — |') in rows
     # The old record: too few runs for any of gnorm's.
     assert ('| cora | 16 | 0.5 | authors/cora_L16_s0.5.json, cpu: AMD EPYC, '
             '1 thread | 40.0 ± 10.0 (2) | not recorded | cpu: AMD EPYC, 1 '
             'thread | alone, evaluated every epoch, `loop_s` | 10.0 ± 1.6 '
-            '(3) | 301 (3) | — (too few runs) | — |') in rows
+            '(3) | 301 (3) | — (too few runs, not timed side by side) | — |'
+            ) in rows
     assert ('| cora | 16 | 0.2 | authors/cora_L16_s0.2.json, cpu: AMD EPYC, '
             '1 thread | 20.0 ± 0.0 (1) | not recorded | no runs | | | | — (no '
             'gnorm runs) | |') in rows
@@ -335,7 +338,8 @@ def test_report_times_work_matched_pairs_only(tmp_path):
             'time (2.50x-6.25x run by run; 2.03x its peak memory) at cora '
             'L=16 s=0.5 (speed/cora_L16_s0.5.json); of the 2 cells without '
             'a pair: gnorm batched at 1 cell; no loop time recorded at 1 '
-            'cell; too few runs at 1 cell; no gnorm runs at 1 cell.'
+            'cell; too few runs at 1 cell; no gnorm runs at 1 cell; not '
+            'timed side by side at 1 cell.'
             ) in section.splitlines()
     assert 'Timing records and runs (left out of the accuracies above) ' \
         f'from {timing}.' in section
