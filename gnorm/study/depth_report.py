@@ -3,7 +3,6 @@ depth, footnotes, the comparison of ``table.compare``), ``<name>.csv``
 and the plots, from the runs alone: no date, no command line of the
 call, so the same runs give the same bytes, and a file that would not
 change is not rewritten."""
-import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -13,6 +12,7 @@ from gnorm.study.budget import budget
 from gnorm.study.compare import (annotate, at_default, comparison, family,
                                  shown)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
+from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING
 from gnorm.study.select import TIE
 from gnorm.study.spec import REPO, Spec, grid, set_name
@@ -135,52 +135,6 @@ def _settings_text(spec: Spec, row: str, defaults: Dict[str, str]) -> str:
     default = defaults.get(row)
     return (f"{text}; grid {keys} ({budget(spec, row)} settings"
             + (f', default {default}' if default else '') + ')')
-
-
-PROTOCOL = (
-    ('train.epochs', '{} epochs'),
-    ('split', 'split: {}'),
-    ('split_index', 'split index {}'),
-    ('select', 'tested at: {}'),
-    ('test_set', 'test set: {}'),
-    ('model.hidden_channels', 'hidden {}'),
-    ('model.dropout', 'dropout {}'),
-    ('train.lr', 'Adam lr {}'),
-    ('train.weight_decay', 'weight decay {}'),
-)
-WORDS = {'best_val': 'the best validation epoch', 'last': 'the last epoch',
-         'rest': 'every node outside train and validation',
-         'random': 'random 60/20/20, seed k draws split k',
-         'split': "the split's own test nodes"}
-
-
-def _get(config: Dict[str, Any], key: str) -> Any:
-    for part in key.split('.'):
-        config = config.get(part, {}) if isinstance(config, dict) else {}
-    return None if config == {} else config
-
-
-def protocol_text(counted: List[Dict[str, Any]]) -> str:
-    r"""What every run of the report did, from the configs the runs
-    recorded: epochs, split, selection, test set, model and optimiser;
-    a key whose value differs between runs says so."""
-    said = []
-    for key, form in PROTOCOL:
-        values = sorted({json.dumps(_get(r.get('config', {}), key))
-                         for r in counted})
-        if not values:
-            continue
-        if len(values) > 1:
-            said.append(f'{key} differs between runs')
-            continue
-        found = json.loads(values[0])
-        if found is None or (key == 'split_index'
-                             and _get(counted[0]['config'], 'split')
-                             == 'random'):
-            continue
-        said.append(form.format(WORDS.get(found, found)))
-    return ('Protocol, as the runs recorded it: ' + '; '.join(said) + '.'
-            if said else 'Protocol: no runs yet.')
 
 
 def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],

@@ -12,7 +12,8 @@ from gnorm.study.compare import signed
 from gnorm.study.paired import (in_words, interval, metric, min_seeds,
                                 sentence, short)
 from gnorm.study.plot import plot_curves, save_bytes
-from gnorm.study.recipe import epochs_note, data_note, recipe_lines, recipes
+from gnorm.study.recipe import (epochs_note, data_note, protocol_items,
+                                recipe_lines, recipes)
 from gnorm.study.spec import Spec, set_name
 
 COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
@@ -122,7 +123,7 @@ def _graph(cfg, ok: List[Dict[str, Any]]) -> bool:
 def recipe_section(spec: Spec, cfg, ok: List[Dict[str, Any]]) -> List[str]:
     r"""The recipe and data section."""
     said = (recipes(ok, cfg) if _graph(cfg, ok) else
-            "each run's `.hydra/config.yaml` in the runs folder")
+            protocol_items(ok) or 'no runs yet')
     lines = ['## Recipe and data', '',
              f"**Recipe** (from the runs' recorded configs): {said}."
              + (f" {spec.table['recipe_note']}"
@@ -172,5 +173,6 @@ def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
         '', f'![validation {metric(spec)} per epoch]({report}_val.png)', '']
     save_bytes(out / f'{report}.md', '\n'.join(lines).encode())
     plot_curves(records, out / f'{report}_val.png', report,
-                spec.table.get('plot_title', spec.name), metric(spec))
+                spec.table.get('plot_title') or spec.table.get('title'),
+                metric(spec))
     return out / f'{report}.md'

@@ -217,7 +217,7 @@ MARKERS = 'os^vD'
 
 
 def plot_curves(records: List[Dict[str, Any]], path: Path, title: str,
-                where: str, metric: str) -> None:
+                where: Optional[str], metric: str) -> None:
     r"""A paired study's validation :obj:`metric` per epoch: each row's
     mean over seeds as a line and the min–max over seeds as a band; with
     one epoch per run (no curve to draw), each row's seeds as dots beside
@@ -225,10 +225,11 @@ def plot_curves(records: List[Dict[str, Any]], path: Path, title: str,
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    named = f'{where}, {title}' if where and where != title else title
     if all(len(run['curve']['epoch']) <= 1
            for r in records for run in r['runs_list']):
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        _plot_seeds(ax, records, f'{where}, {title}', metric)
+        _plot_seeds(ax, records, named, metric)
         fig.tight_layout()
         return save_figure(fig, path)
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -237,7 +238,7 @@ def plot_curves(records: List[Dict[str, Any]], path: Path, title: str,
     ax.set_xlabel('epoch')
     ax.set_ylabel(f'validation {metric} (%)')
     ax.grid(alpha=0.3)
-    ax.set_title(f'{where}, {title}: validation {metric} per epoch',
+    ax.set_title(f'{named}: validation {metric} per epoch',
                  fontsize=9)
     ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), fontsize=8,
               title='line: mean over seeds\nband: min–max over seeds',

@@ -3,6 +3,7 @@ training recipe of graph runs in words, the table of settings beside the
 experiments of ``table.beside`` and the published recipe
 (``table.published``), where the data came from, and how many epochs the
 runs trained and where their best validation epochs lie."""
+import json
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import value
@@ -158,7 +159,10 @@ def data_note(spec, runs: List[Dict[str, Any]]) -> str:
                              ('ogb', "read the dataset's own files"),
                              ('?', 'do not record where it came from'))
              if kinds.count(k)]
-    return (f"**Data**: {spec.table.get('dataset', 'the dataset')}; "
+    names = sorted({str(value(r, 'dataset.name')) for r in runs
+                    if value(r, 'dataset.name') is not None})
+    dataset = spec.table.get('dataset') or ', '.join(names) or 'no runs yet'
+    return (f"**Data**: {dataset}; "
             + ('; '.join(parts) or 'no runs yet') + '.')
 
 
@@ -166,11 +170,13 @@ def epochs_note(runs: List[Dict[str, Any]], why: str) -> str:
     r"""How many epochs the :obj:`runs` train and why, and where their
     best validation epochs lie."""
     if not runs:
-        return f'**Epochs**: no runs yet (the recipe: {why}).'
+        return '**Epochs**: no runs yet' + (f' (the recipe: {why}).'
+                                             if why else '.')
     last = [run['curve']['epoch'][-1] for run in runs]
     epochs = sorted(set(last))
     before = sum(run['selected_epoch'] < e for run, e in zip(runs, last))
-    return (f"**Epochs**: {'/'.join(map(str, epochs))} per run ({why}). "
+    return (f"**Epochs**: {'/'.join(map(str, epochs))} per run"
+            + (f' ({why}). ' if why else '. ')
             f'The best validation epoch lies before the last in {before} '
             f'of {len(runs)} runs'
             + (' (one epoch per run: the only epoch is the best one, so '
@@ -178,3 +184,56 @@ def epochs_note(runs: List[Dict[str, Any]], why: str) -> str:
                if epochs == [1] else '')
             + '; a recipe trained to a plateau has most best epochs well '
             'before the last.')
+
+
+PROTOCOL = (
+    ('train.epochs', '{} epochs'),
+    ('split', 'split: {}'),
+    ('split_index', 'split index {}'),
+    ('select', 'tested at: {}'),
+    ('test_set', 'test set: {}'),
+    ('model.hidden_channels', 'hidden {}'),
+    ('model.dropout', 'dropout {}'),
+    ('train.lr', 'Adam lr {}'),
+    ('train.weight_decay', 'weight decay {}'),
+)
+WORDS = {'best_val': 'the best validation epoch', 'last': 'the last epoch',
+         'rest': 'every node outside train and validation',
+         'random': 'random 60/20/20, seed k draws split k',
+         'split': "the split's own test nodes"}
+
+
+def _get(config: Dict[str, Any], key: str) -> Any:
+    for part in key.split('.'):
+        config = config.get(part, {}) if isinstance(config, dict) else {}
+    return None if config == {} else config
+
+
+def protocol_items(counted: List[Dict[str, Any]]) -> str:
+    r"""What every node run of :obj:`counted` did, from the configs the
+    runs recorded: epochs, split, selection, test set, model and
+    optimiser, ``; ``-separated; a key whose value differs between runs
+    says so; empty without runs."""
+    said = []
+    for key, form in PROTOCOL:
+        values = sorted({json.dumps(_get(r.get('config', {}), key))
+                         for r in counted})
+        if not values:
+            continue
+        if len(values) > 1:
+            said.append(f'{key} differs between runs')
+            continue
+        found = json.loads(values[0])
+        if found is None or (key == 'split_index'
+                             and _get(counted[0]['config'], 'split')
+                             == 'random'):
+            continue
+        said.append(form.format(WORDS.get(found, found)))
+    return '; '.join(said)
+
+
+def protocol_text(counted: List[Dict[str, Any]]) -> str:
+    r"""The protocol of a depth report (:func:`protocol_items`)."""
+    said = protocol_items(counted)
+    return (f'Protocol, as the runs recorded it: {said}.' if said
+            else 'Protocol: no runs yet.')
