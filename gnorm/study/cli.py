@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from gnorm.errors import GnormError
-from gnorm.study.spec import (SpecError, Spec, _datasets, check_sets,
-                              config_sets, load_spec, set_name, studies)
+from gnorm.study.spec import (SpecError, Spec, _datasets, check_node_task,
+                              check_sets, config_sets, load_spec, set_name,
+                              studies)
 
 SCRATCH = Path('outputs') / 'study'
 
@@ -96,6 +97,7 @@ def check_selection(spec: Spec, args: argparse.Namespace) -> None:
     if bad:
         raise SpecError(f"unknown dataset {bad[0]!r}; pick from "
                         f"{', '.join(known)}")
+    check_node_task('--datasets', args.datasets or [])
     for values, flag, low in ((args.depths, 'depths', 1),
                               (args.seeds, 'seeds', 0)):
         bad = [v for v in values or [] if v < low]
