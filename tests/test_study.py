@@ -382,7 +382,8 @@ def test_tiny_pairnorm_row_chooses_variant_and_scale_by_validation(tmp_path):
     assert by['val']['setting'] in line
 
 
-def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
+def test_interrupted_table_keeps_finished_cells_and_reports_them(
+        tmp_path, monkeypatch, capsys):
     import gnorm.train
     real, calls = gnorm.train.train_runs, []
 
@@ -399,11 +400,35 @@ def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
     assert study(args) == 130
     first = list(runs.glob('*/results.json'))
     assert len(first) == 1
+    # The report of what finished, before the exit status 130.
+    said = capsys.readouterr()
+    assert 'interrupted: finished runs are kept' in said.err
+    report = tmp_path / 'runs-report' / f'{TINY_NAME}.md'
+    assert 'report: ' in said.out and report.is_file()
+    assert '**1 of 2 cells complete**' in report.read_text()
     stamp = first[0].stat().st_mtime_ns
     assert study(args) == 0
     assert len(list(runs.glob('*/results.json'))) == 2
     assert first[0].stat().st_mtime_ns == stamp
     assert len(calls) == 3  # the rerun trained only the missing cell
+
+
+def test_the_erank_plot_draws_a_partial_cell_at_the_deepest_depth(
+        tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(study_plot, 'save_figure',
+                        lambda fig, path: figures.append(fig))
+    records = [dict(dataset='cora', row=row, layers=16, selection='val',
+                    complete=complete, settings_run=1 + complete, settings=2,
+                    cell_runs=2 + 2 * complete, cell_expected=4,
+                    erank=[8.0, 4.0], erank_min=[7.0, 3.0],
+                    erank_max=[9.0, 5.0])
+               for row, complete in (('none', True), ('contranorm', False))]
+    assert study_plot.plot_erank(records, tmp_path / 'erank.png')
+    ax, = figures[0].axes
+    assert [line.get_linestyle() for line in ax.lines] == ['-', ':']
+    assert 'partial cell, dotted: contranorm (1 of 2 settings)' in \
+        ax.texts[0].get_text()
 
 
 def _record(row, depth, by_seed, complete=True):
