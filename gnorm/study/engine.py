@@ -103,9 +103,10 @@ class PairedPlan:
     def report(self) -> Path:
         from gnorm.study.paired import summarise
         from gnorm.study.paired_report import write_report
+        from gnorm.study.pairs import study_runs
         spec = self.spec
-        records = summarise(spec, _found(self.places.runs),
-                            list(spec.table['rows']))
+        runs = study_runs(spec, _found(self.places.runs), self.args.set)
+        records = summarise(spec, runs, list(spec.table['rows']))
         sets = config_sets(self.args.set)
         command = report_command(spec, sets, self.places.runs,
                                  self.places.default_runs)
