@@ -382,7 +382,8 @@ def test_tiny_pairnorm_row_chooses_variant_and_scale_by_validation(tmp_path):
     assert by['val']['setting'] in line
 
 
-def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
+def test_interrupted_table_keeps_finished_cells_and_reports_them(
+        tmp_path, monkeypatch, capsys):
     import gnorm.train
     real, calls = gnorm.train.train_runs, []
 
@@ -399,11 +400,35 @@ def test_interrupted_table_keeps_finished_cells(tmp_path, monkeypatch):
     assert study(args) == 130
     first = list(runs.glob('*/results.json'))
     assert len(first) == 1
+    # The report of what finished, before the exit status 130.
+    said = capsys.readouterr()
+    assert 'interrupted: finished runs are kept' in said.err
+    report = tmp_path / 'runs-report' / f'{TINY_NAME}.md'
+    assert 'report: ' in said.out and report.is_file()
+    assert '**1 of 2 cells complete**' in report.read_text()
     stamp = first[0].stat().st_mtime_ns
     assert study(args) == 0
     assert len(list(runs.glob('*/results.json'))) == 2
     assert first[0].stat().st_mtime_ns == stamp
     assert len(calls) == 3  # the rerun trained only the missing cell
+
+
+def test_the_erank_plot_draws_a_partial_cell_at_the_deepest_depth(
+        tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(study_plot, 'save_figure',
+                        lambda fig, path: figures.append(fig))
+    records = [dict(dataset='cora', row=row, layers=16, selection='val',
+                    complete=complete, settings_run=1 + complete, settings=2,
+                    cell_runs=2 + 2 * complete, cell_expected=4,
+                    erank=[8.0, 4.0], erank_min=[7.0, 3.0],
+                    erank_max=[9.0, 5.0])
+               for row, complete in (('none', True), ('contranorm', False))]
+    assert study_plot.plot_erank(records, tmp_path / 'erank.png')
+    ax, = figures[0].axes
+    assert [line.get_linestyle() for line in ax.lines] == ['-', ':']
+    assert 'partial cell, dotted: contranorm (1 of 2 settings)' in \
+        ax.texts[0].get_text()
 
 
 def _record(row, depth, by_seed, complete=True):
@@ -814,6 +839,158 @@ def test_a_bad_spec_is_one_line_before_anything_trains(tmp_path, capsys,
     assert err.startswith('error: ') and err.count('\n') == 1, err
     assert says in err, err
     assert not (tmp_path / 'runs').exists()
+
+
+PAIRED_CSBM = ('# @package _global_\n',
+               '# @package _global_\ndefaults:\n  - override /dataset: csbm\n')
+
+
+def _spec_says(tmp_path, capsys, monkeypatch, changes, kind='depth'):
+    r"""``python -m gnorm.study --dry-run`` of :data:`MY_SPEC` (of
+    :obj:`kind`; a paired one on CSBM) with the :obj:`changes` (old, new)
+    made: its exit status and what it wrote on stderr."""
+    spec = _my_study(tmp_path, 'bad', kind, monkeypatch)
+    text = spec.read_text()
+    for old, new in ([PAIRED_CSBM] if kind == 'paired' else []) + changes:
+        assert old in text, old
+        text = text.replace(old, new)
+    spec.write_text(text)
+    code = study([str(spec), '--dry-run', '--runs', str(tmp_path / 'runs')])
+    return code, capsys.readouterr().err
+
+
+def _refused(tmp_path, capsys, monkeypatch, changes, says, kind='depth'):
+    code, err = _spec_says(tmp_path, capsys, monkeypatch, changes, kind)
+    assert code == 2, err
+    assert err.startswith('error: ') and err.count('\n') == 1, err
+    for part in says:
+        assert part in err, err
+    assert not (tmp_path / 'runs').exists()
+
+
+ROW = 'none: [norm=none]'
+GRID = '+norm.factor: [0.25, 0.5]'
+
+
+@pytest.mark.parametrize('old,new,says', [
+    (ROW, 'none: [norm=none, layers=3]', "row 'none' sets layers"),
+    (ROW, 'none: [norm=none, dataset=citeseer]', "row 'none' sets dataset"),
+    (ROW, 'none: [norm=none, seed=7]', "row 'none' sets seed"),
+    (ROW, 'none: [norm=none, +tag=base]', "row 'none' sets tag"),
+    (GRID, 'layers: [2, 3]', "row 'mine' sets layers in its grid"),
+])
+def test_a_row_or_grid_may_not_set_an_axis_of_the_study(
+        tmp_path, capsys, monkeypatch, old, new, says):
+    r"""A row's ``layers=2`` would put its runs in the column of another
+    depth, ``dataset=citeseer`` CiteSeer in a Cora table; ``seed=7`` would
+    be dropped: refused, naming what sets the axis instead."""
+    _refused(tmp_path, capsys, monkeypatch, [(old, new)],
+             [says, 'which the study sets itself'])
+
+
+def test_a_paired_row_may_set_layers_but_not_seed(tmp_path, capsys,
+                                                  monkeypatch):
+    code, err = _spec_says(tmp_path, capsys, monkeypatch,
+                           [(ROW, 'none: [norm=none, layers=3]')], 'paired')
+    assert code == 0, err
+    _refused(tmp_path / 'b', capsys, monkeypatch,
+             [(ROW, 'none: [norm=none, seed=3]')], ["row 'none' sets seed",
+                                                    'table.seeds'], 'paired')
+
+
+@pytest.mark.parametrize('old,new,says', [
+    (ROW, 'none: [norm=none, test_set=rest]',
+     "row 'none' sets test_set=rest, row 'mine' nothing of the split"),
+    (GRID, 'split_index: [0, 1]', "row 'mine' sweeps split_index"),
+])
+def test_rows_paired_by_seed_share_their_split(tmp_path, capsys,
+                                               monkeypatch, old, new, says):
+    r"""``pairing: seed`` pairs the runs of one seed as runs on one split:
+    rows (or grids) that set the split's keys differently are refused;
+    with ``pairing: none`` (Welch) they are a table like any other."""
+    _refused(tmp_path, capsys, monkeypatch, [(old, new)], [says])
+    if old == ROW:
+        code, err = _spec_says(tmp_path / 'b', capsys, monkeypatch,
+                               [(old, new), ('pairing: seed',
+                                             'pairing: none')])
+        assert code == 0, err
+    _refused(tmp_path / 'c', capsys, monkeypatch, [(old, new)], [says],
+             'paired')
+
+
+def test_a_depth_study_of_a_graph_dataset_is_refused(tmp_path, capsys,
+                                                     monkeypatch):
+    r"""Selection by validation accuracy has no meaning for an MAE: a
+    depth study on a graph-level dataset is refused before anything
+    trains, pointing at a paired study; so is such a dataset selected."""
+    says = ["dataset 'zinc_fixture' is graph-level", 'kind: paired']
+    _refused(tmp_path, capsys, monkeypatch,
+             [('datasets: [csbm]', 'datasets: [zinc_fixture]')], says)
+    assert study(['table3_fair', '--datasets', 'zinc_fixture', '--dry-run',
+                  '--runs', str(tmp_path / 'runs')]) == 2
+    err = capsys.readouterr().err
+    assert all(part in err for part in says) and err.count('\n') == 1, err
+
+
+@pytest.mark.parametrize('changes,says', [
+    ([(GRID, '+norm.factor: [0.5, 0.50]')],
+     'table.grid.mine: +norm.factor lists 0.5 and 0.5, which are equal'),
+    ([(ROW, 'none: [norm=contranorm]'),
+      (GRID, '+norm.factor: [0.25, 0.5]}\n    none: {norm.scale: [1, 1.0, '
+       '0.5]')],
+     'table.grid.none: norm.scale lists 1 and 1.0, which are equal'),
+    ([(ROW, 'none: [norm=contranorm]'),
+      (GRID, '+norm.factor: [0.25, 0.5]}\n    none: {norm.scale: [0.5, '
+       '0.5000001]')],
+     'table.grid.none: norm.scale lists 0.5 and 0.5000001, which print '
+     'alike (s=0.5)'),
+])
+def test_grid_values_that_print_alike_are_refused(tmp_path, capsys,
+                                                  monkeypatch, changes, says):
+    r"""A cell's settings are told apart by their labels: values equal, or
+    printed alike, would merge into one setting of twice the runs."""
+    _refused(tmp_path, capsys, monkeypatch, changes, [says])
+
+
+@pytest.mark.parametrize('old,new,says', [
+    ('  epochs: 2', '  epoch: 2', "unknown key 'train.epoch' in the "
+     "protocol; closest keys: train.epochs"),
+    ('pairing: seed', 'paring: seed', "unknown key 'table.paring'; closest "
+     "keys: table.pairing"),
+    ('against: [none]', 'againts: [none]', "unknown key "
+     "'table.compare.againts'; closest keys: table.compare.against"),
+    ('  seeds: [0, 1]', '  seeds: [0, 1]\n  flag: {rows: [mine], paper_std: '
+     '2}', "unknown key 'table.flag.paper_std'; closest keys: "
+     "table.flag.paper_stds"),
+    ('  seeds: [0, 1]', '  seeds: [0, 1]\n  not_run: [{depth: [2]}]',
+     "unknown key 'table.not_run.depth'; closest keys: "
+     "table.not_run.depths"),
+])
+def test_a_typo_in_the_protocol_or_table_names_the_closest_key(
+        tmp_path, capsys, monkeypatch, old, new, says):
+    r"""``train: {epoch: 30}`` would train the default 200 epochs,
+    ``paring: seed`` switch to Welch's interval, ``againts:`` drop the
+    comparison: each is refused as ``python -m gnorm.train`` refuses a
+    typo, naming the closest key."""
+    _refused(tmp_path, capsys, monkeypatch, [(old, new)], [says])
+
+
+def test_a_protocol_may_give_its_own_norm_class_its_arguments(
+        tmp_path, capsys, monkeypatch):
+    r"""Keys of a norm class of the user's, set in the protocol, are its
+    arguments, not typos: the class takes them."""
+    code, err = _spec_says(tmp_path, capsys, monkeypatch, [(
+        'select: best_val\n', 'select: best_val\nnorm:\n  _target_: '
+        'my_norm_bad.HalfLN\n  factor: 0.5\n'),
+        (GRID, 'norm.factor: [0.25, 0.5]')])  # a key of the config now
+    assert code == 0, err
+
+
+@pytest.mark.parametrize('name', ['table3_paper', 'table3_fair',
+                                  'sepnorm_molhiv', 'sepnorm_molhiv_cpu',
+                                  'sepnorm_molhiv_cpu_long'])
+def test_gnorms_own_studies_pass_the_checks(name):
+    assert load_spec(name).name == name
 
 
 @pytest.mark.parametrize('launcher', ['processes', 'submitit_local'])

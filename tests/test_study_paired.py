@@ -4,18 +4,22 @@ seed, the readings, where runs and reports go, the recipe read from the
 runs, the same runs give the same bytes, and the figures draw what the
 records hold."""
 import csv
+import functools
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 
 from gnorm.results import load_runs
 from gnorm.study import paired as study_paired
+from gnorm.study import runner as study_runner
 from gnorm.study import plot as study_plot
 from gnorm.study import stats
 from gnorm.study.cli import main as study
 from gnorm.study.compare import signed
+from gnorm.study.pairs import check_fingerprints
 from gnorm.study.spec import compose, load_spec
 
 
@@ -30,11 +34,38 @@ def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def _molhiv_run(folder, row, seed, val, test=None, curve=None):
+@functools.lru_cache(maxsize=None)
+def _composed(experiment, row, *sets):
+    r"""The config (JSON) of the run of :obj:`row` and seed 0 of the study
+    :obj:`experiment` with the overrides :obj:`sets`, as the run records
+    it."""
+    from omegaconf import OmegaConf
+    spec = load_spec(experiment)
+    cfg = compose([*spec.overrides(), *spec.table['rows'][row], f'tag={row}',
+                   'seed=0', 'resume=true', *sets])
+    return json.dumps(OmegaConf.to_container(cfg, resolve=True))
+
+
+def _config(experiment, row, seed, *sets):
+    r"""The recorded config of the run of :obj:`row` and :obj:`seed` of
+    the study :obj:`experiment` with :obj:`sets`."""
+    return {**json.loads(_composed(experiment, row, *sets)), 'seed': seed}
+
+
+# The overrides of runs of :func:`_molhiv_run` of a curve this long.
+def _epochs(n):
+    return () if n == 1 else (f'train.epochs={n}', )
+
+
+def _molhiv_run(folder, row, seed, val, test=None, curve=None, split=None):
     r"""A finished run of :obj:`row` and :obj:`seed` in :obj:`folder`:
-    one epoch, or the validation :obj:`curve` (selected at its best)."""
+    one epoch, or the validation :obj:`curve` (selected at its best), its
+    config that of ``sepnorm_molhiv_cpu`` (of as many epochs); the
+    fingerprint of its :obj:`split` when given."""
     curve = curve or [val]
     best = curve.index(max(curve)) + 1
+    config = _config('sepnorm_molhiv_cpu', row, seed, *_epochs(len(curve)))
+    config['data'] = {'mirror': '/mirror'}
     folder.mkdir(parents=True)
     (folder / 'results.json').write_text(json.dumps({
         'status': 'ok', 'tag': row, 'metric': 'rocauc',
@@ -44,8 +75,8 @@ def _molhiv_run(folder, row, seed, val, test=None, curve=None):
                   'val_metric': curve},
         'runtime_s': 10.0 + seed, 'device': 'cpu',
         'machine': {'cpu': 'test cpu', 'threads': 1},
-        'config': {'seed': seed, 'data': {'mirror': '/mirror'},
-                   'train': {'epochs': len(curve)}}}))
+        **({'dataset': {'split_fingerprint': split}} if split else {}),
+        'config': config}))
 
 
 def test_sepnorm_report_is_the_same_bytes_whatever_the_selection(tmp_path):
@@ -72,20 +103,16 @@ def test_sepnorm_report_is_the_same_bytes_whatever_the_selection(tmp_path):
     assert _files(out) == first
 
 
-def _finished_run_of(folder, experiment, row, seed, *sets):
+def _finished_run_of(folder, experiment, row, seed, *sets, device='cpu'):
     r"""A finished run in :obj:`folder` whose recorded config is that of
     the study :obj:`experiment` for :obj:`row`, :obj:`seed` and
-    :obj:`sets`."""
-    from omegaconf import OmegaConf
-    spec = load_spec(experiment)
-    cfg = compose([*spec.overrides(), *spec.table['rows'][row], f'tag={row}',
-                   f'seed={seed}', 'resume=true', *sets])
+    :obj:`sets`, trained on :obj:`device`."""
     folder.mkdir(parents=True)
     (folder / 'results.json').write_text(json.dumps({
-        'status': 'ok', 'tag': row, 'metric': 'rocauc', 'test_metric': 0.6, 'val_metric': 0.6,
-        'selected_epoch': 1, 'curve': {'epoch': [1], 'val_metric': [0.6]},
-        'runtime_s': 1.0, 'device': 'cpu',
-        'config': OmegaConf.to_container(cfg, resolve=True)}))
+        'status': 'ok', 'tag': row, 'metric': 'rocauc', 'test_metric': 0.6,
+        'val_metric': 0.6, 'selected_epoch': 1,
+        'curve': {'epoch': [1], 'val_metric': [0.6]}, 'runtime_s': 1.0,
+        'device': device, 'config': _config(experiment, row, seed, *sets)}))
 
 
 def test_sepnorm_dry_run_writes_nothing(tmp_path, capsys):
@@ -158,29 +185,37 @@ def test_sepnorm_overrides_make_runs_and_a_report_of_their_own(tmp_path,
     assert 'holds the report of the whole study' in capsys.readouterr().err
 
 
+def _recipe(md):
+    return next(line for line in md.splitlines()
+                if line.startswith('**Recipe**'))
+
+
 def test_sepnorm_recipe_is_read_from_the_runs(tmp_path):
-    r"""The report's recipe is that of the runs' recorded configs, whatever
-    the command line says; runs of different recipes are named apart."""
+    r"""The report's recipe is that of the runs' recorded configs and
+    devices; runs of different recipes are named apart; a run of another
+    config is not the study's."""
     runs, out = tmp_path / 'runs', tmp_path / 'out'
+    bf16 = 'train.precision=bf16'
     _finished_run_of(runs / 'sharenorm' / 'seed_0', 'sepnorm_molhiv_cpu',
-                     'sharenorm', 0, 'train.precision=bf16')
-    args = ['sepnorm_molhiv_cpu', '--set', 'model.hidden_channels=16',
-            '--report-only', '--runs', str(runs), '--out', str(out)]
+                     'sharenorm', 0, bf16)
+    args = ['sepnorm_molhiv_cpu', '--set', bf16, '--report-only', '--runs',
+            str(runs), '--out', str(out)]
+    report = out / f'sepnorm_molhiv_cpu+{bf16}.md'
     assert study(args) == 0
-    md = (out / 'sepnorm_molhiv_cpu+model.hidden_channels=16.md').read_text()
-    recipe = next(line for line in md.splitlines()
-                  if line.startswith('**Recipe**'))
-    assert 'hidden 32,' in recipe and 'hidden 16' not in recipe
-    assert 'over 1 epoch of batch 32' in recipe
+    recipe = _recipe(report.read_text())
+    assert 'hidden 32,' in recipe and 'over 1 epoch of batch 32' in recipe
     assert 'bf16 autocast on the CPU' in recipe and 'CUDA' not in recipe
     assert 'the runs differ' not in recipe
     _finished_run_of(runs / 'sharenorm' / 'seed_1', 'sepnorm_molhiv_cpu',
-                     'sharenorm', 1)
+                     'sharenorm', 1, bf16, device='cuda:0')
+    _finished_run_of(runs / 'sharenorm' / 'seed_2', 'sepnorm_molhiv_cpu',
+                     'sharenorm', 2)  # fp32: another config
     assert study(args) == 0
-    md = (out / 'sepnorm_molhiv_cpu+model.hidden_channels=16.md').read_text()
+    md = report.read_text()
     assert '**Recipe** (from the runs\' recorded configs): the runs differ: ' \
         '1 of 2 runs: Graphormer' in md
-    assert ', fp32, ' in md and 'bf16 autocast on the CPU' in md
+    assert 'bf16 autocast on the CPU' in md and 'bf16 autocast on CUDA' in md
+    assert ', fp32, ' not in _recipe(md) and 'from 2 finished runs' in md
 
 
 def test_one_epoch_runs_are_dots_per_seed_not_a_curve(tmp_path, monkeypatch):
@@ -309,9 +344,11 @@ def _table_runs(runs):
 def test_report_decides_from_five_paired_seeds(tmp_path):
     runs, out = tmp_path / 'runs', tmp_path / 'out'
     _table_runs(runs)
-    assert study(['sepnorm_molhiv_cpu', '--report-only', '--runs',
-                  str(runs), '--out', str(out)]) == 0
-    md = (out / 'sepnorm_molhiv_cpu.md').read_text()
+    assert study(['sepnorm_molhiv_cpu', '--report-only', '--set',
+                  'train.epochs=6', '--runs', str(runs), '--out',
+                  str(out)]) == 0
+    name = 'sepnorm_molhiv_cpu+train.epochs=6'
+    md = (out / f'{name}.md').read_text()
     assert '**Not enough seeds to decide**: 1 of 5 rows have fewer than ' \
         'the 5 finished seeds a decision needs (they have 3).' in md
     lines = {line.split(' \u2212 ')[0]: line for line in md.splitlines()
@@ -333,7 +370,7 @@ def test_report_decides_from_five_paired_seeds(tmp_path):
         'runs' in md
     assert '23 of 23 runs read it from a data mirror' in md
     rows = {r['row']: r for r in csv.DictReader(
-        open(out / 'sepnorm_molhiv_cpu.csv'))}
+        open(out / f'{name}.csv'))}
     assert [float(d) for d in rows['sepnorm_bn_ln']['val_diffs'].split()] \
         == pytest.approx([0.8] * 5)  # validation, seed by seed
     assert float(rows['sepnorm_bn_ln']['val_lo']) == pytest.approx(0.8)
@@ -385,3 +422,115 @@ def test_sepnorm_in_words_places_0_and_the_papers_difference(lo, hi, says):
     assert f'(n=32): the interval {says}; ' in words
     assert words.endswith('SepNorm LN+LN: fewer than 5 paired seeds, not '
                           'enough to decide.')
+
+
+def test_a_paired_report_counts_only_runs_of_its_config(tmp_path):
+    r"""Runs of another config in the runs folder (those of a 5-epoch
+    study before the study of 1 epoch) are no runs of the study: not
+    counted, not read; the 5-epoch study's report counts only them."""
+    runs, out = tmp_path / 'runs', tmp_path / 'out'
+    for seed in (0, 1):
+        for row in ('sharenorm', 'sepnorm_bn_ln'):
+            _finished_run_of(runs / 'five' / row / f'seed_{seed}',
+                             'sepnorm_molhiv_cpu', row, seed,
+                             'train.epochs=5')
+    _finished_run_of(runs / 'sharenorm' / 'seed_2', 'sepnorm_molhiv_cpu',
+                     'sharenorm', 2)
+    args = ['sepnorm_molhiv_cpu', '--report-only', '--runs', str(runs),
+            '--out', str(out)]
+    assert study(args) == 0
+    md = (out / 'sepnorm_molhiv_cpu.md').read_text()
+    assert 'from 1 finished run in' in md
+    assert '| SepNorm BN+LN (graph token BN, nodes LN) | 0/5 (too few to ' \
+        'decide) | missing' in md
+    assert study([*args, '--set', 'train.epochs=5']) == 0
+    md = (out / 'sepnorm_molhiv_cpu+train.epochs=5.md').read_text()
+    assert 'from 4 finished runs in' in md
+    assert '(n=2, no interval)' not in md and '(n=2)' in md
+
+
+def test_a_compared_rows_mean_is_over_its_paired_seeds(tmp_path):
+    r"""The baseline shows every seed it finished; a row compared with it
+    shows the seeds of its differences only, so that its mean and its Δ
+    are over the same seeds."""
+    runs = tmp_path / 'runs'
+    for seed in (0, 1, 2, 3):
+        _molhiv_run(runs / 'sharenorm' / f'seed_{seed}', 'sharenorm', seed,
+                    0.70, test=0.70)
+    for seed, test in ((0, 0.71), (1, 0.72), (2, 0.73), (4, 0.99)):
+        _molhiv_run(runs / 'sepnorm_bn_ln' / f'seed_{seed}', 'sepnorm_bn_ln',
+                    seed, 0.70, test=test)
+    spec = _spec(seeds=[0, 1, 2, 3, 4], paper={})
+    base, row = study_paired.summarise(spec, load_runs(runs),
+                                       ['sharenorm', 'sepnorm_bn_ln'])
+    assert base['seeds'] == [0, 1, 2, 3] and base['runs'] == 4
+    assert base['test_mean'] == pytest.approx(70.0)
+    assert row['paired_seeds'] == row['seeds'] == [0, 1, 2]
+    assert row['runs'] == 3 and len(row['runs_list']) == 3
+    assert row['test_mean'] == pytest.approx(72.0)  # not seed 4's 99
+    assert row['test_diff'] == pytest.approx(2.0)
+
+
+def test_check_fingerprints_names_a_seed_of_two_splits():
+    def run(fingerprint=None):
+        return ({'dataset': {'split_fingerprint': fingerprint}}
+                if fingerprint else {'dataset': {}})
+    same = {0: run('aa'), 1: run('bb')}
+    assert check_fingerprints(same, {**same, 2: run('cc')}) is None
+    # Runs that record no fingerprint (older runs, graph runs) pass.
+    assert check_fingerprints({0: run('aa'), 1: {}}, {0: run('aa'),
+                                                      1: run('xx')}) is None
+    assert check_fingerprints({0: run('aa'), 3: run('bb')},
+                              {3: run('cc'), 0: run('aa')}) == (
+        "seed 3: the runs' splits differ (split fingerprints bb and cc)")
+
+
+def test_a_row_on_other_splits_is_not_compared(tmp_path):
+    r"""Runs of one seed that trained on different splits (split=random
+    against split=public) are no pair: the row is not compared, and the
+    report says why."""
+    runs = tmp_path / 'runs'
+    for seed in range(5):
+        _molhiv_run(runs / 'sharenorm' / f'seed_{seed}', 'sharenorm', seed,
+                    0.70, test=0.50, split=f'random{seed}')
+        _molhiv_run(runs / 'sepnorm_bn_ln' / f'seed_{seed}', 'sepnorm_bn_ln',
+                    seed, 0.70, test=0.90, split='public')
+    spec = _spec(seeds=[0, 1, 2, 3, 4], paper={})
+    records = study_paired.summarise(spec, load_runs(runs),
+                                     ['sharenorm', 'sepnorm_bn_ln'])
+    row = records[1]
+    why = "seed 0: the runs' splits differ (split fingerprints random0 and " \
+        'public)'
+    assert row['pairs'] == 0 and row['test_diff'] is None
+    assert row['verdict'] == f'not compared: {why}'
+    assert row['runs'] == 5  # its seeds, shown without a difference
+    assert study_paired.sentence(spec, row, 'ShareNorm').endswith(
+        f'not compared: {why}.')
+    assert study_paired.in_words(spec, records) == (
+        f'SepNorm BN+LN: not compared: {why}.')
+
+
+def test_an_interrupted_paired_study_reports_what_finished(tmp_path,
+                                                           monkeypatch,
+                                                           capsys):
+    runs, out = tmp_path / 'runs', tmp_path / 'out'
+    calls = []
+
+    def one_run_then_ctrl_c(args, threads):
+        calls.append(args)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        folder = next(a for a in args if a.startswith('hydra.run.dir='))
+        _finished_run_of(Path(folder.split('=', 1)[1]), 'sepnorm_molhiv_cpu',
+                         'sharenorm', 0)
+        return True
+
+    monkeypatch.setattr(study_runner, '_subprocess', one_run_then_ctrl_c)
+    assert study(['sepnorm_molhiv_cpu', '--rows', 'sharenorm',
+                  'sepnorm_bn_ln', '--seeds', '0', '--runs', str(runs),
+                  '--out', str(out)]) == 130
+    said = capsys.readouterr()
+    assert 'interrupted: finished runs are kept' in said.err
+    assert 'report: ' in said.out
+    assert 'from 1 finished run in' in (out / 'sepnorm_molhiv_cpu.md'
+                                        ).read_text()

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from gnorm.errors import GnormError
-from gnorm.study.spec import (SpecError, Spec, _datasets, check_sets,
-                              config_sets, load_spec, set_name, studies)
+from gnorm.study.spec import (SpecError, Spec, _datasets, check_node_task,
+                              check_sets, config_sets, load_spec, set_name,
+                              studies)
 
 SCRATCH = Path('outputs') / 'study'
 
@@ -96,6 +97,7 @@ def check_selection(spec: Spec, args: argparse.Namespace) -> None:
     if bad:
         raise SpecError(f"unknown dataset {bad[0]!r}; pick from "
                         f"{', '.join(known)}")
+    check_node_task('--datasets', args.datasets or [])
     for values, flag, low in ((args.depths, 'depths', 1),
                               (args.seeds, 'seeds', 0)):
         bad = [v for v in values or [] if v < low]
@@ -171,18 +173,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.threads and not args.launcher:
         import torch
         torch.set_num_threads(args.threads)
+    status = _run(plan, args)
+    if not args.dry_run:  # interrupted too: the report of what finished
+        path = plan.report()
+        print(f'report: {os.path.relpath(path)}', flush=True)
+    return status
+
+
+def _run(plan, args: argparse.Namespace) -> int:
+    r"""Trains what :obj:`plan` misses (nothing with ``--report-only``);
+    returns the exit status: 0, 1 when runs failed, 130 when interrupted
+    (Ctrl-C, SIGTERM)."""
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        failed = 0 if args.report_only else plan.run()
+        return 1 if not args.report_only and plan.run() else 0
     except KeyboardInterrupt:
         print('interrupted: finished runs are kept; run the same command '
-              'again to go on', file=sys.stderr)
+              'again to go on', file=sys.stderr, flush=True)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if args.dry_run:
-        return 1 if failed else 0
-    path = plan.report()
-    print(f'report: {os.path.relpath(path)}', flush=True)
-    return 1 if failed else 0

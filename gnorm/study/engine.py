@@ -50,12 +50,13 @@ class DepthPlan:
     def run(self) -> int:
         from gnorm.study.runner import run_cells
         args = self.args
-        failed = run_cells(self.spec, self.todo, self.places.runs, args.set,
-                           self.found, self.composer, args.threads,
-                           args.dry_run, args.launcher)
-        if args.launcher and not args.dry_run:  # the runs are on disk now
-            self.found = self._index()
-        return failed
+        try:
+            return run_cells(self.spec, self.todo, self.places.runs,
+                             args.set, self.found, self.composer,
+                             args.threads, args.dry_run, args.launcher)
+        finally:  # interrupted too: a launcher's runs are on disk now
+            if args.launcher and not args.dry_run:
+                self.found = self._index()
 
     def report(self) -> Path:
         from gnorm.study.depth_report import write_report
@@ -106,9 +107,10 @@ class PairedPlan:
     def report(self) -> Path:
         from gnorm.study.paired import summarise
         from gnorm.study.paired_report import write_report
+        from gnorm.study.pairs import study_runs
         spec = self.spec
-        records = summarise(spec, _found(self.places.runs),
-                            list(spec.table['rows']))
+        runs = study_runs(spec, _found(self.places.runs), self.args.set)
+        records = summarise(spec, runs, list(spec.table['rows']))
         sets = config_sets(self.args.set)
         command = report_command(spec, sets, self.places.runs,
                                  self.places.default_runs)

@@ -4,12 +4,16 @@ order. Per row: the metric at the best validation epoch, mean ± std over
 its finished seeds; per row after the first: the differences to the
 baseline over the seeds both finished, their mean and t interval
 (:func:`gnorm.study.stats.paired_interval`), the reading, and where the
-paper's difference (``table.paper``: row -> value) lies. A reading needs
-``table.min_seeds`` paired seeds (default 5)."""
+paper's difference (``table.paper``: row -> value) lies. A row after the
+first shows the seeds of its differences only (its mean is over the seeds
+its Δ is); a row whose runs of one seed trained on another split than the
+baseline's (:func:`gnorm.study.pairs.check_fingerprints`) is not compared.
+A reading needs ``table.min_seeds`` paired seeds (default 5)."""
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import UNITS, mean_std, metric_name, plural, value
 from gnorm.study.compare import signed
+from gnorm.study.pairs import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
 from gnorm.study.stats import paired_interval, placed, verdict
@@ -60,6 +64,13 @@ def higher_is_better(spec: Spec, runs: Sequence[Dict[str, Any]]) -> bool:
     if 'higher_is_better' in spec.table:
         return bool(spec.table['higher_is_better'])
     return not any(_kind(r) in LOWER_IS_BETTER for r in runs)
+
+
+def runs_by_seed(record: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
+    r"""The runs of a row's :obj:`record` by their ``seed`` (runs that do
+    not record one are left out)."""
+    return {value(r, 'seed'): r for r in record['runs_list']
+            if value(r, 'seed') is not None}
 
 
 def by_seed(runs: Sequence[Dict[str, Any]], split: str) -> Dict[int, float]:
@@ -114,14 +125,16 @@ def row_record(spec: Spec, runs: List[Dict[str, Any]],
         paper=(spec.table.get('paper') or {}).get(row), runs_list=ok)
 
 
-def against(spec: Spec, record: Dict[str, Any],
-            base: Dict[str, Any]) -> None:
+def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
+            unpaired: Optional[str] = None) -> None:
     r"""Adds :obj:`record`'s paired differences to :obj:`base` (test and
     validation), their mean and t interval, the paper's difference and
-    the reading."""
+    the reading; none where the two rows' runs are no pairs, for the
+    reason :obj:`unpaired`."""
+    ours = [] if unpaired else record['runs_list']
     for key in ('test', 'val'):
         found = paired_interval(by_seed(base['runs_list'], key),
-                                by_seed(record['runs_list'], key), spec.level)
+                                by_seed(ours, key), spec.level)
         record.update({
             f'{key}_diffs': [round(d, 4) for d in found.diffs],
             f'{key}_diff': found.diff, f'{key}_lo': found.lo,
@@ -132,7 +145,9 @@ def against(spec: Spec, record: Dict[str, Any],
                             else record['paper'] - base['paper'])
     higher = higher_is_better(spec, base['runs_list'] + record['runs_list'])
     record['higher'] = higher
-    record['verdict'] = (reading(record['test_lo'], record['test_hi'],
+    record['unpaired'] = unpaired
+    record['verdict'] = (f'not compared: {unpaired}' if unpaired else
+                         reading(record['test_lo'], record['test_hi'],
                                  short(base), higher)
                          if record['pairs'] >= min_seeds(spec)
                          else 'not enough seeds to decide')
@@ -150,9 +165,23 @@ def summarise(spec: Spec, runs: List[Dict[str, Any]],
     also gets its differences to the first row seed by seed (the seeds
     both finished), their mean and t interval, and the reading."""
     records = [row_record(spec, runs, row) for row in rows]
-    for record in records[1:]:
-        against(spec, record, records[0])
-    return records
+    return records[:1] + [compared(spec, r, records[0]) for r in records[1:]]
+
+
+def compared(spec: Spec, record: Dict[str, Any],
+             base: Dict[str, Any]) -> Dict[str, Any]:
+    r""":obj:`record` of a row against the first row's :obj:`base`: over
+    the seeds both finished (the row's other seeds left out, so that its
+    mean is over the seeds of its differences), unless runs of one seed
+    trained on different splits: then not compared, every seed kept."""
+    unpaired = check_fingerprints(runs_by_seed(base), runs_by_seed(record))
+    paired = set(runs_by_seed(base)) & set(runs_by_seed(record))
+    if not unpaired and paired:
+        record = row_record(spec, [r for r in record['runs_list']
+                                   if value(r, 'seed') in paired],
+                            record['row'])
+    against(spec, record, base, unpaired)
+    return record
 
 
 def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
@@ -160,6 +189,9 @@ def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
     to :obj:`base`, with the paper's difference placed in the interval
     where the paper has one."""
     n, lo, hi = record['pairs'], record['test_lo'], record['test_hi']
+    if record.get('unpaired'):
+        return (f"**{short(record)}** − {base}, test {metric(spec)}: "
+                f"{record['verdict']}.")
     head = (f"**{short(record)}** − {base}, test {metric(spec)}: "
             f"{interval(record['test_diff'], lo, hi, n)}")
     said = reading(lo, hi, base, record.get('higher', True))
@@ -199,7 +231,9 @@ def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
     need = min_seeds(spec)
     parts, others = [], {}
     for r in records[1:]:
-        if r['pairs'] < need or r['test_lo'] is None:
+        if r.get('unpaired'):
+            others.setdefault(r['verdict'], []).append(short(r))
+        elif r['pairs'] < need or r['test_lo'] is None:
             others.setdefault(f'fewer than {need} paired seeds, not '
                               f'enough to decide', []).append(short(r))
         elif r['paper_diff'] is None:

@@ -174,7 +174,7 @@ def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
     fig, axes = _panels(len(datasets))
     for ax, dataset in zip(axes, datasets):
         deepest = max(r['layers'] for r in drawn if r['dataset'] == dataset)
-        absent, partial = [], []
+        absent, dotted = [], []
         for k, row in enumerate(row_names):
             r = next((r for r in drawn if r['dataset'] == dataset
                       and r['row'] == row and r['layers'] == deepest), None)
@@ -187,7 +187,7 @@ def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
             ax.fill_between(layers, r['erank_min'], r['erank_max'],
                             color=f'C{k}', alpha=0.15, lw=0)
             if not r['complete']:
-                partial.append(f'{row} ({partial(r)})')
+                dotted.append(f'{row} ({partial(r)})')
         ax.set_title(f'{dataset}, {deepest} layers')
         ax.set_xlabel('layer')
         ax.set_ylabel('effective rank')
@@ -199,8 +199,8 @@ def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
         ax.grid(alpha=0.3)
         _notes(ax, ([f"no effective rank at {deepest} layers: "
                      f"{', '.join(absent)}"] if absent else [])
-               + ([f"partial cell, dotted: {', '.join(partial)}"]
-                  if partial else []))
+               + ([f"partial cell, dotted: {', '.join(dotted)}"]
+                  if dotted else []))
     handles = [Line2D([], [], color=f'C{k}', label=row)
                for k, row in enumerate(row_names)
                if any(r['row'] == row for r in drawn)]

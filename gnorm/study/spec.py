@@ -8,6 +8,7 @@ so that its ``defaults:`` may name gnorm's experiments and every run,
 trained here or by a Hydra launcher, composes exactly what the file says.
 """
 import atexit
+import difflib
 import importlib
 import itertools
 import os
@@ -28,8 +29,33 @@ KINDS = ('depth', 'paired')
 # gnorm (whose conf/ lies in the package), the working folder.
 REPO = (CONF_DIR.parent if (CONF_DIR.parent / 'experiments').is_dir()
         else Path.cwd())
-# Keys a depth study sets in each run itself; --set cannot change them.
+# Keys a depth study sets in each run itself; --set, rows and grids
+# cannot change them (a paired study sets those of PAIRED_AXES), and what
+# sets each instead.
 AXES = ('experiment', 'dataset', 'layers', 'seed', 'tag')
+PAIRED_AXES = ('experiment', 'seed', 'tag')
+AXIS_SOURCES = {'experiment': 'the spec is the experiment',
+                'dataset': 'list the datasets in table.datasets',
+                'layers': 'list the depths in table.depths',
+                'seed': 'list the seeds in table.seeds (or table.row_seeds)',
+                'tag': "a row's name is its runs' tag"}
+# Keys that decide a run's split and data: rows paired by seed set them
+# alike (and ``dataset.*``, the graph itself).
+SPLIT_KEYS = ('split', 'split_index', 'test_set')
+# Every key of ``table:`` (docs/study.rst) and of its sections.
+TABLE_KEYS = (
+    'kind', 'name', 'title', 'rows', 'seeds', 'pairing', 'level', 'runs',
+    'out', 'datasets', 'depths', 'grid', 'compare', 'spread_rule', 'paper',
+    'paper_lines', 'flag', 'notes', 'not_run', 'authors',
+    'authors_compared', 'row_seeds', 'min_seeds', 'higher_is_better',
+    'labels', 'metric', 'dataset', 'plot_title', 'recipe_note',
+    'mirror_note', 'epochs_why', 'published', 'beside', 'elsewhere',
+    'elsewhere_intro', 'correction', 'budget')
+SECTION_KEYS = {'compare': ('rows', 'against'),
+                'flag': ('rows', 'paper_stds'),
+                'not_run': ('datasets', 'rows', 'depths', 'why')}
+# The config groups a protocol's keys are checked against.
+GROUPS = ('dataset', 'model', 'norm')
 
 
 # A depth study's run folders: <runs>/<overrides but NOT_RESULT_KEYS>.
@@ -232,6 +258,183 @@ def _check_rows(spec: Spec) -> None:
                             f'key=value overrides, got {overrides!r}')
 
 
+def override_key(item: str) -> str:
+    r"""The key of the override :obj:`item` (``+norm.alpha=0.5``:
+    ``norm.alpha``)."""
+    return item.split('=', 1)[0].lstrip('+~')
+
+
+def _check_axes(spec: Spec) -> None:
+    r"""No row or grid sets a key the study sets itself (a row's
+    ``layers=2`` would fill the column of another depth)."""
+    axes = AXES if spec.kind == 'depth' else PAIRED_AXES
+    for row, overrides in spec.table['rows'].items():
+        for keys, where in (([override_key(o) for o in overrides], ''),
+                            ([override_key(k) for k in grid(spec, row)],
+                             ' in its grid')):
+            for key in (k for k in keys if k in axes):
+                raise SpecError(f'{spec.name}: row {row!r} sets {key}'
+                                f'{where}, which the study sets itself; '
+                                f'{AXIS_SOURCES[key]}')
+
+
+def _split_key(key: str) -> bool:
+    return key in SPLIT_KEYS or key.startswith('dataset.')
+
+
+def _split_of(overrides: Sequence[str]) -> str:
+    r"""What :obj:`overrides` set of the split, in words."""
+    found = sorted(o.lstrip('+') for o in overrides
+                   if _split_key(override_key(o)))
+    return ' '.join(found) or 'nothing of the split'
+
+
+def _check_split_keys(spec: Spec) -> None:
+    r"""Rows paired by seed (``pairing: seed``, a paired study) set the
+    keys of the split and data alike, and no grid sweeps them: a pair is
+    two runs on one split."""
+    if spec.kind == 'depth' and spec.pairing != 'seed':
+        return
+    rows = spec.table['rows']
+    for row in rows:
+        for key in (k for k in grid(spec, row)
+                    if _split_key(override_key(k))):
+            raise SpecError(f'{spec.name}: rows paired by seed share their '
+                            f'split, but row {row!r} sweeps {key} in its '
+                            f'grid; set it in the protocol')
+    first, *others = rows
+    said = _split_of(rows[first])
+    for row in others:
+        if _split_of(rows[row]) != said:
+            raise SpecError(
+                f'{spec.name}: rows paired by seed share their split, but '
+                f'row {first!r} sets {said}, row {row!r} '
+                f'{_split_of(rows[row])}; set it in the protocol'
+                + ('' if spec.kind == 'paired' else ', or use pairing: none'))
+
+
+def _check_grid_values(spec: Spec) -> None:
+    r"""Each grid key lists values, none twice or printed alike (as the
+    report labels settings, :func:`gnorm.study.compose.setting_label`):
+    such values would merge into one setting."""
+    from gnorm.study.compose import setting_label
+    for row in spec.table['rows']:
+        for key, values in grid(spec, row).items():
+            if not isinstance(values, list) or not values:
+                raise SpecError(f'{spec.name}: table.grid.{row}: {key} '
+                                f'needs a list of values, got {values!r}')
+            try:
+                labels = [setting_label({key: v}) for v in values]
+            except (TypeError, ValueError):
+                raise SpecError(f'{spec.name}: table.grid.{row}: {key} '
+                                f'takes numbers, got {values!r}') from None
+            for (a, x), (b, y) in itertools.combinations(
+                    zip(values, labels), 2):
+                if a == b or x == y:
+                    how = 'are equal' if a == b else f'print alike ({x})'
+                    raise SpecError(f'{spec.name}: table.grid.{row}: {key} '
+                                    f'lists {a!r} and {b!r}, which {how}; '
+                                    f'list each value once')
+
+
+def check_node_task(name: str, datasets: Sequence[str]) -> None:
+    r"""Raises :class:`SpecError` for a graph-level dataset among
+    :obj:`datasets` of a depth study (it selects and compares node
+    accuracies)."""
+    from gnorm.train.arguments import graph_datasets
+    graph = [d for d in datasets if d in graph_datasets(CONF_DIR)]
+    if graph:
+        raise SpecError(f'{name}: dataset {graph[0]!r} is graph-level (task: '
+                        f'graph), and a depth study selects and compares '
+                        f'node accuracies; compare graph-level runs in a '
+                        f'study of kind: paired')
+
+
+def _closest(key: str, known: Sequence[str], where: str) -> str:
+    r"""The keys of :obj:`known` closest to :obj:`key` (difflib, as
+    ``python -m gnorm.train`` names them), in the section :obj:`where`."""
+    near = difflib.get_close_matches(key, known, n=3)
+    if near:
+        return f"closest keys: {', '.join(f'{where}.{k}' for k in near)}"
+    if where == 'table':
+        return 'docs/study.rst lists the keys of table:'
+    return f"known keys: {', '.join(known)}"
+
+
+def _check_keys(spec: Spec, given: Dict[str, Any], known: Sequence[str],
+                where: str) -> None:
+    r"""Raises :class:`SpecError` for a key of :obj:`given` (the section
+    :obj:`where` of the spec) not in :obj:`known`, naming the closest."""
+    for key in (str(k) for k in given if k not in known):
+        raise SpecError(f"{spec.name}: unknown key '{where}.{key}'; "
+                        f'{_closest(key, known, where)}')
+
+
+def _check_table_keys(spec: Spec) -> None:
+    r"""Every key of ``table:`` and of its sections is one the study
+    reads (:data:`TABLE_KEYS`, :data:`SECTION_KEYS`, the keys of
+    ``published``): a typo would be dropped silently."""
+    from gnorm.study.recipe import RECIPE_KEYS
+    sections = {**SECTION_KEYS,
+                'published': ('source', *(k for *_, k in RECIPE_KEYS))}
+    _check_keys(spec, spec.table, TABLE_KEYS, 'table')
+    for section, keys in sections.items():
+        given = spec.table.get(section) or {}
+        for entry in given if isinstance(given, list) else [given]:
+            if not isinstance(entry, dict):
+                raise SpecError(f'{spec.name}: table.{section} must map '
+                                f"keys ({', '.join(keys)}) to values, got "
+                                f'{entry!r}')
+            _check_keys(spec, entry, keys, f'table.{section}')
+
+
+def _dotted(node: Any, prefix: str = '') -> List[str]:
+    r"""Every dotted key of the nested dict :obj:`node`."""
+    keys = []
+    for key, value in node.items():
+        keys.append(f'{prefix}{key}')
+        if isinstance(value, dict):
+            keys += _dotted(value, f'{prefix}{key}.')
+    return keys
+
+
+def _group_choices(spec: Spec, picks: Dict[str, str]) -> List[List[str]]:
+    r"""The group overrides of :obj:`picks` (the spec's own options), and
+    the same with each other option the study's rows and datasets pick."""
+    first = [f'{g}={o}' for g, o in picks.items() if o]
+    others = {(override_key(o), o.split('=', 1)[1])
+              for row in spec.table['rows'].values() for o in row
+              if override_key(o) in GROUPS}
+    if spec.kind == 'depth':
+        others |= {('dataset', d) for d in spec.table['datasets']}
+    return [first] + [[*(f for f in first if not f.startswith(f'{g}=')),
+                       f'{g}={o}'] for g, o in sorted(others)
+                      if o != picks.get(g)]
+
+
+def _check_protocol(spec: Spec) -> None:
+    r"""Every key of the protocol (the composed spec but ``table:``) is a
+    key of gnorm's config with the options the study picks, or an
+    argument that the protocol's own norm class takes: a typo
+    (``train.epoch``) would leave its run at the default."""
+    from omegaconf import OmegaConf
+    from gnorm.train.arguments import closest, config_keys
+    from gnorm.train.common import unknown_norm_keys
+    cfg = compose(spec.overrides(), hydra=True)
+    picks = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
+    known = config_keys(CONF_DIR, _group_choices(spec, picks))
+    own = OmegaConf.to_container(cfg, resolve=False)
+    own.pop('hydra')
+    own.pop('table', None)
+    for key in sorted(set(_dotted(own)) - known):
+        if key.startswith('norm.') and unknown_norm_keys(cfg.norm) is None:
+            continue  # an argument of the norm class of the protocol
+        near = closest(key, known)
+        raise SpecError(f"{spec.name}: unknown key {key!r} in the protocol; "
+                        + (f"closest keys: {', '.join(near)}" if near else
+                           'python -m gnorm.train --cfg job lists the keys'))
+
+
 def _check_targets(spec: Spec) -> None:
     r"""Every ``..._target_=module.Class`` of a row imports."""
     for row, overrides in spec.table['rows'].items():
@@ -251,10 +454,15 @@ def _check_targets(spec: Spec) -> None:
 
 def check_spec(spec: Spec) -> None:
     r"""Raises :class:`SpecError`, one line, for a spec that cannot run:
-    an unknown kind, pairing or dataset, a row without overrides, depths
-    below 1, negative seeds, a grid key no config has, a class that does
-    not import."""
+    an unknown key of ``table:`` or of the protocol, an unknown kind,
+    pairing or dataset, a graph-level dataset in a depth study, a row
+    without overrides, a row or grid that sets a key the study sets
+    (``layers``, ``seed``...), rows paired by seed that set the split
+    differently, grid values that are equal or print alike, depths below
+    1, negative seeds, a grid key no config has, a class that does not
+    import."""
     table = spec.table
+    _check_table_keys(spec)
     if spec.kind not in KINDS:
         raise SpecError(f'{spec.name}: table.kind must be one of '
                         f'{", ".join(KINDS)}, got {spec.kind!r}')
@@ -265,6 +473,9 @@ def check_spec(spec: Spec) -> None:
         raise SpecError(f'{spec.name}: table.level must lie in (0, 1), '
                         f'got {spec.level}')
     _check_rows(spec)
+    _check_axes(spec)
+    _check_split_keys(spec)
+    _check_grid_values(spec)
     if not table.get('seeds'):
         raise SpecError(f'{spec.name}: table.seeds must list the seeds, '
                         f'e.g. [0, 1, 2]')
@@ -280,12 +491,14 @@ def check_spec(spec: Spec) -> None:
         if bad:
             raise SpecError(f'{spec.name}: unknown dataset {bad[0]!r}; '
                             f'pick from {", ".join(known)}')
+        check_node_task(spec.name, table['datasets'])
     _check_compare(spec)
     for key in ('paper', 'notes', 'authors'):
         if isinstance(table.get(key), str):
             spec.file(key)
     _check_targets(spec)
     check_row_keys(spec)
+    _check_protocol(spec)
 
 
 def _check_compare(spec: Spec) -> None:
@@ -350,7 +563,7 @@ def check_sets(spec: Spec, sets: Sequence[str],
     for item in sets:
         if '=' not in item:
             raise SpecError(f'--set takes key=value, got {item!r}')
-        key = item.split('=', 1)[0].lstrip('+~')
+        key = override_key(item)
         if key in keys:
             raise SpecError(f'--set {item}: the study sets {key} itself; '
                             f'select with --datasets, --depths, --seeds, '

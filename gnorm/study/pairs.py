@@ -1,0 +1,68 @@
+r"""Which runs a paired comparison may pair: the runs of the config the
+spec asks for (:func:`study_runs`, by the identity of
+:func:`gnorm.run_keys.identity`, as a depth study counts its runs), and,
+seed by seed, two runs that trained and were tested on one split
+(:func:`check_fingerprints`, from the ``split_fingerprint`` node runs
+record)."""
+from typing import Any, Dict, List, Optional, Sequence
+
+from gnorm.results import value
+from gnorm.run_keys import identity
+from gnorm.study.compose import index, run_key
+from gnorm.study.runner import run_overrides
+from gnorm.study.spec import Spec, compose
+
+Run = Dict[str, Any]
+
+
+def fingerprint(run: Run) -> Optional[str]:
+    r"""The fingerprint of the split :obj:`run` trained and was tested on
+    (:func:`gnorm.data.split_fingerprint`); :obj:`None` for a run that
+    records none (graph runs, runs older than the field)."""
+    return (run.get('dataset') or {}).get('split_fingerprint')
+
+
+def check_fingerprints(a_runs_by_seed: Dict[int, Run],
+                       b_runs_by_seed: Dict[int, Run]) -> Optional[str]:
+    r"""Why the runs :obj:`a_runs_by_seed` and :obj:`b_runs_by_seed`
+    (seed -> run) of two rows are no pairs: the first seed of both whose
+    runs record different split fingerprints, in one line; :obj:`None`
+    when none does (a run that records no fingerprint passes)."""
+    for seed in sorted(set(a_runs_by_seed) & set(b_runs_by_seed)):
+        a = fingerprint(a_runs_by_seed[seed])
+        b = fingerprint(b_runs_by_seed[seed])
+        if a and b and a != b:
+            return (f"seed {seed}: the runs' splits differ (split "
+                    f'fingerprints {a} and {b})')
+    return None
+
+
+def _key(cfg, seed: int) -> str:
+    r"""The :func:`~gnorm.study.compose.run_key` of the run of the
+    composed :obj:`cfg` with :obj:`seed`, as its ``results.json`` would
+    record it."""
+    from omegaconf import OmegaConf
+    from gnorm.train.common import json_safe
+    cfg.seed = seed
+    return run_key(identity(json_safe(OmegaConf.to_container(
+        cfg, resolve=True))))
+
+
+def study_runs(spec: Spec, runs: List[Run], sets: Sequence[str]
+               ) -> List[Run]:
+    r"""The finished runs of :obj:`runs` that are runs of the paired study
+    :obj:`spec` with the overrides :obj:`sets`: of a row of the study, and
+    of the config that row asks for with the run's seed (any seed: a
+    selection may have run seeds beyond the table's). Runs of another
+    config (another number of epochs...) are left out."""
+    composed: Dict[str, Any] = {}
+    kept = []
+    for key, run in index(runs).items():
+        row, seed = value(run, 'tag'), value(run, 'seed')
+        if row not in spec.table['rows'] or not isinstance(seed, int):
+            continue
+        if row not in composed:
+            composed[row] = compose(run_overrides(spec, row, seed, sets))
+        if key == _key(composed[row], seed):
+            kept.append(run)
+    return kept
