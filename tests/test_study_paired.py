@@ -72,7 +72,9 @@ def _molhiv_run(folder, row, seed, val, test=None, curve=None, split=None):
         'test_metric': val - 0.01 if test is None else test,
         'val_metric': max(curve), 'selected_epoch': best,
         'curve': {'epoch': list(range(1, len(curve) + 1)),
-                  'val_metric': curve},
+                  'val_metric': curve,
+                  'test_metric': [val - 0.01 if test is None else test]
+                  * len(curve)},
         'runtime_s': 10.0 + seed, 'device': 'cpu',
         'machine': {'cpu': 'test cpu', 'threads': 1},
         **({'dataset': {'split_fingerprint': split}} if split else {}),
@@ -279,10 +281,25 @@ def test_only_seeds_both_rows_finished_are_paired(tmp_path):
     assert row['verdict'] == 'not enough seeds to decide'
 
 
-def _row(diff, lo, hi, pairs=5, paper=None):
-    return {'label': 'SepNorm BN+LN (graph token BN, nodes LN)',
-            'pairs': pairs, 'test_diff': diff, 'test_lo': lo, 'test_hi': hi,
-            'paper_diff': paper}
+def _row(diff, lo, hi, pairs=5, paper=None, last=None):
+    r"""A compared row's record as :func:`study_paired.summarise` makes
+    it: Δ at the best validation epoch (:obj:`diff`, :obj:`lo`,
+    :obj:`hi`) and at the last (:obj:`last`, default the same), read
+    alone (no family: p unknown)."""
+    record = {'label': 'SepNorm BN+LN (graph token BN, nodes LN)',
+              'pairs': pairs, 'paper_diff': paper, 'higher': True,
+              'decides': pairs >= 5 and lo is not None}
+    for key, (d, low, high) in (('test', (diff, lo, hi)),
+                                ('test_last', last or (diff, lo, hi))):
+        said = study_paired.reading(stats.verdict(low, high), 'ShareNorm')
+        record.update({f'{key}_diff': d, f'{key}_lo': low,
+                       f'{key}_hi': high, f'{key}_p': None,
+                       f'{key}_verdict': said})
+        record['paper_place' + key[4:]] = (
+            None if paper is None or low is None
+            else stats.placed(paper, low, high))
+    record['verdict'] = record['test_verdict']
+    return record
 
 
 @pytest.mark.parametrize('lo,hi,reading', [
@@ -295,19 +312,32 @@ def test_sentence_reads_the_interval_against_zero(lo, hi, reading):
                                  'ShareNorm')
     assert text.startswith('**SepNorm BN+LN** \u2212 ShareNorm, test '
                            'ROC-AUC: ')
-    assert text.endswith(f'(n=5): {reading}')
+    assert '(n=5) at the best validation epoch; ' in text
+    assert text.endswith(f'(n=5) at the last epoch: {reading}')
     assert "paper" not in text  # no paper value for this row
 
 
+def test_sentence_says_when_the_last_epoch_reads_otherwise():
+    text = study_paired.sentence(
+        _spec(), _row(0.3, -1.0, 1.6, last=(1.1, 0.2, 2.0)), 'ShareNorm')
+    assert text.endswith(
+        '+1.10 [+0.20, +2.00] (n=5) at the last epoch: not distinguishable '
+        'from ShareNorm at this recipe (at the last epoch: better than '
+        'ShareNorm).')
+
+
 @pytest.mark.parametrize('paper,where', [
-    (2.28, 'lies inside the interval.'),
-    (5.0, 'lies outside the interval (above it).'),
-    (-2.0, 'lies outside the interval (below it).'),
+    (2.28, 'inside the interval'),
+    (5.0, 'above the interval'),
+    (-2.0, 'below the interval'),
 ])
 def test_sentence_places_the_papers_difference(paper, where):
     text = study_paired.sentence(_spec(), _row(1.5, 0.5, 3.0, paper=paper),
                                  'ShareNorm')
-    assert text.endswith(f"The paper's {signed(paper)} {where}")
+    assert text.endswith(
+        f"The paper's {signed(paper)} (with the paper's own recipe, not this "
+        f"study's) lies {where} at the best validation epoch and {where} at "
+        'the last epoch.')
 
 
 def test_sentence_with_too_few_seeds_does_not_decide():
@@ -315,10 +345,11 @@ def test_sentence_with_too_few_seeds_does_not_decide():
         _spec(), _row(1.5, 0.5, 3.0, pairs=4, paper=2.28), 'ShareNorm')
     assert ': not enough seeds to decide (4 paired seeds, 5 needed); the ' \
         'interval of these 4 alone reads "better than ShareNorm".' in text
-    assert text.endswith("The paper's +2.28 lies inside the interval.")
+    assert text.endswith('and inside the interval at the last epoch.')
     text = study_paired.sentence(
         _spec(), _row(1.5, None, None, pairs=1, paper=2.28), 'ShareNorm')
-    assert text.endswith('5 needed). The paper\'s +2.28 cannot be placed.')
+    assert text.endswith("5 needed). The paper's +2.28 (with the paper's "
+                         "own recipe, not this study's) cannot be placed.")
 
 
 # Test ROC-AUC per seed: ShareNorm, and each row's difference to it (%).
@@ -353,13 +384,23 @@ def test_report_decides_from_five_paired_seeds(tmp_path):
         'the 5 finished seeds a decision needs (they have 3).' in md
     lines = {line.split(' \u2212 ')[0]: line for line in md.splitlines()
              if line.startswith('- **')}
-    assert lines['- **SepNorm BN+LN**'].endswith(
-        '+3.00 [+2.80, +3.20] (n=5): better than ShareNorm. The paper\'s '
-        '+2.28 lies outside the interval (below it).')
+    # both epoch rules (here the test metric is flat: the same Δ), the
+    # family-wise reading, the paper's Δ placed and its recipe named
+    bn_ln = lines['- **SepNorm BN+LN**']
+    assert bn_ln.count('+3.00 [+2.80, +3.20] (n=5, p=') == 2
+    assert ') at the best validation epoch; +3.00' in bn_ln
+    assert bn_ln.endswith(
+        ') at the last epoch: better than ShareNorm. The paper\'s +2.28 '
+        "(with the paper's own recipe, not this study's) lies below the "
+        'interval at the best validation epoch and below the interval at '
+        'the last epoch.')
     assert lines['- **SepNorm LN+LN**'].endswith(
-        '\u22125.00 [\u22125.20, \u22124.80] (n=5): worse than ShareNorm.')
+        ') at the last epoch: worse than ShareNorm.')
+    assert '\u22125.00 [\u22125.20, \u22124.80] (n=5, p=' in \
+        lines['- **SepNorm LN+LN**']
     assert lines['- **SepNorm BN+BN**'].endswith(
-        '(n=5): not distinguishable from ShareNorm at this recipe.')
+        'at the last epoch: not distinguishable from ShareNorm at this '
+        'recipe.')
     assert 'not enough seeds to decide (3 paired seeds, 5 needed)' in \
         lines['- **SepNorm LN+BN**']
     assert '| SepNorm LN+BN (graph token LN, nodes BN) | 3/5 (too few to ' \
@@ -406,22 +447,21 @@ def test_curves_show_the_mean_and_band_of_every_row(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize('lo, hi, says', [
-    (-1.0, 3.0, 'holds 0 and holds the paper’s +2.28'),
-    (-3.0, 1.0, 'holds 0 and excludes the paper’s +2.28'),
-    (0.5, 4.0, 'excludes 0 and holds the paper’s +2.28'),
-    (0.5, 1.5, 'excludes 0 and excludes the paper’s +2.28')])
+    (-1.0, 3.0, "holds 0 and holds the paper's +2.28"),
+    (-3.0, 1.0, "holds 0 and excludes the paper's +2.28"),
+    (0.5, 4.0, "excludes 0 and holds the paper's +2.28"),
+    (0.5, 1.5, "excludes 0 and excludes the paper's +2.28")])
 def test_sepnorm_in_words_places_0_and_the_papers_difference(lo, hi, says):
     base = {'label': 'ShareNorm (LayerNorm)'}
-    row = {'label': 'SepNorm BN+LN (graph token BN, nodes LN)', 'pairs': 32,
-           'test_diff': (lo + hi) / 2, 'test_lo': lo, 'test_hi': hi,
-           'paper_diff': 2.28, 'verdict': 'any'}
-    few = {'label': 'SepNorm LN+LN (x)', 'pairs': 3, 'test_lo': -1.0,
-           'test_hi': 1.0, 'paper_diff': None, 'verdict': 'any'}
+    row = _row((lo + hi) / 2, lo, hi, pairs=32, paper=2.28)
+    few = {**_row(0.0, -1.0, 1.0, pairs=3), 'label': 'SepNorm LN+LN (x)'}
     words = study_paired.in_words(_spec(), [base, row, few])
-    assert words.startswith('SepNorm BN+LN − ShareNorm, test ROC-AUC ')
-    assert f'(n=32): the interval {says}; ' in words
+    assert words.startswith('SepNorm BN+LN − ShareNorm, test ROC-AUC: ')
+    assert f'(n=32) at the best validation epoch, which {says}; ' in words
+    assert f'(n=32) at the last epoch, which {says} (the paper' in words
     assert words.endswith('SepNorm LN+LN: fewer than 5 paired seeds, not '
-                          'enough to decide.')
+                          'enough to decide (readings Holm-adjusted over '
+                          'the 1 row compared).')
 
 
 def test_a_paired_report_counts_only_runs_of_its_config(tmp_path):

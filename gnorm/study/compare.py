@@ -17,6 +17,7 @@ Cells whose chosen runs learned nothing or were still improving
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from gnorm.study.pairs import split_mismatch
 from gnorm.study.sanity import MEANING
 from gnorm.study.stats import (CORRECTED_T, PAIRED_T, VERDICTS, WELCH,
                                Interval, compare, family_verdict, holm,
@@ -24,6 +25,7 @@ from gnorm.study.stats import (CORRECTED_T, PAIRED_T, VERDICTS, WELCH,
 
 NOT_COMPARED = 'not compared'
 NOT_RUN = 'not run'
+SPLITS_DIFFER = 'splits differ'
 # A verdict as the in-words paragraph says it of a row.
 SAID = {'beats': 'beats', 'loses': 'loses',
         'not distinguishable': 'is not distinguishable'}
@@ -85,19 +87,6 @@ def interval_text(found: Interval) -> str:
             f'{signed(found.hi)}], n={found.n}')
 
 
-def split_mismatch(ours: Dict[str, Any], other: Dict[str, Any]
-                   ) -> Optional[str]:
-    r"""Why two cells paired by seed do not share their splits: a seed
-    whose runs record different split fingerprints; :obj:`None` when every
-    common seed agrees (or its runs record none)."""
-    a = ours.get('fingerprint_by_seed') or {}
-    b = other.get('fingerprint_by_seed') or {}
-    for seed in sorted(set(a) & set(b)):
-        if a[seed] and b[seed] and a[seed] != b[seed]:
-            return f'the splits differ (seed {seed})'
-    return None
-
-
 def test_train(ours: Dict[str, Any], other: Dict[str, Any]
                ) -> Optional[float]:
     r""":math:`n_\mathrm{test}/n_\mathrm{train}` of two cells whose seeds
@@ -120,9 +109,11 @@ def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
             return Found(None, f"{NOT_COMPARED}: {r['row']} "
                          + ('missing' if r['cell_runs'] == 0 else
                             f'partial ({partial(r)})'))
-    mismatch = pairing == 'seed' and split_mismatch(ours, other)
+    mismatch = pairing == 'seed' and split_mismatch(
+        ours.get('fingerprint_by_seed') or {},
+        other.get('fingerprint_by_seed') or {})
     if mismatch:
-        return Found(None, f'{NOT_COMPARED}: {mismatch}')
+        return Found(None, f'{NOT_COMPARED}, {SPLITS_DIFFER}: {mismatch}')
     ratio = test_train(ours, other) if pairing == 'seed' else None
     found = compare(other['test_by_seed'], ours['test_by_seed'], pairing,
                     level, ratio)
@@ -307,15 +298,13 @@ def verdict_table(found: Dict[Pair, Found], against: Sequence[str],
     return lines
 
 
-SPLITS_DIFFER = 'splits differ'
-
 
 def _verdicts(found: Dict[Pair, Found], against: Sequence[str]
               ) -> Dict[str, Dict[str, list]]:
     verdicts: Dict[str, Dict[str, list]] = {o: {} for o in against}
     for (dataset, _, other, depth), f in found.items():
         said = f.verdict or (NOT_RUN if f.why.startswith(NOT_RUN) else
-                             SPLITS_DIFFER if 'splits differ' in f.why
+                             SPLITS_DIFFER if SPLITS_DIFFER in f.why
                              else NOT_COMPARED)
         verdicts[other].setdefault(said, []).append((dataset, depth))
     return verdicts

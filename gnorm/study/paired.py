@@ -8,15 +8,25 @@ paper's difference (``table.paper``: row -> value) lies. A row after the
 first shows the seeds of its differences only (its mean is over the seeds
 its Δ is); a row whose runs of one seed trained on another split than the
 baseline's (:func:`gnorm.study.pairs.check_fingerprints`) is not compared.
-A reading needs ``table.min_seeds`` paired seeds (default 5)."""
+A reading needs ``table.min_seeds`` paired seeds (default 5).
+
+The rows after the first are one family: their test p-values are
+adjusted together (``table.correction``: ``holm`` by default, or
+``none``) and the readings use the adjusted p. Each difference is given at
+both epoch rules: at each run's best validation epoch (the selected
+weights) and at its last epoch, since a reading that changes with the rule
+is a reading of the recipe as much as of the rows. The paper's difference
+was measured with the paper's recipe: the report says whether the study's
+is the same (``table.paper_recipe: same``) or not (the default)."""
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import UNITS, mean_std, metric_name, plural, value
-from gnorm.study.compare import signed
+from gnorm.study.compare import p_text, signed
 from gnorm.study.pairs import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
-from gnorm.study.stats import paired_interval, placed, verdict
+from gnorm.study.stats import (family_verdict, holm, paired_interval,
+                               placed, verdict)
 
 MIN_SEEDS = 5
 # Metrics whose lower values are the better ones.
@@ -75,20 +85,20 @@ def runs_by_seed(record: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
 
 def by_seed(runs: Sequence[Dict[str, Any]], split: str) -> Dict[int, float]:
     r"""Each run's metric on :obj:`split` (:func:`score`) by the run's
-    ``seed`` (runs that do not record one are left out)."""
-    return {value(r, 'seed'): score(r, split) for r in runs
-            if value(r, 'seed') is not None}
+    ``seed`` (runs that do not record one are left out); ``test_last``:
+    the test metric at the run's last epoch (:func:`last_score`)."""
+    how = last_score if split == 'test_last' else (
+        lambda run: score(run, split))
+    found = {value(r, 'seed'): how(r) for r in runs
+             if value(r, 'seed') is not None}
+    return {seed: v for seed, v in found.items() if v is not None}
 
 
-def reading(lo: Optional[float], hi: Optional[float], base: str,
-            higher: bool = True) -> str:
-    r"""An interval of a difference to :obj:`base` in words; above 0 is
-    better when :obj:`higher` is (else below 0)."""
-    said = verdict(lo, hi) if higher else verdict(
-        None if hi is None else -hi, None if lo is None else -lo)
-    return {None: 'no interval', 'beats': f'better than {base}',
-            'loses': f'worse than {base}'}.get(
-        said, f'not distinguishable from {base} at this recipe')
+def last_score(run: Dict[str, Any]) -> Optional[float]:
+    r""":obj:`run`'s test metric at its last epoch (from its curve), as the
+    report shows it; :obj:`None` for a run whose curve lacks it."""
+    values = (run.get('curve') or {}).get(field(run, 'test'))
+    return factor(run) * values[-1] if values else None
 
 
 def interval(mean: Optional[float], lo: Optional[float],
@@ -132,29 +142,30 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
     the reading; none where the two rows' runs are no pairs, for the
     reason :obj:`unpaired`."""
     ours = [] if unpaired else record['runs_list']
-    for key in ('test', 'val'):
+    for key in ('test', 'val', 'test_last'):
         found = paired_interval(by_seed(base['runs_list'], key),
                                 by_seed(ours, key), spec.level)
         record.update({
             f'{key}_diffs': [round(d, 4) for d in found.diffs],
             f'{key}_diff': found.diff, f'{key}_lo': found.lo,
-            f'{key}_hi': found.hi})
-        record['paired_seeds'] = list(found.seeds)
+            f'{key}_hi': found.hi, f'{key}_p': found.p})
+        if key == 'test':
+            record['paired_seeds'] = list(found.seeds)
     record['pairs'] = len(record['paired_seeds'])
     record['paper_diff'] = (None if None in (record['paper'], base['paper'])
                             else record['paper'] - base['paper'])
     higher = higher_is_better(spec, base['runs_list'] + record['runs_list'])
     record['higher'] = higher
     record['unpaired'] = unpaired
+    record['decides'] = not unpaired and record['pairs'] >= min_seeds(spec)
     record['verdict'] = (f'not compared: {unpaired}' if unpaired else
-                         reading(record['test_lo'], record['test_hi'],
-                                 short(base), higher)
-                         if record['pairs'] >= min_seeds(spec)
-                         else 'not enough seeds to decide')
-    record['paper_place'] = (
-        placed(record['paper_diff'], record['test_lo'], record['test_hi'])
-        if record['paper_diff'] is not None and record['test_lo'] is not None
-        else None)
+                         'not enough seeds to decide')
+    for key in ('test', 'test_last'):
+        record[f'paper_place{key[4:]}'] = (
+            placed(record['paper_diff'], record[f'{key}_lo'],
+                   record[f'{key}_hi'])
+            if record['paper_diff'] is not None
+            and record[f'{key}_lo'] is not None else None)
 
 
 def summarise(spec: Spec, runs: List[Dict[str, Any]],
@@ -165,7 +176,43 @@ def summarise(spec: Spec, runs: List[Dict[str, Any]],
     also gets its differences to the first row seed by seed (the seeds
     both finished), their mean and t interval, and the reading."""
     records = [row_record(spec, runs, row) for row in rows]
-    return records[:1] + [compared(spec, r, records[0]) for r in records[1:]]
+    records = records[:1] + [compared(spec, r, records[0])
+                             for r in records[1:]]
+    read_family(spec, records[1:], short(records[0]))
+    return records
+
+
+def correction(spec: Spec) -> str:
+    r"""``table.correction``: ``holm`` (default) or ``none``."""
+    return str(spec.table.get('correction', 'holm'))
+
+
+def read_family(spec: Spec, records: List[Dict[str, Any]],
+                base: str) -> None:
+    r"""Adjusts the test p of the rows that decide (enough paired seeds)
+    together (:func:`gnorm.study.stats.holm`, unless ``table.correction``
+    is ``none``) and sets each one's ``test_p_adj`` and ``verdict``, at the
+    best validation epoch and (``test_last_...``) at the last epoch."""
+    deciding = [r for r in records if r['decides']]
+    for key in ('test', 'test_last'):
+        raw = [r[f'{key}_p'] for r in deciding]
+        adjusted = holm(raw) if correction(spec) == 'holm' else raw
+        for r, p in zip(deciding, adjusted):
+            r[f'{key}_p_adj'] = p
+            said = family_verdict(r[f'{key}_diff'], p, spec.level)
+            r[f'{key}_verdict'] = reading(said, base, r['higher'])
+    for r in deciding:
+        r['verdict'] = r['test_verdict']
+
+
+def reading(said: Optional[str], base: str, higher: bool = True) -> str:
+    r"""A family verdict of a difference to :obj:`base` in words; above 0
+    is better when :obj:`higher` is."""
+    if said in ('beats', 'loses') and not higher:
+        said = 'loses' if said == 'beats' else 'beats'
+    return {None: 'no interval', 'beats': f'better than {base}',
+            'loses': f'worse than {base}'}.get(
+        said, f'not distinguishable from {base} at this recipe')
 
 
 def compared(spec: Spec, record: Dict[str, Any],
@@ -184,34 +231,84 @@ def compared(spec: Spec, record: Dict[str, Any],
     return record
 
 
+def p_words(spec: Spec, record: Dict[str, Any], key: str = 'test') -> str:
+    r"""``p=0.0123, Holm 0.0369`` of a row's difference (its raw p and, in
+    a Holm family, the adjusted one)."""
+    raw, adjusted = record.get(f'{key}_p'), record.get(f'{key}_p_adj')
+    if raw is None:
+        return ''
+    text = f'p={p_text(raw)}'
+    if correction(spec) == 'holm' and adjusted is not None:
+        text += f', Holm {p_text(adjusted)}'
+    return text
+
+
+def rules(spec: Spec, record: Dict[str, Any]) -> str:
+    r"""The difference at both epoch rules: ``+0.27 [−1.08, +1.61] (n=32,
+    p=…) at the best validation epoch; +1.07 [−0.12, +2.26] (…) at the
+    last epoch``."""
+    parts = []
+    for key, rule in (('test', 'at the best validation epoch'),
+                      ('test_last', 'at the last epoch')):
+        text = interval(record[f'{key}_diff'], record[f'{key}_lo'],
+                        record[f'{key}_hi'], record['pairs'])
+        p = p_words(spec, record, key)
+        if p:
+            text = text[:-1] + f', {p})'
+        parts.append(f'{text} {rule}')
+    return '; '.join(parts)
+
+
+def paper_recipe(spec: Spec) -> str:
+    r"""Whose recipe the paper's values come from, in words."""
+    return ('with this study\'s recipe'
+            if spec.table.get('paper_recipe') == 'same' else
+            "with the paper's own recipe, not this study's")
+
+
+def paper_words(spec: Spec, record: Dict[str, Any]) -> str:
+    r"""Where the paper's difference lies against the intervals at both
+    epoch rules, and whose recipe it comes from; empty without one."""
+    paper = record.get('paper_diff')
+    if paper is None:
+        return ''
+    head = f"The paper's {signed(paper)} ({paper_recipe(spec)})"
+    places = [(record.get(f'paper_place{k}'), rule) for k, rule in
+              (('', 'best validation epoch'), ('_last', 'last epoch'))]
+    if all(where is None for where, _ in places):
+        return f'{head} cannot be placed.'
+    return head + ' lies ' + ' and '.join(
+        ('inside' if where == 'inside' else where) + f' the interval at the '
+        f'{rule}' for where, rule in places if where) + '.'
+
+
 def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
     r"""The plain reading of a row's paired difference in the test metric
-    to :obj:`base`, with the paper's difference placed in the interval
-    where the paper has one."""
-    n, lo, hi = record['pairs'], record['test_lo'], record['test_hi']
+    to :obj:`base` at both epoch rules, the verdict (family-wise, at the
+    best validation epoch; and at the last epoch where it reads
+    otherwise), and the paper's difference placed in the intervals where
+    the paper has one."""
+    n = record['pairs']
     if record.get('unpaired'):
         return (f"**{short(record)}** − {base}, test {metric(spec)}: "
                 f"{record['verdict']}.")
-    head = (f"**{short(record)}** − {base}, test {metric(spec)}: "
-            f"{interval(record['test_diff'], lo, hi, n)}")
-    said = reading(lo, hi, base, record.get('higher', True))
+    head = f"**{short(record)}** − {base}, test {metric(spec)}: "
     need = min_seeds(spec)
-    if n < need:
-        text = (f"{head}: not enough seeds to decide "
+    if record['test_lo'] is None or not record.get('decides'):
+        alone = reading(verdict(record['test_lo'], record['test_hi']), base,
+                        record.get('higher', True))
+        text = (f"{head}{rules(spec, record)}: not enough seeds to decide "
                 f"({plural(n, 'paired seed')}, {need} needed)"
-                + (f'; the interval of these {n} alone reads "{said}".'
-                   if lo is not None else '.'))
+                + (f'; the interval of these {n} alone reads "{alone}".'
+                   if record['test_lo'] is not None else '.'))
     else:
-        text = f'{head}: {said}.'
-    paper = record.get('paper_diff')
-    if paper is None:
-        return text
-    if lo is None:
-        return f"{text} The paper's {signed(paper)} cannot be placed."
-    where = placed(paper, lo, hi)
-    return (f"{text} The paper's {signed(paper)} lies "
-            + ('inside the interval.' if where == 'inside'
-               else f'outside the interval ({where} it).'))
+        text = f"{head}{rules(spec, record)}: {record['verdict']}"
+        if record['test_last_verdict'] != record['verdict']:
+            text += (f" (at the last epoch: "
+                     f"{record['test_last_verdict']})")
+        text += '.'
+    paper = paper_words(spec, record)
+    return f'{text} {paper}' if paper else text
 
 
 def metric(spec: Spec) -> str:
@@ -225,26 +322,34 @@ def _holds(x: float, lo: float, hi: float, what: str) -> str:
 
 def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
     r"""The report's reading in one sentence (a README may quote it): for
-    each row with the paper's difference, its interval and whether it
-    holds 0 and the paper's value; then the other rows' readings."""
+    each row with the paper's difference, its interval at both epoch
+    rules and whether each holds 0 and the paper's value (from its own
+    recipe); then the other rows' readings (family-wise)."""
     base = short(records[0])
     need = min_seeds(spec)
     parts, others = [], {}
     for r in records[1:]:
         if r.get('unpaired'):
             others.setdefault(r['verdict'], []).append(short(r))
-        elif r['pairs'] < need or r['test_lo'] is None:
+        elif not r.get('decides') or r['test_lo'] is None:
             others.setdefault(f'fewer than {need} paired seeds, not '
                               f'enough to decide', []).append(short(r))
         elif r['paper_diff'] is None:
             others.setdefault(r['verdict'], []).append(short(r))
         else:
-            lo, hi = r['test_lo'], r['test_hi']
-            paper = 'the paper’s ' + signed(r['paper_diff'])
-            parts.append(
-                f"{short(r)} − {base}, test {metric(spec)} "
-                f"{interval(r['test_diff'], lo, hi, r['pairs'])}: the "
-                f"interval {_holds(0.0, lo, hi, '0')} and "
-                f"{_holds(r['paper_diff'], lo, hi, paper)}")
+            paper = f"the paper's {signed(r['paper_diff'])}"
+            said = [f"{interval(r[f'{k}_diff'], r[f'{k}_lo'], r[f'{k}_hi'], r['pairs'])}"
+                    f" {rule}, which {_holds(0.0, r[f'{k}_lo'], r[f'{k}_hi'], '0')}"
+                    f" and {_holds(r['paper_diff'], r[f'{k}_lo'], r[f'{k}_hi'], paper)}"
+                    for k, rule in (('test', 'at the best validation epoch'),
+                                    ('test_last', 'at the last epoch'))
+                    if r[f'{k}_lo'] is not None]
+            parts.append(f"{short(r)} − {base}, test {metric(spec)}: "
+                         + '; '.join(said)
+                         + f" ({paper} comes {paper_recipe(spec)})")
     parts += [f"{', '.join(rows)}: {said}" for said, rows in others.items()]
-    return '; '.join(parts) + '.'
+    family = sum(bool(r.get('decides')) for r in records[1:])
+    how = ('' if correction(spec) != 'holm' or not family else
+           f" (readings Holm-adjusted over the {plural(family, 'row')} "
+           'compared)')
+    return '; '.join(parts) + how + '.'

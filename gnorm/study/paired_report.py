@@ -9,8 +9,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, write_records
 from gnorm.study.compare import signed
-from gnorm.study.paired import (in_words, interval, metric, min_seeds,
-                                sentence, short)
+from gnorm.study.paired import (correction, in_words, interval, metric,
+                                min_seeds, p_words, paper_recipe, sentence,
+                                short)
 from gnorm.study.plot import plot_curves, save_bytes
 from gnorm.study.recipe import (epochs_note, data_note, protocol_items,
                                 recipe_lines, recipes)
@@ -20,8 +21,10 @@ COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
            'test_std', 'val_mean', 'val_std', 'epochs', 'best_epochs',
            'best_before_last', 'runtime_s', 'paper', 'pairs',
            'paired_seeds', 'test_diffs', 'test_diff', 'test_lo', 'test_hi',
-           'val_diffs', 'val_diff', 'val_lo', 'val_hi', 'paper_diff',
-           'paper_place', 'verdict']
+           'test_p', 'test_p_adj', 'test_last_diffs', 'test_last_diff',
+           'test_last_lo', 'test_last_hi', 'test_last_p', 'test_last_p_adj',
+           'test_last_verdict', 'val_diffs', 'val_diff', 'val_lo', 'val_hi',
+           'paper_diff', 'paper_place', 'paper_place_last', 'verdict']
 
 
 def seeds_note(spec: Spec, records: List[Dict[str, Any]]) -> str:
@@ -45,16 +48,24 @@ def _interval(r: Dict[str, Any], key: str) -> str:
                     r['pairs'])
 
 
-def _paired_row(r: Dict[str, Any]) -> str:
+def _paper(r: Dict[str, Any]) -> str:
+    if r['paper_diff'] is None:
+        return ''
+    places = [r.get(k) for k in ('paper_place', 'paper_place_last')]
+    return (signed(r['paper_diff'])
+            + (f" ({' / '.join(p or '—' for p in places)})"
+               if any(places) else ''))
+
+
+def _paired_row(spec: Spec, r: Dict[str, Any], paper: bool) -> str:
     per_seed = ' '.join(signed(d) for d in r['test_diffs'])
-    paper = ('' if r['paper_diff'] is None else
-             f"{signed(r['paper_diff'])}"
-             + (f" ({r['paper_place']})" if r['paper_place'] else ''))
     seeds = (f"{r['pairs']}: {' '.join(map(str, r['paired_seeds']))}"
              if r['pairs'] else '0')
-    return (f"| {short(r)} | {seeds} | {per_seed} | "
-            f"**{_interval(r, 'test')}** | {_interval(r, 'val')} | {paper} "
-            f"| {r['verdict']} |")
+    cells = [short(r), seeds, per_seed, _interval(r, 'test'),
+             p_words(spec, r), _interval(r, 'test_last'),
+             _interval(r, 'val')]
+    return '| ' + ' | '.join(cells + ([_paper(r)] if paper else [])
+                             + [r['verdict']]) + ' |'
 
 
 def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
@@ -62,38 +73,52 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
     row."""
     base = short(records[0])
     name = metric(spec)
+    paper = any(r['paper_diff'] is not None for r in records[1:])
+    family = sum(bool(r.get('decides')) for r in records[1:])
+    level = f'{spec.level:.0%}'
     return [
         f'## Against {base}, seed by seed', '',
         *[f'- {sentence(spec, r, base)}' for r in records[1:]], '',
         f'Δ = the row − {base} of the same seed (runs of one seed share '
         f'the seed of initialisation and data order), over the seeds both '
-        f'finished; mean and {spec.level:.0%} confidence interval from the '
-        f't distribution with n − 1 degrees of freedom (std with ddof=1). '
-        f"Test and validation {name} (%) at each run's best validation "
-        f"epoch. Paper Δ: the paper's value of the row − its {base} "
-        f'value, and where it lies relative to the test interval. The '
-        f'reading needs at least {min_seeds(spec)} paired seeds.', '',
-        f'| norm | paired seeds (n: seeds) | Δ test per seed | Δ test, mean '
-        f'[{spec.level:.0%} CI] | Δ val, mean [{spec.level:.0%} CI] | '
-        'paper Δ | reading |', '|---|---|---|---|---|---|---|',
-        *[_paired_row(r) for r in records[1:]]]
+        f'finished; mean and {level} confidence interval from the '
+        f't distribution with n − 1 degrees of freedom (std with ddof=1), '
+        f'and the two-sided p of the paired t test. Test {name} (%) at '
+        f"each run's best validation epoch (the weights the runs select) "
+        f'and at its last epoch, validation {name} at the best. '
+        + (f'The rows that decide (at least {min_seeds(spec)} paired seeds: '
+           f'{family}) are one family: the readings use the Holm-adjusted '
+           f'p of the test at the best validation epoch (`table.correction'
+           f': holm`), below {1 - spec.level:.2f} for "better" or "worse". '
+           if correction(spec) == 'holm' else
+           f'Each reading uses its own p (`table.correction: none`). ')
+        + (f"Paper Δ: the paper's value of the row − its {base} value "
+           f'({paper_recipe(spec)}), and where it lies relative to the '
+           f'test intervals (best validation epoch / last epoch). '
+           if paper else ''), '',
+        f'| norm | paired seeds (n: seeds) | Δ test per seed | Δ test, best '
+        f'val epoch [{level} CI] | p | Δ test, last epoch [{level} CI] | '
+        f'Δ val [{level} CI] | ' + ('paper Δ | ' if paper else '')
+        + 'reading |', '|---|---|---|---|---|---|---|' + (
+            '---|' if paper else '') + '---|',
+        *[_paired_row(spec, r, paper) for r in records[1:]]]
 
 
 def _pm(mean: Optional[float], std: Optional[float]) -> str:
     return '' if mean is None else f'{mean:.2f} ± {std:.2f}'
 
 
-def _row_line(r: Dict[str, Any]) -> str:
+def _row_line(r: Dict[str, Any], paper: bool) -> str:
     seeds = (f"{r['runs']}/{r['expected']}"
              + ('' if r['enough'] else ' (too few to decide)'))
     if r['runs'] == 0:
         return (f"| {r['label']} | {seeds} | missing | | "
-                f"{r['paper'] or ''} | | | |")
+                + (f"{r['paper'] or ''} | " if paper else '') + '| | |')
     return (f"| {r['label']} | {seeds} | "
-            f"**{_pm(r['test_mean'], r['test_std'])}** | "
+            f"{_pm(r['test_mean'], r['test_std'])} | "
             f"{_pm(r['val_mean'], r['val_std'])} | "
-            f"{r['paper'] if r['paper'] else ''} | "
-            f"{'/'.join(map(str, r['epochs']))} | "
+            + (f"{r['paper'] if r['paper'] else ''} | " if paper else '')
+            + f"{'/'.join(map(str, r['epochs']))} | "
             f"{' '.join(map(str, r['best_epochs']))} | "
             f"{r['runtime_s']:.0f} s |")
 
@@ -101,15 +126,17 @@ def _row_line(r: Dict[str, Any]) -> str:
 def row_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
     r"""The table of the rows: seeds, test and validation metric."""
     name = metric(spec)
+    paper = any(r['paper'] is not None for r in records)
     return [
         '## Every row', '',
         f'Test and validation {name} (%) at the best validation epoch, '
         "mean ± std over seeds (ddof=0); seeds = finished seeds / the "
         "table's; epochs = epochs run per run; best = the selected epoch of "
         'each run; time = mean wall time per run.', '',
-        f'| norm | seeds | test {name} | val {name} | paper | epochs | '
-        'best | time |', '|---|---|---|---|---|---|---|---|',
-        *[_row_line(r) for r in records]]
+        f'| norm | seeds | test {name} | val {name} | '
+        + ('paper | ' if paper else '') + 'epochs | best | time |',
+        '|---|---|---|---|' + ('---|' if paper else '') + '---|---|---|',
+        *[_row_line(r, paper) for r in records]]
 
 
 def _graph(cfg, ok: List[Dict[str, Any]]) -> bool:

@@ -22,19 +22,25 @@ def fingerprint(run: Run) -> Optional[str]:
     return (run.get('dataset') or {}).get('split_fingerprint')
 
 
+def split_mismatch(a: Dict[int, Optional[str]],
+                   b: Dict[int, Optional[str]]) -> Optional[str]:
+    r"""Why two rows whose runs have the split fingerprints :obj:`a` and
+    :obj:`b` (seed -> fingerprint) are no pairs: the first seed of both
+    whose fingerprints differ, in one line; :obj:`None` when none does (a
+    run that records no fingerprint passes)."""
+    for seed in sorted(set(a) & set(b)):
+        if a[seed] and b[seed] and a[seed] != b[seed]:
+            return (f"seed {seed}: the runs' splits differ (split "
+                    f'fingerprints {a[seed]} and {b[seed]})')
+    return None
+
+
 def check_fingerprints(a_runs_by_seed: Dict[int, Run],
                        b_runs_by_seed: Dict[int, Run]) -> Optional[str]:
-    r"""Why the runs :obj:`a_runs_by_seed` and :obj:`b_runs_by_seed`
-    (seed -> run) of two rows are no pairs: the first seed of both whose
-    runs record different split fingerprints, in one line; :obj:`None`
-    when none does (a run that records no fingerprint passes)."""
-    for seed in sorted(set(a_runs_by_seed) & set(b_runs_by_seed)):
-        a = fingerprint(a_runs_by_seed[seed])
-        b = fingerprint(b_runs_by_seed[seed])
-        if a and b and a != b:
-            return (f"seed {seed}: the runs' splits differ (split "
-                    f'fingerprints {a} and {b})')
-    return None
+    r""":func:`split_mismatch` of two rows' runs (seed -> run)."""
+    return split_mismatch(
+        {s: fingerprint(r) for s, r in a_runs_by_seed.items()},
+        {s: fingerprint(r) for s, r in b_runs_by_seed.items()})
 
 
 def _key(cfg, seed: int) -> str:

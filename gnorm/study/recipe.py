@@ -177,7 +177,7 @@ def epochs_note(runs: List[Dict[str, Any]], why: str) -> str:
     before = sum(run['selected_epoch'] < e for run, e in zip(runs, last))
     return (f"**Epochs**: {'/'.join(map(str, epochs))} per run"
             + (f' ({why}). ' if why else '. ')
-            f'The best validation epoch lies before the last in {before} '
+            + f'The best validation epoch lies before the last in {before} '
             f'of {len(runs)} runs'
             + (' (one epoch per run: the only epoch is the best one, so '
                'nothing shows whether longer training would plateau)'
