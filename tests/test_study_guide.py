@@ -65,10 +65,20 @@ def test_the_guides_study_runs_and_a_rerun_trains_nothing(tmp_path):
     assert '**6 of 6 cells complete**' in report
     assert '## Does mine beat pairnorm and contranorm?' in report
     assert re.search(r'\| cora \| 4 \| (\*\*beats\*\*|\*\*loses\*\*|not '
-                     r'distinguishable) \(Δ .*n=2\)', report)
+                     r'distinguishable) \(Δ .*n=2, p=[\d.<]+, Holm [\d.<]+\)',
+                     report)
+    # what the guide says of the report
+    assert 'Protocol, as the runs recorded it: 10 epochs' in report
+    assert '| contranorm (default s=1) |' in report
+    assert 'flagged: still improving' in report
+    assert 'corrected resampled t' in report
+    assert 'Holm-adjusted over a family of 4' in report
+    assert '### mine against pairnorm and contranorm at equal budgets' \
+        in report
     header = (results / 'my_study.csv').read_text().splitlines()[0]
     for other in ('pairnorm', 'contranorm'):
-        for column in ('diff', 'lo', 'hi', 'n', 'verdict'):
+        for column in ('diff', 'lo', 'hi', 'n', 'p', 'p_adj', 'verdict',
+                       'naive_lo', 'default_verdict'):
             assert f'vs_{other}_{column}' in header.split(',')
     runs = sorted((tmp_path / 'runs' / 'my_study').glob('*/results.json'))
     assert len(runs) == 16

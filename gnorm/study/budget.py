@@ -5,25 +5,16 @@ budget, so a depth report compares twice: tuned (each row's setting
 chosen by validation) and budget-matched (every row at its default
 setting, :func:`default_setting`). ``table.budget: equal`` asks for equal
 grids of the compared rows and refuses a spec without them
-(:func:`check_budget`)."""
+(:func:`gnorm.study.spec.check_spec`)."""
 from typing import Dict, List, Optional
 
 from gnorm.study.compose import setting_label
-from gnorm.study.spec import Spec, SpecError, compose, grid, settings
-
-BUDGETS = ('any', 'equal')
+from gnorm.study.spec import Spec, compared_rows, compose, grid, settings
 
 
 def budget(spec: Spec, row: str) -> int:
     r"""The number of settings :obj:`row` tries."""
     return len(settings(spec, row))
-
-
-def compared_rows(spec: Spec) -> List[str]:
-    r"""The rows of ``table.compare`` (both sides), in the table's order."""
-    compare = spec.table.get('compare') or {}
-    named = set(compare.get('rows', [])) | set(compare.get('against', []))
-    return [row for row in spec.table['rows'] if row in named]
 
 
 def default_setting(spec: Spec, row: str) -> Optional[str]:
@@ -55,20 +46,3 @@ def defaults(spec: Spec) -> Dict[str, str]:
     with a grid that holds it."""
     found = {row: default_setting(spec, row) for row in compared_rows(spec)}
     return {row: label for row, label in found.items() if label}
-
-
-def check_budget(spec: Spec) -> None:
-    r"""Raises :class:`SpecError` when ``table.budget`` is ``equal`` and
-    the compared rows try different numbers of settings."""
-    wanted = spec.table.get('budget', 'any')
-    if wanted not in BUDGETS:
-        raise SpecError(f'{spec.name}: table.budget must be one of '
-                        f'{", ".join(BUDGETS)}, got {wanted!r}')
-    if wanted != 'equal':
-        return
-    sizes = {row: budget(spec, row) for row in compared_rows(spec)}
-    if len(set(sizes.values())) > 1:
-        said = ', '.join(f'{row} {n}' for row, n in sizes.items())
-        raise SpecError(f'{spec.name}: table.budget: equal, but the '
-                        f'compared rows try different numbers of settings '
-                        f'({said}); give them grids of one size')

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.errors import ConfigError
 from gnorm.results import NOT_CONFIG_KEYS
-from gnorm.study.stats import LEVEL, PAIRINGS
+from gnorm.study.stats import CORRECTIONS, LEVEL, PAIRINGS
 from gnorm.train import CONF_DIR
 
 KINDS = ('depth', 'paired')
@@ -50,7 +50,8 @@ TABLE_KEYS = (
     'authors_compared', 'row_seeds', 'min_seeds', 'higher_is_better',
     'labels', 'metric', 'dataset', 'plot_title', 'recipe_note',
     'mirror_note', 'epochs_why', 'published', 'beside', 'elsewhere',
-    'elsewhere_intro', 'correction', 'budget')
+    'elsewhere_intro', 'correction', 'budget', 'paper_recipe')
+BUDGETS = ('any', 'equal')
 SECTION_KEYS = {'compare': ('rows', 'against'),
                 'flag': ('rows', 'paper_stds'),
                 'not_run': ('datasets', 'rows', 'depths', 'why')}
@@ -472,6 +473,8 @@ def check_spec(spec: Spec) -> None:
     if not 0 < spec.level < 1:
         raise SpecError(f'{spec.name}: table.level must lie in (0, 1), '
                         f'got {spec.level}')
+    _check_choice(spec, 'correction', CORRECTIONS)
+    _check_choice(spec, 'budget', BUDGETS)
     _check_rows(spec)
     _check_axes(spec)
     _check_split_keys(spec)
@@ -493,12 +496,40 @@ def check_spec(spec: Spec) -> None:
                             f'pick from {", ".join(known)}')
         check_node_task(spec.name, table['datasets'])
     _check_compare(spec)
+    _check_budget(spec)
     for key in ('paper', 'notes', 'authors'):
         if isinstance(table.get(key), str):
             spec.file(key)
     _check_targets(spec)
     check_row_keys(spec)
     _check_protocol(spec)
+
+
+def _check_choice(spec: Spec, key: str, choices: Sequence[str]) -> None:
+    given = spec.table.get(key, choices[0])
+    if given not in choices:
+        raise SpecError(f'{spec.name}: table.{key} must be one of '
+                        f'{", ".join(choices)}, got {given!r}')
+
+
+def compared_rows(spec: Spec) -> List[str]:
+    r"""The rows of ``table.compare`` (both sides), in the table's order."""
+    compare = spec.table.get('compare') or {}
+    named = set(compare.get('rows', [])) | set(compare.get('against', []))
+    return [row for row in spec.table['rows'] if row in named]
+
+
+def _check_budget(spec: Spec) -> None:
+    r"""With ``table.budget: equal``, the compared rows must try equally
+    many settings (a row with a larger grid has more tries to win)."""
+    if spec.table.get('budget', 'any') != 'equal':
+        return
+    sizes = {row: len(settings(spec, row)) for row in compared_rows(spec)}
+    if len(set(sizes.values())) > 1:
+        said = ', '.join(f'{row} {n}' for row, n in sizes.items())
+        raise SpecError(f'{spec.name}: table.budget: equal, but the '
+                        f'compared rows try different numbers of settings '
+                        f'({said}); give them grids of one size')
 
 
 def _check_compare(spec: Spec) -> None:

@@ -1,0 +1,189 @@
+r"""What a depth study's verdicts rest on: exact ties by counts, the
+corrected resampled t over random splits, the family of a table (Holm),
+budget-matched comparisons, sanity flags of collapsed or still-improving
+rows, a report that states its protocol, and runs that record their split,
+their code and their memory."""
+import numpy as np
+import pytest
+
+from gnorm.study import compare as study_compare
+from gnorm.study import sanity
+from gnorm.study import select as study_select
+from gnorm.study.budget import default_setting, defaults
+from gnorm.study.spec import SpecError, check_spec, load_spec
+from gnorm.study.stats import CORRECTED_T, PAIRED_T
+
+# Two settings of table3_fair's chameleon L=2 cell (ContraNorm s=0.5 and
+# s=0.8): 3,189 of 4,550 validation nodes right each, seed by seed these
+# counts of 455; their accuracies stored as results.json stores float32.
+COUNTS = {'s=0.5': [319, 330, 304, 304, 326, 319, 320, 334, 322, 311],
+          's=0.8': [319, 327, 301, 305, 325, 320, 321, 335, 325, 311]}
+
+
+def _stored(count, size=455):
+    return float(str(np.float32(count / size)))
+
+
+def _node_run(seed, val_count, test_count=300, size=455, split='random',
+              best=100, epochs=200, fingerprint=None):
+    return {'status': 'ok', 'task': 'node', 'best_epoch': best,
+            'val_acc': _stored(val_count, size),
+            'test_acc': _stored(test_count, size),
+            'curve': {'epoch': list(range(1, epochs + 1))},
+            'config': {'seed': seed, 'split': split, 'train': {
+                'epochs': epochs}},
+            'dataset': {'split_sizes': [3 * size, size, size],
+                        'split_fingerprint': fingerprint}}
+
+
+def test_equal_counts_tie_whatever_the_float_sums():
+    groups = {s: [_node_run(k, c) for k, c in enumerate(counts)]
+              for s, counts in COUNTS.items()}
+    floats = {s: sum(r['val_acc'] for r in g) / 10 for s, g in
+              groups.items()}
+    assert floats['s=0.8'] > floats['s=0.5']  # the float means differ
+    chosen, tied = study_select._choose(groups, 10, 'val_acc',
+                                        ['s=0.5', 's=0.8'])
+    # equal counts: a tie, given to the setting listed first
+    assert (chosen, tied) == ('s=0.5', ['s=0.8'])
+    assert study_select.exact_mean(groups['s=0.5'], 'val_acc') == \
+        study_select.exact_mean(groups['s=0.8'], 'val_acc')
+
+
+def test_a_count_more_wins_exactly():
+    groups = {'a': [_node_run(0, 300), _node_run(1, 300)],
+              'b': [_node_run(0, 301), _node_run(1, 300)]}
+    assert study_select._choose(groups, 2, 'val_acc', ['a', 'b']) == \
+        ('b', [])
+
+
+def test_metrics_without_counts_tie_within_the_tolerance():
+    runs = [{'val_metric': 0.7, 'dataset': {}}]
+    assert study_select.correct(runs[0], 'val_metric') is None
+    assert study_select.exact_mean(runs, 'val_metric') == 0.7
+
+
+def _cell(row, by_seed, test_train=None, fingerprints=None, flags=()):
+    return dict(dataset='chameleon', row=row, layers=2, selection='',
+                test_by_seed=by_seed, complete=True, settings_run=1,
+                settings=1, cell_runs=10, cell_expected=10,
+                test_train=test_train, flags=list(flags),
+                fingerprint_by_seed=fingerprints or {})
+
+
+OURS = {k: 60.0 + v for k, v in enumerate([2, 3, 1, 4, 2, 3, 2, 1, 3, 2])}
+OTHER = {k: 60.0 for k in range(10)}
+
+
+def test_random_splits_use_the_corrected_resampled_t():
+    found = study_compare.family(
+        [_cell('contranorm', OURS, 1 / 3), _cell('pairnorm', OTHER, 1 / 3)],
+        [('contranorm', ['pairnorm'])], 'seed', 0.95)
+    f = found['chameleon', 'contranorm', 'pairnorm', 2]
+    assert f.interval.method == CORRECTED_T
+    assert f.naive.method == PAIRED_T
+    # the variance of the mean times 1 + k n_test/n_train = 1 + 10/3
+    assert (f.interval.hi - f.interval.lo) == pytest.approx(
+        (f.naive.hi - f.naive.lo) * (1 + 10 / 3) ** 0.5)
+    fixed = study_compare.family(
+        [_cell('contranorm', OURS), _cell('pairnorm', OTHER)],
+        [('contranorm', ['pairnorm'])], 'seed', 0.95)
+    assert fixed['chameleon', 'contranorm', 'pairnorm', 2].interval.method \
+        == PAIRED_T
+
+
+def test_pairs_on_other_splits_are_not_compared():
+    records = [_cell('contranorm', OURS, fingerprints={0: 'aa', 1: 'bb'}),
+               _cell('pairnorm', OTHER, fingerprints={0: 'aa', 1: 'cc'})]
+    lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
+                                     'seed', 0.95)
+    row = next(x for x in lines if x.startswith('| chameleon | 2 |'))
+    assert "not compared, splits differ: seed 1: the runs' splits differ" \
+        in row
+    assert 'not compared, the splits differ: chameleon L=2' in lines[-1]
+
+
+def test_a_verdict_against_a_flagged_row_is_flagged():
+    records = [_cell('contranorm', OURS),
+               _cell('none', OTHER, flags=[sanity.AT_CHANCE])]
+    lines = study_compare.comparison(records, 'contranorm', ['none'],
+                                     'seed', 0.95)
+    assert '; flagged: none at chance |' in \
+        next(x for x in lines if x.startswith('| chameleon | 2 |'))
+    assert any(x.startswith('Flagged (a verdict against such a row says '
+                            'little about the norms): none at chance at '
+                            'chameleon L=2.') for x in lines)
+
+
+def test_correction_none_reads_each_comparison_alone():
+    records = [_cell('contranorm', OURS), _cell('pairnorm', OTHER)]
+    lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
+                                     'seed', 0.95, correction='none')
+    text = '\n'.join(lines)
+    assert 'Holm' not in text and 'unadjusted p' in text
+
+
+def test_at_chance_is_within_two_binomial_errors_of_the_majority():
+    # 30.19 % majority on 542 test nodes: 2 s.e. = 3.94 points
+    assert sanity.at_chance(0.3019, 0.3019, 542)
+    assert sanity.at_chance(0.34, 0.3019, 542)
+    assert not sanity.at_chance(0.35, 0.3019, 542)
+    assert sanity.at_chance(0.0779, 0.3095, 1000)  # below chance: collapsed
+
+
+def test_still_improving_is_a_best_epoch_at_the_last_evaluated_one():
+    assert sanity.still_improving(_node_run(0, 300, best=200))
+    assert not sanity.still_improving(_node_run(0, 300, best=120))
+    runs = [_node_run(k, 300, best=b) for k, b in enumerate([200, 200, 90])]
+    assert sanity.flags(runs, 3) == [sanity.IMPROVING]
+    assert sanity.flags(runs[1:], 3) == []  # 1 of 3 expected: not most
+
+
+def test_chance_accuracy_of_coras_public_split():
+    # Cora's public test nodes: 319 of 1,000 in their largest class
+    run = {'task': 'node', 'config': _cora_public_config()}
+    assert sanity.chance_accuracy(run) == pytest.approx(0.319)
+
+
+def _cora_public_config():
+    from omegaconf import OmegaConf
+    from gnorm.study.spec import compose
+    return OmegaConf.to_container(compose(['dataset=cora',
+                                           'split=public']), resolve=True)
+
+
+def test_defaults_are_the_rows_config_defaults():
+    paper = load_spec('table3_paper')
+    assert defaults(paper) == {'pairnorm': 'PN, s=1', 'contranorm': 's=1'}
+    assert default_setting(paper, 'none') is None  # no grid
+
+
+def test_equal_budget_refuses_grids_of_other_sizes():
+    spec = load_spec('table3_fair')
+    spec.table['budget'] = 'equal'
+    with pytest.raises(SpecError, match='budget: equal, but the compared '
+                       'rows try different numbers of settings '
+                       r'\(layernorm 1, pairnorm 1, contranorm 4\)'):
+        check_spec(spec)
+    spec.table['grid'] = {'contranorm': {'norm.scale': [1.0]}}
+    check_spec(spec)
+    spec.table['correction'] = 'bonferroni'
+    with pytest.raises(SpecError, match='table.correction must be one of '
+                       'holm, none'):
+        check_spec(spec)
+
+
+def test_the_committed_fair_report_names_its_family_and_budgets():
+    text = (load_spec('table3_fair').out_dir() / 'table3_fair.md'
+            ).read_text()
+    assert 'Protocol, as the runs recorded it: 200 epochs; split: random ' \
+        '60/20/20, seed k draws split k; tested at: the best validation ' \
+        "epoch; test set: the split's own test nodes" in text
+    assert 'contranorm: `norm=contranorm`; grid norm.scale ∈ {0.2, 0.5, ' \
+        '0.8, 1.0} (4 settings, default s=1)' in text
+    assert '### contranorm against pairnorm and layernorm at equal ' \
+        'budgets' in text
+    assert 'In words (Holm-adjusted over a family of 32)' in text
+    # the tie of chameleon L=2 goes to s=0.5 (equal counts)
+    assert '66.95 ± 2.50, s=0.5<br>tie, not chosen: s=0.8: 67.14 ± 2.13' \
+        in text
