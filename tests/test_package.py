@@ -177,7 +177,7 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
                   'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'select', 'inputs',
-                'compare', 'paired', 'plot', 'recipe', 'depth_report',
+                'compare', 'pairs', 'paired', 'plot', 'recipe', 'depth_report',
                 'paired_report', 'engine', 'cli')
 # Modules that are one layer split in two files: gnorm.metrics re-exports
 # the pairwise metrics of gnorm.metrics_pairs, which use its helpers;

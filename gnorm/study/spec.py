@@ -315,9 +315,8 @@ def _check_split_keys(spec: Spec) -> None:
 
 def _check_grid_values(spec: Spec) -> None:
     r"""Each grid key lists values, none twice or printed alike (as the
-    report labels settings, :func:`gnorm.study.compose.setting_label`):
-    such values would merge into one setting."""
-    from gnorm.study.compose import setting_label
+    report labels settings, :func:`setting_label`): such values would
+    merge into one setting."""
     for row in spec.table['rows']:
         for key, values in grid(spec, row).items():
             if not isinstance(values, list) or not values:
@@ -372,13 +371,10 @@ def _check_keys(spec: Spec, given: Dict[str, Any], known: Sequence[str],
 
 def _check_table_keys(spec: Spec) -> None:
     r"""Every key of ``table:`` and of its sections is one the study
-    reads (:data:`TABLE_KEYS`, :data:`SECTION_KEYS`, the keys of
-    ``published``): a typo would be dropped silently."""
-    from gnorm.study.recipe import RECIPE_KEYS
-    sections = {**SECTION_KEYS,
-                'published': ('source', *(k for *_, k in RECIPE_KEYS))}
+    reads (:data:`TABLE_KEYS`, :data:`SECTION_KEYS`): a typo would be
+    dropped silently."""
     _check_keys(spec, spec.table, TABLE_KEYS, 'table')
-    for section, keys in sections.items():
+    for section, keys in SECTION_KEYS.items():
         given = spec.table.get(section) or {}
         for entry in given if isinstance(given, list) else [given]:
             if not isinstance(entry, dict):
@@ -521,6 +517,19 @@ def settings(spec: Spec, row: str) -> List[Dict[str, Any]]:
     found = grid(spec, row)
     return [dict(zip(found, values))
             for values in itertools.product(*found.values())]
+
+
+def setting_label(setting: Dict[str, Any]) -> str:
+    r"""``PN-SI, s=0.5`` for ``{norm.mode: PN-SI, norm.scale: 0.5}``:
+    ContraNorm's and PairNorm's scale as ``s``, PairNorm's mode as it is,
+    any other key by its last part (``{+norm.factor: 0.5}``: ``factor=0.5``)."""
+    def label(key, value):
+        if key == 'norm.scale':
+            return f's={value:g}'
+        if key == 'norm.mode':
+            return str(value)
+        return f"{key.rsplit('.', 1)[-1]}={value}"
+    return ', '.join(label(k, v) for k, v in setting.items())
 
 
 def check_row_keys(spec: Spec, sets: Sequence[str] = (),
