@@ -170,7 +170,7 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 # gnorm.train's modules, each importing only those before it.
 TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'collapse',
                 'epoch_log', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
-                'run', 'sweep', 'arguments', 'command')
+                'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it.
 PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
                   'metrics', 'data', 'models', 'monitor', 'train', 'results',
