@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from gnorm.errors import ConfigError
 from gnorm.results import NOT_CONFIG_KEYS
@@ -414,7 +414,7 @@ def _check_protocol(spec: Spec) -> None:
     argument that the protocol's own norm class takes: a typo
     (``train.epoch``) would leave its run at the default."""
     from omegaconf import OmegaConf
-    from gnorm.train.arguments import closest, config_keys
+    from gnorm.train.arguments import config_keys
     from gnorm.train.common import unknown_norm_keys
     cfg = compose(spec.overrides(), hydra=True)
     picks = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
@@ -425,10 +425,23 @@ def _check_protocol(spec: Spec) -> None:
     for key in sorted(set(_dotted(own)) - known):
         if key.startswith('norm.') and unknown_norm_keys(cfg.norm) is None:
             continue  # an argument of the norm class of the protocol
-        near = closest(key, known)
-        raise SpecError(f"{spec.name}: unknown key {key!r} in the protocol; "
-                        + (f"closest keys: {', '.join(near)}" if near else
-                           'python -m gnorm.train --cfg job lists the keys'))
+        raise SpecError(f'{spec.name}: unknown key {key!r} in the protocol; '
+                        f'{_protocol_hint(key, known)}')
+
+
+def _protocol_hint(key: str, known: Set[str]) -> str:
+    r"""What :obj:`key`, a key of no config the study composes, may be:
+    a key of other options of a group (``only dataset=csbm have it``), or
+    a typo of the closest keys (as ``python -m gnorm.train`` says)."""
+    from gnorm.train.arguments import (_option_keys, _other_options_hint,
+                                       closest)
+    other = _other_options_hint(key, known, _option_keys([CONF_DIR]))
+    if other.startswith('only '):
+        return other
+    near = closest(key, known)
+    if near:
+        return f"closest keys: {', '.join(near)}"
+    return other or 'python -m gnorm.train --cfg job lists the keys'
 
 
 def _check_targets(spec: Spec) -> None:
