@@ -143,18 +143,25 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
     record['pairs'] = len(record['paired_seeds'])
     record['paper_diff'] = (None if None in (record['paper'], base['paper'])
                             else record['paper'] - base['paper'])
-    higher = higher_is_better(spec, base['runs_list'] + record['runs_list'])
-    record['higher'] = higher
+    record['higher'] = higher_is_better(
+        spec, base['runs_list'] + record['runs_list'])
     record['unpaired'] = unpaired
-    record['verdict'] = (f'not compared: {unpaired}' if unpaired else
-                         reading(record['test_lo'], record['test_hi'],
-                                 short(base), higher)
-                         if record['pairs'] >= min_seeds(spec)
-                         else 'not enough seeds to decide')
+    record['verdict'] = _verdict(spec, record, short(base))
     record['paper_place'] = (
         placed(record['paper_diff'], record['test_lo'], record['test_hi'])
         if record['paper_diff'] is not None and record['test_lo'] is not None
         else None)
+
+
+def _verdict(spec: Spec, record: Dict[str, Any], base: str) -> str:
+    r"""The reading of :obj:`record`'s paired differences to :obj:`base`,
+    or why there is none."""
+    if record['unpaired']:
+        return f"not compared: {record['unpaired']}"
+    if record['pairs'] < min_seeds(spec):
+        return 'not enough seeds to decide'
+    return reading(record['test_lo'], record['test_hi'], base,
+                   record['higher'])
 
 
 def summarise(spec: Spec, runs: List[Dict[str, Any]],
@@ -163,7 +170,8 @@ def summarise(spec: Spec, runs: List[Dict[str, Any]],
     validation epoch, mean ± std (ddof=0) over the finished seeds, the
     epochs run and selected, the paper's value; every row after the first
     also gets its differences to the first row seed by seed (the seeds
-    both finished), their mean and t interval, and the reading."""
+    both finished, which its record then keeps alone: :func:`compared`),
+    their mean and t interval, and the reading."""
     records = [row_record(spec, runs, row) for row in rows]
     return records[:1] + [compared(spec, r, records[0]) for r in records[1:]]
 
