@@ -170,14 +170,14 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 # gnorm.train's modules, each importing only those before it.
 TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'collapse',
                 'epoch_log', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
-                'run', 'sweep', 'arguments', 'command')
+                'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it.
 PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
                   'metrics', 'data', 'models', 'monitor', 'train', 'results',
                   'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'select', 'inputs',
-                'compare', 'paired', 'plot', 'recipe', 'depth_report',
+                'compare', 'pairs', 'paired', 'plot', 'recipe', 'depth_report',
                 'paired_report', 'engine', 'cli')
 # Modules that are one layer split in two files: gnorm.metrics re-exports
 # the pairwise metrics of gnorm.metrics_pairs, which use its helpers;

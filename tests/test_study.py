@@ -955,6 +955,8 @@ def test_grid_values_that_print_alike_are_refused(tmp_path, capsys,
 @pytest.mark.parametrize('old,new,says', [
     ('  epochs: 2', '  epoch: 2', "unknown key 'train.epoch' in the "
      "protocol; closest keys: train.epochs"),
+    ('datasets: [csbm]', 'datasets: [cora]', "unknown key "
+     "'dataset.num_nodes' in the protocol; only dataset=csbm have it"),
     ('pairing: seed', 'paring: seed', "unknown key 'table.paring'; closest "
      "keys: table.pairing"),
     ('against: [none]', 'againts: [none]', "unknown key "

@@ -19,6 +19,7 @@ compose and check a spec), :mod:`~gnorm.study.compose` (the runs of a
 depth study), :mod:`~gnorm.study.runner` (train what is missing),
 :mod:`~gnorm.study.select` (selection by validation),
 :mod:`~gnorm.study.stats` (intervals and verdicts),
+:mod:`~gnorm.study.pairs` (which runs a paired study may pair),
 :mod:`~gnorm.study.compare`, :mod:`~gnorm.study.paired` (the readings),
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
 :mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.run_keys import identity, record_identity
-from gnorm.study.spec import Spec, compose, grid, settings
+from gnorm.study.spec import Spec, compose, grid, setting_label, settings
 
 # Nodes and symmetrised edges, only to run cheap cells first.
 _SIZE = {'cora': (2708, 10556), 'citeseer': (3327, 9104),
@@ -19,19 +19,6 @@ _SIZE = {'cora': (2708, 10556), 'citeseer': (3327, 9104),
 
 def _values(values: Sequence[Any]) -> str:
     return ','.join(str(v) for v in values)
-
-
-def setting_label(setting: Dict[str, Any]) -> str:
-    r"""``PN-SI, s=0.5`` for ``{norm.mode: PN-SI, norm.scale: 0.5}``:
-    ContraNorm's and PairNorm's scale as ``s``, PairNorm's mode as it is,
-    any other key by its last part (``{+norm.factor: 0.5}``: ``factor=0.5``)."""
-    def label(key, value):
-        if key == 'norm.scale':
-            return f's={value:g}'
-        if key == 'norm.mode':
-            return str(value)
-        return f"{key.rsplit('.', 1)[-1]}={value}"
-    return ', '.join(label(k, v) for k, v in setting.items())
 
 
 def cells(spec: Spec, datasets: Sequence[str], rows: Sequence[str],

@@ -154,8 +154,8 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
     record['pairs'] = len(record['paired_seeds'])
     record['paper_diff'] = (None if None in (record['paper'], base['paper'])
                             else record['paper'] - base['paper'])
-    higher = higher_is_better(spec, base['runs_list'] + record['runs_list'])
-    record['higher'] = higher
+    record['higher'] = higher_is_better(
+        spec, base['runs_list'] + record['runs_list'])
     record['unpaired'] = unpaired
     record['decides'] = not unpaired and record['pairs'] >= min_seeds(spec)
     record['verdict'] = (f'not compared: {unpaired}' if unpaired else
@@ -174,7 +174,8 @@ def summarise(spec: Spec, runs: List[Dict[str, Any]],
     validation epoch, mean ± std (ddof=0) over the finished seeds, the
     epochs run and selected, the paper's value; every row after the first
     also gets its differences to the first row seed by seed (the seeds
-    both finished), their mean and t interval, and the reading."""
+    both finished, which its record then keeps alone: :func:`compared`),
+    their mean and t interval, and the reading."""
     records = [row_record(spec, runs, row) for row in rows]
     records = records[:1] + [compared(spec, r, records[0])
                              for r in records[1:]]

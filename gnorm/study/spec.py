@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from gnorm.errors import ConfigError
 from gnorm.results import NOT_CONFIG_KEYS
@@ -316,9 +316,8 @@ def _check_split_keys(spec: Spec) -> None:
 
 def _check_grid_values(spec: Spec) -> None:
     r"""Each grid key lists values, none twice or printed alike (as the
-    report labels settings, :func:`gnorm.study.compose.setting_label`):
-    such values would merge into one setting."""
-    from gnorm.study.compose import setting_label
+    report labels settings, :func:`setting_label`): such values would
+    merge into one setting."""
     for row in spec.table['rows']:
         for key, values in grid(spec, row).items():
             if not isinstance(values, list) or not values:
@@ -373,13 +372,10 @@ def _check_keys(spec: Spec, given: Dict[str, Any], known: Sequence[str],
 
 def _check_table_keys(spec: Spec) -> None:
     r"""Every key of ``table:`` and of its sections is one the study
-    reads (:data:`TABLE_KEYS`, :data:`SECTION_KEYS`, the keys of
-    ``published``): a typo would be dropped silently."""
-    from gnorm.study.recipe import RECIPE_KEYS
-    sections = {**SECTION_KEYS,
-                'published': ('source', *(k for *_, k in RECIPE_KEYS))}
+    reads (:data:`TABLE_KEYS`, :data:`SECTION_KEYS`): a typo would be
+    dropped silently."""
     _check_keys(spec, spec.table, TABLE_KEYS, 'table')
-    for section, keys in sections.items():
+    for section, keys in SECTION_KEYS.items():
         given = spec.table.get(section) or {}
         for entry in given if isinstance(given, list) else [given]:
             if not isinstance(entry, dict):
@@ -419,7 +415,7 @@ def _check_protocol(spec: Spec) -> None:
     argument that the protocol's own norm class takes: a typo
     (``train.epoch``) would leave its run at the default."""
     from omegaconf import OmegaConf
-    from gnorm.train.arguments import closest, config_keys
+    from gnorm.train.arguments import config_keys
     from gnorm.train.common import unknown_norm_keys
     cfg = compose(spec.overrides(), hydra=True)
     picks = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
@@ -430,10 +426,23 @@ def _check_protocol(spec: Spec) -> None:
     for key in sorted(set(_dotted(own)) - known):
         if key.startswith('norm.') and unknown_norm_keys(cfg.norm) is None:
             continue  # an argument of the norm class of the protocol
-        near = closest(key, known)
-        raise SpecError(f"{spec.name}: unknown key {key!r} in the protocol; "
-                        + (f"closest keys: {', '.join(near)}" if near else
-                           'python -m gnorm.train --cfg job lists the keys'))
+        raise SpecError(f'{spec.name}: unknown key {key!r} in the protocol; '
+                        f'{_protocol_hint(key, known)}')
+
+
+def _protocol_hint(key: str, known: Set[str]) -> str:
+    r"""What :obj:`key`, a key of no config the study composes, may be:
+    a key of other options of a group (``only dataset=csbm have it``), or
+    a typo of the closest keys (as ``python -m gnorm.train`` says)."""
+    from gnorm.train.arguments import (option_keys_of, other_options_hint,
+                                       closest)
+    other = other_options_hint(key, known, option_keys_of([CONF_DIR]))
+    if other.startswith('only '):
+        return other
+    near = closest(key, known)
+    if near:
+        return f"closest keys: {', '.join(near)}"
+    return other or 'python -m gnorm.train --cfg job lists the keys'
 
 
 def _check_targets(spec: Spec) -> None:
@@ -552,6 +561,19 @@ def settings(spec: Spec, row: str) -> List[Dict[str, Any]]:
     found = grid(spec, row)
     return [dict(zip(found, values))
             for values in itertools.product(*found.values())]
+
+
+def setting_label(setting: Dict[str, Any]) -> str:
+    r"""``PN-SI, s=0.5`` for ``{norm.mode: PN-SI, norm.scale: 0.5}``:
+    ContraNorm's and PairNorm's scale as ``s``, PairNorm's mode as it is,
+    any other key by its last part (``{+norm.factor: 0.5}``: ``factor=0.5``)."""
+    def label(key, value):
+        if key == 'norm.scale':
+            return f's={value:g}'
+        if key == 'norm.mode':
+            return str(value)
+        return f"{key.rsplit('.', 1)[-1]}={value}"
+    return ', '.join(label(k, v) for k, v in setting.items())
 
 
 def check_row_keys(spec: Spec, sets: Sequence[str] = (),

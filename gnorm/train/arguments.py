@@ -188,7 +188,7 @@ def _keys_per_choice(conf_dir: Path, choices: List[List[str]],
     return keys
 
 
-def _option_keys(folders: List[Path], sources: Sequence[str] = (),
+def option_keys_of(folders: List[Path], sources: Sequence[str] = (),
                  ) -> Dict[Tuple[str, str], Set[str]]:
     r"""The keys of the config with each option of each group of the
     primary config folder (the first of :obj:`folders`; but
@@ -275,10 +275,10 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
             hint = f"closest keys: {', '.join(near)}"
         else:
             try:
-                option_keys = option_keys or _option_keys(folders, sources)
+                option_keys = option_keys or option_keys_of(folders, sources)
             except HydraException:  # an option that does not compose
                 option_keys = {}
-            hint = _other_options_hint(key, keys, option_keys)
+            hint = other_options_hint(key, keys, option_keys)
         if not (override.is_add() or override.is_force_add()):
             raise ConfigError(f"unknown key {key!r} in {text}; " + (
                 hint or "python -m gnorm.train --cfg job lists the keys"))
@@ -287,7 +287,7 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
                               f"a key that nothing reads); {hint}")
 
 
-def _other_options_hint(key: str, keys: Set[str],
+def other_options_hint(key: str, keys: Set[str],
                         option_keys: Dict[Tuple[str, str], Set[str]]) -> str:
     r"""For a key that other options of a group have (``train.batch_size``:
     the graph datasets), or one close to such a key (``norm.scal``), those

@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import gnorm
 from gnorm.errors import ConfigError, GnormError, TrainingError
+from gnorm.train.locks import hold, release
 from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
     CONF_DIR,
     check_config,
@@ -375,26 +376,91 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
     unexpected exception becomes a :class:`~gnorm.errors.TrainingError`,
     its traceback kept in the file); ``status: interrupted`` for Ctrl-C or
     SIGTERM, re-raised at once. The first error is re-raised (as a
-    :class:`gnorm.errors.GnormError`) after the other runs ran."""
+    :class:`gnorm.errors.GnormError`) after the other runs ran.
+
+    A run is trained by the process that holds its folder's lock
+    (:mod:`gnorm.train.locks`): a run another process trains now is left
+    until the other runs are trained, then waited for, and its results
+    taken once that process finished it."""
     infos = infos or [None] * len(cfgs)
     paths = [Path(d).absolute() / 'results.json' for d in output_dirs]
     done: Dict[int, Dict[str, Any]] = {}
-    for i, (cfg, path) in enumerate(zip(cfgs, paths)):
-        if cfg.get('resume', False):
-            finished = finished_run(path, cfg)
-            if finished is not None:
-                print(f'done already: {path}', flush=True)
-                done[i] = finished
     failures: List[GnormError] = []
-    todo = []
-    for i in range(len(cfgs)):
-        if i in done:
+    left = []
+    for i, (cfg, path) in enumerate(zip(cfgs, paths)):
+        found = _finished(cfg, path, waited=False)
+        if found is not None:
+            print(f'done already: {path}', flush=True)
+            done[i] = found
             continue
         try:
-            check_config(cfgs[i])
-            todo.append(i)
+            check_config(cfg)
+            left.append(i)
         except GnormError as e:
-            failures.append(_of_run(e, paths[i].parent, len(cfgs)))
+            failures.append(_of_run(e, path.parent, len(cfgs)))
+    for wait in (False, True):
+        if left:
+            left = _train_held(cfgs, paths, infos, left, wait, done,
+                               failures)
+    if failures:
+        raise failures[0]
+    return [done[i] for i in range(len(cfgs))]
+
+
+def _finished(cfg: DictConfig, path: Path,
+              waited: bool) -> Optional[Dict[str, Any]]:
+    r"""The results at :obj:`path` of a finished run of :obj:`cfg` that is
+    not to be trained again: with ``resume=true``, or when another process
+    trained it while this one :obj:`waited` for it."""
+    if cfg.get('resume', False):
+        return finished_run(path, cfg)
+    if not waited:
+        return None
+    try:
+        return finished_run(path, cfg)
+    except ConfigError:  # another config's: resume=false trains over it
+        return None
+
+
+def _train_held(cfgs: List[DictConfig], paths: List[Path],
+                infos: List[Optional[Dict[str, Any]]], indices: List[int],
+                wait: bool, done: Dict[int, Dict[str, Any]],
+                failures: List[GnormError]) -> List[int]:
+    r"""Trains the runs :obj:`indices` whose folder locks this process
+    takes (:mod:`gnorm.train.locks`; with :obj:`wait`, waiting for each in
+    the order of their paths) into :obj:`done` and :obj:`failures`; a run
+    finished meanwhile by another process is taken as it is. Returns the
+    runs another process holds (none with :obj:`wait`)."""
+    held = {i: hold(paths[i].parent, wait)
+            for i in sorted(indices, key=lambda i: paths[i])}
+    busy = [i for i in indices if held[i] is None]
+    for i in busy:
+        print(f'trained by another process now: {paths[i].parent}; '
+              f'waiting for it after the other runs', flush=True)
+    try:
+        todo = []
+        for i in (i for i in indices if held[i] is not None):
+            found = _finished(cfgs[i], paths[i], wait)
+            if found is None:
+                todo.append(i)
+            else:
+                print(f'done already: {paths[i]}', flush=True)
+                done[i] = found
+        _train_todo(cfgs, paths, infos, todo, done, failures)
+    finally:
+        for lock in held.values():
+            if lock is not None:
+                release(lock)
+    return busy
+
+
+def _train_todo(cfgs: List[DictConfig], paths: List[Path],
+                infos: List[Optional[Dict[str, Any]]], todo: List[int],
+                done: Dict[int, Dict[str, Any]],
+                failures: List[GnormError]) -> None:
+    r"""Trains the checked runs :obj:`todo` in batches of runs that train
+    as one model (halved when out of memory) into :obj:`done` and
+    :obj:`failures`."""
     queue: List[List[int]] = []
     if any(cfgs[i].train.deterministic for i in todo):
         # Before the first cuBLAS call of the process.
@@ -435,9 +501,6 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
             queue[:0] = [batch[:half], batch[half:]]
             continue
         done.update(zip(batch, results))
-    if failures:
-        raise failures[0]
-    return [done[i] for i in range(len(cfgs))]
 
 
 def train(cfg: DictConfig, output_dir: Optional[str] = None) -> Dict[str, Any]:
