@@ -58,13 +58,14 @@ def test_bad_runs_folder_is_one_line(tmp_path, capsys):
     ('table3_fair', 'table3-fair-in-words')])
 def test_readme_says_where_contranorm_beats_the_other_rows(name, block):
     r"""The README's Table 3 sentences are the committed reports' generated
-    "In words" paragraphs (complete cells only, 95 % intervals)."""
+    "In words" paragraphs (complete cells only, Holm-adjusted p, the
+    tuned comparison)."""
     readme = (ROOT / 'README.md').read_text()
     quoted = re.search(f'<!-- {block} -->(.*?)<!-- /{block} -->', readme,
                        re.S).group(1)
     report = (ROOT / 'experiments' / 'results' / f'{name}.md').read_text()
     words = next(line for line in report.splitlines()
-                 if line.startswith('In words: '))
+                 if line.startswith('In words'))
     assert ' '.join(quoted.split()) == words
 
 
