@@ -157,3 +157,22 @@ def test_readme_sepnorm_reading_is_the_reports():
     assert len(readings) == 4
     for reading in set(readings):
         assert reading in words
+
+
+def test_readme_says_where_the_committed_runs_were_made():
+    r"""The README's sentence on where the committed results were made
+    names every GPU a committed run records, and claims no CPU-only
+    history while some run was trained on a GPU."""
+    import json
+    gpus = set()
+    for path in (ROOT / 'experiments' / 'runs').glob('*/**/results.json'):
+        text = path.read_text()
+        if '"gpu"' in text:
+            gpu = json.loads(text).get('machine', {}).get('gpu')
+            if gpu:
+                gpus.add(gpu)
+    readme = ' '.join((ROOT / 'README.md').read_text().split())
+    for gpu in gpus:
+        assert gpu in readme, gpu
+    if gpus:
+        assert 'all made on CPUs' not in readme

@@ -127,7 +127,7 @@ def test_sepnorm_dry_run_writes_nothing(tmp_path, capsys):
                   str(out)]) == 0
     said = capsys.readouterr().out
     assert 'sharenorm seed=0: done' in said
-    assert 'sharenorm seed=1: running' in said
+    assert 'sharenorm seed=1: would run' in said and ': running' not in said
     assert not out.exists()  # no report
     assert sorted(p.name for p in runs.iterdir()) == ['sharenorm']
     assert _files(runs / 'sharenorm' / 'seed_0') == before
@@ -177,7 +177,7 @@ def test_sepnorm_overrides_make_runs_and_a_report_of_their_own(tmp_path,
     said = capsys.readouterr().out
     own = scratch / ('sepnorm_molhiv_cpu+train.epochs=2'
                      '+model.hidden_channels=16')
-    assert 'seed=0: running' in said
+    assert 'seed=0: would run' in said
     assert f'hydra.run.dir={own}/runs/sharenorm/seed_0' in said
     assert not scratch.exists()
     results = load_spec('sepnorm_molhiv_cpu').out_dir()

@@ -90,8 +90,8 @@ def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
             print(label, flush=True)
             continue
         args = command(spec, cell, runs_dir, sets, launcher)
-        print(f'{label}, running {len(left)}\n  {shlex.join(args)}',
-              flush=True)
+        print(f"{label}, {'would run' if dry_run else 'running'} "
+              f'{len(left)}\n  {shlex.join(args)}', flush=True)
         if dry_run:
             continue
         ok = (_subprocess(args[1:], threads) if launcher
@@ -164,7 +164,8 @@ def run_paired(spec: Spec, rows: Sequence[str],
             failed += 1
             continue
         args = ['-m', 'gnorm.train', *overrides, f'hydra.run.dir={folder}']
-        print(f'{tag}: running\n  python {shlex.join(args)}', flush=True)
+        print(f"{tag}: {'would run' if dry_run else 'running'}\n"
+              f'  python {shlex.join(args)}', flush=True)
         if not dry_run:
             failed += not _subprocess(args, threads)
     return failed
