@@ -176,9 +176,9 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
                   'metrics', 'data', 'models', 'monitor', 'train', 'results',
                   'study')
 # gnorm.study's modules, each importing only those before it.
-STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'select', 'inputs',
-                'compare', 'pairs', 'paired', 'plot', 'recipe', 'depth_report',
-                'paired_report', 'engine', 'cli')
+STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
+                'budget', 'inputs', 'pairs', 'compare', 'paired', 'plot',
+                'recipe', 'depth_report', 'paired_report', 'engine', 'cli')
 # Modules that are one layer split in two files: gnorm.metrics re-exports
 # the pairwise metrics of gnorm.metrics_pairs, which use its helpers;
 # gnorm.monitor draws its plots with gnorm.monitor_plot and measures the

@@ -17,8 +17,10 @@ writes a report from the runs alone. Guide: ``docs/study.rst``.
 Modules, in the order a study uses them: :mod:`~gnorm.study.spec` (find,
 compose and check a spec), :mod:`~gnorm.study.compose` (the runs of a
 depth study), :mod:`~gnorm.study.runner` (train what is missing),
-:mod:`~gnorm.study.select` (selection by validation),
-:mod:`~gnorm.study.stats` (intervals and verdicts),
+:mod:`~gnorm.study.select` (selection by validation, ties by counts),
+:mod:`~gnorm.study.budget` (each row's settings and default),
+:mod:`~gnorm.study.sanity` (cells at chance or still improving),
+:mod:`~gnorm.study.stats` (intervals, p-values, Holm's family),
 :mod:`~gnorm.study.pairs` (which runs a paired study may pair),
 :mod:`~gnorm.study.compare`, :mod:`~gnorm.study.paired` (the readings),
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
@@ -26,8 +28,10 @@ depth study), :mod:`~gnorm.study.runner` (train what is missing),
 :mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command).
 """
 from gnorm.study.spec import Spec, SpecError, load_spec
-from gnorm.study.stats import (Interval, paired_interval, verdict,
+from gnorm.study.stats import (Interval, corrected_interval, holm,
+                               paired_interval, verdict,
                                welch_interval)
 
-__all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'paired_interval',
+__all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'corrected_interval',
+           'holm', 'paired_interval',
            'welch_interval', 'verdict']
