@@ -801,9 +801,15 @@ def test_a_paired_study_of_node_runs(tmp_path, monkeypatch):
     assert study([str(spec), '--threads', '1']) == 0
     report = (tmp_path / 'results' / 'mine_paired.md').read_text()
     assert '## Against none, seed by seed' in report
-    assert "**Recipe** (from the runs' recorded configs): each run's " \
-        '`.hydra/config.yaml`' in report
-    assert 'Graphormer' not in report
+    # the recipe and data of a user's paired study, from its runs: no
+    # placeholder, no paper, a plot named once
+    assert "**Recipe** (from the runs' recorded configs): 2 epochs; " \
+        'split: random 60/20/20, seed k draws split k' in report
+    assert '**Epochs**: 2 per run. The best validation epoch' in report
+    assert '**Data**: csbm; ' in report
+    assert 'Graphormer' not in report and 'paper' not in report.lower()
+    assert '()' not in report and '**' not in report.split(
+        '## Against')[1].split('## Recipe')[0].replace('**mine**', '')
     with open(tmp_path / 'results' / 'mine_paired.csv') as f:
         rows = {r['row']: r for r in csv.DictReader(f)}
     runs = load_runs(tmp_path / 'runs' / 'mine_paired')

@@ -338,8 +338,8 @@ def flagged_text(found: Dict[Pair, Found]) -> str:
         return ''
     meanings = sorted({m for flags in named for m in MEANING
                        if m in flags})
-    return ('Flagged (a verdict against such a row says little about the '
-            'norms): ' + '; '.join(f'{flags} at {cells_text(cells)}'
+    return ('Flagged, at chance or undertrained (a verdict against such a '
+            'row says little about the norms): ' + '; '.join(f'{flags} at {cells_text(cells)}'
                                    for flags, cells in named.items())
             + '. ' + ' '.join(f'"{m}": {MEANING[m]}.' for m in meanings))
 
