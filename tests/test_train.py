@@ -200,7 +200,7 @@ def test_same_seed_same_metrics(tmp_path):
 def _repeatable(results):
     r"""What two runs of one config must share bit for bit."""
     return {k: v for k, v in results.items()
-            if k not in ('runtime_s', 'path')} | {
+            if k not in ('runtime_s', 'loop_s', 'peak_memory', 'path')} | {
         'curve': {k: v for k, v in results['curve'].items()
                   if k != 'time_s'}}
 

@@ -342,28 +342,41 @@ def test_sepnorm_experiments_compose_with_their_table():
 
 
 def test_sepnorm_report_is_generated_from_runs(tmp_path):
+    from omegaconf import OmegaConf
     from gnorm.study.cli import main as study
-    from gnorm.study.runner import run_folder
+    from gnorm.study.runner import run_folder, run_overrides
+    from gnorm.study.spec import compose, load_spec
+    from gnorm.train.common import json_safe
+    spec = load_spec('sepnorm_molhiv_cpu')
     for row, tests in (('sharenorm', [0.70, 0.74]), ('sepnorm_bn_ln',
                                                       [0.75])):
         for seed, test in enumerate(tests):
             folder = run_folder(tmp_path / 'runs', row, seed)
             folder.mkdir(parents=True)
+            config = json_safe(OmegaConf.to_container(
+                compose(run_overrides(spec, row, seed, [])), resolve=True))
             (folder / 'results.json').write_text(json.dumps({
                 'status': 'ok', 'tag': row, 'test_metric': test,
                 'metric': 'rocauc', 'val_metric': 0.5, 'selected_epoch': 1,
-                'runtime_s': 10.0, 'device': 'cpu',
+                'runtime_s': 10.0, 'device': 'cpu', 'config': config,
                 'machine': {'cpu': 'X', 'threads': 1},
                 'curve': {'epoch': [1, 2], 'val_metric': [0.4, 0.5]}}))
+    # a run without a config is no run of the study
+    stray = run_folder(tmp_path / 'runs', 'sharenorm', 2)
+    stray.mkdir(parents=True)
+    (stray / 'results.json').write_text(json.dumps({
+        'status': 'ok', 'tag': 'sharenorm', 'test_metric': 0.1}))
     assert study(['sepnorm_molhiv_cpu', '--report-only', '--runs',
                   str(tmp_path / 'runs'), '--out', str(tmp_path)]) == 0
     md = (tmp_path / 'sepnorm_molhiv_cpu.md').read_text()
-    assert '| ShareNorm (LayerNorm) | 2/5 (too few to decide) | **72.00 ± ' \
-        '2.00** |' in md
-    assert ('| 1/5 (too few to decide) | **75.00 ± 0.00** | 50.00 ± 0.00 | '
+    assert '| ShareNorm (LayerNorm) | 2/5 (too few to decide) | 72.00 ± ' \
+        '2.00 |' in md
+    assert ('| 1/5 (too few to decide) | 75.00 ± 0.00 | 50.00 ± 0.00 | '
             '75.64 | 2 | 1 | 10 s |') in md
-    # The runs record no seed: nothing to pair, nothing read.
-    assert '| SepNorm BN+LN | 0 |  | **no paired seeds** |' in md
+    # One paired seed: no interval, not enough to decide; the curves hold
+    # no test metric, so no last-epoch difference.
+    assert ('| SepNorm BN+LN | 1: 0 | +5.00 | +5.00 (n=1, no interval) |  | '
+            'no paired seeds |') in md
     assert 'missing' in md and 'cpu: X, 1 thread (3 runs)' in md
     assert (tmp_path / 'sepnorm_molhiv_cpu_val.png').is_file()
 

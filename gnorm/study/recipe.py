@@ -212,8 +212,8 @@ def _get(config: Dict[str, Any], key: str) -> Any:
 def protocol_items(counted: List[Dict[str, Any]]) -> str:
     r"""What every node run of :obj:`counted` did, from the configs the
     runs recorded: epochs, split, selection, test set, model and
-    optimiser, ``; ``-separated; a key whose value differs between runs
-    says so; empty without runs."""
+    optimiser, separated by semicolons; a key whose value differs between
+    runs says so; empty without runs."""
     said = []
     for key, form in PROTOCOL:
         values = sorted({json.dumps(_get(r.get('config', {}), key))
