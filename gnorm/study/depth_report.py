@@ -298,7 +298,9 @@ def write_report(spec: Spec, records: List[Dict[str, Any]],
     lines += ['', f'![accuracy vs depth]({name}_depth.png)', '']
     plot_depth(records, out / f'{name}_depth.png',
                paper_lines=bool(spec.table.get('paper_lines')),
-               authors=authors)
+               authors=authors,
+               figure_title=f"{name}: "
+               f"{spec.table.get('title', 'accuracy vs depth')}")
     if plot_erank(records, out / f'{name}_erank.png'):
         lines += [f'![effective rank vs layer]({name}_erank.png)', '']
     else:

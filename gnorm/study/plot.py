@@ -56,14 +56,16 @@ def _rows(rows: List[str], every: List[str]) -> str:
 
 
 def plot_depth(records: List[Dict[str, Any]], path: Path,
-               paper_lines: bool, authors: Optional[Dict] = None) -> None:
+               paper_lines: bool, authors: Optional[Dict] = None,
+               figure_title: Optional[str] = None) -> None:
     r"""Test accuracy vs depth, a panel per dataset: per row a line with a
     std band through its complete cells only; a partial cell is an open
     marker labelled ``k of n settings``; a missing cell is not drawn and
     is listed under the panel. :obj:`paper_lines`: the paper's values too
     (dashed, crosses); only where the splits are the paper's. :obj:`authors`
     (:func:`read_authors`): the authors' code's mean at every scale it ran,
-    a diamond each, in the row's colour."""
+    a diamond each, in the row's colour. :obj:`figure_title`: the
+    figure's title (the spec's)."""
     authors = authors or {}
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -153,6 +155,8 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
     fig.legend(handles=handles, loc='upper center', ncol=len(handles),
                fontsize=8, title=title, title_fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
+    if figure_title:
+        fig.suptitle(figure_title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
 
