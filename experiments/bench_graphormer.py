@@ -134,9 +134,11 @@ def _model(name: str, norm: str, dropout: float = 0.1):
 
 
 def measure(args, name: str, batch_size: int, dtype: str, norm: str,
-            bucket: int = 0) -> dict:
+            bucket: int = 0, model_fn=None) -> dict:
     r"""One measurement of the ``gnorm`` this process imports: per-step
-    data and model times, peak memory, batch statistics."""
+    data and model times, peak memory, batch statistics. :obj:`model_fn`
+    (``(name, norm) -> module``, default Graphormer-slim) builds another
+    model: a smaller or a compiled one."""
     from gnorm.data.molecules import graph_sizes
     from gnorm.train.graph import _loss, forward
     device = torch.device(args.device)
@@ -150,7 +152,7 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
     else:
         batching = dict(batch_size=batch_size, shuffle=True, drop_last=True)
     loader = _loader(graphs, MAX_DIST[name], **batching)
-    model = _model(name, norm).to(device)
+    model = (model_fn or _model)(name, norm).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     autocast = dtype == 'bfloat16'
 
