@@ -1,0 +1,548 @@
+r"""The GPU check in one command: what a lent device computes and how fast.
+
+One process runs these steps in order, each within its own time budget
+(seconds, :data:`STEPS`; smaller under ``--quick``). A step whose budget
+runs out stops before its next size and says so; a step that raises is
+recorded as failed with its one-line error, and the check goes on.
+
+a. the CUDA suite: ``python -m pytest -m cuda -q`` in a subprocess (its
+   summary line and the failures' names); "skipped: no device" on a CPU;
+b. layers (:mod:`bench_layers`): ContraNorm (``negatives='all'`` and
+   ``'non_neighbors'``), PairNorm, DualContraNorm and the dense
+   :math:`n \times n` ContraNorm where it fits, forward+backward time and
+   peak memory in fp32 and bf16;
+c. a 32-layer DeepGCN training step on Cora (none and ContraNorm
+   ``non_neighbors``) against its kernel time in ``torch.profiler`` and the
+   number of kernel launches (CUDA) or aten ops (CPU) per step;
+d. Graphormer-slim training steps (:mod:`bench_graphormer`) on ZINC-sized
+   graphs (the zinc fixture) and molhiv batches: graphs/s in fp32 and bf16,
+   eager and compiled (``torch.compile(fullgraph, dynamic)``, as
+   ``train.compile=true``);
+e. the collapse monitor's overhead (:mod:`bench_monitor`'s DeepGCN case);
+f. one Table 3 cell end to end (``python -m gnorm.study table3_paper``,
+   every setting x seeds as batched runs) and the whole table's time
+   extrapolated from it.
+
+After every step one JSON line is appended to
+``<out>/gpu_check_<device>.jsonl`` and ``<out>/gpu_check_<device>.md`` (the
+device, torch and CUDA versions, gnorm's commit, the command, each step's
+figures) is rewritten, so a later failure or a kill loses nothing finished.
+
+    python experiments/gpu_check.py --device cuda            # on a lent GPU
+    python experiments/gpu_check.py --device cpu --quick --out /tmp/check
+"""
+import argparse
+import functools
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, List, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's gnorm
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_layers  # noqa: E402
+
+OUT = ROOT / 'experiments' / 'results'
+
+
+# ------------------------------------------------------------ the runner
+class Budget:
+    r"""A step's time budget: :obj:`seconds` from its creation."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.start = time.perf_counter()
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return self.seconds - self.spent()
+
+    def over(self) -> bool:
+        return self.left() <= 0
+
+    def stop_note(self, before: str) -> str:
+        return (f'budget of {self.seconds:g} s reached after '
+                f'{self.spent():.1f} s: stopped before {before}')
+
+
+class Step(NamedTuple):
+    key: str
+    title: str
+    budget: float  # seconds
+    quick_budget: float
+    run: Callable[[argparse.Namespace, Budget], Dict[str, Any]]
+
+
+def one_line(error: BaseException) -> str:
+    text = ' '.join(str(error).split())
+    return f'{type(error).__name__}: {text}'[:300]
+
+
+def run_steps(steps: List[Step], ctx: argparse.Namespace,
+              env: Dict[str, Any]) -> List[Dict[str, Any]]:
+    r"""Runs :obj:`steps` in order; after each one appends its record to
+    the JSONL file and rewrites the report. A step returns
+    ``{'rows': [...], 'notes': [...], 'status': ...}`` (status ``ok``
+    unless it says ``skipped: <reason>``); one that raises is recorded as
+    ``failed`` with its one-line error."""
+    out = Path(ctx.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jsonl = out / f'gpu_check_{ctx.device}.jsonl'
+    jsonl.write_text(json.dumps({'step': 'environment', **env}) + '\n')
+    records = []
+    for step in steps:
+        budget = Budget(step.quick_budget if ctx.quick else step.budget)
+        print(f'[{step.key}] {step.title} (budget {budget.seconds:g} s)',
+              flush=True)
+        try:
+            found = dict(step.run(ctx, budget) or {})
+            record = dict(status=found.pop('status', 'ok'), **found)
+        except Exception as e:  # recorded; the check goes on
+            traceback.print_exc()
+            record = dict(status='failed', error=one_line(e))
+        record = dict(step=step.key, title=step.title,
+                      seconds=round(budget.spent(), 2),
+                      budget_s=budget.seconds, **record)
+        records.append(record)
+        with jsonl.open('a') as f:
+            f.write(json.dumps(record, default=str) + '\n')
+        (out / f'gpu_check_{ctx.device}.md').write_text(report(env, records))
+        print(f'[{step.key}] {record["status"]} in {record["seconds"]} s',
+              flush=True)
+    return records
+
+
+# ---------------------------------------------------------------- report
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f'{value:.4g}'
+    return '-' if value is None else str(value).replace('|', '/')
+
+
+def table(rows: List[Dict[str, Any]]) -> List[str]:
+    r"""A Markdown table of :obj:`rows`, the columns in order of first
+    appearance."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ['| ' + ' | '.join(columns) + ' |',
+             '|' + '---|' * len(columns)]
+    lines += ['| ' + ' | '.join(_cell(r.get(c)) for c in columns) + ' |'
+              for r in rows]
+    return lines
+
+
+def report(env: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
+    r"""The Markdown report of the steps :obj:`records` so far."""
+    lines = [f'# gnorm GPU check ({env["device"]})', '',
+             f'* device: {env["device_name"]}',
+             f'* torch {env["torch"]}, CUDA {env["cuda"]}, '
+             f'Python {env["python"]}, {env["threads"]} torch threads',
+             f'* gnorm commit: {env["commit"]}',
+             f'* command: `{env["command"]}`',
+             f'* started: {env["started"]}', '',
+             '| step | status | seconds | budget s |', '|---|---|---|---|']
+    lines += [f'| {r["step"]}. {r["title"]} | {r["status"]} | '
+              f'{r["seconds"]:.1f} | {r["budget_s"]:g} |' for r in records]
+    for r in records:
+        lines += ['', f'## {r["step"]}. {r["title"]}: {r["status"]}', '']
+        if r.get('error'):
+            lines += [f'Error: `{r["error"]}`', '']
+        lines += [f'* {n}' for n in r.get('notes', [])]
+        if r.get('notes'):
+            lines.append('')
+        if r.get('rows'):
+            lines += table(r['rows'])
+    return '\n'.join(lines) + '\n'
+
+
+def commit() -> str:
+    r"""``git rev-parse HEAD`` of the checkout, ``+modified`` when tracked
+    files differ from it; ``$GNORM_COMMIT`` where there is no git."""
+    try:
+        head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT,
+                              capture_output=True, text=True, check=True
+                              ).stdout.strip()
+        dirty = subprocess.run(['git', 'status', '--porcelain',
+                                '--untracked-files=no'], cwd=ROOT,
+                               capture_output=True, text=True, check=True
+                               ).stdout.strip()
+        return head + ('+modified' if dirty else '')
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get('GNORM_COMMIT',
+                              'unknown (no git; set GNORM_COMMIT)')
+
+
+def environment(ctx: argparse.Namespace, argv: List[str]) -> Dict[str, Any]:
+    cuda = ctx.device == 'cuda'
+    return dict(
+        device=ctx.device,
+        device_name=(torch.cuda.get_device_name() if cuda
+                     else bench_layers.machine('cpu')),
+        torch=torch.__version__,
+        cuda=torch.version.cuda or 'none (CPU build)',
+        python=platform.python_version(), threads=torch.get_num_threads(),
+        commit=commit(),
+        command=shlex.join(['python', 'experiments/gpu_check.py', *argv]),
+        started=datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))
+
+
+def _sync(device: str) -> None:
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------- a. CUDA suite
+def cuda_suite(ctx, budget):
+    if ctx.device != 'cuda':
+        return dict(status='skipped: no device')
+    cmd = [sys.executable, '-m', 'pytest', '-m', 'cuda', '-q', '-rfE',
+           '-p', 'no:cacheprovider']
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])))
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=max(budget.left(), 1))
+        output, notes = proc.stdout + proc.stderr, []
+    except subprocess.TimeoutExpired as e:
+        output = (e.stdout or b'').decode() if isinstance(e.stdout, bytes) \
+            else (e.stdout or '')
+        notes = [f'budget of {budget.seconds:g} s reached: pytest killed']
+    lines = output.strip().splitlines()
+    summary = next((l.strip('= ') for l in reversed(lines)
+                    if any(w in l for w in ('passed', 'failed', 'error',
+                                            'skipped', 'deselected'))),
+                   'no summary line')
+    failures = [l.split(' ', 1)[1].split(' - ')[0] for l in lines
+                if l.startswith(('FAILED ', 'ERROR '))]
+    return dict(rows=[dict(summary=summary, failures=len(failures))]
+                + [dict(summary='failed', failures=name)
+                   for name in failures],
+                notes=[f'`{shlex.join(cmd[1:])}`', *notes])
+
+
+# -------------------------------------------------------------- b. layers
+LAYERS = ('contranorm', 'contranorm_nn', 'pairnorm', 'contranorm_d')
+
+
+def layers(ctx, budget):
+    cuda = ctx.device == 'cuda'
+    sizes = (500, 2000) if ctx.quick else (2708, 10_000, 50_000, 169_000)
+    d, repeats = (32, 1) if ctx.quick else (128, 3)
+    # The dense reference runs where its n x n tensors take at most this.
+    dense_limit = (0.5 * torch.cuda.mem_get_info()[1] / 2**30 if cuda
+                   else 1.0)
+    rows, notes = [], [
+        f'd = {d}, median of {repeats} forward+backward after a warm-up; '
+        f'random graph with {bench_layers.DEGREE} in-edges per node.',
+        'peak GiB: torch.cuda.max_memory_allocated above the start' if cuda
+        else 'peak GiB: n/a on the CPU (one process: its peak RSS is not '
+        'the layer\'s; bench_layers.py measures it per subprocess)',
+        f'dense n x n reference where its ~6 n x n tensors need at most '
+        f'{dense_limit:.1f} GiB']
+    for n in sizes:
+        if budget.over():
+            notes.append(budget.stop_note(f'n = {n:,}'))
+            break
+        for dtype in ('float32', 'bfloat16'):
+            for layer in LAYERS:
+                refs = (False, True) if layer in bench_layers.QUADRATIC \
+                    else (False, )
+                for ref in refs:
+                    row = dict(n=n, dtype=dtype, layer=layer,
+                               impl='dense n x n' if ref else 'gnorm')
+                    rows.append(row)
+                    need = bench_layers.dense_gib(n, dtype)
+                    if ref and need > dense_limit:
+                        row['status'] = f'skipped: needs ~{need:.0f} GiB'
+                        continue
+                    try:
+                        res = bench_layers.measure(layer, ref, n, d,
+                                                   ctx.device, dtype, repeats)
+                        row.update(status='ok', ms=1e3 * res['seconds'],
+                                   peak_gib=res['peak_gib'] if cuda
+                                   else 'n/a', finite=res['finite'])
+                    except torch.OutOfMemoryError:
+                        torch.cuda.empty_cache()
+                        row['status'] = 'out of memory'
+                    except Exception as e:  # noqa: BLE001 one cell
+                        row['status'] = 'error: ' + one_line(e)
+    return dict(rows=rows, notes=notes)
+
+
+# ------------------------------------------------------------ c. DeepGCN
+def _cora(ctx):
+    from bench_monitor import load_cora
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_cora(tmp).to(ctx.device)
+
+
+def _profiled(step, device: str) -> Dict[str, Any]:
+    r"""Kernel (CUDA: self device time) or operator (CPU: self CPU time)
+    seconds of one call of :obj:`step`, and its launches or aten ops."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device == 'cuda'
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if cuda else [])
+    with profile(activities=activities) as prof:
+        step()
+        _sync(device)
+    events = prof.key_averages()
+    if cuda:
+        return dict(kernel_ms=sum(e.self_device_time_total
+                                  for e in events) / 1e3,
+                    launches=sum(e.count for e in events
+                                 if 'LaunchKernel' in e.key))
+    return dict(kernel_ms=sum(e.self_cpu_time_total for e in events) / 1e3,
+                launches=sum(e.count for e in events
+                             if e.key.startswith('aten::')))
+
+
+def deep_gcn(ctx, budget):
+    from gnorm.models import DeepGCN
+    from gnorm.nn import ContraNorm
+    data = _cora(ctx)
+    num_layers = 4 if ctx.quick else 32
+    repeats = 3 if ctx.quick else 10
+    train = data.train_mask
+    norms = {'none': None,
+             'contranorm_nn': functools.partial(ContraNorm,
+                                                negatives='non_neighbors')}
+    rows, notes = [], [
+        f'DeepGCN, {num_layers} layers, hidden 32, Cora full batch, Adam; '
+        f'step = forward + backward + optimizer step, median of {repeats} '
+        f'after a warm-up.',
+        'kernel ms: the profiler\'s self device time of one step, launches: '
+        'its cudaLaunchKernel calls' if ctx.device == 'cuda' else
+        'kernel ms: the profiler\'s self CPU total of one step (every '
+        'operator), launches: the aten ops it ran (nested ones counted)']
+    for name, norm in norms.items():
+        if budget.over():
+            notes.append(budget.stop_note(f'norm {name}'))
+            break
+        torch.manual_seed(0)
+        model = DeepGCN(data.num_features, int(data.y.max()) + 1,
+                        num_layers=num_layers, hidden_channels=32,
+                        dropout=0.2, norm=norm).to(ctx.device)
+        opt = torch.optim.Adam(model.parameters(), lr=0.005)
+
+        def step():
+            opt.zero_grad()
+            out = model(data.x, data.edge_index)
+            F.cross_entropy(out[train], data.y[train]).backward()
+            opt.step()
+
+        times = []
+        for i in range(repeats + 1):
+            _sync(ctx.device)
+            start = time.perf_counter()
+            step()
+            _sync(ctx.device)
+            if i:
+                times.append(time.perf_counter() - start)
+        step_ms = 1e3 * statistics.median(times)
+        prof = _profiled(step, ctx.device)
+        rows.append(dict(norm=name, layers=num_layers, step_ms=step_ms,
+                         **prof, kernel_share=prof['kernel_ms'] / step_ms))
+    return dict(rows=rows, notes=notes)
+
+
+# ---------------------------------------------------------- d. Graphormer
+def _tiny_graphormer(name, norm):
+    from gnorm.models import Graphormer
+    from bench_graphormer import MAX_DIST
+    return Graphormer(1, features='zinc' if name == 'zinc' else 'ogb',
+                      num_layers=1, hidden_channels=16, num_heads=2,
+                      ffn_channels=16, max_dist=MAX_DIST[name])
+
+
+def _compiled(model_fn):
+    def build(name, norm):
+        return torch.compile(model_fn(name, norm), fullgraph=True,
+                             dynamic=True)
+    return build
+
+
+def graphormer(ctx, budget):
+    import bench_graphormer as bench
+    args = argparse.Namespace(device=ctx.device, mirror=ctx.mirror,
+                              root=str(ROOT / 'data'), steps=2 if ctx.quick
+                              else 5, profile=False, baseline=None)
+    model_fn = _tiny_graphormer if ctx.quick else bench._model
+    batch_size = 16 if ctx.quick else 256
+    norm = 'layernorm'
+    rows, notes = [], [
+        f'{"a tiny Graphormer (1 layer, hidden 16)" if ctx.quick else "Graphormer-slim (12 layers, hidden 80)"}, '
+        f'LayerNorm, batch {batch_size}, median of {args.steps} AdamW steps '
+        f'after a warm-up (bench_graphormer.measure); graphs/s counts data '
+        f'(collation, copy) + model, model-only graphs/s the model alone; '
+        f'compiled = torch.compile(fullgraph=True, dynamic=True), as '
+        f'train.compile=true, its first (compiling) step not timed.']
+    for compiled in (False, True):  # eager first: compiling takes long
+        for name in ('zinc', 'molhiv'):
+            for dtype in ('float32', 'bfloat16'):
+                row = dict(graphs=name, dtype=dtype, compiled=compiled,
+                           batch=batch_size)
+                rows.append(row)
+                if name == 'molhiv' and ctx.quick:
+                    row['status'] = ('skipped: --quick (processing the '
+                                     '41k ogbg-molhiv graphs takes ~15 s)')
+                    continue
+                if compiled and ctx.quick and ctx.device == 'cpu':
+                    row['status'] = ('skipped: --quick on the CPU (the '
+                                     'first compile of even the tiny '
+                                     'model took 40-75 s here, over the '
+                                     'step\'s budget)')
+                    continue
+                if budget.over():
+                    row['status'] = 'skipped: ' + budget.stop_note(
+                        'this setting')
+                    continue
+                key = (name, batch_size, dtype, norm, 0)
+                try:
+                    res = bench.measure(args, *key, model_fn=_compiled(
+                        model_fn) if compiled else model_fn)
+                except torch.OutOfMemoryError:
+                    torch.cuda.empty_cache()
+                    row['status'] = 'out of memory'
+                    continue
+                found = bench._row(args, key, 'after', [res])
+                row.update(status='ok', step_ms=1e3 * found['step_s'],
+                           data_ms=1e3 * found['data_s'],
+                           graphs_per_s=found['graphs_per_s'],
+                           model_graphs_per_s=found['model_graphs_per_s'],
+                           nodes_per_graph=found['mean_nodes'],
+                           peak_gib=found['peak_gib'] if ctx.device == 'cuda'
+                           else 'n/a')
+    if ctx.device != 'cuda':
+        notes.append('peak GiB: n/a on the CPU (one process)')
+    return dict(rows=rows, notes=notes)
+
+
+# ------------------------------------------------------------- e. monitor
+def monitor(ctx, budget):
+    from bench_monitor import deep_gcn_case, overheads
+    data = _cora(ctx)
+    num_layers, repeats = (4, 1) if ctx.quick else (32, 5)
+    row = overheads(deep_gcn_case(data, repeats, layers=num_layers))
+    keep = ('model', 'layers', 'records', 'train_s', 'train_hooked_s',
+            'forward_s', 'record_s', 'first_record_s', 'eval_every_1',
+            'eval_every_10', 'every_1', 'every_10')
+    return dict(rows=[{k: row[k] for k in keep}], notes=[
+        f'bench_monitor.py\'s DeepGCN case on Cora, {num_layers} layers, all '
+        f'metrics, medians of {repeats} rotating rounds after a warm-up; '
+        f'*_s in seconds. eval_every_k: (record - forward) / (k x (train + '
+        f'forward)), every_k: record / (k x train) (docs/monitor.rst).'])
+
+
+# ------------------------------------------------------------ f. Table 3
+def table3_cell(ctx, budget):
+    from gnorm.study.compose import cells
+    from gnorm.study.spec import compose, load_spec
+    spec = load_spec('table3_paper')
+    t = spec.table
+    dataset, row = 'cora', 'contranorm'
+    depth = 2 if ctx.quick else 8
+    seeds = [0, 1] if ctx.quick else list(t['seeds'])
+    epochs = 5 if ctx.quick else None
+    sets = [f'device={ctx.device}'] + ([f'train.epochs={epochs}']
+                                        if epochs else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, '-m', 'gnorm.study', 'table3_paper',
+               '--datasets', dataset, '--rows', row, '--depths', str(depth),
+               '--seeds', *map(str, seeds), '--set', *sets,
+               '--runs', f'{tmp}/runs', '--out', f'{tmp}/report',
+               '--scratch', f'{tmp}/scratch']
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])))
+        times = {}
+        for name, extra in (('fixed', ['--dry-run']), ('cell', [])):
+            start = time.perf_counter()
+            try:
+                proc = subprocess.run(cmd + extra, cwd=tmp, env=env,
+                                      capture_output=True, text=True,
+                                      timeout=max(budget.left(), 1))
+            except subprocess.TimeoutExpired:
+                return dict(notes=[budget.stop_note(
+                    'the cell finished' if name == 'cell' else 'the cell')])
+            times[name] = time.perf_counter() - start
+            if proc.returncode:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()
+                raise RuntimeError(f'gnorm.study exited {proc.returncode}: '
+                                   f'{tail[-1] if tail else ""}')
+        runs = len(list(Path(tmp, 'runs').glob('*/results.json')))
+    table_epochs = compose([*spec.overrides(), f'dataset={dataset}']
+                           ).train.epochs
+    cell = cells(spec, [dataset], [row], [depth], seeds)[0]
+    every = cells(spec, t['datasets'], list(t['rows']), t['depths'],
+                  t['seeds'])
+    scale = sum(c['cost'] for c in every) / cell['cost'] * \
+        table_epochs / (epochs or table_epochs)
+    fixed, work = times['fixed'], max(times['cell'] - times['fixed'], 0.0)
+    return dict(rows=[dict(
+        cell=f'{dataset} {row} L={depth}', settings=len(cell['settings']),
+        seeds=len(seeds), runs=runs, epochs=epochs or table_epochs,
+        cell_s=times['cell'], fixed_s=fixed, cost_ratio=scale,
+        table_cells=len(every),
+        table_runs=sum(len(c['settings']) * len(t['seeds']) for c in every),
+        table_h=(fixed + work * scale) / 3600)],
+        notes=[f'`{shlex.join(["python", *cmd[1:-6]])}` (runs and report '
+               f'in a temporary folder), timed end to end (cell_s: process '
+               f'start, imports, data, training, report); fixed_s: the same '
+               f'command with --dry-run (start, imports, composing the runs).',
+               f'Extrapolation: table_h = fixed_s + (cell_s - fixed_s) x '
+               f'cost_ratio, cost_ratio = the sum over the table\'s '
+               f'{len(every)} cells at {len(t["seeds"])} seeds of '
+               f'gnorm.study.compose\'s run cost (runs x depth x (edges + '
+               f'32 nodes, + nodes^2/6 for ContraNorm)) / this cell\'s cost'
+               + (f' x {table_epochs}/{epochs} epochs' if epochs else '')
+               + '. Per-cell data loading counts as work, so the rule '
+               'overestimates where it dominates.'])
+
+
+STEPS = [
+    Step('a', 'CUDA suite (pytest -m cuda)', 150, 60, cuda_suite),
+    Step('b', 'layer benchmarks', 80, 30, layers),
+    Step('c', 'DeepGCN step vs kernel time', 30, 20, deep_gcn),
+    Step('d', 'Graphormer-slim training throughput', 150, 30, graphormer),
+    Step('e', 'collapse monitor overhead', 30, 20, monitor),
+    Step('f', 'one Table 3 cell, whole table extrapolated', 90, 40,
+         table3_cell),
+]
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--device', choices=('cuda', 'cpu'),
+                        default='cuda' if torch.cuda.is_available()
+                        else 'cpu')
+    parser.add_argument('--quick', action='store_true',
+                        help='every step at tiny sizes')
+    parser.add_argument('--out', default=str(OUT))
+    ctx = parser.parse_args(argv)
+    if ctx.device == 'cuda' and not torch.cuda.is_available():
+        parser.error('--device cuda: torch sees no CUDA device')
+    ctx.mirror = os.environ.get('GNORM_DATA_MIRROR',
+                                str(ROOT.parent / 'shared' / 'data'))
+    env = environment(ctx, argv)
+    records = run_steps(STEPS, ctx, env)
+    print(f'wrote {Path(ctx.out) / f"gpu_check_{ctx.device}.md"}')
+    return 1 if any(r['status'] == 'failed' for r in records) else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
