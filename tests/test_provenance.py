@@ -11,7 +11,7 @@ from gnorm.data import split_fingerprint
 from gnorm.train import train
 from gnorm.train.node import load_data
 from gnorm.train.run import _diff_sha256, peak_memory
-from conftest import compose_train
+from conftest import compose_train, needs_mirror
 
 TINY = ['dataset=csbm', 'dataset.num_nodes=200', 'layers=2',
         'train.epochs=3', 'train.progress=false', 'collapse_metrics=false']
@@ -63,3 +63,41 @@ def test_the_hash_of_a_modified_checkout_follows_its_changes(tmp_path):
 def test_peak_memory_of_the_cpu_is_the_process_rss():
     found = peak_memory(torch.device('cpu'))
     assert set(found) == {'host_rss_mib'} and found['host_rss_mib'] > 10
+
+
+def _graph(x, y, edges):
+    from torch_geometric.data import Data
+    return Data(x=torch.tensor(x, dtype=torch.float), y=torch.tensor(y),
+                edge_index=torch.tensor(edges).t())
+
+
+def test_leakage_counts_test_nodes_with_a_twin_in_training():
+    from gnorm.data import leakage, leaks
+    # nodes 0-2 train, 3-5 test; 3 is a copy of 0 (label, neighbours too),
+    # 4 a copy of 1 with another label, 5 is new
+    x = [[1, 0], [0, 1], [1, 1], [1, 0], [0, 1], [2, 2]]
+    y = [0, 1, 0, 0, 0, 1]
+    edges = [[2, 0], [2, 3], [0, 1], [4, 1], [5, 2]]
+    train = torch.tensor([1, 1, 1, 0, 0, 0], dtype=torch.bool)
+    found = leakage(_graph(x, y, edges), train, ~train)
+    assert found == {'test': 3, 'duplicated_in_train': 2, 'same_label': 1,
+                     'same_neighbours': 1}
+    assert leaks(found)
+    # 3's twin 0 gets another neighbour: same label, not the same
+    # neighbourhood any more
+    found = leakage(_graph(x, y, edges + [[5, 0]]), train, ~train)
+    assert found['same_label'] == 1 and found['same_neighbours'] == 0
+    # no twin of a test node among the training nodes
+    x[3], x[4] = [3, 3], [4, 4]
+    assert not leaks(leakage(_graph(x, y, edges), train, ~train))
+
+
+@needs_mirror
+def test_chameleons_geom_gcn_split_0_leaks_64_test_nodes(tmp_path):
+    results = train(compose_train(
+        'dataset=chameleon', 'split=geom_gcn', 'split_index=0', 'layers=2',
+        'train.epochs=1', 'train.progress=false', 'collapse_metrics=false'),
+        output_dir=tmp_path)
+    assert results['dataset']['leakage'] == {
+        'test': 456, 'duplicated_in_train': 64, 'same_label': 63,
+        'same_neighbours': 42}

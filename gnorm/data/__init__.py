@@ -2,6 +2,9 @@ r"""Datasets, one module per kind of data.
 
 * :mod:`gnorm.data.nodes`: node classification on one graph (Planetoid,
   WikipediaNetwork, a synthetic CSBM), offline mirrors, splits.
+* :mod:`gnorm.data.leakage`: test nodes of a split with a feature twin
+  among its training nodes (duplicate nodes, as in Chameleon and
+  Squirrel).
 * :mod:`gnorm.data.molecules`: graph-level molecule datasets (ogbg-molhiv,
   ZINC) with the shortest paths a Graphormer needs
   (:mod:`gnorm.data.paths`).
@@ -30,6 +33,7 @@ from gnorm.data.molecules import (
     load_zinc,
     zinc_fixture,
 )
+from gnorm.data.leakage import leakage, leaks
 from gnorm.data.paths import (
     ShortestPaths,
     add_shortest_paths,
@@ -44,6 +48,8 @@ __all__ = [
     'ShortestPaths',
     'add_shortest_paths',
     'graph_sizes',
+    'leakage',
+    'leaks',
     'import_ogb',
     'load_graph_dataset',
     'load_molhiv',

@@ -19,6 +19,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from gnorm.data.leakage import leakage, leaks
 from gnorm.data.nodes import check_split, load_dataset, split_fingerprint
 from gnorm.errors import ConfigError
 from gnorm.monitor import CollapseMonitor
@@ -495,6 +496,35 @@ def load_runs(cfgs: Sequence[DictConfig],
     return data
 
 
+def split_leakage(data, cfgs: Sequence[DictConfig]) -> List[Dict[str, int]]:
+    r"""Each run's :func:`gnorm.data.leakage` (test nodes with a feature
+    twin among its training nodes), once per split; one warning line for a
+    split that leaks (:func:`gnorm.data.leaks`)."""
+    found: Dict[str, Dict[str, int]] = {}
+    out = []
+    for r, c in enumerate(cfgs):
+        train, test = data.train_mask[r], data.test_mask[r]
+        key = split_fingerprint(train, data.val_mask[r], test)
+        if key not in found:
+            found[key] = leakage(data, train, test)
+            if leaks(found[key]):
+                log.warning('%s: %d of %d test nodes of the split have a '
+                            'training node with the same features (%d of '
+                            'them the same label): the split leaks '
+                            '(gnorm.data.leakage)', split_name(c),
+                            found[key]['duplicated_in_train'],
+                            found[key]['test'], found[key]['same_label'])
+        out.append(found[key])
+    return out
+
+
+def split_name(cfg: DictConfig) -> str:
+    r"""``chameleon, geom_gcn split 0`` (or ``random split of seed 3``)."""
+    which = (f' {cfg.split_index}' if cfg.split == 'geom_gcn' else
+             f' of seed {cfg.seed}' if cfg.split == 'random' else '')
+    return f'{cfg.dataset.name}, {cfg.split} split{which}'
+
+
 def run(cfgs: Sequence[DictConfig], device: torch.device,
         results: List[Dict[str, Any]], paths: Sequence[Path],
         ) -> List[Dict[str, Any]]:
@@ -525,6 +555,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
              cfg.dataset.name, data.num_nodes, data.num_edges,
              data.num_features, num_classes, cfg.split)
     log.info('model: %s on %s', on_one_line(model), device)
+    leaked = split_leakage(data, cfgs)
     for r, (c, res) in enumerate(zip(cfgs, results)):
         with torch.device('meta'):  # the run as a model of its own
             alone = build_model(c, data.num_features, num_classes)
@@ -537,7 +568,8 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                                         for s in ('train', 'val', 'test')],
                         'split_fingerprint': split_fingerprint(
                             *(data[f'{s}_mask'][r]
-                              for s in ('train', 'val', 'test')))},
+                              for s in ('train', 'val', 'test'))),
+                        'leakage': leaked[r]},
             'model': str(alone),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
         })
