@@ -9,12 +9,7 @@ grids of the compared rows and refuses a spec without them
 from typing import Dict, List, Optional
 
 from gnorm.study.compose import setting_label
-from gnorm.study.spec import Spec, compared_rows, compose, grid, settings
-
-
-def budget(spec: Spec, row: str) -> int:
-    r"""The number of settings :obj:`row` tries."""
-    return len(settings(spec, row))
+from gnorm.study.spec import Spec, compared_rows, compose, grid
 
 
 def default_setting(spec: Spec, row: str) -> Optional[str]:

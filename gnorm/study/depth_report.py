@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import code, machines, write_records
-from gnorm.study.budget import budget
 from gnorm.study.compare import (annotate, at_default, comparison, family,
                                  shown)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING
 from gnorm.study.select import TIE
-from gnorm.study.spec import REPO, Spec, grid, set_name
+from gnorm.study.spec import REPO, Spec, budget, grid, set_name
 
 
 def _label(record: Dict[str, Any]) -> str:

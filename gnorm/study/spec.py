@@ -533,7 +533,7 @@ def _check_budget(spec: Spec) -> None:
     many settings (a row with a larger grid has more tries to win)."""
     if spec.table.get('budget', 'any') != 'equal':
         return
-    sizes = {row: len(settings(spec, row)) for row in compared_rows(spec)}
+    sizes = {row: budget(spec, row) for row in compared_rows(spec)}
     if len(set(sizes.values())) > 1:
         said = ', '.join(f'{row} {n}' for row, n in sizes.items())
         raise SpecError(f'{spec.name}: table.budget: equal, but the '
@@ -561,6 +561,11 @@ def settings(spec: Spec, row: str) -> List[Dict[str, Any]]:
     found = grid(spec, row)
     return [dict(zip(found, values))
             for values in itertools.product(*found.values())]
+
+
+def budget(spec: Spec, row: str) -> int:
+    r"""The number of settings :obj:`row` tries (its tuning budget)."""
+    return len(settings(spec, row))
 
 
 def setting_label(setting: Dict[str, Any]) -> str:

@@ -496,17 +496,18 @@ def load_runs(cfgs: Sequence[DictConfig],
     return data
 
 
-def split_leakage(data, cfgs: Sequence[DictConfig]) -> List[Dict[str, int]]:
+def split_leakage(data, cfgs: Sequence[DictConfig],
+                  fingerprints: Sequence[str]) -> List[Dict[str, int]]:
     r"""Each run's :func:`gnorm.data.leakage` (test nodes with a feature
-    twin among its training nodes), once per split; one warning line for a
-    split that leaks (:func:`gnorm.data.leaks`)."""
+    twin among its training nodes), once per split (runs of one split
+    share its :obj:`fingerprints`); one warning line for a split that
+    leaks (:func:`gnorm.data.leaks`)."""
     found: Dict[str, Dict[str, int]] = {}
     out = []
-    for r, c in enumerate(cfgs):
-        train, test = data.train_mask[r], data.test_mask[r]
-        key = split_fingerprint(train, data.val_mask[r], test)
+    for r, (c, key) in enumerate(zip(cfgs, fingerprints)):
         if key not in found:
-            found[key] = leakage(data, train, test)
+            found[key] = leakage(data, data.train_mask[r],
+                                 data.test_mask[r])
             if leaks(found[key]):
                 log.warning('%s: %d of %d test nodes of the split have a '
                             'training node with the same features (%d of '
@@ -555,7 +556,10 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
              cfg.dataset.name, data.num_nodes, data.num_edges,
              data.num_features, num_classes, cfg.split)
     log.info('model: %s on %s', on_one_line(model), device)
-    leaked = split_leakage(data, cfgs)
+    fingerprints = [split_fingerprint(*(data[f'{s}_mask'][r]
+                                        for s in ('train', 'val', 'test')))
+                    for r in range(len(cfgs))]
+    leaked = split_leakage(data, cfgs, fingerprints)
     for r, (c, res) in enumerate(zip(cfgs, results)):
         with torch.device('meta'):  # the run as a model of its own
             alone = build_model(c, data.num_features, num_classes)
@@ -566,9 +570,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                         'num_classes': num_classes, 'split': c.split,
                         'split_sizes': [int(data[f'{s}_mask'][r].sum())
                                         for s in ('train', 'val', 'test')],
-                        'split_fingerprint': split_fingerprint(
-                            *(data[f'{s}_mask'][r]
-                              for s in ('train', 'val', 'test'))),
+                        'split_fingerprint': fingerprints[r],
                         'leakage': leaked[r]},
             'model': str(alone),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
