@@ -30,6 +30,7 @@ figures) is rewritten, so a later failure or a kill loses nothing finished.
 
     python experiments/gpu_check.py --device cuda            # on a lent GPU
     python experiments/gpu_check.py --device cpu --quick --out /tmp/check
+    python experiments/gpu_check.py --device cuda --steps ad  # two steps
 """
 import argparse
 import functools
@@ -98,8 +99,8 @@ def run_steps(steps: List[Step], ctx: argparse.Namespace,
     r"""Runs :obj:`steps` in order; after each one appends its record to
     the JSONL file and rewrites the report. A step returns
     ``{'rows': [...], 'notes': [...], 'status': ...}`` (status ``ok``
-    unless it says ``skipped: <reason>``); one that raises is recorded as
-    ``failed`` with its one-line error."""
+    unless it says ``skipped: <reason>`` or ``failed: <what>``); one that
+    raises is recorded as ``failed`` with its one-line error."""
     out = Path(ctx.out)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / f'gpu_check_{ctx.device}.jsonl'
@@ -221,17 +222,26 @@ def cuda_suite(ctx, budget):
         output = (e.stdout or b'').decode() if isinstance(e.stdout, bytes) \
             else (e.stdout or '')
         notes = [f'budget of {budget.seconds:g} s reached: pytest killed']
+    rows, status = suite_rows(output)
+    return dict(rows=rows, status=status,
+                notes=[f'`{shlex.join(cmd[1:])}`', *notes])
+
+
+def suite_rows(output: str):
+    r"""The rows and status of a pytest run from its :obj:`output` (with
+    ``-rfE``): its summary line, then each failing test with its one-line
+    message; status ``ok``, or ``failed: <n> tests`` when any failed."""
     lines = output.strip().splitlines()
     summary = next((l.strip('= ') for l in reversed(lines)
                     if any(w in l for w in ('passed', 'failed', 'error',
                                             'skipped', 'deselected'))),
                    'no summary line')
-    failures = [l.split(' ', 1)[1].split(' - ')[0] for l in lines
+    failures = [l.split(' ', 1)[1].partition(' - ') for l in lines
                 if l.startswith(('FAILED ', 'ERROR '))]
-    return dict(rows=[dict(summary=summary, failures=len(failures))]
-                + [dict(summary='failed', failures=name)
-                   for name in failures],
-                notes=[f'`{shlex.join(cmd[1:])}`', *notes])
+    rows = [dict(summary=summary, failures=len(failures))] + [
+        dict(summary='failed', failures=name, message=message[:200])
+        for name, _, message in failures]
+    return rows, f'failed: {len(failures)} tests' if failures else 'ok'
 
 
 # -------------------------------------------------------------- b. layers
@@ -419,6 +429,10 @@ def graphormer(ctx, budget):
                     torch.cuda.empty_cache()
                     row['status'] = 'out of memory'
                     continue
+                except Exception as e:  # recorded; the other settings go on
+                    traceback.print_exc()
+                    row['status'] = f'failed: {one_line(e)[:200]}'
+                    continue
                 found = bench._row(args, key, 'after', [res])
                 row.update(status='ok', step_ms=1e3 * found['step_s'],
                            data_ms=1e3 * found['data_s'],
@@ -429,7 +443,9 @@ def graphormer(ctx, budget):
                            else 'n/a')
     if ctx.device != 'cuda':
         notes.append('peak GiB: n/a on the CPU (one process)')
-    return dict(rows=rows, notes=notes)
+    failed = sum(r['status'].startswith('failed') for r in rows)
+    return dict(rows=rows, notes=notes, status=f'failed: {failed} of '
+                f'{len(rows)} settings' if failed else 'ok')
 
 
 # ------------------------------------------------------------- e. monitor
@@ -533,15 +549,23 @@ def main(argv=None) -> int:
     parser.add_argument('--quick', action='store_true',
                         help='every step at tiny sizes')
     parser.add_argument('--out', default=str(OUT))
+    parser.add_argument('--steps', default=''.join(s.key for s in STEPS),
+                        help='the steps to run, by letter (default: all), '
+                        'e.g. "ad" to rerun the suite and the Graphormer')
     ctx = parser.parse_args(argv)
+    unknown = set(ctx.steps) - {s.key for s in STEPS}
+    if unknown:
+        parser.error(f'--steps: no step {", ".join(sorted(unknown))} '
+                     f'(steps: {"".join(s.key for s in STEPS)})')
     if ctx.device == 'cuda' and not torch.cuda.is_available():
         parser.error('--device cuda: torch sees no CUDA device')
     ctx.mirror = os.environ.get('GNORM_DATA_MIRROR',
                                 str(ROOT.parent / 'shared' / 'data'))
     env = environment(ctx, argv)
-    records = run_steps(STEPS, ctx, env)
+    records = run_steps([s for s in STEPS if s.key in ctx.steps], ctx, env)
     print(f'wrote {Path(ctx.out) / f"gpu_check_{ctx.device}.md"}')
-    return 1 if any(r['status'] == 'failed' for r in records) else 0
+    return 1 if any(r['status'].startswith('failed') for r in records) \
+        else 0
 
 
 if __name__ == '__main__':

@@ -90,3 +90,48 @@ def test_a_step_past_its_budget_stops_before_the_next_size():
     budget = check.Budget(0)
     assert budget.over()
     assert 'stopped before n = 10' in budget.stop_note('n = 10')
+
+
+def test_the_suite_step_fails_with_its_failing_tests_and_messages():
+    check = experiment('gpu_check')
+    output = '\n'.join([
+        '..F.', '=== short test summary info ===',
+        'FAILED tests/test_cuda.py::test_a[cuda] - RuntimeError: overwritten',
+        'ERROR tests/test_cuda.py::test_b[cuda]',
+        '1 failed, 2 passed, 1 error in 3.0s'])
+    rows, status = check.suite_rows(output)
+    assert status == 'failed: 2 tests'
+    assert rows[0] == dict(summary='1 failed, 2 passed, 1 error in 3.0s',
+                           failures=2)
+    assert rows[1] == dict(summary='failed',
+                           failures='tests/test_cuda.py::test_a[cuda]',
+                           message='RuntimeError: overwritten')
+    assert rows[2]['failures'] == 'tests/test_cuda.py::test_b[cuda]'
+    assert check.suite_rows('4 passed in 1.0s') == (
+        [dict(summary='4 passed in 1.0s', failures=0)], 'ok')
+
+
+def test_a_failing_graphormer_setting_is_recorded_and_the_others_run(
+        monkeypatch):
+    check = experiment('gpu_check')
+    bench = experiment('bench_graphormer')
+    measured = []
+
+    def measure(args, name, batch, dtype, norm, seed, model_fn):
+        measured.append((name, dtype))
+        if dtype == 'float32':
+            raise AssertionError('expected stride 36\nsecond line')
+        return 'result'
+
+    monkeypatch.setitem(sys.modules, 'bench_graphormer', bench)
+    monkeypatch.setattr(bench, 'measure', measure)
+    monkeypatch.setattr(bench, '_row', lambda *a: dict(
+        step_s=0.1, data_s=0.01, graphs_per_s=10.0, model_graphs_per_s=11.0,
+        mean_nodes=20.0, peak_gib=0.1))
+    ctx = argparse.Namespace(device='cpu', quick=True, mirror=None)
+    found = check.graphormer(ctx, check.Budget(60))
+    assert measured == [('zinc', 'float32'), ('zinc', 'bfloat16')]
+    statuses = [r['status'] for r in found['rows']]
+    assert statuses[:2] == ['failed: AssertionError: expected stride 36 '
+                            'second line', 'ok']
+    assert found['status'] == 'failed: 1 of 8 settings'

@@ -4,6 +4,7 @@ import math
 import networkx as nx
 import pytest
 import torch
+import torch.nn.functional as F
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import from_networkx
 
@@ -355,6 +356,42 @@ def test_forward_with_a_layout_compiles_in_one_graph_for_every_shape(norm):
         for g, h in zip(traced_grads, eager_grads):
             torch.testing.assert_close(g, h)
     assert len(compiles) == 1
+
+
+def test_fused_attention_bias_is_aligned_for_every_batch_size():
+    r"""With the fused kernels every stride of the bias handed to
+    ``scaled_dot_product_attention`` is a multiple of 8 elements (the
+    memory-efficient GPU kernel's alignment) for every batch: in the
+    compiled graph, where the token count is a symbolic size, the
+    alignment is statically known, so the compiler neither pads the bias
+    nor guards on the batch (unaligned biases broke compiled training on
+    an H200: experiments/results/gpu_check_cuda.md)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    masks = []
+
+    def backend(gm, example_inputs):  # the bias of every attention call
+        masks.extend(node.kwargs['attn_mask'].meta['example_value']
+                     for node in gm.graph.nodes
+                     if node.target is F.scaled_dot_product_attention)
+        return gm.forward
+
+    model = _model(kernels='fused', dropout=0.0, input_dropout=0.0,
+                   attention_dropout=0.0)
+    compiled = torch.compile(model, backend=backend, fullgraph=True,
+                             dynamic=True)
+    for sizes in ([3, 8, 5], [4, 11, 2, 6]):  # 9 and 12 tokens: padded
+        b, layout = _layout_batch([_graph(n, s) for s, n in enumerate(sizes)],
+                                  model.max_dist)
+        compiled(b.x, b.edge_index, b.edge_attr, b.spd, b.path_edge,
+                 layout=layout)
+        ctx = model.layer_context(model.pair_bias(b.spd, b.edge_attr, layout),
+                                  layout)
+        (bias, ) = ctx.bias
+        assert bias.shape[-1] % 8 == 0 and bias.is_contiguous()
+    assert len(masks) == model.num_layers  # one graph for both batches
+    for mask in masks:
+        assert all(statically_known_true(s % 8 == 0)
+                   for s in mask.stride()[:-1])
 
 
 def test_layout_refuses_structure_of_other_graphs():

@@ -17,6 +17,11 @@ from torch import Tensor
 # Graphs per attention group on the CPU (sorted by size; see
 # attention_groups).
 ATTENTION_CHUNK = 16
+# Tokens per graph with the fused kernels: a multiple of this, so that every
+# stride of the attention bias is a multiple of the memory-efficient
+# kernel's alignment (8 elements) for any batch, also as a symbolic size in
+# a compiled graph (see attention_groups).
+BIAS_ALIGNMENT = 8
 
 
 def keep_scale(x: Tensor, p: float,
@@ -68,20 +73,21 @@ class AttentionGroups(NamedTuple):
     pair_pos: Tensor  # [P]: the row of each node pair in it
 
 
-def attention_groups(layout: Dict[str, Tensor],
-                     single: bool) -> AttentionGroups:
+def attention_groups(layout: Dict[str, Tensor], single: bool,
+                     multiple: int = 1) -> AttentionGroups:
     r"""The groups of graphs the layers' attention runs in, each dense
     :obj:`[B_g, T_g]` with its own padding: one token buffer for them all,
     group after group, and one pair buffer. One group (:obj:`single`, or in
-    a compiled graph: one kernel, no value of the batch read); else the
-    graphs sorted by size in chunks of :obj:`ATTENTION_CHUNK`, each padded
-    to its own largest graph only (the same attention per graph, far fewer
-    padded scores)."""
+    a compiled graph: one kernel, no value of the batch read), its
+    :math:`T` rounded up to a :obj:`multiple` (:obj:`BIAS_ALIGNMENT` with
+    the fused kernels: the extra tokens are padding, masked as keys and
+    never read as queries); else the graphs sorted by size in chunks of
+    :obj:`ATTENTION_CHUNK`, each padded to its own largest graph only (the
+    same attention per graph, far fewer padded scores)."""
     mask = layout['mask']
     B, T = mask.shape
     if single or B <= ATTENTION_CHUNK or torch.compiler.is_compiling():
-        return AttentionGroups([(B, T)], [mask], B * T, layout['pos'],
-                               B * T * T, layout['pair_pos'])
+        return _one_group(layout, multiple)
     sizes, graphs = torch.sort(mask.sum(1), stable=True)  # tokens per graph
     # Per graph: its first token row, its first pair row, its group's T_g.
     first_token, first_pair = torch.empty_like(graphs), \
@@ -108,6 +114,30 @@ def attention_groups(layout: Dict[str, Tensor],
     row, column = cell.div(T, rounding_mode='floor'), cell % T
     pair_pos = first_pair[graph] + row * width[graph] + column
     return AttentionGroups(shapes, masks, size, pos, pair_size, pair_pos)
+
+
+def _one_group(layout: Dict[str, Tensor], multiple: int) -> AttentionGroups:
+    r"""All graphs of :obj:`layout` as one group of :math:`T_p` tokens,
+    :math:`T` rounded up to a :obj:`multiple`. :math:`T_p` is computed from
+    :math:`T` as :math:`\mathit{multiple} \lceil T / \mathit{multiple}
+    \rceil` without a branch on its value, so that in a compiled graph it is
+    a multiple for every batch (no guard, no recompilation)."""
+    mask = layout['mask']
+    B, T = mask.shape
+    if multiple == 1:
+        return AttentionGroups([(B, T)], [mask], B * T, layout['pos'],
+                               B * T * T, layout['pair_pos'])
+    Tp = (T + multiple - 1) // multiple * multiple
+    mask = torch.cat([mask, mask.new_zeros(B, Tp - T)], 1)  # [B, T_p]
+    graph, index = layout['pos'].div(T, rounding_mode='floor'), \
+        layout['pos'] % T
+    pos = graph * Tp + index
+    graph, cell = layout['pair_pos'].div(T * T, rounding_mode='floor'), \
+        layout['pair_pos'] % (T * T)
+    row, column = cell.div(T, rounding_mode='floor'), cell % T
+    pair_pos = (graph * Tp + row) * Tp + column
+    return AttentionGroups([(B, Tp)], [mask], B * Tp, pos, B * Tp * Tp,
+                           pair_pos)
 
 
 def group_biases(pairs: Tensor, groups: AttentionGroups,
@@ -167,13 +197,14 @@ def layer_context(layout: Dict[str, Tensor], pairs: Tensor, virtual: Tensor,
                   ) -> LayerContext:
     r"""The :class:`LayerContext` of a batch for :obj:`R` runs: its
     :obj:`layout`, the attention groups (one group with the :obj:`fused`
-    kernels) with their biases (:func:`group_biases` of :obj:`pairs`
+    kernels, its tokens a multiple of :obj:`BIAS_ALIGNMENT`) with their biases (:func:`group_biases` of :obj:`pairs`
     :obj:`[P, R heads]` and :obj:`virtual` :obj:`[R, heads]`, viewed
     :obj:`[R B_g, heads, T_g, T_g]`), the row of each run's token in their
     buffer, and the dropout generators (one per run, or :obj:`None` for
     torch's)."""
     R = virtual.size(0)
-    groups = attention_groups(layout, single=fused)
+    groups = attention_groups(layout, single=fused,
+                              multiple=BIAS_ALIGNMENT if fused else 1)
     bias = [b.view(-1, *b.shape[2:])
             for b in group_biases(pairs, groups, virtual)]
     return LayerContext(layout, groups, bias, _run_positions(groups, R),

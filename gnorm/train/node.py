@@ -271,8 +271,9 @@ class Step:
     the :obj:`METRICS` of every run in evaluation mode, with no value read
     back to the host. The model's :class:`~gnorm.models.deep_gcn.Graph` and
     the mask indices are derived once. With :obj:`compile`, the two model
-    passes run through :func:`torch.compile` (:obj:`fullgraph`; on CUDA
-    with CUDA graphs, :obj:`mode="reduce-overhead"`); dropout masks then
+    passes run through :func:`torch.compile` (:obj:`fullgraph`, inductor's
+    default mode on every device: its CUDA-graph mode failed on an H200,
+    see docs/gpu.rst); dropout masks then
     come from the compiled graph's generator, not :obj:`generators`.
     :obj:`precision` ``bf16`` runs them under bfloat16 autocast."""
     def __init__(self, model: torch.nn.Module, data,
@@ -288,11 +289,8 @@ class Step:
                                        enabled=precision == 'bf16')
         self.losses, self.metrics = self._losses, self._metrics
         if compile:
-            mode = 'reduce-overhead' if data.x.is_cuda else None
-            self.losses = torch.compile(self._losses, fullgraph=True,
-                                        mode=mode)
-            self.metrics = torch.compile(self._metrics, fullgraph=True,
-                                         mode=mode)
+            self.losses = torch.compile(self._losses, fullgraph=True)
+            self.metrics = torch.compile(self._metrics, fullgraph=True)
 
     def _losses(self, x: torch.Tensor) -> torch.Tensor:
         with self.autocast:
