@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.results import load_runs, mean_std, plural, value  # noqa: E402
-from gnorm.run_keys import drop_keys, record_identity  # noqa: E402
+from gnorm.results.keys import drop_keys, record_identity  # noqa: E402
 from experiments.authors_speed import speed_lines  # noqa: E402
 from gnorm.study.inputs import read_records, relative  # noqa: E402
 from gnorm.study.plot import save_bytes, save_figure  # noqa: E402

@@ -106,7 +106,7 @@ def plot(rows, path: Path = PNG):
     import matplotlib
     from matplotlib.figure import Figure
 
-    from gnorm.monitor_plot import _lines
+    from gnorm.monitor.plot import _lines
 
     acc = {(r['model'], r['step']): r['value'] for r in rows
            if r['metric'] == 'val_acc'}

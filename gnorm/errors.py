@@ -2,10 +2,11 @@ r"""Errors that the command line reports as one line (``error: ...``) and a
 non-zero exit status, without a traceback. Their message names the problem
 and the fix."""
 import contextlib
+import difflib
 import signal
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, List
 
 # sys.argv[0] while `python -m gnorm.train` imports its package, and the
 # console script's name.
@@ -55,3 +56,19 @@ def interrupt_exits() -> Iterator[None]:
         print('interrupted while starting: nothing ran', file=sys.stderr,
               flush=True)
         sys.exit(128 + signal.SIGINT)
+
+
+def closest(key: str, keys: Iterable[str]) -> List[str]:
+    r"""Up to three of :obj:`keys` that :obj:`key` may be a typo of: close
+    as a whole (``norm.scal``: ``norm.scale``) or by the last dotted part
+    (``lr``: ``train.lr``), closest first."""
+    leaf = key.rsplit('.', 1)[-1]
+    scored = []
+    for other in keys:
+        score = max(difflib.SequenceMatcher(None, key, other).ratio(),
+                    difflib.SequenceMatcher(None, leaf,
+                                            other.rsplit('.', 1)[-1]).ratio()
+                    - 0.05)
+        if score >= 0.75:
+            scored.append((-score, other))
+    return [other for _, other in sorted(scored)[:3]]

@@ -131,7 +131,7 @@ def test_option_names_what_was_typed():
 
 
 def test_a_run_made_before_a_key_existed_is_the_same_run():
-    from gnorm.run_keys import ADDED_KEYS, result_config
+    from gnorm.results.keys import ADDED_KEYS, result_config
     cfg = OmegaConf.to_container(compose_train('layers=4'), resolve=True)
     old = {**cfg, 'train': {k: v for k, v in cfg['train'].items()
                             if f'train.{k}' not in ADDED_KEYS}}
@@ -193,7 +193,7 @@ def test_data_root_under_a_file(tmp_path):
 
 def test_folder_checks(tmp_path, monkeypatch):
     from gnorm.errors import ConfigError
-    from gnorm.folders import check_file, check_folder
+    from gnorm.results.folders import check_file, check_folder
     (tmp_path / 'afile').touch()
     check_folder(tmp_path / 'a' / 'b', 'x')
     check_file(tmp_path / 'a' / 'b.csv', 'x')

@@ -194,7 +194,7 @@ def test_effective_rank_below_float64_is_as_exact_as_its_input(n, d, dtype):
 
 @pytest.mark.parametrize('n,d', [(2708, 32), (20, 64)])
 def test_singular_values_below_float64_beat_float32s_svd(n, d):
-    from gnorm.metrics import _singular_values
+    from gnorm.metrics.pointwise import _singular_values
     k = min(n, d)
     u, _ = torch.linalg.qr(randn(n, k, seed=5))
     v, _ = torch.linalg.qr(randn(d, k, seed=6))

@@ -8,7 +8,7 @@ import torch
 
 from gnorm.metrics import (dirichlet_energy, hop_distances, mad, mad_gap,
                            uniformity)
-from gnorm.metrics_pairs import draw_pairs
+from gnorm.metrics.pairs import draw_pairs
 
 
 def random_graph(n, m, seed=0):

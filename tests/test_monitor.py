@@ -627,7 +627,7 @@ def test_a_gps_layer_stack_by_type_with_batches_of_graphs():
 
 @pytest.mark.parametrize('kind', ['lines', 'heatmap'])
 def test_a_metric_without_finite_values_says_so_in_its_panel(kind):
-    from gnorm.monitor_plot import plot_records
+    from gnorm.monitor.plot import plot_records
     records = [{'step': s, 'layer': f'convs.{i}', 'metric': m,
                 'value': float('nan') if m == 'mad_gap' else 1.0 + i + s,
                 'graphs': 1}

@@ -171,20 +171,23 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'collapse',
                 'epoch_log', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
                 'locks', 'run', 'sweep', 'arguments', 'command')
-# gnorm's packages and modules, each importing only those before it.
-PACKAGE_LAYERS = ('__init__', 'errors', 'folders', 'run_keys', 'nn',
-                  'metrics', 'data', 'models', 'monitor', 'train', 'results',
-                  'study')
+# gnorm's packages and modules, each importing only those before it: the
+# errors, layers and metrics, data, the run records (gnorm.results: keys,
+# folders, the summary), models, the monitor, training and the studies
+# (experiments/ above them all).
+PACKAGE_LAYERS = ('__init__', 'errors', 'nn', 'metrics', 'data', 'results',
+                  'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
                 'budget', 'inputs', 'pairs', 'compare', 'paired', 'plot',
                 'recipe', 'depth_report', 'paired_report', 'engine', 'cli')
-# Modules that are one layer split in two files: gnorm.metrics re-exports
-# the pairwise metrics of gnorm.metrics_pairs, which use its helpers;
-# gnorm.monitor draws its plots with gnorm.monitor_plot and measures the
-# layer outputs with gnorm.monitor_measure.
-SAME_LAYER = {'metrics_pairs': 'metrics', 'monitor_plot': 'monitor',
-              'monitor_measure': 'monitor'}
+# Within the packages that split one concern per module: each module
+# imports only those before it (the package's __init__ re-exports).
+INNER_LAYERS = {
+    'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
+    'monitor': ('measure', 'plot', 'hooks'),
+    'results': ('keys', 'folders', 'summary'),
+}
 
 
 def _imports(path):
@@ -204,15 +207,28 @@ def _part(module, prefix):
 
 def test_imports_run_one_way():
     gnorm = REPO / 'gnorm'
+    assert {p.name.removesuffix('.py') for p in gnorm.iterdir()
+            if p.suffix == '.py' or (p / '__init__.py').is_file()} == \
+        set(PACKAGE_LAYERS)
     for path in gnorm.rglob('*.py'):
         rel = path.relative_to(gnorm)
         part = rel.parts[0].removesuffix('.py')
-        mine = PACKAGE_LAYERS.index(SAME_LAYER.get(part, part))
+        mine = PACKAGE_LAYERS.index(part)
         for module in _imports(path):
             other = _part(module, 'gnorm.')
-            other = SAME_LAYER.get(other, other)
             if other in PACKAGE_LAYERS:
                 assert PACKAGE_LAYERS.index(other) <= mine, (rel, module)
+    for package, layers in INNER_LAYERS.items():
+        folder = gnorm / package
+        assert {p.stem for p in folder.glob('*.py')} - {
+            '__init__', '__main__'} == set(layers), package
+        for name in layers:
+            for module in _imports(folder / f'{name}.py'):
+                assert module != f'gnorm.{package}', (name, 'the package')
+                other = _part(module, f'gnorm.{package}.')
+                if other in layers:
+                    assert layers.index(other) < layers.index(name), \
+                        (package, name, module)
     train = gnorm / 'train'
     assert {p.stem for p in train.glob('*.py')} == {
         *TRAIN_LAYERS, '__init__', '__main__'}
@@ -235,6 +251,49 @@ def test_imports_run_one_way():
     plugin = REPO / 'hydra_plugins' / 'gnorm_sweeper' / 'gnorm_sweeper.py'
     assert {m for m in _imports(plugin) if m.startswith('gnorm')} == {
         'gnorm.train.sweep', 'gnorm.train.sweep.BatchedSweeper'}
+
+
+def _modules():
+    r"""Every module of gnorm and the sweeper plugin by dotted name."""
+    for folder in ('gnorm', 'hydra_plugins'):
+        for path in (REPO / folder).rglob('*.py'):
+            parts = path.relative_to(REPO).with_suffix('').parts
+            yield '.'.join(parts[:-1] if parts[-1] == '__init__' else parts), \
+                path
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for name, path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.startswith('gnorm') and node.module != name:
+                found += [f'{name}: {node.module}.{a.name}'
+                          for a in node.names if a.name.startswith('_')]
+    assert not found
+
+
+def test_no_import_circle():
+    r"""The modules' imports (at any depth of their code, a function's
+    too) form no circle."""
+    modules = dict(_modules())
+    edges = {name: {m for m in _imports(path) if m in modules and m != name}
+             for name, path in modules.items()}
+    done, path = set(), []
+
+    def visit(name):
+        assert name not in path, ' -> '.join(path[path.index(name):] +
+                                             [name])
+        if name in done:
+            return
+        path.append(name)
+        for other in sorted(edges[name]):
+            visit(other)
+        path.pop()
+        done.add(name)
+
+    for name in sorted(modules):
+        visit(name)
 
 
 def test_hydra_internals_only_in_the_adapter():

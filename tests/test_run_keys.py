@@ -7,8 +7,8 @@ import gnorm.train.graph as graph
 import gnorm.train.node as node
 from gnorm.errors import ConfigError
 from gnorm.results import aggregate, load_runs, main, repeat_keys
-from gnorm.run_keys import (batch_key, check_resume, finished, identity,
-                            record_identity)
+from gnorm.results.keys import (batch_key, check_resume, identity,
+                                is_finished, record_identity)
 from gnorm.train.common import finished_run
 from gnorm.train.run import train_runs
 from conftest import compose_train
@@ -43,16 +43,16 @@ def test_identity_counts_the_processes():
 # processes.
 def test_finished_needs_status_ok_and_the_same_identity():
     record = {'status': 'ok', 'config': CONFIG, 'world_size': 1}
-    assert finished(record, CONFIG, 1, 'here')
-    assert not finished(None, CONFIG, 1, 'here')
-    assert not finished(dict(record, status='interrupted'), CONFIG, 2, 'x')
+    assert is_finished(record, CONFIG, 1, 'here')
+    assert not is_finished(None, CONFIG, 1, 'here')
+    assert not is_finished(dict(record, status='interrupted'), CONFIG, 2, 'x')
     with pytest.raises(ConfigError, match=r'^here holds a finished run of '
                        r'another config \(world_size 1 vs 2: another '
                        r'number of processes\)'):
-        finished(record, CONFIG, 2, 'here')
+        is_finished(record, CONFIG, 2, 'here')
     other = dict(CONFIG, layers=4)
     with pytest.raises(ConfigError, match=r'differs in layers\)'):
-        finished(record, other, 1, 'here')
+        is_finished(record, other, 1, 'here')
 
 
 # (c) a checkpoint continues a run of the same identity only.

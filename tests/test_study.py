@@ -13,7 +13,7 @@ import pytest
 
 from gnorm.results import load_runs
 from gnorm.results import overrides as run_overrides
-from gnorm.run_keys import NOT_RESULT_KEYS, record_identity
+from gnorm.results.keys import NOT_RESULT_KEYS, record_identity
 from gnorm.study import compare as study_compare
 from gnorm.study import plot as study_plot
 from gnorm.study.cli import main as study

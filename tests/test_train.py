@@ -176,7 +176,7 @@ def test_eval_every_picks_the_best_evaluated_epoch(tmp_path):
 
 
 def test_eval_every_is_no_result_key_of_a_last_epoch_run():
-    from gnorm.run_keys import result_config
+    from gnorm.results.keys import result_config
     config = {'select': 'last', 'seed': 0, 'train': {'eval_every': 10}}
     assert result_config(config) == result_config(
         {'select': 'last', 'seed': 0, 'train': {}})

@@ -249,7 +249,7 @@ class RunConv(torch.nn.Module):
         return f'{self.in_channels}, {self.out_channels}{runs}'
 
 
-def _make_norm(factory: Callable[..., torch.nn.Module],
+def make_norm(factory: Callable[..., torch.nn.Module],
                channels: int) -> torch.nn.Module:
     r"""Calls :obj:`factory`, passing :obj:`channels` under the first width
     argument its signature has, if any."""
@@ -263,7 +263,7 @@ def _make_norm(factory: Callable[..., torch.nn.Module],
     return factory()
 
 
-def _forward_inputs(module: torch.nn.Module) -> Tuple[str, ...]:
+def forward_inputs(module: torch.nn.Module) -> Tuple[str, ...]:
     r"""The optional inputs of :obj:`_NORM_INPUTS` that
     :obj:`module.forward` accepts."""
     params = inspect.signature(module.forward).parameters
@@ -423,10 +423,10 @@ class DeepGCN(torch.nn.Module):
         self.norms = torch.nn.ModuleList()
         if factories is not None and 'norm' in order:
             self.norms.extend(
-                self._per_run([_make_norm(f, hidden_channels)
+                self._per_run([make_norm(f, hidden_channels)
                                for f in factories])
                 for _ in range(num_layers - 1))
-        self._norm_inputs = [_forward_inputs(getattr(n, 'module', n))
+        self._norm_inputs = [forward_inputs(getattr(n, 'module', n))
                              for n in self.norms]
         self._takes_pairs = [
             getattr(getattr(n, 'module', n), 'takes_pairs', False)

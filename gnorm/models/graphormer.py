@@ -10,7 +10,7 @@ from torch import Tensor
 from torch_geometric.typing import OptTensor
 
 from gnorm.data.molecules import import_ogb
-from gnorm.models.deep_gcn import _make_norm
+from gnorm.models.deep_gcn import make_norm
 from gnorm.models.graphormer_attention import (LayerContext, dropout,
                                                group_biases, attention_groups,
                                                layer_context)
@@ -232,7 +232,7 @@ class Graphormer(torch.nn.Module):
                             attention_dropout, norm, head_multiple)
             for _ in range(num_layers)
         ])
-        self.final_norm = _make_norm(norm, hidden_channels)
+        self.final_norm = make_norm(norm, hidden_channels)
         self.final_kind = norm_kind(self.final_norm)
         self.head = torch.nn.Linear(hidden_channels, out_channels)
         self.dropout_generator: Optional[torch.Generator] = None

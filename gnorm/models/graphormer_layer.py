@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gnorm.models.deep_gcn import _forward_inputs, _make_norm
+from gnorm.models.deep_gcn import forward_inputs, make_norm
 from gnorm.models.graphormer_attention import LayerContext, dropout
 from gnorm.models.runs import each_run
 from gnorm.nn import IsoBN, PairNorm
@@ -42,7 +42,7 @@ def norm_kind(norm: torch.nn.Module) -> NormKind:
         return NormKind('split')
     if 'mask' in params:
         return NormKind('mask')
-    inputs = _forward_inputs(norm)
+    inputs = forward_inputs(norm)
     return NormKind('graphs', inputs) if 'batch' in inputs \
         else NormKind('tokens')
 
@@ -126,8 +126,8 @@ class GraphormerLayer(torch.nn.Module):
                                                     head_multiple)
         self.dropout = dropout
         self.attention_dropout = attention_dropout
-        self.norm1 = _make_norm(norm, channels)
-        self.norm2 = _make_norm(norm, channels)
+        self.norm1 = make_norm(norm, channels)
+        self.norm2 = make_norm(norm, channels)
         self.kinds = (norm_kind(self.norm1), norm_kind(self.norm2))
         self.qkv = torch.nn.Linear(channels, 3 * channels)
         self.out = torch.nn.Linear(channels, channels)

@@ -99,7 +99,7 @@ def graph_places(batch: Tensor) -> Tuple[Tensor, Tensor]:
     return places.scatter(1, order.expand(2, -1), places).unbind()
 
 
-def _dense_index(batch: Tensor, batch_size: Optional[int],
+def dense_index(batch: Tensor, batch_size: Optional[int],
                  ) -> Tuple[Tensor, Tensor]:
     r"""The place of every node in a dense batch :obj:`[B, M]` (:obj:`M`
     the largest graph; the nodes of a graph in their order in
@@ -120,9 +120,9 @@ def _dense_index(batch: Tensor, batch_size: Optional[int],
     return index, mask.index_fill_(0, index, True).view(B, M)
 
 
-def _to_dense(x: Tensor, index: Tensor, mask: Tensor) -> Tensor:
+def to_dense(x: Tensor, index: Tensor, mask: Tensor) -> Tensor:
     r""":obj:`x` :obj:`[num_nodes, c]` in the dense batch :obj:`[B, M, c]`
-    of :func:`_dense_index`, zero-padded."""
+    of :func:`dense_index`, zero-padded."""
     out = x.new_zeros(mask.numel(), x.size(-1)).index_copy(0, index, x)
     return out.view(*mask.shape, x.size(-1))
 
@@ -145,8 +145,8 @@ def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
     if batch is None:  # [1 or runs, nodes, d]
         xn_d, layout = xn.reshape(-1, *xn.shape[-2:]), None
     else:
-        layout = _dense_index(batch, batch_size)
-        xn_d = _to_dense(xn, *layout)  # [B, M, d]
+        layout = dense_index(batch, batch_size)
+        xn_d = to_dense(xn, *layout)  # [B, M, d]
     B, N, d = xn_d.shape
     q = torch.cat([xn_d, xn_d.new_ones(B, N, 1)], dim=-1)  # [B, N, d + 1]
     tail = xn_d.new_zeros(B, N, 1)
@@ -168,7 +168,7 @@ def _attend(q: Tensor, k: Tensor,
     if layout is None:
         v_d = v.reshape(-1, *v.shape[-2:])  # [1 or runs, nodes, d]
     else:
-        v_d = _to_dense(v, *layout)  # [B, M, d]
+        v_d = to_dense(v, *layout)  # [B, M, d]
     d = v_d.size(-1)
     v_d = torch.cat([v_d, v_d.new_zeros(B, N, 1)], dim=-1)  # [B, N, d + 1]
     anchor = v_d.new_zeros(B, 1, d + 1)
@@ -376,7 +376,7 @@ class ContraNorm(torch.nn.Module):
     ):
         super().__init__()
         name = self.__class__.__name__
-        _check_args(name, in_channels, scale, temperature)
+        check_args(name, in_channels, scale, temperature)
         if negatives not in NEGATIVES:
             raise ValueError(f"{name}: unknown negatives={negatives!r}; "
                              f"pass one of {NEGATIVES}")
@@ -432,7 +432,7 @@ class ContraNorm(torch.nn.Module):
                 checked once for many layers (it is not checked again).
                 (default: :obj:`None`)
         """
-        _check_input(self, x, batch, batch_size, edge_index)
+        check_input(self, x, batch, batch_size, edge_index)
         if self.negatives == 'non_neighbors' and edge_index is None:
             raise ValueError(f"{self}: negatives='non_neighbors' needs "
                              f"edge_index; call norm(x, batch, batch_size, "
@@ -480,7 +480,7 @@ def contrasts(scale) -> bool:
     return torch.is_tensor(scale) or scale > 0
 
 
-def _check_args(name: str, in_channels: int, scale: float,
+def check_args(name: str, in_channels: int, scale: float,
                 temperature: float):
     r"""Raises a :class:`ValueError` naming :obj:`name` for bad arguments
     shared by the contrastive norms."""
@@ -495,7 +495,7 @@ def _check_args(name: str, in_channels: int, scale: float,
                          f"{temperature}; pass e.g. temperature=1.0")
 
 
-def _check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
+def check_input(module: torch.nn.Module, x: Tensor, batch: OptTensor,
                  batch_size: Optional[int] = None,
                  edge_index: OptTensor = None):
     r"""Raises a :class:`ValueError` naming :obj:`module` for inputs of the

@@ -6,8 +6,8 @@ from torch import Tensor
 from torch.nn import LayerNorm
 from torch_geometric.typing import OptTensor
 
-from gnorm.nn.contra_norm import (_check_args, _check_input, _dense_index,
-                                  _to_dense, contrasts, each_run)
+from gnorm.nn.contra_norm import (check_args, check_input, contrasts,
+                                  dense_index, each_run, to_dense)
 from gnorm.nn.stacked import layer_norm
 
 
@@ -24,8 +24,8 @@ def channel_negatives(x: Tensor, xn: Tensor, temperature: float = 1.0,
     if batch is None:
         sim = xn.transpose(-1, -2) @ xn / temperature  # [(runs,) d, d]
         return x @ sim.softmax(dim=-1)
-    index, mask = _dense_index(batch, batch_size)
-    xn_d, x_d = _to_dense(xn, index, mask), _to_dense(x, index, mask)
+    index, mask = dense_index(batch, batch_size)
+    xn_d, x_d = to_dense(xn, index, mask), to_dense(x, index, mask)
     sim = xn_d.transpose(1, 2) @ xn_d / temperature  # [B, d, d]
     out = x_d @ sim.softmax(dim=-1)  # [B, M, d]
     return out.reshape(-1, out.size(-1)).index_select(0, index)  # [nodes, d]
@@ -72,7 +72,7 @@ class DualContraNorm(torch.nn.Module):
                  temperature: float = 1.0, identity: bool = True,
                  center: bool = False, layer_norm: bool = True):
         super().__init__()
-        _check_args(self.__class__.__name__, in_channels, scale, temperature)
+        check_args(self.__class__.__name__, in_channels, scale, temperature)
         self.in_channels = in_channels
         self.scale = float(scale)
         self.temperature = float(temperature)
@@ -98,7 +98,7 @@ class DualContraNorm(torch.nn.Module):
             batch_size (int, optional): Number of graphs.
                 (default: :obj:`None`)
         """
-        _check_input(self, x, batch, batch_size)
+        check_input(self, x, batch, batch_size)
         if contrasts(self.scale):
             if self.center:
                 x = x - x.mean(dim=-1, keepdim=True)

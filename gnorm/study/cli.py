@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from gnorm.errors import GnormError
-from gnorm.study.spec import (SpecError, Spec, _datasets, check_node_task,
+from gnorm.study.spec import (SpecError, Spec, known_datasets, check_node_task,
                               check_sets, config_sets, load_spec, set_name,
                               studies)
 
@@ -92,7 +92,7 @@ def check_selection(spec: Spec, args: argparse.Namespace) -> None:
     if spec.kind == 'paired' and args.launcher:
         raise SpecError('--launcher hands the cells of a depth study to '
                         'Hydra; a paired study runs one process per run')
-    known = _datasets()
+    known = known_datasets()
     bad = [d for d in args.datasets or [] if d not in known]
     if bad:
         raise SpecError(f"unknown dataset {bad[0]!r}; pick from "
@@ -116,7 +116,7 @@ class Places:
     r"""Where a call's runs and report go (see the module's text)."""
 
     def __init__(self, spec: Spec, args: argparse.Namespace):
-        from gnorm.folders import check_folder
+        from gnorm.results.folders import check_folder
         sets = config_sets(args.set)
         selected = any((args.datasets, args.rows, args.depths, args.seeds))
         scratch = args.scratch.resolve()

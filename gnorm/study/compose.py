@@ -3,13 +3,13 @@ Hydra multirun ``python -m gnorm.train -m <spec> dataset=... layers=...
 tag=<row> <row's overrides> seed=... <grid>``, composed here as that
 command composes its jobs (:class:`Composer`: the same overrides, configs,
 group choices and run folders), and the finished runs found by their
-identity (:func:`gnorm.run_keys.identity`)."""
+identity (:func:`gnorm.results.keys.identity`)."""
 import copy
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.run_keys import identity, record_identity
+from gnorm.results.keys import identity, record_identity
 from gnorm.study.spec import Spec, compose, grid, setting_label, settings
 
 # Nodes and symmetrised edges, only to run cheap cells first.
@@ -74,8 +74,8 @@ def command(spec: Spec, cell: Dict[str, Any], runs_dir: Path,
 
 
 def run_key(found: Dict[str, Any]) -> str:
-    r"""The identity :obj:`found` of a run (:func:`gnorm.run_keys.identity`
-    of a composed config, :func:`gnorm.run_keys.record_identity` of a
+    r"""The identity :obj:`found` of a run (:func:`gnorm.results.keys.identity`
+    of a composed config, :func:`gnorm.results.keys.record_identity` of a
     record) as text."""
     return json.dumps(found, sort_keys=True)
 
@@ -210,7 +210,7 @@ def index(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     return found
 
 
-def _write_hydra(run: Dict[str, Any], cfg) -> None:
+def write_hydra(run: Dict[str, Any], cfg) -> None:
     r"""``.hydra/config.yaml`` and ``overrides.yaml`` of a run, as a job of
     a multirun writes them."""
     from omegaconf import OmegaConf

@@ -1,13 +1,13 @@
 r"""Which runs a paired comparison may pair: the runs of the config the
 spec asks for (:func:`study_runs`, by the identity of
-:func:`gnorm.run_keys.identity`, as a depth study counts its runs), and,
+:func:`gnorm.results.keys.identity`, as a depth study counts its runs), and,
 seed by seed, two runs that trained and were tested on one split
 (:func:`check_fingerprints`, from the ``split_fingerprint`` node runs
 record)."""
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import value
-from gnorm.run_keys import identity
+from gnorm.results.keys import identity
 from gnorm.study.compose import index, run_key
 from gnorm.study.runner import run_overrides
 from gnorm.study.spec import Spec, compose

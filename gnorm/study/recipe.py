@@ -7,7 +7,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import value
-from gnorm.run_keys import ADDED_KEYS
+from gnorm.results.keys import ADDED_KEYS
 from gnorm.study.spec import compose
 
 # (setting, config keys of a run, key of the table's ``published:``)
@@ -34,7 +34,7 @@ def precision(config: Dict[str, Any], device: Optional[str]) -> str:
     r"""The arithmetic of a run of :obj:`config` on :obj:`device` (both as
     its ``results.json`` records them): ``fp32``, or ``bf16 autocast on
     the CPU`` (graph runs autocast on every device). A config without
-    ``train.precision`` ran in fp32 (:data:`gnorm.run_keys.ADDED_KEYS`)."""
+    ``train.precision`` ran in fp32 (:data:`gnorm.results.keys.ADDED_KEYS`)."""
     kind = value({'config': config}, 'train.precision',
                  ADDED_KEYS['train.precision'])
     if kind != 'bf16':

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from gnorm.study.compose import Composer, _write_hydra, command
+from gnorm.study.compose import Composer, write_hydra, command
 from gnorm.study.spec import Spec, compose
 
 
@@ -52,7 +52,7 @@ def _train_here(cell: Dict[str, Any], left: List[Dict[str, Any]],
     from gnorm.train import train_runs
     cfgs = [composer.config(r) for r in left]
     for run, cfg in zip(left, cfgs):
-        _write_hydra(run, cfg)
+        write_hydra(run, cfg)
     handler = show_progress()
     try:
         results = train_runs(cfgs, [str(r['dir']) for r in left],
@@ -113,9 +113,9 @@ def run_overrides(spec: Spec, row: str, seed: int,
             f'seed={seed}', 'resume=true', *sets]
 
 
-def finished(folder: Path, cfg) -> bool:
+def holds_finished_run(folder: Path, cfg) -> bool:
     r"""Whether :obj:`folder` holds a finished run of :obj:`cfg`
-    (:func:`gnorm.run_keys.finished`); raises
+    (:func:`gnorm.results.keys.is_finished`); raises
     :class:`~gnorm.errors.ConfigError` if it holds a finished run of
     another config."""
     from gnorm.train.common import finished_run
@@ -155,7 +155,7 @@ def run_paired(spec: Spec, rows: Sequence[str],
         overrides = run_overrides(spec, row, seed, sets)
         tag = f'[{k}/{len(todo)}] {row} seed={seed}'
         try:
-            if finished(folder, compose(overrides)):
+            if holds_finished_run(folder, compose(overrides)):
                 print(f'{tag}: done', flush=True)
                 continue
         except ConfigError:

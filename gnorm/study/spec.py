@@ -226,7 +226,7 @@ def load_spec(ref: str) -> Spec:
 # ------------------------------------------------------------- checks
 
 
-def _datasets() -> List[str]:
+def known_datasets() -> List[str]:
     return sorted(p.stem for p in (CONF_DIR / 'dataset').glob('*.yaml'))
 
 
@@ -498,7 +498,7 @@ def check_spec(spec: Spec) -> None:
                 raise SpecError(f'{spec.name}: a depth study needs '
                                 f'table.{key}')
         _ints(spec, 'depths', 1, 'depths in layers')
-        known = _datasets()
+        known = known_datasets()
         bad = [d for d in table['datasets'] if d not in known]
         if bad:
             raise SpecError(f'{spec.name}: unknown dataset {bad[0]!r}; '

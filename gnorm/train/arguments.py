@@ -6,7 +6,6 @@ written, and ``--help`` (the main keys, one line each, from the comments
 of ``conf/train.yaml``). Options and keys are those of gnorm's ``conf/``
 and of the folders the command line adds to Hydra's search path
 (``hydra.searchpath=[file:///my/conf]``, ``--config-dir``)."""
-import difflib
 import importlib.util
 import re
 from pathlib import Path
@@ -17,7 +16,9 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from gnorm.errors import ConfigError
-from gnorm.folders import check_folder
+from gnorm.errors import closest as errors_closest
+from gnorm.results.folders import check_folder
+from gnorm.results.keys import dotted_keys
 from gnorm.train.common import quoted, source_folder
 from gnorm.train.run import CONF_DIR
 
@@ -157,14 +158,6 @@ def check_choices(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
                                   f"{group}= one of {', '.join(valid)}")
 
 
-def _keys(node: Any, prefix: str = '') -> Iterator[str]:
-    r"""Every dotted key of a nested dict."""
-    for key, value in node.items():
-        yield prefix + str(key)
-        if isinstance(value, dict):
-            yield from _keys(value, f'{prefix}{key}.')
-
-
 def config_keys(conf_dir: Path, choices: List[List[str]],
                 sources: Sequence[str] = ()) -> Set[str]:
     r"""The keys of the configs composed with each of :obj:`choices` (lists
@@ -183,7 +176,7 @@ def _keys_per_choice(conf_dir: Path, choices: List[List[str]],
     with initialize_config_dir(config_dir=str(conf_dir), version_base='1.3'):
         for overrides in choices:
             cfg = compose('train', overrides=[*overrides, *extra])
-            keys.append(set(_keys(OmegaConf.to_container(cfg,
+            keys.append(set(dotted_keys(OmegaConf.to_container(cfg,
                                                          resolve=False))))
     return keys
 
@@ -205,20 +198,9 @@ def option_keys_of(folders: List[Path], sources: Sequence[str] = (),
 
 
 def closest(key: str, keys: Set[str]) -> List[str]:
-    r"""Up to three keys of :obj:`keys` that :obj:`key` may be a typo of:
-    close as a whole (``norm.scal``: ``norm.scale``) or by the last part
-    (``lr``: ``train.lr``); never keys that only gnorm sets
+    r""":func:`gnorm.errors.closest`, never naming keys that only gnorm sets
     (:data:`SET_BY_GNORM`)."""
-    leaf = key.rsplit('.', 1)[-1]
-    scored = []
-    for other in keys - set(SET_BY_GNORM):
-        score = max(difflib.SequenceMatcher(None, key, other).ratio(),
-                    difflib.SequenceMatcher(None, leaf,
-                                            other.rsplit('.', 1)[-1]).ratio()
-                    - 0.05)
-        if score >= 0.75:
-            scored.append((-score, other))
-    return [other for _, other in sorted(scored)[:3]]
+    return errors_closest(key, keys - set(SET_BY_GNORM))
 
 
 def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:

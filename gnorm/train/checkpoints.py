@@ -6,7 +6,7 @@ run continues with the curve the uninterrupted run would have given. A
 run's checkpoint is the same whether it trained alone or in a
 :class:`~gnorm.models.StackedGraphormer`; one saved by a run of another
 identity (another config, another number of processes) is refused
-(:func:`gnorm.run_keys.check_resume`).
+(:func:`gnorm.results.keys.check_resume`).
 """
 import os
 from pathlib import Path
@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from gnorm.errors import ConfigError
 from gnorm.models import StackedGraphormer
 from gnorm.models.stacked_graphormer import runs_of
-from gnorm.run_keys import check_resume
+from gnorm.results.keys import check_resume
 
 # ``training`` below: the :class:`gnorm.train.graph.Training` of the loop
 # (its model, optimizer, schedule and number of processes).

@@ -25,8 +25,8 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.errors import ConfigError
-from gnorm.folders import check_folder
-from gnorm.run_keys import NOT_RESULT_KEYS, finished, world_size
+from gnorm.results.folders import check_folder
+from gnorm.results.keys import NOT_RESULT_KEYS, is_finished, world_size
 
 # The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
 # them there), else conf/ at the top of the repository (a checkout or an
@@ -267,7 +267,7 @@ def write_json(path: Path, obj: Dict[str, Any]) -> Dict[str, Any]:
 def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
     r"""The results in :obj:`path` if they are those of a finished run of
     :obj:`cfg` trained by as many processes as this one
-    (:func:`gnorm.run_keys.finished`), else :obj:`None`. Raises
+    (:func:`gnorm.results.keys.is_finished`), else :obj:`None`. Raises
     :class:`ConfigError` if a finished run of another config lies
     there."""
     if not path.is_file():
@@ -277,7 +277,7 @@ def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
     except (OSError, ValueError):
         return None  # unreadable: run again
     asked = json_safe(OmegaConf.to_container(cfg, resolve=True))
-    return results if finished(results, asked, world_size(), path) else None
+    return results if is_finished(results, asked, world_size(), path) else None
 
 
 def free_memory(device: torch.device) -> int:

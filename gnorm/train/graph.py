@@ -64,7 +64,7 @@ from gnorm.errors import TrainingError
 from gnorm.models import StackedGraphormer
 from gnorm.models.stacked_graphormer import STACKED_NORMS
 from gnorm.models.token_layout import layout_of
-from gnorm.run_keys import batch_key as runs_key, world_size
+from gnorm.results.keys import batch_key as runs_key, world_size
 from gnorm.train.checkpoints import (CHECKPOINT, load_checkpoints, restore,
                                      save_checkpoints)
 from gnorm.train.common import run_name

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from gnorm.run_keys import world_size
+from gnorm.results.keys import world_size
 
 
 class Held(NamedTuple):

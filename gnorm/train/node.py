@@ -23,7 +23,7 @@ from gnorm.data.leakage import leakage, leaks
 from gnorm.data.nodes import check_split, load_dataset, split_fingerprint
 from gnorm.errors import ConfigError
 from gnorm.monitor import CollapseMonitor
-from gnorm.run_keys import batch_key as runs_key
+from gnorm.results.keys import batch_key as runs_key
 import gnorm.train.collapse as collapse
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
@@ -165,7 +165,7 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int,
 
 def batch_key(cfg: DictConfig) -> Optional[str]:
     r"""Runs with the same key can train as one model (they differ only in
-    seed, split and norm scale: :func:`gnorm.run_keys.batch_key`);
+    seed, split and norm scale: :func:`gnorm.results.keys.batch_key`);
     :obj:`None` for a run that trains alone."""
     if cfg.model.get('fusion') is not None:
         return None

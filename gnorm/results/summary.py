@@ -1,48 +1,6 @@
-r"""Results of many runs: finds the ``results.json`` files under folders
-(any multirun or output folder of ``python -m gnorm.train``), groups the
-runs into configurations and reports mean and standard deviation per
-configuration::
-
-    python -m gnorm.results multirun/2026-11-22_10-00-00
-    python -m gnorm.results multirun/table3_paper --by dataset.name tag layers norm.scale
-    python -m gnorm.results multirun/ --failed          # list the failed runs
-
-A key names a field of the run: a top-level field of ``results.json``
-(``status``, ``test_acc``, ``tag``...), a config group choice (``norm``,
-``dataset``, ``model``) or a dotted config path (``layers``,
-``norm.scale``, ``dataset.name``). A metric (``--metrics``) is a number
-in ``results.json`` (``test_acc``, ``val_loss``) or a layer's value of its
-``collapse`` field, ``collapse.<metric>.<layer>`` with the layer ``first``,
-``last`` or its number from 1 (``collapse.effective_rank.last``,
-``collapse.mad_gap.16``; ``collapse.csv`` in each run folder holds the same
-values as tidy records). Without ``--by``, runs are grouped by
-every key their command lines set except ``--over`` (default: ``seed``).
-Runs whose configs differ elsewhere (apart from ``--over`` and the keys
-that cannot change a result, :func:`gnorm.run_keys.identity`; the number
-of processes counts) never share a row: the keys that tell their rows
-apart become columns (the ``experiment`` if it does), with a note on
-stderr when ``--by`` named the columns. A key or metric that no run has is
-refused, naming the closest ones. Each ``results.json`` counts once,
-however many of the folders hold it.
-
-Runs that repeat a seed (of ``--over``: same split and initialisation)
-are not independent samples. A row whose runs repeat one is split by the
-code that made them (``code``: the commit a run records), else by the
-sweep folder that holds them (``sweep``), when that tells the repeats
-apart; a row whose seeds still repeat shows its ``seeds`` beside its runs
-and averages each seed's runs before the mean and std over seeds, so a
-repeat never shrinks a spread.
-
-The table shows each key by a short label (:func:`label`: ``cora``,
-``contranorm``, ``DeepGCN``), rows sorted by the keys (numbers as
-numbers), and each metric as mean ± std over the finished runs of a row,
-under a header naming the metric and its unit: accuracies and ROC-AUC in
-%, MAE as is; a graph run's ``test_metric`` becomes ``test ROC-AUC (%)``
-or ``test MAE`` after the metric it records. Standard deviations are over
-runs with ``ddof=0`` (numpy's default, as the papers report them). A
-``results.json`` that cannot be read (truncated, not a run) counts as
-failed: the table's last line counts it and ``--failed`` lists it.
-"""
+r"""What :mod:`gnorm.results` does: reads ``results.json`` files, groups
+the runs into rows and writes them (Markdown, CSV, records); the command
+line's :func:`main`."""
 import argparse
 import csv
 import json
@@ -52,9 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from gnorm.errors import ConfigError, GnormError
-from gnorm.folders import check_file
-from gnorm.run_keys import NOT_RESULT_KEYS, drop_keys, record_identity
+from gnorm.errors import ConfigError, GnormError, closest
+from gnorm.results.folders import check_file
+from gnorm.results.keys import (NOT_RESULT_KEYS, dotted_keys, drop_keys,
+                                record_identity)
 
 # Keys of a run's command line that never define a configuration.
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
@@ -238,8 +197,6 @@ def check_keys(runs: Sequence[Dict[str, Any]], keys: Sequence[str],
     for key in keys:
         if any(has(run, key) for run in runs):
             continue
-        # Only now: gnorm.train imports torch.
-        from gnorm.train.arguments import _keys, closest
         known = set()
         for run in runs:
             if metric:
@@ -251,8 +208,8 @@ def check_keys(runs: Sequence[Dict[str, Any]], keys: Sequence[str],
                 known.update(k for k in run if not k.startswith('_'))
                 known.update(run.get('choices', {}))
                 config = run.get('config')
-                known.update(_keys(config if isinstance(config, dict)
-                                   else {}))
+                known.update(dotted_keys(config if isinstance(config, dict)
+                                         else {}))
         near = closest(key, known - {'config'})
         what = 'metric (a number in results.json)' if metric else 'key'
         hint = (f"closest: {', '.join(near)}" if near else
@@ -352,7 +309,7 @@ def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
 def identity(run: Dict[str, Any], over: Sequence[str] = ('seed', ),
              ) -> Dict[str, Any]:
     r"""What :obj:`run` computes, apart from the keys :obj:`over`: the
-    identity of its record (:func:`gnorm.run_keys.record_identity`, the
+    identity of its record (:func:`gnorm.results.keys.record_identity`, the
     rule a table uses to find a cell's runs: its config without the keys
     that cannot change a result, and its number of processes), as dotted
     keys and their values (JSON)."""
@@ -667,7 +624,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.csv:
         write_csv(args.csv, rows, by, columns)
     return 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())

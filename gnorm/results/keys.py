@@ -23,7 +23,7 @@ names (``exclude_keys: ${gnorm.not_result_keys:...}`` in
 """
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from gnorm.errors import ConfigError
 
@@ -47,6 +47,14 @@ LAST_EPOCH_KEYS = ('train.eval_every', )
 # What a run's record says beside its config that changes its numbers,
 # with the value of the records made before it was recorded.
 RECORD_KEYS = {'world_size': 1}
+
+
+def dotted_keys(node: Dict[str, Any], prefix: str = '') -> Iterator[str]:
+    r"""Every dotted key of a nested dict (``train``, ``train.lr``, ...)."""
+    for key, value in node.items():
+        yield prefix + str(key)
+        if isinstance(value, dict):
+            yield from dotted_keys(value, f'{prefix}{key}.')
 
 
 def drop_keys(config: dict, keys=NOT_RESULT_KEYS) -> dict:
@@ -132,7 +140,7 @@ def _differ(record: Dict[str, Any], config: dict, world: int) -> str:
     return f'differs in {shown}'
 
 
-def finished(record: Optional[Dict[str, Any]], config: dict, world: int,
+def is_finished(record: Optional[Dict[str, Any]], config: dict, world: int,
              where: Any) -> bool:
     r"""(b) Whether :obj:`record` (the ``results.json`` at :obj:`where`,
     or :obj:`None`) is a finished run (``status: ok``) of :obj:`config`

@@ -1,21 +1,6 @@
-r"""Which layer collapses, and when: collapse metrics of the layer outputs
-of any PyTorch Geometric model, recorded during training.
-
-.. code-block:: python
-
-    monitor = CollapseMonitor(model)  # hooks every MessagePassing layer
-    with monitor.record(step=epoch, edge_index=data.edge_index):
-        model(data.x, data.edge_index)  # your forward, recorded
-    monitor.to_csv('collapse.csv')
-
-The hooks return at once outside :meth:`CollapseMonitor.record`. Inside,
-each hooked layer's output gets every metric on the device, without a
-value read to the host; the values of all layers are read once when the
-:obj:`with` block ends. What needs the host (the graph count, the drawn
-nodes of the pairwise metrics, their hop distances) is prepared once per
-:meth:`~CollapseMonitor.record` and reused while the inputs are the same
-tensors.
-"""
+r"""The :class:`CollapseMonitor`: forward hooks on the layers of a model,
+the records of :meth:`~CollapseMonitor.record` and their outputs (CSV,
+TensorBoard, plots); see :mod:`gnorm.monitor`."""
 import csv
 import math
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -23,12 +8,9 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from gnorm.monitor_measure import (EDGE_METRICS, METRICS, OPTIONAL_METRICS,
-                                   Prepared, measure, need_edges)
-from gnorm.monitor_plot import plot_records
-
-__all__ = ['CollapseMonitor', 'find_layers', 'METRICS', 'OPTIONAL_METRICS',
-           'EDGE_METRICS', 'COLUMNS', 'RUN_COLUMNS', 'SCALED']
+from gnorm.monitor.measure import (METRICS, OPTIONAL_METRICS, Prepared,
+                                   measure, need_edges)
+from gnorm.monitor.plot import plot_records
 
 COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
 # The columns of the records of a model of stacked runs (DeepGCN's runs=R).

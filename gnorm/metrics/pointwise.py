@@ -1,146 +1,26 @@
-r"""Collapse metrics for node representations.
-
-All metrics take a node feature matrix :obj:`x` of shape
-:obj:`[num_nodes, num_features]` and an optional :obj:`batch` vector that
-assigns each node to a graph. They return a 0-dim tensor when :obj:`batch` is
-:obj:`None` (one graph) and a :obj:`[batch_size]` tensor otherwise, computed in
-the dtype of :obj:`x`.
-
-* :func:`effective_rank`: entropy of the normalised singular values
-  (dimensional collapse), ContraNorm Def. 3.1.
-* :func:`feature_cosine_similarity`: mean pairwise cosine similarity of node
-  features, ContraNorm App. C.
-* :func:`feature_variance`: :math:`\mathrm{Var}(\mathbf{H}) / N`, the mean
-  squared distance of node features from their mean (complete collapse),
-  ContraNorm App. B (:obj:`reduce="sum"`: the paper's sum).
-* :func:`uniformity`: the uniformity metric of Wang and Isola (2020) as used in
-  SepNorm Eq. 4.
-* :func:`dirichlet_energy`: squared feature differences along edges
-  (Rusch et al., 2023), or degree-normalised (Cai and Wang, 2020).
-* :func:`mad`, :func:`mad_gap`: mean average cosine distance of node pairs
-  (all, neighbours, remote nodes) of Chen et al. (2020)
-  (:mod:`gnorm.metrics_pairs`).
-"""
+r"""The collapse metrics of node features, each a function of :obj:`x`
+(and :obj:`edge_index` for the Dirichlet energy) per graph of a batch; see
+:mod:`gnorm.metrics`."""
 import math
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import degree, scatter, to_dense_batch
 
+from gnorm.metrics.checks import (check_batch, check_edge_index,
+                                   check_samples, check_x)
+from gnorm.metrics.rows import (finish, graph_sum, scaled_rows,
+                                 sort_by_graph, subsample, unit_rows,
+                                 weighted_graph_sum)
+
 # Largest number of entries of one chunk of pairwise matrices in `uniformity`.
 _PAIR_CHUNK = 1 << 24
+
+
 # Entries of the matrices whose float64 Gram matrices are formed at once:
 # a float64 copy of 1 MiB, which stays in a core's cache.
 _GRAM_CHUNK = 1 << 17
-
-
-def _check_x(fn: str, x: Tensor) -> None:
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"'{fn}' expects a node feature matrix 'x' of shape "
-                         f"[num_nodes, num_features] (got {shape})")
-    if not x.is_floating_point():
-        raise ValueError(f"'{fn}' expects a floating point 'x' (got "
-                         f"{x.dtype}); pass 'x.float()'")
-
-
-def _check_samples(fn: str, max_samples: int) -> None:
-    if isinstance(max_samples, bool) or not isinstance(max_samples, int) \
-            or max_samples < 2:
-        raise ValueError(f"'{fn}' expects an integer 'max_samples' of at "
-                         f"least 2 (got {max_samples!r})")
-
-
-def _check_batch(fn: str, x: Tensor, batch: Optional[Tensor],
-                 batch_size: Optional[int]) -> Tuple[Tensor, int]:
-    r"""Returns a batch vector (all zeros when :obj:`batch` is :obj:`None`)
-    and the number of graphs."""
-    if batch is None:
-        if batch_size not in (None, 1):
-            raise ValueError(f"'{fn}' got 'batch_size={batch_size}' without "
-                             f"'batch'; pass 'batch' to evaluate several "
-                             f"graphs")
-        return x.new_zeros(x.size(0), dtype=torch.long), 1
-    if (not isinstance(batch, Tensor) or batch.dim() != 1
-            or batch.numel() != x.size(0)):
-        shape = tuple(batch.shape) if isinstance(batch, Tensor) else batch
-        raise ValueError(f"'{fn}' expects 'batch' of shape [num_nodes] = "
-                         f"[{x.size(0)}] assigning each row of 'x' to a graph "
-                         f"(got {shape})")
-    if batch.is_floating_point() or batch.dtype == torch.bool:
-        raise ValueError(f"'{fn}' expects an integer 'batch' (got "
-                         f"{batch.dtype}); pass 'batch.long()'")
-    num_graphs = int(batch.max()) + 1 if batch.numel() > 0 else 0
-    if batch.numel() > 0 and int(batch.min()) < 0:
-        raise ValueError(f"'{fn}' expects non-negative graph indices in "
-                         f"'batch'")
-    if batch_size is None:
-        batch_size = num_graphs
-    elif batch_size < num_graphs:
-        raise ValueError(f"'{fn}' got 'batch_size={batch_size}' but 'batch' "
-                         f"holds graph index {num_graphs - 1}; pass "
-                         f"'batch_size >= batch.max() + 1'")
-    return batch.long(), int(batch_size)
-
-
-def _check_edge_index(fn: str, edge_index: Tensor, batch: Tensor) -> None:
-    if (not isinstance(edge_index, Tensor) or edge_index.dim() != 2
-            or edge_index.size(0) != 2):
-        shape = (tuple(edge_index.shape)
-                 if isinstance(edge_index, Tensor) else edge_index)
-        raise ValueError(f"'{fn}' expects 'edge_index' of shape "
-                         f"[2, num_edges] (got {shape})")
-    if edge_index.is_floating_point() or edge_index.dtype == torch.bool:
-        raise ValueError(f"'{fn}' expects an integer 'edge_index' (got "
-                         f"{edge_index.dtype}); pass 'edge_index.long()'")
-    if edge_index.numel() == 0:
-        return
-    num_nodes = batch.numel()
-    if int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes:
-        raise ValueError(f"'{fn}' expects 'edge_index' entries in "
-                         f"[0, {num_nodes}) for 'x' with {num_nodes} rows")
-    if bool((batch[edge_index[0]] != batch[edge_index[1]]).any()):
-        raise ValueError(f"'{fn}' got edges between different graphs of "
-                         f"'batch'")
-
-
-def _finish(out: Tensor, batch: Optional[Tensor]) -> Tensor:
-    return out.squeeze(0) if batch is None else out
-
-
-def _scaled_rows(x: Tensor, peak: Optional[Tensor] = None
-                 ) -> Tuple[Tensor, Tensor]:
-    r"""The rows divided by their largest entry (so that their norms
-    neither over- nor underflow) and the norms of those :obj:`[...,
-    num_nodes]`: :obj:`y / norm` are the unit rows. :obj:`peak`: the
-    largest absolute entry of each row :obj:`[..., num_nodes]`, if known
-    (:func:`_row_peaks`)."""
-    peak = _row_peaks(x) if peak is None else peak
-    peak = peak.unsqueeze(-1)  # [..., num_nodes, 1]
-    y = x / torch.where(peak > 0, peak, torch.ones_like(peak))
-    return y, torch.linalg.vector_norm(y, dim=-1)
-
-
-def _row_peaks(x: Tensor) -> Tensor:
-    r"""The largest absolute entry of each row of :obj:`x` :obj:`[...,
-    num_nodes, d]`, :obj:`[..., num_nodes]` (:obj:`nan` for a row with a
-    :obj:`nan`): two reductions, no temporary of the size of :obj:`x`."""
-    return torch.maximum(x.amax(dim=-1), -x.amin(dim=-1))
-
-
-def _unit_rows(x: Tensor) -> Tensor:
-    r"""Rows scaled to unit norm; zero rows stay zero."""
-    y, norm = _scaled_rows(x)
-    return y / torch.where(norm > 0, norm, torch.ones_like(norm)).unsqueeze(-1)
-
-
-def _sorted(x: Tensor, batch: Tensor) -> Tuple[Tensor, Tensor]:
-    r"""Sorts nodes by graph, as :func:`to_dense_batch` requires."""
-    if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
-        perm = torch.argsort(batch, stable=True)
-        return x[perm], batch[perm]
-    return x, batch
 
 
 def effective_rank(x: Tensor, batch: Optional[Tensor] = None,
@@ -174,17 +54,17 @@ def effective_rank(x: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    _check_x('effective_rank', x)
-    batch_vec, size = _check_batch('effective_rank', x, batch, batch_size)
+    check_x('effective_rank', x)
+    batch_vec, size = check_batch('effective_rank', x, batch, batch_size)
     if size == 0:
         return x.new_empty(0)
-    x, batch_vec = _sorted(x, batch_vec)
+    x, batch_vec = sort_by_graph(x, batch_vec)
     # Zero padding adds only zero singular values, which add 0 to the entropy.
     dense, _ = to_dense_batch(x, batch_vec, batch_size=size)  # [B, N, d]
-    return _finish(_effective_rank(dense), batch)
+    return finish(dense_effective_rank(dense), batch)
 
 
-def _effective_rank(dense: Tensor) -> Tensor:
+def dense_effective_rank(dense: Tensor) -> Tensor:
     r""":func:`effective_rank` of zero-padded graphs :obj:`[..., B, N, d]`,
     :obj:`[..., B]` (:obj:`nan` for a graph with a non-finite entry)."""
     sigma = _singular_values(dense)  # [..., B, min(N, d)], float64
@@ -268,45 +148,28 @@ def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    _check_x('feature_cosine_similarity', x)
-    batch_vec, size = _check_batch('feature_cosine_similarity', x, batch,
+    check_x('feature_cosine_similarity', x)
+    batch_vec, size = check_batch('feature_cosine_similarity', x, batch,
                                    batch_size)
-    return _finish(_cosine_similarity(x, batch_vec, size), batch)
+    return finish(graph_cosine_similarity(x, batch_vec, size), batch)
 
 
-def _graph_sum(t: Tensor, batch: Tensor, size: int, dim: int) -> Tensor:
-    r"""Sums :obj:`t` over the nodes of each graph along :obj:`dim`."""
-    if size == 1:  # one graph: a plain sum
-        return t.sum(dim, keepdim=True)
-    return scatter(t, batch, dim=dim, dim_size=size, reduce='sum')
-
-
-def _cosine_similarity(x: Tensor, batch: Tensor, size: int,
+def graph_cosine_similarity(x: Tensor, batch: Tensor, size: int,
                        peak: Optional[Tensor] = None) -> Tensor:
     r""":func:`feature_cosine_similarity` of checked inputs
     :obj:`[..., num_nodes, d]` (leading dimensions: several outputs at
     once), :obj:`[..., size]`, with no value read to the host;
-    :obj:`peak`: :func:`_row_peaks` of :obj:`x`, if known."""
-    y, norm = _scaled_rows(x, peak)
+    :obj:`peak`: :func:`row_peaks` of :obj:`x`, if known."""
+    y, norm = scaled_rows(x, peak)
     inv = torch.where(norm > 0, 1 / norm, torch.zeros_like(norm))
-    u_sum = _weighted_graph_sum(inv, y, batch, size)  # [..., B, d]
+    u_sum = weighted_graph_sum(inv, y, batch, size)  # [..., B, d]
     # |u_i|^2 is 1 for a nonzero row and 0 for a zero row.
-    self_sum = _graph_sum((norm > 0).to(x.dtype), batch, size, -1)  # [..., B]
+    self_sum = graph_sum((norm > 0).to(x.dtype), batch, size, -1)  # [..., B]
     n = scatter(x.new_ones(batch.numel()), batch, dim=0, dim_size=size,
                 reduce='sum')  # [B]
     pairs = n * (n - 1)
     sim = (u_sum.pow(2).sum(dim=-1) - self_sum) / pairs.clamp(min=1)
     return torch.where(n > 1, sim, torch.full_like(sim, float('nan')))
-
-
-def _weighted_graph_sum(w: Tensor, x: Tensor, batch: Tensor,
-                        size: int) -> Tensor:
-    r"""The sums :math:`\sum_i w_i \mathbf{x}_i` :obj:`[..., B, d]` over
-    the nodes of each graph of rows :obj:`x` :obj:`[..., num_nodes, d]`
-    weighted by :obj:`w` :obj:`[..., num_nodes]`."""
-    if size == 1:  # one graph: one matrix product
-        return w.unsqueeze(-2) @ x
-    return _graph_sum(x * w.unsqueeze(-1), batch, size, -2)
 
 
 def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
@@ -349,15 +212,15 @@ def feature_variance(x: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    _check_x('feature_variance', x)
+    check_x('feature_variance', x)
     if reduce not in ('sum', 'mean'):
         raise ValueError(f"'feature_variance' expects 'reduce' to be 'sum' "
                          f"or 'mean' (got {reduce!r})")
-    batch_vec, size = _check_batch('feature_variance', x, batch, batch_size)
-    return _finish(_variance(x, batch_vec, size, reduce), batch)
+    batch_vec, size = check_batch('feature_variance', x, batch, batch_size)
+    return finish(graph_variance(x, batch_vec, size, reduce), batch)
 
 
-def _variance(x: Tensor, batch: Tensor, size: int, reduce: str) -> Tensor:
+def graph_variance(x: Tensor, batch: Tensor, size: int, reduce: str) -> Tensor:
     r""":func:`feature_variance` of checked inputs :obj:`[..., num_nodes,
     d]`, :obj:`[..., size]`."""
     if size == 1:  # one graph: plain means and sums
@@ -374,28 +237,7 @@ def _variance(x: Tensor, batch: Tensor, size: int, reduce: str) -> Tensor:
                    reduce=reduce)  # [..., B]
 
 
-def _subsample(batch: Tensor, size: int, max_samples: int,
-               generator: Optional[torch.Generator]) -> Optional[Tensor]:
-    r"""Indices of at most :obj:`max_samples` uniformly drawn nodes per graph,
-    or :obj:`None` if no graph is larger."""
-    counts = torch.bincount(batch, minlength=size)
-    if int(counts.max()) <= max_samples:
-        return None
-    starts = torch.cumsum(counts, dim=0) - counts
-    keep = []
-    rand_device = generator.device if generator is not None else batch.device
-    for g in range(size):
-        n, start = int(counts[g]), int(starts[g])
-        if n > max_samples:
-            perm = torch.randperm(n, generator=generator, device=rand_device)
-            idx = perm[:max_samples].sort().values.to(batch.device) + start
-        else:
-            idx = torch.arange(start, start + n, device=batch.device)
-        keep.append(idx)
-    return torch.cat(keep)
-
-
-def _uniformity_of(dense: Tensor, mask: Tensor) -> Tensor:
+def dense_uniformity(dense: Tensor, mask: Tensor) -> Tensor:
     r"""The :func:`uniformity` :obj:`[b]` of the unit rows :obj:`dense`
     :obj:`[b, N, d]` of :obj:`b` graphs, those of :obj:`mask` :obj:`[b, N]`
     valid (:obj:`nan` for fewer than two)."""
@@ -458,24 +300,24 @@ def uniformity(x: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    _check_x('uniformity', x)
-    _check_samples('uniformity', max_samples)
-    batch_vec, size = _check_batch('uniformity', x, batch, batch_size)
+    check_x('uniformity', x)
+    check_samples('uniformity', max_samples)
+    batch_vec, size = check_batch('uniformity', x, batch, batch_size)
     if size == 0:
         return x.new_empty(0)
-    x, batch_vec = _sorted(x, batch_vec)
+    x, batch_vec = sort_by_graph(x, batch_vec)
     if x.size(0) > 0:
-        keep = _subsample(batch_vec, size, max_samples, generator)
+        keep = subsample(batch_vec, size, max_samples, generator)
         if keep is not None:
             x, batch_vec = x[keep], batch_vec[keep]
 
-    u = _unit_rows(x)
+    u = unit_rows(x)
     dense, mask = to_dense_batch(u, batch_vec, batch_size=size)  # [B, N, d]
     chunk = max(1, _PAIR_CHUNK // max(1, dense.size(1) ** 2))
-    out = torch.cat([_uniformity_of(dense[start:start + chunk],
+    out = torch.cat([dense_uniformity(dense[start:start + chunk],
                                     mask[start:start + chunk])
                      for start in range(0, size, chunk)])  # [B]
-    return _finish(out, batch)
+    return finish(out, batch)
 
 
 def dirichlet_energy(x: Tensor, edge_index: Tensor,
@@ -544,16 +386,16 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    _check_x('dirichlet_energy', x)
-    batch_vec, size = _check_batch('dirichlet_energy', x, batch, batch_size)
-    _check_edge_index('dirichlet_energy', edge_index, batch_vec)
+    check_x('dirichlet_energy', x)
+    batch_vec, size = check_batch('dirichlet_energy', x, batch, batch_size)
+    check_edge_index('dirichlet_energy', edge_index, batch_vec)
     src, dst = edge_index[0].long(), edge_index[1].long()
     scale = None
     if normalized:
         deg = degree(dst, num_nodes=x.size(0), dtype=x.dtype)  # [num_nodes]
         scale = (1 + deg).rsqrt()
     n = torch.bincount(batch_vec, minlength=size)  # [B]
-    return _finish(_dirichlet_energy(x, src, dst, batch_vec, size, n, scale),
+    return finish(_dirichlet_energy(x, src, dst, batch_vec, size, n, scale),
                    batch)
 
 
@@ -566,9 +408,6 @@ def _dirichlet_energy(x: Tensor, src: Tensor, dst: Tensor, batch: Tensor,
     if scale is not None:
         x = x * scale.to(x.dtype).unsqueeze(-1)
     diff = x.index_select(-2, dst) - x.index_select(-2, src)  # [..., E, d]
-    total = _graph_sum(diff.pow(2).sum(dim=-1), batch[dst], size,
+    total = graph_sum(diff.pow(2).sum(dim=-1), batch[dst], size,
                        -1)  # [..., B]
     return total / num_nodes.to(x.dtype).clamp(min=1)
-
-# The pairwise metrics live in their own module; they are part of this one.
-from gnorm.metrics_pairs import hop_distances, mad, mad_gap  # noqa: E402,F401

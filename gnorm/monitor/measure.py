@@ -1,4 +1,4 @@
-r"""How :class:`gnorm.monitor.CollapseMonitor` measures the layer outputs
+r"""How :class:`~gnorm.monitor.CollapseMonitor` measures the layer outputs
 it kept: the inputs of the metrics prepared once per set of inputs
 (:class:`Prepared`, host reads allowed), then every metric of a chunk of
 layers of one shape at once, on the device, without a value read to the
@@ -9,10 +9,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from gnorm.metrics import (_check_batch, _check_edge_index, _cosine_similarity,
-                           _effective_rank, _graph_sum, _row_peaks, _variance)
-from gnorm.metrics_pairs import (Pairs, draw_pairs, gap_hops, gap_of, mads,
-                                  pair_masks, uniformities)
+from gnorm.metrics.checks import check_batch, check_edge_index
+from gnorm.metrics.pairs import (Pairs, draw_pairs, gap_hops, gap_of, mads,
+                                 pair_masks, uniformities)
+from gnorm.metrics.pointwise import (dense_effective_rank,
+                                     graph_cosine_similarity, graph_variance)
+from gnorm.metrics.rows import graph_sum, row_peaks
 
 # The metrics recorded by default.
 METRICS = ('effective_rank', 'cosine_similarity', 'variance',
@@ -63,7 +65,7 @@ class Prepared:
         edge_index = None if edge_index is None else edge_index.to(device)
         batch = batch.to(device) if isinstance(batch, Tensor) else batch
         probe = torch.empty(rows, 0, device=device)
-        batch_vec, size = _check_batch('CollapseMonitor.record', probe, batch,
+        batch_vec, size = check_batch('CollapseMonitor.record', probe, batch,
                                        batch_size)
         self.rows, self.nodes, self.size = rows, nodes, size
         self.batch = batch_vec[:nodes]
@@ -83,7 +85,7 @@ class Prepared:
         if edge_index is None:
             need_edges(metrics)
         else:
-            _check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
+            check_edge_index('CollapseMonitor.record', edge_index, batch_vec)
             self.edges = _Edges(edge_index, batch_vec, size)
         self.pairs = None
         if 'mad' in metrics or 'mad_gap' in metrics:
@@ -167,7 +169,7 @@ class _Edges:
                 per_sample_weights=signs)  # [2P, d]
             torch.mv(diff.square_(), ones, out=out.view(-1))
         sq = sq.transpose(0, 1) * self.weight.to(x.dtype)  # [2, L, P]
-        total = _graph_sum(sq, self.batch, self.size, -1)  # [2, L, B]
+        total = graph_sum(sq, self.batch, self.size, -1)  # [2, L, B]
         return total / self.counts.to(total.dtype).clamp(min=1)
 
 
@@ -197,7 +199,7 @@ def _values(x: Tensor, p: Prepared, metrics: Sequence[str]) -> Tensor:
     :obj:`L` layers, averaged over the graphs, and whether each output is
     finite: :obj:`[L, metrics + 1]`, on the device, no value read to the
     host."""
-    peak = _row_peaks(x)  # [L, rows]; nan or inf in a row: nan or inf
+    peak = row_peaks(x)  # [L, rows]; nan or inf in a row: nan or inf
     finite = peak.isfinite().all(-1)  # [L]
     values = _metrics(x, peak, p, metrics)
     out = [values[m].index_select(-1, p.nonempty).to(torch.float64)
@@ -213,12 +215,12 @@ def _metrics(x: Tensor, peak: Tensor, p: Prepared,
     nodes = x[:, :p.nodes]  # [L, nodes, d]
     out = {}
     if 'effective_rank' in metrics:
-        out['effective_rank'] = _effective_rank(_dense(nodes, p))
+        out['effective_rank'] = dense_effective_rank(_dense(nodes, p))
     if 'cosine_similarity' in metrics:
-        out['cosine_similarity'] = _cosine_similarity(
+        out['cosine_similarity'] = graph_cosine_similarity(
             nodes, p.batch, p.size, peak[:, :p.nodes])
     if 'variance' in metrics:
-        out['variance'] = _variance(nodes, p.batch, p.size, 'mean')
+        out['variance'] = graph_variance(nodes, p.batch, p.size, 'mean')
     if p.edges is not None and any(m.startswith('dirichlet_energy')
                                    for m in metrics):
         out['dirichlet_energy'], out['dirichlet_energy_normalized'] = \

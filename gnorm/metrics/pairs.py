@@ -15,9 +15,10 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from gnorm.metrics import (_check_batch, _check_edge_index, _check_samples,
-                           _check_x, _finish, _sorted, _subsample,
-                           _uniformity_of, _unit_rows)
+from gnorm.metrics.checks import (check_batch, check_edge_index,
+                                   check_samples, check_x)
+from gnorm.metrics.pointwise import dense_uniformity
+from gnorm.metrics.rows import finish, sort_by_graph, subsample, unit_rows
 
 # Largest number of entries of one [num_edges, sources] block of the search.
 _SEARCH_CHUNK = 1 << 24
@@ -89,11 +90,11 @@ def draw_pairs(num_nodes: int, batch: Tensor, size: int, max_samples: int,
     :func:`mads` and :func:`uniformities` run without."""
     device = batch.device
     order = torch.arange(num_nodes, device=device)
-    order, sorted_batch = _sorted(order.unsqueeze(-1), batch)
+    order, sorted_batch = sort_by_graph(order.unsqueeze(-1), batch)
     order = order.squeeze(-1)
     keep = None
     if num_nodes > 0:
-        keep = _subsample(sorted_batch, size, max_samples, generator)
+        keep = subsample(sorted_batch, size, max_samples, generator)
     if keep is not None:
         order, sorted_batch = order[keep], sorted_batch[keep]
     counts = torch.bincount(sorted_batch, minlength=size)  # [B]
@@ -149,7 +150,7 @@ def _drawn_rows(x: Tensor, pairs: Pairs) -> Tensor:
     unit norm, graph by graph, zero-padded :obj:`[n * B, S, d]` (:obj:`n`
     the outputs of the leading dimensions)."""
     B, S = pairs.valid.shape
-    u = _unit_rows(x.index_select(-2, pairs.index))  # [..., kept, d]
+    u = unit_rows(x.index_select(-2, pairs.index))  # [..., kept, d]
     lead, d = u.shape[:-2], u.size(-1)
     dense = u.new_zeros(*lead, B * S, d).index_copy(-2, pairs.pos, u)
     return dense.view(math.prod(lead) * B, S, d)
@@ -162,7 +163,7 @@ def uniformities(x: Tensor, pairs: Pairs) -> Tensor:
     B, S = pairs.valid.shape
     lead = x.shape[:-2]
     mask = pairs.valid.expand(*lead, B, S).reshape(math.prod(lead) * B, S)
-    return _uniformity_of(_drawn_rows(x, pairs), mask).view(*lead, B)
+    return dense_uniformity(_drawn_rows(x, pairs), mask).view(*lead, B)
 
 
 def mads(x: Tensor, pairs: Pairs, masks: Tensor) -> Tensor:
@@ -273,21 +274,21 @@ def mad(x: Tensor, edge_index: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    _check_x('mad', x)
-    _check_samples('mad', max_samples)
-    batch_vec, size = _check_batch('mad', x, batch, batch_size)
+    check_x('mad', x)
+    check_samples('mad', max_samples)
+    batch_vec, size = check_batch('mad', x, batch, batch_size)
     if hops is not None:
         _check_hops('mad', hops)
         if edge_index is None:
             raise ValueError("'mad' needs 'edge_index' to select pairs by "
                              "'hops'")
-        _check_edge_index('mad', edge_index, batch_vec)
+        check_edge_index('mad', edge_index, batch_vec)
     max_hops = 0 if hops is None else (hops[1] if hops[1] is not None
                                        else hops[0] - 1)
     pairs = draw_pairs(x.size(0), batch_vec, size, max_samples, generator,
                        edge_index if hops is not None else None, max_hops)
     masks = pair_masks(pairs, [hops], x.dtype)
-    return _finish(mads(x, pairs, masks).squeeze(-1), batch)
+    return finish(mads(x, pairs, masks).squeeze(-1), batch)
 
 
 def mad_gap(x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
@@ -336,19 +337,19 @@ def mad_gap(x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    _check_x('mad_gap', x)
-    _check_samples('mad_gap', max_samples)
+    check_x('mad_gap', x)
+    check_samples('mad_gap', max_samples)
     if not (isinstance(neighbor_hops, int) and isinstance(remote_hops, int)
             and 1 <= neighbor_hops < remote_hops):
         raise ValueError(f"'mad_gap' expects integers 1 <= neighbor_hops < "
                          f"remote_hops (got {neighbor_hops!r}, "
                          f"{remote_hops!r})")
-    batch_vec, size = _check_batch('mad_gap', x, batch, batch_size)
-    _check_edge_index('mad_gap', edge_index, batch_vec)
+    batch_vec, size = check_batch('mad_gap', x, batch, batch_size)
+    check_edge_index('mad_gap', edge_index, batch_vec)
     pairs = draw_pairs(x.size(0), batch_vec, size, max_samples, generator,
                        edge_index, remote_hops - 1)
     masks = pair_masks(pairs, gap_hops(neighbor_hops, remote_hops), x.dtype)
-    return _finish(gap_of(mads(x, pairs, masks)), batch)
+    return finish(gap_of(mads(x, pairs, masks)), batch)
 
 
 def gap_hops(neighbor_hops: int, remote_hops: int) -> List[Tuple]:
