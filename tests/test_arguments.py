@@ -13,7 +13,8 @@ def _check(args):
 @pytest.mark.parametrize('args,match', [
     # Unknown options of a group.
     (['dataset=pubmed'], "unknown dataset 'pubmed'; pass dataset= one of "
-                         "chameleon, citeseer, cora, csbm, "),
+                         "chameleon, chameleon_filtered, citeseer, cora, "
+                         "csbm, "),
     (['norm=batchnorm', 'layers=2'], "unknown norm 'batchnorm'"),
     (['-m', 'norm=none,foo', 'seed=0,1'], "unknown norm 'foo'"),
     (['experiment=table9'], "unknown experiment 'table9'"),

@@ -10,7 +10,9 @@ NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d',
          'isobn')
 DEFAULT_SPLIT = {'cora': 'public', 'citeseer': 'public',
                  'chameleon': 'geom_gcn', 'squirrel': 'geom_gcn',
-                 'csbm': 'random'}
+                 'chameleon_filtered': 'platonov',
+                 'squirrel_filtered': 'platonov', 'minesweeper': 'platonov',
+                 'tolokers': 'platonov', 'csbm': 'random'}
 
 
 def test_groups_on_disk():

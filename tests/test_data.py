@@ -139,7 +139,10 @@ def test_load_csbm():
 def test_raw_files():
     assert raw_files('cora')[0] == 'ind.cora.x' and len(raw_files('cora')) == 8
     assert len(raw_files('chameleon')) == 12
-    assert set(PYG_DATASETS) == {'cora', 'citeseer', 'chameleon', 'squirrel'}
+    assert raw_files('minesweeper') == ('minesweeper.npz', )
+    assert set(PYG_DATASETS) == {
+        'cora', 'citeseer', 'chameleon', 'squirrel', 'chameleon_filtered',
+        'squirrel_filtered', 'minesweeper', 'tolokers'}
 
 
 @needs_mirror

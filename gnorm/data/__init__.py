@@ -1,7 +1,11 @@
 r"""Datasets, one module per kind of data.
 
 * :mod:`gnorm.data.nodes`: node classification on one graph (Planetoid,
-  WikipediaNetwork, a synthetic CSBM), offline mirrors, splits.
+  WikipediaNetwork, the graphs of Platonov et al., a synthetic CSBM),
+  offline mirrors, splits.
+* :mod:`gnorm.data.heterophilous`: the graphs of Platonov et al. (ICLR
+  2023), filtered Chameleon and Squirrel, Minesweeper, Tolokers, as a PyG
+  dataset (:class:`HeterophilousGraphs`).
 * :mod:`gnorm.data.leakage`: test nodes of a split with a feature twin
   among its training nodes (duplicate nodes, as in Chameleon and
   Squirrel).
@@ -9,6 +13,7 @@ r"""Datasets, one module per kind of data.
   ZINC) with the shortest paths a Graphormer needs
   (:mod:`gnorm.data.paths`).
 """
+from gnorm.data.heterophilous import HeterophilousGraphs
 from gnorm.data.nodes import (
     DATASETS,
     PYG_DATASETS,
@@ -45,6 +50,7 @@ from gnorm.data.paths import (
 __all__ = [
     'GRAPH_DATASETS',
     'GRAPH_EXTRA',
+    'HeterophilousGraphs',
     'ShortestPaths',
     'add_shortest_paths',
     'graph_sizes',

@@ -8,6 +8,12 @@ block model.
   :class:`~torch_geometric.datasets.WikipediaNetwork` with
   ``geom_gcn_preprocess=True``, raw files in
   ``<root>/wikipedia/{chameleon,squirrel}/geom_gcn/raw/``.
+* ``chameleon_filtered``, ``squirrel_filtered``, ``minesweeper``,
+  ``tolokers``: the graphs of Platonov et al. (ICLR 2023),
+  :class:`~gnorm.data.HeterophilousGraphs` (undirected, as
+  PyG's ``HeterophilousGraphDataset`` makes them), raw file
+  ``<root>/heterophilous/<name>/raw/<name>.npz``. Minesweeper and Tolokers
+  are binary and scored by ROC-AUC (their config's ``metric``).
 * ``csbm``: :func:`csbm`, synthetic, nothing to download.
 
 A mirror folder has the same layout as ``root``: raw files found there are
@@ -20,6 +26,10 @@ Splits (:func:`split_masks`):
 * ``geom_gcn``: the ten Geom-GCN splits shipped with chameleon and squirrel,
   picked by ``split_index``. The files are named ``*_0.6_0.2_<i>.npz`` but
   hold 48 / 32 / 20 % of the nodes for train / val / test.
+* ``platonov``: the ten splits of Platonov et al. shipped with their graphs,
+  picked by ``split_index``: 50 / 25 / 25 % for minesweeper and tolokers;
+  for the filtered graphs the Geom-GCN splits less the removed nodes
+  (about 46 / 32 / 22 %).
 * ``random``: a stratified 60 / 20 / 20 % split drawn from ``seed``.
 
 Test nodes (``test_set``): ``split``, the split's own test nodes, or
@@ -42,6 +52,7 @@ from torch_geometric.datasets import Planetoid, WikipediaNetwork
 from torch_geometric.utils import to_undirected as _to_undirected
 
 from gnorm.data._files import copy_file, one_process_first
+from gnorm.data.heterophilous import HeterophilousGraphs
 from gnorm.errors import ConfigError, DataError
 
 _PLANETOID = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
@@ -54,11 +65,19 @@ PYG_DATASETS = {
                   'wikipedia/chameleon/geom_gcn/raw'),
     'squirrel': ('WikipediaNetwork', 'squirrel',
                  'wikipedia/squirrel/geom_gcn/raw'),
+    **{name: ('HeterophilousGraphs', name, f'heterophilous/{name}/raw')
+       for name in ('chameleon_filtered', 'squirrel_filtered',
+                    'minesweeper', 'tolokers')},
 }
 DATASETS = tuple(PYG_DATASETS) + ('csbm', )
 # What writing into a read-only or foreign folder fails with.
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
-SPLITS = ('public', 'geom_gcn', 'random')
+SPLITS = ('public', 'geom_gcn', 'platonov', 'random')
+# The splits stored with the datasets of one PyG class: split -> class.
+STORED_SPLITS = {'public': 'Planetoid', 'geom_gcn': 'WikipediaNetwork',
+                 'platonov': 'HeterophilousGraphs'}
+# The stored splits that hold ten splits, picked by split_index.
+INDEXED_SPLITS = ('geom_gcn', 'platonov')
 TEST_SETS = ('split', 'rest')
 
 
@@ -67,6 +86,8 @@ def raw_files(name: str) -> Tuple[str, ...]:
     kind, pyg_name, _ = PYG_DATASETS[name]
     if kind == 'Planetoid':
         return tuple(f'ind.{pyg_name.lower()}.{ext}' for ext in _PLANETOID)
+    if kind == 'HeterophilousGraphs':
+        return (f'{pyg_name}.npz', )
     return ('out1_node_feature_label.txt', 'out1_graph_edges.txt') + tuple(
         f'{pyg_name}_split_0.6_0.2_{i}.npz' for i in range(10))
 
@@ -76,6 +97,8 @@ def _describe(name: str) -> str:
     kind, pyg_name, _ = PYG_DATASETS[name]
     if kind == 'Planetoid':
         return f'ind.{pyg_name.lower()}.{{{",".join(_PLANETOID)}}}'
+    if kind == 'HeterophilousGraphs':
+        return f'{pyg_name}.npz'
     return (f'out1_node_feature_label.txt, out1_graph_edges.txt, '
             f'{pyg_name}_split_0.6_0.2_{{0..9}}.npz')
 
@@ -148,11 +171,7 @@ def _load_pyg_dataset(name: str, root: Path, mirror: Optional[Path],
     try:
         with (contextlib.redirect_stderr(log) if missing else
               contextlib.nullcontext()):
-            if kind == 'Planetoid':
-                dataset = Planetoid(str(root / 'planetoid'), pyg_name)
-            else:
-                dataset = WikipediaNetwork(str(root / 'wikipedia'), pyg_name,
-                                           geom_gcn_preprocess=True)
+            dataset = _pyg_class(kind, pyg_name, root)
     except Exception as e:
         missing = [f for f in raw_files(name)
                    if not (root / rel / f).is_file()]
@@ -168,6 +187,17 @@ def _load_pyg_dataset(name: str, root: Path, mirror: Optional[Path],
             f"{rel}/") from None
     sys.stderr.write(log.getvalue())
     return dataset[0]
+
+
+def _pyg_class(kind: str, pyg_name: str, root: Path):
+    r"""The PyG dataset of class :obj:`kind` (of :data:`PYG_DATASETS`)
+    named :obj:`pyg_name`, in its folder under :obj:`root`."""
+    if kind == 'Planetoid':
+        return Planetoid(str(root / 'planetoid'), pyg_name)
+    if kind == 'HeterophilousGraphs':
+        return HeterophilousGraphs(str(root / 'heterophilous'), pyg_name)
+    return WikipediaNetwork(str(root / 'wikipedia'), pyg_name,
+                            geom_gcn_preprocess=True)
 
 
 def csbm(num_nodes: int = 1000, num_classes: int = 2, num_features: int = 32,
@@ -249,26 +279,32 @@ def normalize_rows(x: Tensor) -> Tensor:
 
 def check_split(name: str, split: str, split_index: int = 0) -> None:
     r"""Raises :class:`ConfigError` if dataset :obj:`name` has no
-    :obj:`split` (or no Geom-GCN split :obj:`split_index`; another split
-    takes no index), before anything is loaded."""
+    :obj:`split` (or no stored split :obj:`split_index` of
+    :data:`INDEXED_SPLITS`; another split takes no index), before anything
+    is loaded."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split={split!r}; pass one of "
                           f"{', '.join(SPLITS)}")
     kind = PYG_DATASETS.get(name, ('csbm', ))[0]
-    stored = {'public': 'Planetoid', 'geom_gcn': 'WikipediaNetwork'}
-    if split in stored and kind != stored[split]:
-        owners = [n for n, v in PYG_DATASETS.items() if v[0] == stored[split]]
+    owner = STORED_SPLITS.get(split)
+    if owner is not None and kind != owner:
+        owners = [n for n, v in PYG_DATASETS.items() if v[0] == owner]
         raise ConfigError(f"dataset '{name}' has no {split} split (only "
-                          f"{' and '.join(owners)} do); pass split=random")
-    if split == 'geom_gcn' and not 0 <= split_index < 10:
+                          f"{', '.join(owners[:-1])} and {owners[-1]} do); "
+                          f"pass split=random")
+    if split in INDEXED_SPLITS and not 0 <= split_index < 10:
         raise ConfigError(f"split_index={split_index} is out of range; pass "
                           f"0..9")
-    if split != 'geom_gcn' and split_index != 0:
+    if split not in INDEXED_SPLITS and split_index != 0:
+        indexed = ('platonov' if kind == 'HeterophilousGraphs' else
+                   'geom_gcn')
+        picks = {'geom_gcn': 'a Geom-GCN split',
+                 'platonov': 'one of the Platonov et al. splits'}[indexed]
         kind = 'has one split only' if split == 'public' else \
             'is drawn from the seed'
-        raise ConfigError(f"split_index={split_index} picks a Geom-GCN "
-                          f"split, and split={split} {kind}; leave "
-                          f"split_index at 0 or pass split=geom_gcn")
+        raise ConfigError(f"split_index={split_index} picks {picks}, and "
+                          f"split={split} {kind}; leave split_index at 0 or "
+                          f"pass split={indexed}")
 
 
 def split_fingerprint(train: Tensor, val: Tensor, test: Tensor) -> str:
@@ -298,10 +334,12 @@ def split_masks(data: Data, split: str, split_index: int = 0, seed: int = 0,
 
     Args:
         data (torch_geometric.data.Data): The graph, with the masks PyG gives
-            it (1-D for ``public``, ``[num_nodes, 10]`` for ``geom_gcn``).
-        split (str): ``public``, ``geom_gcn`` or ``random`` (stratified
-            60 / 20 / 20 % drawn from :obj:`seed`).
-        split_index (int, optional): Which Geom-GCN split. (default: :obj:`0`)
+            it (1-D for ``public``, ``[num_nodes, 10]`` for ``geom_gcn``
+            and ``platonov``).
+        split (str): ``public``, ``geom_gcn``, ``platonov`` or ``random``
+            (stratified 60 / 20 / 20 % drawn from :obj:`seed`).
+        split_index (int, optional): Which of the ten ``geom_gcn`` or
+            ``platonov`` splits. (default: :obj:`0`)
         seed (int, optional): Seed of the ``random`` split.
             (default: :obj:`0`)
     """
@@ -325,10 +363,11 @@ def split_masks(data: Data, split: str, split_index: int = 0, seed: int = 0,
     stored = getattr(data, 'train_mask', None)
     want_dim = 1 if split == 'public' else 2
     if stored is None or stored.dim() != want_dim:
-        hint = ('cora and citeseer' if split == 'public' else
-                'chameleon and squirrel')
+        owners = [n for n, v in PYG_DATASETS.items()
+                  if v[0] == STORED_SPLITS[split]]
         raise ConfigError(f"this dataset has no {split} split (only "
-                          f"{hint} do); pass split=random or another split")
+                          f"{', '.join(owners[:-1])} and {owners[-1]} do); "
+                          f"pass split=random or another split")
     if split == 'public':
         return data.train_mask, data.val_mask, data.test_mask
     count = stored.size(1)
@@ -353,10 +392,10 @@ def load_dataset(name: str, root: Union[str, Path] = 'data',
             relative to the working directory. (default: :obj:`"data"`)
         mirror (str or Path, optional): Folder with the same layout to copy
             raw files from instead of downloading them. (default: :obj:`None`)
-        split (str): ``public``, ``geom_gcn`` or ``random``, see
-            :func:`split_masks`.
-        split_index (int, optional): Which Geom-GCN split.
-            (default: :obj:`0`)
+        split (str): ``public``, ``geom_gcn``, ``platonov`` or ``random``,
+            see :func:`split_masks`.
+        split_index (int, optional): Which of the ten ``geom_gcn`` or
+            ``platonov`` splits. (default: :obj:`0`)
         seed (int, optional): Seed of the ``random`` split.
             (default: :obj:`0`)
         test_set (str, optional): ``split`` (the split's test nodes) or

@@ -13,6 +13,8 @@ Modules, each importing only those above it in this list:
   config checks, results files, finished runs, batches of runs);
 * :mod:`gnorm.train.hydra_adapter`: the only use of Hydra's internals;
 * :mod:`gnorm.train.progress`: progress bar and log lines of a loop;
+* :mod:`gnorm.train.scores`: accuracy and ROC-AUC of node predictions,
+  many runs at once, on the device;
 * :mod:`gnorm.train.node`: node classification, full batch; many runs as
   one model;
 * :mod:`gnorm.train.epoch_log`: per-epoch ``metrics.csv`` (and

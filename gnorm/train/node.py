@@ -1,5 +1,8 @@
 r"""Node classification on one graph: full-batch training of a deep GCN
-stack (the task of ``dataset=cora|citeseer|chameleon|squirrel|csbm``).
+stack (the task of ``dataset=cora|citeseer|chameleon|squirrel|csbm`` and
+of Platonov et al.'s ``chameleon_filtered|squirrel_filtered|minesweeper|
+tolokers``). A dataset is scored by accuracy, or by ROC-AUC where its
+config says ``metric: rocauc`` (:mod:`gnorm.train.scores`).
 
 :func:`run` is called by :func:`gnorm.train.train` with the shared fields
 of ``results.json`` already filled in.
@@ -11,7 +14,8 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
+from typing import (Any, Dict, List, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 import torch.nn.functional as F
@@ -20,28 +24,50 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from gnorm.data.leakage import leakage, leaks
-from gnorm.data.nodes import check_split, load_dataset, split_fingerprint
+from gnorm.data.nodes import (INDEXED_SPLITS, check_split, load_dataset,
+                               split_fingerprint)
 from gnorm.errors import ConfigError
 from gnorm.monitor import CollapseMonitor
 from gnorm.results.keys import batch_key as runs_key
 import gnorm.train.collapse as collapse
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
+from gnorm.train.scores import SCORES, accuracy, roc_auc
 from gnorm.train.common import (free_memory, is_int, one_line, option,
                                  run_name, unknown_norm_keys)
 
 log = logging.getLogger(__name__)
 
 # Dataset config keys that are not arguments of gnorm.data.load_dataset.
-_DATASET_META = ('name', 'default_split', 'task')
+_DATASET_META = ('name', 'default_split', 'task', 'metric')
 # Config keys in which runs that train as one model may differ.
 BATCHED_KEYS = ('seed', 'split_index', 'norm.scale', 'tag')
-CURVE = ('epoch', 'loss', 'train_acc', 'val_acc', 'val_loss', 'test_acc')
 # train.precision of node training: fp32, TensorFloat-32 matrix products
 # (CUDA), bfloat16 autocast.
 PRECISIONS = ('fp32', 'tf32', 'bf16')
-# Columns of the per-run metrics of an epoch (on the device).
+# Columns of the per-run metrics of an epoch (on the device), named for a
+# dataset scored by accuracy (metric_names: by another score).
 METRICS = ('train_acc', 'val_acc', 'val_loss', 'test_acc')
+# What a run's summary line calls its score.
+SCORE_NAMES = {'acc': 'acc', 'rocauc': 'ROC-AUC'}
+
+
+def dataset_metric(cfg: DictConfig) -> str:
+    r"""How :obj:`cfg`'s dataset is scored (:data:`SCORES`): its config's
+    ``metric``, accuracy (``acc``) where it names none."""
+    return cfg.dataset.get('metric', 'acc')
+
+
+def metric_names(metric: str) -> Tuple[str, ...]:
+    r"""The names of the :obj:`METRICS` columns of a run scored by
+    :obj:`metric` (in ``results.json``, its ``best`` and its ``curve``):
+    ``train_acc``, ``val_acc``, ``val_loss``, ``test_acc`` for accuracy;
+    else ``train_metric``, ``val_metric``, ``val_loss``, ``test_metric``,
+    as graph-level runs name theirs, the run recording which ``metric``
+    they hold."""
+    if metric == 'acc':
+        return METRICS
+    return ('train_metric', 'val_metric', 'val_loss', 'test_metric')
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -54,6 +80,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"split_index must be an integer, got "
                           f"{cfg.split_index!r}")
     check_split(cfg.dataset.name, cfg.split, cfg.split_index)
+    if dataset_metric(cfg) not in SCORES:
+        raise ConfigError(f"unknown dataset.metric="
+                          f"{dataset_metric(cfg)!r}; pass one of "
+                          f"{', '.join(SCORES)}")
     if cfg.model._target_ != 'gnorm.models.DeepGCN':
         raise ConfigError(f"dataset={cfg.dataset.name} is a node-level task "
                           f"and takes model=gcn, got "
@@ -220,15 +250,22 @@ def mask_index(mask: torch.Tensor) -> MaskIndex:
     return MaskIndex(run, node, torch.bincount(run, minlength=mask.size(0)))
 
 
-def _metrics(out: torch.Tensor, data, val_index: MaskIndex) -> torch.Tensor:
+def _metrics(out: torch.Tensor, data, val_index: MaskIndex,
+             metric: str = 'acc') -> torch.Tensor:
     r"""Per run (rows), the columns of :obj:`METRICS` of the logits
-    :obj:`out` (:obj:`[(runs,) nodes, classes]`), on the device."""
+    :obj:`out` (:obj:`[(runs,) nodes, classes]`), on the device: the
+    score :obj:`metric` (accuracy, or the ROC-AUC of class 1 by its
+    log-odds against class 0) of the training, validation and test nodes
+    and the validation loss."""
     out = out.view(-1, *out.shape[-2:])  # [runs, nodes, classes]
-    correct = (out.argmax(dim=-1) == data.y).float()  # [runs, nodes]
-    columns = []
-    for split in ('train', 'val', 'test'):
-        mask = data[f'{split}_mask'].float()
-        columns.append((correct * mask).sum(-1) / mask.sum(-1))
+    if metric == 'rocauc':
+        odds = out[..., 1].float() - out[..., 0].float()  # [runs, nodes]
+        columns = [roc_auc(odds, data.y, data[f'{split}_mask']).float()
+                   for split in ('train', 'val', 'test')]
+    else:
+        pred = out.argmax(dim=-1)  # [runs, nodes]
+        columns = [accuracy(pred, data.y, data[f'{split}_mask'])
+                   for split in ('train', 'val', 'test')]
     columns.insert(2, masked_cross_entropy(out.float(), data.y, val_index))
     return torch.stack(columns, dim=-1)  # [runs, 4]
 
@@ -236,11 +273,12 @@ def _metrics(out: torch.Tensor, data, val_index: MaskIndex) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, data,
              monitor: Optional[CollapseMonitor] = None, step: int = 0,
-             ) -> Dict[str, Any]:
-    r"""Per run: accuracies (fractions) and validation loss of
-    :obj:`model` in evaluation mode (lists, one entry per run; the masks of
-    :obj:`data` are :obj:`[runs, nodes]`); with :obj:`monitor`, its
-    forward pass is recorded (as :obj:`step`) on the full graph."""
+             metric: str = 'acc') -> Dict[str, Any]:
+    r"""Per run: scores :obj:`metric` (fractions) and validation loss of
+    :obj:`model` in evaluation mode (lists, one entry per run, under
+    :func:`metric_names`; the masks of :obj:`data` are :obj:`[runs,
+    nodes]`); with :obj:`monitor`, its forward pass is recorded (as
+    :obj:`step`) on the full graph."""
     model.eval()
     graph = model.prepare(data.x, data.edge_index)
     with contextlib.ExitStack() as stack:
@@ -248,8 +286,9 @@ def evaluate(model: torch.nn.Module, data,
             stack.enter_context(monitor.record(step,
                                                edge_index=data.edge_index))
         out = model(data.x, graph)
-    values = _metrics(out, data, mask_index(data.val_mask)).T.tolist()
-    return dict(zip(METRICS, values))
+    values = _metrics(out, data, mask_index(data.val_mask),
+                      metric).T.tolist()
+    return dict(zip(metric_names(metric), values))
 
 
 def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
@@ -275,11 +314,13 @@ class Step:
     default mode on every device: its CUDA-graph mode failed on an H200,
     see docs/gpu.rst); dropout masks then
     come from the compiled graph's generator, not :obj:`generators`.
-    :obj:`precision` ``bf16`` runs them under bfloat16 autocast."""
+    :obj:`precision` ``bf16`` runs them under bfloat16 autocast. The
+    score is :obj:`metric` (:data:`~gnorm.train.scores.SCORES`)."""
     def __init__(self, model: torch.nn.Module, data,
                  generators: Sequence[torch.Generator],
-                 precision: str = 'fp32', compile: bool = False):
-        self.model, self.data = model, data
+                 precision: str = 'fp32', compile: bool = False,
+                 metric: str = 'acc'):
+        self.model, self.data, self.metric = model, data, metric
         self.generators = None if compile else generators
         self.graph = model.prepare(data.x, data.edge_index, csr=not compile)
         self.train_index = mask_index(data.train_mask)
@@ -301,7 +342,7 @@ class Step:
     def _metrics(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad(), self.autocast:
             return _metrics(self.model(x, self.graph), self.data,
-                            self.val_index)
+                            self.val_index, self.metric)
 
     def __call__(self, optimizer: torch.optim.Optimizer,
                  alive: torch.Tensor, evaluate: bool = True):
@@ -326,7 +367,7 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         generators: Sequence[torch.Generator], progress: bool = True,
         log_every: int = 10, precision: str = 'fp32',
         compile: bool = False, eval_every: int = 1,
-        logs: Optional[Sequence[EpochLog]] = None,
+        logs: Optional[Sequence[EpochLog]] = None, metric: str = 'acc',
         ) -> Dict[str, torch.Tensor]:
     r"""Full-batch Adam of the runs of :obj:`model` (one per entry of
     :obj:`results`), each on its own training nodes (the masks of
@@ -340,9 +381,10 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     last (the other epochs' metrics are NaN and none of them is best),
     and then fill each run's :obj:`results`, so that an interrupted or
     failed run can be recorded: ``curve`` (per epoch ``epoch``, ``loss``,
-    ``train_acc``, ``val_acc``, ``val_loss``, ``test_acc``),
-    ``best_epoch`` and ``best`` (the metrics of the best-validation epoch
-    so far: highest accuracy, then lowest loss), and with :obj:`logs`
+    ``train_acc``, ``val_acc``, ``val_loss``, ``test_acc``, or the names
+    :func:`metric_names` gives :obj:`metric`), ``best_epoch`` and ``best``
+    (the metrics of the best-validation epoch so far: highest score
+    :obj:`metric`, then lowest loss), and with :obj:`logs`
     (one :class:`~gnorm.train.epoch_log.EpochLog` per run) each run's
     ``metrics.csv`` rows as they reach the host. Returns the weights of
     every run's best epoch. A run whose loss stops being finite gets
@@ -353,14 +395,16 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     optimizer = torch.optim.Adam(model.parameters(), lr=lr,
                                  weight_decay=weight_decay,
                                  capturable=device.type == 'cuda')
+    names = metric_names(metric)
     for r in results:
-        r.update(curve={k: [] for k in CURVE}, best_epoch=0, best=None)
+        r.update(curve={k: [] for k in ('epoch', 'loss', *names)},
+                 best_epoch=0, best=None)
     best_state = {k: v.clone() for k, v in model.state_dict().items()}
     alive = torch.ones(runs, dtype=torch.bool, device=device)
     best = torch.full((runs, len(METRICS)), math.nan, device=device)
-    best[:, METRICS.index('val_acc')] = -math.inf
+    best[:, 1] = -math.inf  # the validation score
     best_epoch = torch.zeros(runs, dtype=torch.long, device=device)
-    step = Step(model, data, generators, precision, compile)
+    step = Step(model, data, generators, precision, compile, metric)
     pending = []  # per epoch [runs, 2 + len(METRICS)]: alive, loss, metrics
     desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
     with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
@@ -387,20 +431,21 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
             if epoch == epochs or (log_every > 0 and epoch % log_every == 0):
                 _record(results, epoch - len(pending) + 1,
                         torch.stack(pending).tolist(), best.tolist(),
-                        best_epoch.tolist(), logs, lr)
+                        best_epoch.tolist(), logs, lr, names)
                 pending = []
-                _show(bar, results, epoch)
+                _show(bar, results, epoch, metric)
     return best_state
 
 
 def _record(results: List[Dict[str, Any]], first: int,
             rows: List[List[List[float]]], best: List[List[float]],
             best_epoch: List[int], logs: Optional[Sequence[EpochLog]] = None,
-            lr: float = math.nan) -> None:
+            lr: float = math.nan, names: Sequence[str] = METRICS) -> None:
     r"""Appends the epochs :obj:`first, first + 1, ...` (:obj:`rows`, per
-    epoch and run: alive, loss, :obj:`METRICS`) to each run's curve (and
-    :obj:`logs`, its ``metrics.csv``), marks a run whose loss stopped
-    being finite as failed, and sets each run's best epoch."""
+    epoch and run: alive, loss, the :obj:`METRICS` columns named
+    :obj:`names`) to each run's curve (and :obj:`logs`, its
+    ``metrics.csv``), marks a run whose loss stopped being finite as
+    failed, and sets each run's best epoch."""
     for r, res in enumerate(results):
         for epoch, row in enumerate(rows, start=first):
             alive, loss, *values = row[r]
@@ -411,27 +456,29 @@ def _record(results: List[Dict[str, Any]], first: int,
                     f"the training loss became {loss} at epoch {epoch}; "
                     f"lower train.lr, change the norm or its scale"))
                 break
-            row = {'epoch': epoch, 'loss': loss, **dict(zip(METRICS, values))}
+            row = {'epoch': epoch, 'loss': loss, **dict(zip(names, values))}
             for key, column in res['curve'].items():
                 column.append(row[key])
             if logs is not None:
-                logs[r].add(csv_row(row, lr))
+                logs[r].add(csv_row(row, lr, names))
         if best_epoch[r] > 0:
             res.update(best_epoch=best_epoch[r],
-                       best=dict(zip(METRICS, best[r])))
+                       best=dict(zip(names, best[r])))
 
 
-def csv_row(row: Dict[str, float], lr: float) -> Dict[str, float]:
-    r"""An epoch of the curve (:obj:`CURVE`) as a row of ``metrics.csv``,
-    named as graph-level runs name theirs
-    (:obj:`gnorm.train.epoch_log.NODE_CURVE`): the accuracies are
-    ``train_metric``, ``val_metric``, ``test_metric``, ``lr`` Adam's
-    constant rate; ``time_s`` is empty (an epoch stays on the device, it
-    is not timed alone)."""
+def csv_row(row: Dict[str, float], lr: float,
+            names: Sequence[str] = METRICS) -> Dict[str, float]:
+    r"""An epoch of the curve (``epoch``, ``loss`` and the :obj:`METRICS`
+    columns named :obj:`names`) as a row of ``metrics.csv``, named as
+    graph-level runs name theirs (:obj:`gnorm.train.epoch_log.NODE_CURVE`):
+    the scores are ``train_metric``, ``val_metric``, ``test_metric``,
+    ``lr`` Adam's constant rate; ``time_s`` is empty (an epoch stays on
+    the device, it is not timed alone)."""
+    train, val, val_loss, test = names
     return {'epoch': row['epoch'], 'loss': row['loss'], 'lr': lr,
-            'val_metric': row['val_acc'], 'val_loss': row['val_loss'],
-            'test_metric': row['test_acc'], 'time_s': math.nan,
-            'train_metric': row['train_acc']}
+            'val_metric': row[val], 'val_loss': row[val_loss],
+            'test_metric': row[test], 'time_s': math.nan,
+            'train_metric': row[train]}
 
 
 def _last(values: List[float]) -> float:
@@ -441,23 +488,31 @@ def _last(values: List[float]) -> float:
                 math.nan)
 
 
-def _show(bar: Progress, results: List[Dict[str, Any]], epoch: int) -> None:
-    r"""Shows the last recorded loss and the last evaluated metrics,
-    averaged over the runs that did not fail."""
+def _show(bar: Progress, results: List[Dict[str, Any]], epoch: int,
+          metric: str = 'acc') -> None:
+    r"""Shows the last recorded loss and the last evaluated scores
+    :obj:`metric` (``val_acc``, ``val_rocauc``...), averaged over the runs
+    that did not fail."""
     shown = [r for r in results if r.get('status') != 'failed'] or results
     shown = [r for r in shown if r['curve']['epoch']] or shown
-    bar.update(epoch, **{k: sum(_last(r['curve'][k]) for r in shown) /
-                         len(shown) for k in ('loss', 'val_acc', 'test_acc')})
+    _, val, _, test = metric_names(metric)
+    bar.update(epoch, **{name: sum(_last(r['curve'][k]) for r in shown) /
+                         len(shown) for name, k in (
+                             ('loss', 'loss'), (f'val_{metric}', val),
+                             (f'test_{metric}', test))})
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
     r"""The one line printed at the end of a run."""
     norm = results.get('names', {}).get('norm') or run_name(
         'norm', results.get('choices', {}).get('norm'), cfg.norm)
+    metric = results.get('metric', 'acc')
+    train, val, _, test = metric_names(metric)
     parts = [f"{cfg.dataset.name} L={cfg.layers} {norm} seed={cfg.seed}",
              f"epoch {results['selected_epoch']} ({cfg.select})",
-             'acc ' + ' '.join(f"{split} {100 * results[f'{split}_acc']:.2f}%"
-                               for split in ('train', 'val', 'test'))]
+             f"{SCORE_NAMES[metric]} " + ' '.join(
+                 f"{split} {100 * results[key]:.2f}%" for split, key in (
+                     ('train', train), ('val', val), ('test', test)))]
     if 'collapse' in results:
         erank = results['collapse']['effective_rank']
         parts.append(f'erank last {erank[-1]:.2f}' + (
@@ -519,7 +574,7 @@ def split_leakage(data, cfgs: Sequence[DictConfig],
 
 def split_name(cfg: DictConfig) -> str:
     r"""``chameleon, geom_gcn split 0`` (or ``random split of seed 3``)."""
-    which = (f' {cfg.split_index}' if cfg.split == 'geom_gcn' else
+    which = (f' {cfg.split_index}' if cfg.split in INDEXED_SPLITS else
              f' of seed {cfg.seed}' if cfg.split == 'random' else '')
     return f'{cfg.dataset.name}, {cfg.split} split{which}'
 
@@ -542,6 +597,11 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     cfg = cfgs[0]
     data = load_runs(cfgs, device)
     num_classes = int(data.y.max()) + 1
+    metric = dataset_metric(cfg)
+    if metric == 'rocauc' and num_classes != 2:
+        raise ConfigError(f"dataset.metric=rocauc scores binary labels, and "
+                          f"dataset={cfg.dataset.name} has {num_classes} "
+                          f"classes; pass dataset.metric=acc")
     generators = [torch.Generator().manual_seed(c.seed) for c in cfgs]
     model = build_model(cfg, data.num_features, num_classes,
                         runs=cfgs if len(cfgs) > 1 else None)
@@ -571,9 +631,10 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                         'split_fingerprint': fingerprints[r],
                         'leakage': leaked[r]},
             'model': str(alone),
+            **({} if metric == 'acc' else {'metric': metric}),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
         })
-    logs = [EpochLog(p.parent, {k: [] for k in NODE_CURVE}, 'acc',
+    logs = [EpochLog(p.parent, {k: [] for k in NODE_CURVE}, metric,
                      columns=NODE_CURVE) for p in paths]
     start = time.perf_counter()
     with matmul_precision(cfg.train.precision, device):
@@ -581,14 +642,15 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                          cfg.train.lr, cfg.train.weight_decay, generators,
                          cfg.train.progress, cfg.train.log_every,
                          cfg.train.precision, cfg.train.compile,
-                         cfg.train.get('eval_every', 1), logs)
+                         cfg.train.get('eval_every', 1), logs, metric)
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     loop_s = time.perf_counter() - start  # the epochs alone (all runs)
     if cfg.select == 'best_val':
         model.load_state_dict(best_state)
     monitor = collapse.monitor(model) if cfg.collapse_metrics else None
-    final = evaluate(model, data, monitor)
+    final = evaluate(model, data, monitor, metric=metric)
+    train, val, val_loss, test = metric_names(metric)
     if monitor is not None:
         monitor.remove()
     for r, res in enumerate(results):
@@ -600,8 +662,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
             loop_s=loop_s,
             selected_epoch=(res['best_epoch'] if cfg.select == 'best_val'
                             else cfg.train.epochs),
-            **{k: final[k][r] for k in ('train_acc', 'val_acc', 'test_acc',
-                                        'val_loss')},
+            **{k: final[k][r] for k in (train, val, test, val_loss)},
         )
         if monitor is not None:
             records = collapse.run_records(
