@@ -168,7 +168,7 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 
 
 # gnorm.train's modules, each importing only those before it.
-TRAIN_LAYERS = ('common', 'hydra_adapter', 'progress', 'collapse',
+TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
                 'epoch_log', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
                 'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it: the

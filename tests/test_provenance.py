@@ -87,6 +87,7 @@ def test_leakage_counts_test_nodes_with_a_twin_in_training():
     # neighbourhood any more
     found = leakage(_graph(x, y, edges + [[5, 0]]), train, ~train)
     assert found['same_label'] == 1 and found['same_neighbours'] == 0
+    assert not leaks(found)  # feature twins, no duplicate: no leak
     # no twin of a test node among the training nodes
     x[3], x[4] = [3, 3], [4, 4]
     assert not leaks(leakage(_graph(x, y, edges), train, ~train))

@@ -6,14 +6,18 @@ often with the same label and the same neighbours, so that a model may
 score on test nodes by recalling their training copies.
 :func:`leakage` counts them for one split; every node run records it
 (``results.json``: ``dataset.leakage``) and warns when a split leaks
-(:data:`WARN_SHARE` of its test nodes or more)."""
+(:data:`WARN_SHARE` of its test nodes or more have a duplicate in
+training: the same features, label and neighbours)."""
 from typing import Dict
 
 import torch
 from torch import Tensor
 
-# A split leaks when at least this share of its test nodes has a feature
-# twin among its training nodes.
+# A split leaks when at least this share of its test nodes has a duplicate
+# among its training nodes: a twin of the same features, label and
+# neighbours, which a graph network cannot tell from the test node. (A
+# feature twin alone is no leak where features are coarse: every one of
+# Minesweeper's test nodes has one.)
 WARN_SHARE = 0.01
 
 
@@ -68,5 +72,5 @@ def leakage(data, train_mask: Tensor, test_mask: Tensor
 
 def leaks(found: Dict[str, int]) -> bool:
     r"""Whether a split's :func:`leakage` reaches :data:`WARN_SHARE` of
-    its test nodes."""
-    return found['duplicated_in_train'] >= WARN_SHARE * max(found['test'], 1)
+    its test nodes with a duplicate in training (``same_neighbours``)."""
+    return found['same_neighbours'] >= WARN_SHARE * max(found['test'], 1)

@@ -551,8 +551,8 @@ def load_runs(cfgs: Sequence[DictConfig],
 
 def split_leakage(data, cfgs: Sequence[DictConfig],
                   fingerprints: Sequence[str]) -> List[Dict[str, int]]:
-    r"""Each run's :func:`gnorm.data.leakage` (test nodes with a feature
-    twin among its training nodes), once per split (runs of one split
+    r"""Each run's :func:`gnorm.data.leakage` (test nodes with a twin
+    among its training nodes), once per split (runs of one split
     share its :obj:`fingerprints`); one warning line for a split that
     leaks (:func:`gnorm.data.leaks`)."""
     found: Dict[str, Dict[str, int]] = {}
@@ -563,11 +563,10 @@ def split_leakage(data, cfgs: Sequence[DictConfig],
                                  data.test_mask[r])
             if leaks(found[key]):
                 log.warning('%s: %d of %d test nodes of the split have a '
-                            'training node with the same features (%d of '
-                            'them the same label): the split leaks '
+                            'duplicate in training (the same features, '
+                            'label and neighbours): the split leaks '
                             '(gnorm.data.leakage)', split_name(c),
-                            found[key]['duplicated_in_train'],
-                            found[key]['test'], found[key]['same_label'])
+                            found[key]['same_neighbours'], found[key]['test'])
         out.append(found[key])
     return out
 
