@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gnorm.results import load_runs
+from gnorm.results import label, load_runs
 from gnorm.results import overrides as run_overrides
 from gnorm.results.keys import NOT_RESULT_KEYS, record_identity
 from gnorm.study import compare as study_compare
@@ -775,6 +775,10 @@ def test_a_users_spec_and_norm_need_no_hydra_section(tmp_path, monkeypatch,
     factors = {load_runs(runs / f)[0]['config']['norm'].get('factor')
                for f in folders}
     assert factors == {0.25, 0.5, None}  # the grid reached the class
+    # gnorm.results names the user's norm by its class, as for runs of
+    # python -m gnorm.train (a paired study's)
+    assert {label(run, 'norm') for run in load_runs(runs)} == {
+        'HalfLN', 'none'}
     report = (tmp_path / 'results' / 'mine_depth.md').read_text()
     assert '## Does mine beat none?' in report
     assert '**2 of 2 cells complete**' in report

@@ -127,6 +127,7 @@ class Composer:
         r"""One job: ``dir``, ``info`` (for ``results.json``), ``key``
         (:func:`run_key`) and what :meth:`config` needs."""
         from omegaconf import OmegaConf, open_dict
+        from gnorm.train.common import run_names
         from gnorm.train.hydra_adapter import override_dirname
         parsed = self._parse(job)
         fixed = tuple(o.input_line for o in parsed
@@ -157,9 +158,13 @@ class Composer:
         with open_dict(full.hydra.job):
             full.hydra.job.override_dirname = override_dirname(
                 own, naming.exclude_keys, naming.item_sep, naming.kv_sep)
+        # What the run trains by name, as `python -m gnorm.train` records
+        # it (a user's norm class by its class, not the option `none`).
+        names = run_names(config, choices,
+                          full.hydra.runtime.config_sources)
         return dict(fixed=fixed, values=values,
                     dir=runs_dir / str(full.hydra.sweep.subdir),
-                    info={'choices': dict(choices),
+                    info={'choices': dict(choices), 'names': names,
                           'overrides': [o.input_line for o in own]},
                     key=run_key(identity(config)))
 
