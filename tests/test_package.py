@@ -179,8 +179,9 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'nn', 'metrics', 'data', 'results',
                   'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
-                'budget', 'inputs', 'pairs', 'compare', 'paired', 'plot',
-                'recipe', 'depth_report', 'paired_report', 'engine', 'cli')
+                'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
+                'plot', 'recipe', 'depth_report', 'paired_report', 'engine',
+                'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
 INNER_LAYERS = {

@@ -188,3 +188,39 @@ def test_the_committed_fair_report_names_its_family_and_budgets():
     # the tie of chameleon L=2 goes to s=0.5 (equal counts)
     assert '66.95 ± 2.50, s=0.5<br>tie, not chosen: s=0.8: 67.14 ± 2.13' \
         in text
+
+
+def test_variant_words_say_which_verdicts_hold_on_the_variant():
+    from gnorm.study.variants import variant_words
+    found = {}
+    for depth, (orig, var) in {2: ('beats', 'beats'),
+                               4: ('beats', 'not distinguishable'),
+                               8: ('not distinguishable', 'loses')}.items():
+        found['cham', 'cn', 'ln', depth] = study_compare.Found(None,
+                                                               verdict=orig)
+        found['cham_f', 'cn', 'ln', depth] = study_compare.Found(
+            None, verdict=var)
+    found['cham', 'cn', 'pn', 2] = study_compare.Found(
+        None, verdict='not distinguishable')
+    found['cham_f', 'cn', 'pn', 2] = study_compare.Found(
+        None, why='not compared: incomplete')
+    words = variant_words('cn', found, {'cham': 'cham_f'},
+                          'Holm-adjusted over a family of 8')
+    assert words == (
+        'On the variants (Holm-adjusted over a family of 8): against ln, '
+        'cn beats at L=2/4, is not distinguishable at L=8 on cham and '
+        'beats at L=2, loses at L=8, is not distinguishable at L=4 on '
+        'cham_f: 1 of its 2 verdicts on cham holds on cham_f; against pn, '
+        'cn is not distinguishable at L=2 on cham and is not compared yet '
+        '(incomplete) at L=2 on cham_f (no verdict on cham to keep).')
+
+
+def test_variants_must_be_datasets_of_the_study():
+    spec = load_spec('filtered_heterophily')
+    check_spec(spec)
+    assert spec.table['variants'] == {'chameleon': 'chameleon_filtered',
+                                      'squirrel': 'squirrel_filtered'}
+    spec.table['variants'] = {'chameleon': 'cora'}
+    with pytest.raises(SpecError, match="table.variants names 'cora', not "
+                       'a dataset of the study'):
+        check_spec(spec)

@@ -22,7 +22,8 @@ depth study), :mod:`~gnorm.study.runner` (train what is missing),
 :mod:`~gnorm.study.sanity` (cells at chance or still improving),
 :mod:`~gnorm.study.stats` (intervals, p-values, Holm's family),
 :mod:`~gnorm.study.pairs` (which runs a paired study may pair),
-:mod:`~gnorm.study.compare`, :mod:`~gnorm.study.paired` (the readings),
+:mod:`~gnorm.study.compare`, :mod:`~gnorm.study.variants` (verdicts on a
+dataset and its variant), :mod:`~gnorm.study.paired` (the readings),
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
 :mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),
 :mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command).

@@ -269,7 +269,7 @@ def comparison(records: List[Dict[str, Any]], row: str,
              + rule_text(row, found, level, correction), '']
     lines += verdict_table(mine, against, correction)
     lines += ['', in_words(row, _verdicts(mine, against),
-                           _family_words(found, correction))]
+                           family_words(found, correction))]
     flagged = flagged_text(mine)
     if flagged:
         lines += ['', flagged]
@@ -278,7 +278,7 @@ def comparison(records: List[Dict[str, Any]], row: str,
     return lines
 
 
-def _family_words(found: Dict[Pair, Found], correction: str) -> str:
+def family_words(found: Dict[Pair, Found], correction: str) -> str:
     return (f'Holm-adjusted over a family of {tested(found)}'
             if correction == 'holm' else 'each comparison alone')
 

@@ -9,12 +9,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import code, machines, write_records
 from gnorm.study.compare import (annotate, at_default, comparison, family,
-                                 shown)
+                                 family_words, shown)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING
 from gnorm.study.select import TIE
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
+from gnorm.study.variants import variant_words
 
 
 def _label(record: Dict[str, Any]) -> str:
@@ -254,6 +255,13 @@ def comparisons(spec: Spec, records: List[Dict[str, Any]],
                                  found[view], view)
             if section:
                 lines += [''] + section
+            if section and view == 'val' and spec.table.get('variants'):
+                mine = {k: f for k, f in found[view].items()
+                        if k[1] == row and k[2] in against}
+                lines += ['', variant_words(row, mine,
+                                            spec.table['variants'],
+                                            family_words(found[view],
+                                                         correction))]
     return lines
 
 

@@ -50,7 +50,7 @@ TABLE_KEYS = (
     'authors_compared', 'row_seeds', 'min_seeds', 'higher_is_better',
     'labels', 'metric', 'dataset', 'plot_title', 'recipe_note',
     'mirror_note', 'epochs_why', 'published', 'beside', 'elsewhere',
-    'elsewhere_intro', 'correction', 'budget', 'paper_recipe')
+    'elsewhere_intro', 'correction', 'budget', 'paper_recipe', 'variants')
 BUDGETS = ('any', 'equal')
 SECTION_KEYS = {'compare': ('rows', 'against'),
                 'flag': ('rows', 'paper_stds'),
@@ -549,6 +549,12 @@ def _check_compare(spec: Spec) -> None:
         if bad:
             raise SpecError(f'{spec.name}: table.compare.{key} names '
                             f'{bad[0]!r}, no row of the study')
+    variants = spec.table.get('variants') or {}
+    datasets = spec.table.get('datasets') or []
+    bad = [d for pair in variants.items() for d in pair if d not in datasets]
+    if bad:
+        raise SpecError(f'{spec.name}: table.variants names {bad[0]!r}, '
+                        f'not a dataset of the study')
 
 
 def grid(spec: Spec, row: str) -> Dict[str, list]:

@@ -1,0 +1,75 @@
+r"""Whether a comparison's verdicts on a dataset hold on a variant of it
+(``table.variants``, dataset -> variant: e.g. Chameleon -> its version
+without duplicate nodes). Per compared row and variant, the verdicts on
+both graphs side by side and how many of the dataset's verdicts (beats or
+loses) the variant gives again, in words; the README quotes it."""
+from typing import Dict, List, Optional
+
+from gnorm.study.compare import (NOT_COMPARED, NOT_RUN, SAID, Found, Pair,
+                                 cells_text)
+
+# How a comparison without a verdict reads.
+NO_VERDICT = {NOT_RUN: 'is not run here', NOT_COMPARED: 'is not compared '
+              'yet (incomplete)'}
+# The order verdicts are named in.
+ORDER = ('beats', 'loses', 'not distinguishable', NOT_COMPARED, NOT_RUN)
+
+
+def said(found: Optional[Found]) -> str:
+    r"""A comparison's verdict, or why it has none (:data:`NO_VERDICT`)."""
+    if found is None or found.verdict is None:
+        return NOT_RUN if found is not None and found.why.startswith(
+            NOT_RUN) else NOT_COMPARED
+    return found.verdict
+
+
+def on_graph(verdicts: Dict[int, str], dataset: str) -> str:
+    r"""``beats at L=2/4, is not distinguishable at L=8`` of the
+    :obj:`verdicts` by depth of one dataset."""
+    by: Dict[str, List[int]] = {}
+    for depth, verdict in verdicts.items():
+        by.setdefault(verdict, []).append(depth)
+    parts = [f"{SAID.get(v) or NO_VERDICT[v]} at "
+             f"{cells_text([(dataset, d) for d in by[v]]).split(' ', 1)[1]}"
+             for v in ORDER if v in by]
+    return ', '.join(parts)
+
+
+def held(original: Dict[int, str], variant: Dict[int, str]) -> List[int]:
+    r"""The depths where the original's verdict (beats or loses) is the
+    variant's too."""
+    return [d for d, v in original.items()
+            if v in ('beats', 'loses') and variant.get(d) == v]
+
+
+def pair_words(row: str, other: str, found: Dict[Pair, Found],
+               original: str, variant: str) -> str:
+    r"""One comparison (:obj:`row` against :obj:`other`) on
+    :obj:`original` and :obj:`variant`, in words."""
+    depths = sorted({k[3] for k in found if k[2] == other
+                     and k[0] in (original, variant)})
+    verdicts = {d: {depth: said(found.get((d, row, other, depth)))
+                    for depth in depths} for d in (original, variant)}
+    strong = [d for d, v in verdicts[original].items()
+              if v in ('beats', 'loses')]
+    kept = held(verdicts[original], verdicts[variant])
+    words = (f'against {other}, {row} {on_graph(verdicts[original], original)}'
+             f' on {original} and {on_graph(verdicts[variant], variant)} on '
+             f'{variant}')
+    if not strong:
+        return words + f' (no verdict on {original} to keep)'
+    return words + (f': {len(kept)} of its {len(strong)} verdict'
+                    f"{'s' if len(strong) > 1 else ''} on {original} "
+                    f"hold{'s' if len(kept) == 1 else ''} on {variant}")
+
+
+def variant_words(row: str, found: Dict[Pair, Found],
+                  variants: Dict[str, str], how: str = '') -> str:
+    r"""The paragraph of :obj:`row`'s comparisons in :obj:`found` on each
+    dataset and its variant (:obj:`variants`); :obj:`how`: how the
+    verdicts were read (e.g. ``Holm-adjusted over a family of 24``)."""
+    others = list(dict.fromkeys(k[2] for k in found if k[1] == row))
+    parts = [pair_words(row, other, found, original, variant)
+             for original, variant in variants.items() for other in others]
+    return (f"On the variants{f' ({how})' if how else ''}: "
+            + '; '.join(parts) + '.')
