@@ -35,17 +35,17 @@ def test_readme_says_what_the_quoted_folder_holds():
     record: 6 runs, 32 layers, dropout 0.2, seeds 0-2; the other folders
     it names exist."""
     from gnorm.results import load_runs, value
-    readme = ' '.join((ROOT / 'README.md').read_text().split())
+    page = ' '.join((ROOT / 'docs' / 'training.rst').read_text().split())
     runs = load_runs(main_command.RUNS / 'main_b2b073a')
-    assert f'main_b2b073a`: its {len(runs)} runs, ContraNorm and no norm ' \
-        'at 32 layers, dropout 0.2, seeds 0-2.' in readme
+    assert f'main_b2b073a``: its {len(runs)} runs, ContraNorm and no norm ' \
+        'at 32 layers, dropout 0.2, seeds 0-2.' in page
     assert {value(r, 'layers') for r in runs} == {32}
     assert {value(r, 'model.dropout') for r in runs} == {0.2}
     assert sorted({value(r, 'seed') for r in runs}) == [0, 1, 2]
     assert sorted(p.name for p in main_command.RUNS.iterdir()) == [
         'main_b2b073a', 'p2a', 'p3none', 'p4two', 'p5main']
     for name in ('p2a', 'p3none', 'p4two', 'p5main'):
-        assert f'`{name}`' in readme
+        assert f'``{name}``' in page
 
 
 def test_bad_runs_folder_is_one_line(tmp_path, capsys):
@@ -69,23 +69,28 @@ def test_readme_says_where_contranorm_beats_the_other_rows(name, block):
     assert ' '.join(quoted.split()) == words
 
 
-def _quoted(name):
-    readme = (ROOT / 'README.md').read_text()
-    return ' '.join(re.search(f'<!-- {name} -->(.*?)<!-- /{name} -->',
-                              readme, re.S).group(1).split())
+def _quoted(name, page='README.md'):
+    r"""The generated block :obj:`name` of :obj:`page`, its whitespace
+    normalised: between ``<!-- name -->`` and ``<!-- /name -->`` in
+    Markdown, between the comments ``.. name`` and ``.. /name`` in rst."""
+    text = (ROOT / page).read_text()
+    marks = (f'<!-- {name} -->(.*?)<!-- /{name} -->' if page.endswith('.md')
+             else rf'^\s*\.\. {name}\n(.*?)^\s*\.\. /{name}\n')
+    return ' '.join(re.search(marks, text, re.S | re.M).group(1).split())
 
 
-def test_readme_says_how_the_authors_speed_compares():
+def test_results_page_says_how_the_authors_speed_compares():
     r"""The README's sentence on the time per run of the authors' code and
     gnorm is the committed ``authors_vs_gnorm.md``'s, word for word."""
     report = (ROOT / 'experiments' / 'results' / 'authors_vs_gnorm.md'
               ).read_text()
     words = next(line for line in report.splitlines()
                  if line.startswith('Time per run: '))
-    assert _quoted('authors-speed') == words.removeprefix('Time per run: ')
+    assert _quoted('authors-speed', 'docs/results.rst') == \
+        words.removeprefix('Time per run: ')
 
 
-def test_readme_says_how_complete_the_fair_table_is():
+def test_results_page_says_how_complete_the_fair_table_is():
     r"""The README's line for ``table3_fair.md`` quotes the report's count
     of complete, partial and missing cells, and calls the table not
     finished while cells are partial or missing."""
@@ -95,19 +100,19 @@ def test_readme_says_how_complete_the_fair_table_is():
         r'\*\*(\d+) of (\d+) cells complete\*\* \(every setting of the '
         r'grid run with every seed\), (\d+) partial, (\d+) missing',
         report).groups()
-    assert _quoted('table3-fair-cells') == (
+    assert _quoted('table3-fair-cells', 'docs/results.rst') == (
         f'{done} of {cells} cells complete, {partial} partial, {missing} '
         f'missing')
-    line = next(row for row in (ROOT / 'README.md').read_text().splitlines()
-                if row.startswith('| [table3_fair.md]'))
-    assert ('not finished' in line) == (done != cells)
+    item = (ROOT / 'docs' / 'results.rst').read_text().split(
+        '- ``table3_fair.md``')[1].split('.. table3-fair-cells')[0]
+    assert ('not finished' in item) == (done != cells)
 
 
 def _numbers(text):
     return re.findall(r'\d+(?:\.\d+)?', text)
 
 
-def test_readme_graphormer_speed_comes_from_the_committed_benchmark():
+def test_graphormer_page_speed_comes_from_the_committed_benchmark():
     r"""The README's Graphormer step times and speed-ups are those of the
     committed side-by-side benchmark (process CPU time of the model step,
     LayerNorm and SepNorm, before and after)."""
@@ -120,7 +125,8 @@ def test_readme_graphormer_speed_comes_from_the_committed_benchmark():
             f'| {dataset} | float32 | {norm} | shuffle | 128 |'))
         return line.strip(' |').split(' | ')[-3:]
     for dataset, text in zip(('zinc', 'molhiv'),
-                             _quoted('graphormer-speed').split(';')):
+                             _quoted('graphormer-speed',
+                                     'docs/graphormer.rst').split(';')):
         ln, sep = cells(dataset, 'layernorm'), cells(dataset, 'sepnorm')
         assert _numbers(text)[-6:] == [
             ln[0], sep[0], ln[1], sep[1], ln[2][:-1], sep[2][:-1]]
@@ -130,7 +136,7 @@ def test_readme_graphormer_speed_comes_from_the_committed_benchmark():
     ('graphormer-parts', 'bench_graphormer_parts_cpu.md', 2, -1),
     ('graphormer-linear', 'bench_graphormer_parts_cpu.md', 2, -2),
     ('graphormer-runs', 'bench_graphormer_runs_cpu.md', 3, -1)])
-def test_readme_ratio_ranges_come_from_the_committed_benchmarks(
+def test_graphormer_page_ratio_ranges_come_from_the_committed_benchmarks(
         marker, name, columns, column):
     r"""The README's range of a benchmark's ratios is the lowest and the
     highest ratio (:obj:`column`) of its committed table's rows."""
@@ -138,7 +144,7 @@ def test_readme_ratio_ranges_come_from_the_committed_benchmarks(
     row = r'\| \w+ ' * columns + r'\| \d'
     ratios = [float(line.strip(' |').split(' | ')[column][:-1])
               for line in table.splitlines() if re.match(row, line)]
-    low, high = _numbers(_quoted(marker))[:2]
+    low, high = _numbers(_quoted(marker, 'docs/graphormer.rst'))[:2]
     assert (float(low), float(high)) == (min(ratios), max(ratios))
 
 
@@ -176,3 +182,24 @@ def test_readme_says_where_the_committed_runs_were_made():
         assert gpu in readme, gpu
     if gpus:
         assert 'all made on CPUs' not in readme
+
+
+def test_readme_says_whether_the_verdicts_survive_without_duplicates():
+    r"""The README's reading of the filtered graphs is the committed
+    report's generated paragraph on the variants."""
+    report = (ROOT / 'experiments' / 'results' / 'filtered_heterophily.md'
+              ).read_text()
+    words = next(line for line in report.splitlines()
+                 if line.startswith('On the variants'))
+    assert _quoted('filtered-heterophily-reading') == words
+
+
+def test_readme_is_a_front_page():
+    r"""At most 150 lines, no commit hashes or run-folder names: those
+    live in the docs and the reports."""
+    readme = (ROOT / 'README.md').read_text()
+    assert len(readme.splitlines()) <= 150
+    assert not re.search(r'\b[0-9a-f]{7,40}\b', readme)
+    assert 'experiments/runs' not in readme
+    for name in ('main_b2b073a', 'p5main', 'p4two', 'p3none', 'p2a'):
+        assert name not in readme

@@ -940,6 +940,12 @@ def test_a_depth_study_of_a_graph_dataset_is_refused(tmp_path, capsys,
                   '--runs', str(tmp_path / 'runs')]) == 2
     err = capsys.readouterr().err
     assert all(part in err for part in says) and err.count('\n') == 1, err
+    # a node dataset scored by ROC-AUC, likewise
+    assert study(['table3_fair', '--datasets', 'minesweeper', '--dry-run',
+                  '--runs', str(tmp_path / 'runs')]) == 2
+    err = capsys.readouterr().err
+    assert "dataset 'minesweeper' is scored by rocauc" in err and \
+        'kind: paired' in err and err.count('\n') == 1, err
 
 
 @pytest.mark.parametrize('changes,says', [

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from gnorm.errors import GnormError
-from gnorm.study.spec import (SpecError, Spec, known_datasets, check_node_task,
-                              check_sets, config_sets, load_spec, set_name,
-                              studies)
+from gnorm.study.spec import (SpecError, Spec, check_node_task, check_sets,
+                              config_sets, known_datasets, load_spec,
+                              set_name, studies)
 
 SCRATCH = Path('outputs') / 'study'
 
