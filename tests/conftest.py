@@ -118,3 +118,10 @@ def join_gloo(rank: int, world: int, port: int) -> None:
     torch.distributed.init_process_group(
         'gloo', rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=30))
+
+
+@pytest.fixture(scope='module')
+def data_root(tmp_path_factory):
+    r"""One data folder for a test module: each dataset is processed once
+    per module."""
+    return tmp_path_factory.mktemp('data')

@@ -29,12 +29,6 @@ TINY = ['layers=2', 'model.hidden_channels=8', 'train.epochs=2',
 pytestmark = pytest.mark.usefixtures('one_thread')
 
 
-@pytest.fixture(scope='module')
-def data_root(tmp_path_factory):
-    r"""One data folder for the module: each graph is processed once."""
-    return tmp_path_factory.mktemp('data')
-
-
 def _pairs_auc(score, y):
     r"""ROC-AUC as its definition reads: over every (positive, negative)
     pair, 1 if the positive scores higher, 1/2 on a tie."""

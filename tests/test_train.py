@@ -36,12 +36,6 @@ TINY = ['dataset=csbm', 'dataset.num_nodes=200', 'layers=3',
 pytestmark = pytest.mark.usefixtures('one_thread')
 
 
-@pytest.fixture(scope='module')
-def data_root(tmp_path_factory):
-    r"""One data folder for the module: each dataset is processed once."""
-    return tmp_path_factory.mktemp('data')
-
-
 def _read(path):
     with open(path / 'results.json') as f:
         return json.load(f)

@@ -74,3 +74,15 @@ def check_edge_index(fn: str, edge_index: Tensor, batch: Tensor) -> None:
     if bool((batch[edge_index[0]] != batch[edge_index[1]]).any()):
         raise ValueError(f"'{fn}' got edges between different graphs of "
                          f"'batch'")
+
+
+def check_inputs(fn: str, x: Tensor, batch: Optional[Tensor],
+                 batch_size: Optional[int],
+                 max_samples: Optional[int] = None) -> Tuple[Tensor, int]:
+    r"""The checks of a metric's inputs in order (:func:`check_x`,
+    :func:`check_samples` when it samples, :func:`check_batch`); returns
+    the batch vector and the number of graphs."""
+    check_x(fn, x)
+    if max_samples is not None:
+        check_samples(fn, max_samples)
+    return check_batch(fn, x, batch, batch_size)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from gnorm.metrics.checks import (check_batch, check_edge_index,
-                                   check_samples, check_x)
+                                   check_inputs, check_samples, check_x)
 from gnorm.metrics.pointwise import dense_uniformity
 from gnorm.metrics.rows import finish, sort_by_graph, subsample, unit_rows
 
@@ -274,9 +274,8 @@ def mad(x: Tensor, edge_index: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    check_x('mad', x)
-    check_samples('mad', max_samples)
-    batch_vec, size = check_batch('mad', x, batch, batch_size)
+    batch_vec, size = check_inputs('mad', x, batch, batch_size,
+                                   max_samples)
     if hops is not None:
         _check_hops('mad', hops)
         if edge_index is None:

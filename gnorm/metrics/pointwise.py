@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.utils import degree, scatter, to_dense_batch
 
 from gnorm.metrics.checks import (check_batch, check_edge_index,
-                                   check_samples, check_x)
+                                   check_inputs, check_x)
 from gnorm.metrics.rows import (finish, graph_sum, scaled_rows,
                                  sort_by_graph, subsample, unit_rows,
                                  weighted_graph_sum)
@@ -54,8 +54,7 @@ def effective_rank(x: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    check_x('effective_rank', x)
-    batch_vec, size = check_batch('effective_rank', x, batch, batch_size)
+    batch_vec, size = check_inputs('effective_rank', x, batch, batch_size)
     if size == 0:
         return x.new_empty(0)
     x, batch_vec = sort_by_graph(x, batch_vec)
@@ -148,8 +147,7 @@ def feature_cosine_similarity(x: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    check_x('feature_cosine_similarity', x)
-    batch_vec, size = check_batch('feature_cosine_similarity', x, batch,
+    batch_vec, size = check_inputs('feature_cosine_similarity', x, batch,
                                    batch_size)
     return finish(graph_cosine_similarity(x, batch_vec, size), batch)
 
@@ -300,9 +298,8 @@ def uniformity(x: Tensor, batch: Optional[Tensor] = None,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    check_x('uniformity', x)
-    check_samples('uniformity', max_samples)
-    batch_vec, size = check_batch('uniformity', x, batch, batch_size)
+    batch_vec, size = check_inputs('uniformity', x, batch, batch_size,
+                                   max_samples)
     if size == 0:
         return x.new_empty(0)
     x, batch_vec = sort_by_graph(x, batch_vec)
@@ -386,8 +383,7 @@ def dirichlet_energy(x: Tensor, edge_index: Tensor,
         torch.Tensor: A 0-dim tensor if :obj:`batch` is :obj:`None`, else a
         tensor of shape :obj:`[batch_size]`.
     """
-    check_x('dirichlet_energy', x)
-    batch_vec, size = check_batch('dirichlet_energy', x, batch, batch_size)
+    batch_vec, size = check_inputs('dirichlet_energy', x, batch, batch_size)
     check_edge_index('dirichlet_energy', edge_index, batch_vec)
     src, dst = edge_index[0].long(), edge_index[1].long()
     scale = None
