@@ -7,10 +7,12 @@ import math
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
+from torch_geometric.loader import NodeLoader
 from torch_geometric.nn import GCNConv, SAGEConv
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
 from conftest import experiment
+from gnorm.data import TorchNeighborSampler
 from gnorm.metrics import (dirichlet_energy, effective_rank,
                            feature_cosine_similarity, feature_variance, mad,
                            mad_gap, uniformity)
@@ -268,14 +270,14 @@ def test_bad_input_is_one_line_and_leaves_no_hook():
 
 
 def test_gat_on_neighbor_sampled_batches_measures_the_seed_nodes():
-    r"""NeighborLoader-style batches (PyG's NodeLoader with the plain-torch
-    sampler of experiments/bench_monitor.py): node metrics on the seed
-    nodes, the Dirichlet energies on all nodes and edges of the sampled
-    subgraph, MADGap on the seeds with hop distances in the subgraph."""
-    bench = experiment('bench_monitor')
+    r"""NeighborLoader-style batches (PyG's NodeLoader with gnorm's
+    plain-torch TorchNeighborSampler): node metrics on the seed nodes, the
+    Dirichlet energies on all nodes and edges of the sampled subgraph,
+    MADGap on the seeds with hop distances in the subgraph."""
     x, edge_index = graph(n=400, m=500, seed=2)
     data = Data(x=x, edge_index=edge_index, y=torch.randint(0, 3, (400, )))
-    loader = bench.neighbor_loader(data, [4, 4], batch_size=40)
+    loader = NodeLoader(data, node_sampler=TorchNeighborSampler(
+        data, [4, 4], seed=0), batch_size=40, shuffle=True)
     torch.manual_seed(0)
     model = GAT(12, 16, num_layers=2, out_channels=3, heads=2)
     monitor = CollapseMonitor(model, max_samples=64, metrics=EVERY)

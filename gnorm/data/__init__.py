@@ -12,6 +12,9 @@ r"""Datasets, one module per kind of data.
 * :mod:`gnorm.data.molecules`: graph-level molecule datasets (ogbg-molhiv,
   ZINC) with the shortest paths a Graphormer needs
   (:mod:`gnorm.data.paths`).
+* :mod:`gnorm.data.neighbor_sampler`: neighbour-sampled mini-batches in
+  plain torch (:class:`TorchNeighborSampler`, for PyG's ``NodeLoader``
+  where ``NeighborLoader``'s ``pyg-lib`` or ``torch-sparse`` is missing).
 """
 from gnorm.data.heterophilous import HeterophilousGraphs
 from gnorm.data.nodes import (
@@ -39,6 +42,7 @@ from gnorm.data.molecules import (
     zinc_fixture,
 )
 from gnorm.data.leakage import leakage, leaks
+from gnorm.data.neighbor_sampler import TorchNeighborSampler
 from gnorm.data.paths import (
     ShortestPaths,
     add_shortest_paths,
@@ -52,6 +56,7 @@ __all__ = [
     'GRAPH_EXTRA',
     'HeterophilousGraphs',
     'ShortestPaths',
+    'TorchNeighborSampler',
     'add_shortest_paths',
     'graph_sizes',
     'leakage',
