@@ -4,6 +4,7 @@ behind, after remove(), an exception or a bad input."""
 import csv
 import math
 
+import matplotlib
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
@@ -19,6 +20,8 @@ from gnorm.metrics import (dirichlet_energy, effective_rank,
 from gnorm.models import DeepGCN
 from gnorm.monitor import METRICS, OPTIONAL_METRICS, CollapseMonitor
 from test_metrics_pairs import random_graph, ref_hops, ref_mad
+
+matplotlib.use('Agg')  # the plots are drawn off screen
 
 TOL = dict(rel=1e-4, abs=1e-5)
 EVERY = METRICS + OPTIONAL_METRICS
@@ -404,6 +407,8 @@ def test_stacked_runs_are_measured_run_by_run(num_layers, tmp_path):
             for metric, value in want.items():
                 assert table[f'outputs.{i}'][metric] == pytest.approx(
                     value, rel=1e-9, abs=1e-12, nan_ok=True), metric
+        assert monitor.table(run=r).to_dict() == {
+            m: {n: values[m] for n, values in table.items()} for m in EVERY}
     monitor.to_csv(tmp_path / 'collapse.csv')
     rows = list(csv.DictReader(open(tmp_path / 'collapse.csv')))
     assert list(rows[0]) == ['step', 'run', 'layer', 'metric', 'value',
@@ -732,3 +737,203 @@ def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(
     quoted = re.search(r'\.\. monitor-cora-numbers\n\n(.*?)\n\n\.\. '
                        r'/monitor-cora-numbers', page, re.S).group(1)
     assert ' '.join(quoted.split()) == script.guide_sentence(rows)
+
+
+def two_steps(norm=None, metrics=('effective_rank', 'cosine_similarity',
+                                  'variance')):
+    r"""A monitor of PyG's 4-layer GCN recorded at steps 0 and 10."""
+    x, edge_index = graph(seed=8)
+    torch.manual_seed(0)
+    model = GCN(12, 16, num_layers=4, norm=norm)
+    monitor = CollapseMonitor(model, metrics=metrics)
+    for step in (0, 10):
+        with torch.no_grad(), monitor.record(step, edge_index=edge_index):
+            model(x, edge_index)
+        torch.nn.init.normal_(model.convs[1].lin.weight)  # steps differ
+    monitor.remove()
+    return monitor
+
+
+def test_the_records_as_a_table_without_pandas(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, 'pandas', None)  # as if not installed
+    monitor = two_steps()
+    layers = [f'convs.{i}' for i in range(4)]
+    table = monitor.table()  # the last step, every metric
+    assert table.layers == layers and table.columns == list(monitor.metrics)
+    assert table.to_dict() == {m: {n: v[m] for n, v in by_layer(
+        monitor.records, 10).items()} for m in monitor.metrics}
+    assert table.rows[0] == {'layer': 'convs.0', **by_layer(
+        monitor.records, 10)['convs.0']}
+    assert repr(table) == 'Table(4 layers x 3 columns, step 10)'
+    text = str(table).splitlines()
+    assert text[0].split() == ['step', '10', *monitor.metrics]
+    assert text[1].split()[0] == 'convs.0' and len(text) == 5
+    assert text[1].split()[1] == format(table.values[0][0], '.4g')
+    markdown = monitor.table(step=0).to_markdown(fmt='.2f').splitlines()
+    assert markdown[0] == '| step 0 | effective_rank | cosine_similarity ' \
+        '| variance |'
+    assert markdown[1] == '| --- | ---: | ---: | ---: |'
+    assert markdown[2] == '| convs.0 | ' + ' | '.join(
+        f'{by_layer(monitor.records, 0)["convs.0"][m]:.2f}'
+        for m in monitor.metrics) + ' |'
+    by_step = monitor.table('effective_rank')  # one metric, every step
+    assert by_step.columns == [0, 10] and by_step.corner == 'effective_rank'
+    assert by_step.values[2] == [by_layer(monitor.records, s)['convs.2'][
+        'effective_rank'] for s in (0, 10)]
+    two = monitor.table(['variance', 'effective_rank'], step=0)
+    assert two.columns == ['variance', 'effective_rank']
+    from gnorm.monitor import Table
+    assert str(Table(['a'], ['m'], [[-1e-9]])).split()[-1] == '-1e-09'
+    assert Table(['a'], ['m'], [[-1e-9]]).to_text('.3f').split()[-1] == \
+        '0.000'  # no -0.000
+    with pytest.raises(ValueError, match='nothing recorded at step 5; the '
+                       'steps: 0, 10'):
+        monitor.table(step=5)
+    with pytest.raises(ValueError, match="no metric 'mad' recorded"):
+        monitor.table('mad')
+    with pytest.raises(ImportError) as e:
+        monitor.to_pandas()
+    assert 'pip install pandas' in str(e.value) and '\n' not in str(e.value)
+
+
+def test_to_pandas_is_the_records():
+    pandas = pytest.importorskip('pandas')
+    monitor = two_steps()
+    frame = monitor.to_pandas()
+    assert isinstance(frame, pandas.DataFrame)
+    assert list(frame.columns) == ['step', 'layer', 'metric', 'value',
+                                   'graphs']
+    assert frame.to_dict('records') == monitor.records
+
+
+def test_onset_is_the_first_layer_come_that_far_to_collapse():
+    r"""By hand: effective rank falls to 1, cosine similarity rises to 1;
+    fraction 0.5 of the first layer's distance."""
+    model = GCN(4, 4, num_layers=4)
+    monitor = CollapseMonitor(model, metrics=['effective_rank',
+                                              'cosine_similarity', 'mad_gap'])
+    monitor.remove()
+    values = {  # step: (effective rank, cosine similarity, MADGap) by layer
+        0: ([9.0, 7.0, 4.0, 2.0], [0.2, 0.5, 0.7, 0.95],
+            [0.4, 0.3, 0.1, 0.0]),
+        1: ([9.0, 8.0, 6.0, 5.0], [0.2, 0.3, 0.55, 0.6],
+            [-0.1, -0.2, -0.3, -0.3]),
+        2: ([math.nan, 1.0, 1.0, 1.0], [0.0, 0.6, 0.7, 0.8],
+            [0.4, math.nan, 0.19, 0.1]),
+    }
+    monitor.records = [
+        {'step': step, 'layer': f'convs.{i}', 'metric': metric,
+         'value': column[i], 'graphs': 1}
+        for step, columns in values.items()
+        for metric, column in zip(monitor.metrics, columns)
+        for i in range(4)]
+    # rank - 1: 8, 6, 3, 1 (below 4: convs.2); 8, 7, 5, 4 (none below 4)
+    assert monitor.onset('effective_rank') == {0: 'convs.2', 1: None,
+                                               2: None}  # nan first layer
+    # 1 - cos: 0.8, 0.5, 0.3, 0.05 (below 0.4: convs.2); 0.8, 0.7, 0.45,
+    # 0.4 (none below 0.4); 1, 0.4, 0.3, 0.2 (below 0.5: convs.1)
+    assert monitor.onset('cosine_similarity') == {0: 'convs.2', 1: None,
+                                                  2: 'convs.1'}
+    assert monitor.onset('cosine_similarity', fraction=0.1) == {
+        0: 'convs.3', 1: None, 2: None}
+    # MADGap: below 0.2 from convs.2 (nan skipped); the first layer at or
+    # below 0 has no onset
+    assert monitor.onset('mad_gap') == {0: 'convs.2', 1: None, 2: 'convs.2'}
+    with pytest.raises(ValueError, match='a fraction between 0 and 1'):
+        monitor.onset('mad_gap', fraction=1.5)
+    with pytest.raises(ValueError, match="no 'variance' recorded"):
+        monitor.onset('variance')
+
+
+def test_plot_compare_draws_monitors_on_shared_axes(tmp_path):
+    from gnorm.monitor import plot_compare
+    monitors = {'none': two_steps(),
+                'batchnorm': two_steps(norm='batch_norm')}
+    metrics = ['effective_rank', 'variance']
+    fig = plot_compare(monitors, metrics=metrics, step=[0, 10],
+                       path=tmp_path / 'compare.png', onset=0.5)
+    assert (tmp_path / 'compare.png').stat().st_size > 1000
+    assert len(fig.axes) == 4  # [metric, step], row by row
+    first, marked = fig.axes[0], 0
+    for i, metric in enumerate(metrics):
+        for j, step in enumerate((0, 10)):
+            ax = fig.axes[2 * i + j]
+            assert first.get_shared_x_axes().joined(first, ax)
+            assert ax.get_shared_y_axes().joined(fig.axes[2 * i], ax)
+            assert [line.get_label() for line in ax.lines] == list(monitors)
+            for line, monitor in zip(ax.lines, monitors.values()):
+                want = by_layer(monitor.records, step)
+                assert list(line.get_ydata()) == [
+                    want[f'convs.{k}'][metric] for k in range(4)]
+            # an onset marker (a triangle and a dotted line) per onset
+            onsets = [m.onset(metric)[step] for m in monitors.values()]
+            marks = sum(o is not None for o in onsets)
+            assert len(ax.collections) == 2 * marks
+            marked += marks
+    assert marked > 0
+    assert fig.axes[0].get_title() == 'step 0'
+    assert fig.axes[2].get_yscale() == 'log'  # variance
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ['none', 'batchnorm', 'onset (fraction=0.5)']
+    last = plot_compare(monitors)  # the last step, every metric
+    assert len(last.axes) == 3 and last.axes[0].get_title() == 'step 10'
+    records = {'a': monitors['none'].records}  # records alone do too
+    assert len(plot_compare(records, metrics=['variance']).axes) == 1
+    with pytest.raises(ValueError, match=r"'none' has no records at step 5 "
+                       r"\(its steps: 0, 10\)"):
+        plot_compare(monitors, step=5)
+    with pytest.raises(ValueError, match="no 'mad' recorded"):
+        plot_compare(monitors, metrics=['mad'])
+
+
+def test_the_metrics_of_a_full_collapse():
+    r"""Every node the same vector, doubled at each layer, on a ring with a
+    hub (degrees 2 to 8): each metric at its COLLAPSED value, but the
+    normalised Dirichlet energy, the squared norm of the row times a
+    constant of the graph, rises with it; all-zero rows: effective rank 0,
+    cosine similarity 0, MAD 1."""
+    from torch_geometric.utils import to_undirected
+
+    from gnorm.monitor import COLLAPSED
+
+    class Twice(torch.nn.Module):  # every row: twice the mean row
+        def forward(self, x):
+            return 2 * x.mean(0, keepdim=True).expand_as(x)
+
+    ring = torch.arange(40)
+    edge_index = to_undirected(torch.cat([
+        torch.stack([ring, (ring + 1) % 40]),
+        torch.tensor([[0] * 6, list(range(2, 8))])], 1))
+    model = torch.nn.Sequential(Twice(), Twice(), Twice())
+    g = torch.Generator().manual_seed(0)
+    row = torch.randn(1, 16, generator=g)
+    for dtype, noise in ((torch.float32, 1e-6), (torch.float64, 1e-14)):
+        monitor = CollapseMonitor(model, layers=[Twice], metrics=EVERY)
+        with monitor.record(0, edge_index=edge_index):
+            model(row.to(dtype).expand(40, 16))
+        monitor.remove()
+        table = by_layer(monitor.records)
+        deg = torch.bincount(edge_index[1], minlength=40).double()
+        scale = (1 + deg).rsqrt()
+        graph_constant = float((scale[edge_index[1]] - scale[
+            edge_index[0]]).square().sum() / 40)
+        for i, layer in enumerate(['0', '1', '2']):
+            norm = float(row.double().square().sum()) * 4 ** (i + 1)
+            for metric, (value, _) in COLLAPSED.items():
+                got = table[layer][metric]
+                if metric == 'dirichlet_energy_normalized':
+                    assert got == pytest.approx(graph_constant * norm,
+                                                rel=1e-5)
+                elif metric == 'variance':  # rounding of the mean row
+                    assert 0 <= got < noise * norm
+                else:
+                    assert got == pytest.approx(value, abs=noise), metric
+    zero = CollapseMonitor(model, layers=[Twice])
+    with zero.record(0, edge_index=edge_index):
+        model(torch.zeros(40, 16))
+    zero.remove()
+    assert by_layer(zero.records)['2'] == {
+        'effective_rank': 0.0, 'cosine_similarity': 0.0, 'variance': 0.0,
+        'dirichlet_energy': 0.0, 'dirichlet_energy_normalized': 0.0,
+        'mad': 1.0, 'mad_gap': 0.0}

@@ -186,7 +186,7 @@ STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
 # imports only those before it (the package's __init__ re-exports).
 INNER_LAYERS = {
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
-    'monitor': ('measure', 'plot', 'hooks'),
+    'monitor': ('measure', 'table', 'onset', 'plot', 'hooks'),
     'results': ('keys', 'folders', 'summary'),
 }
 

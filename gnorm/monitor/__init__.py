@@ -16,13 +16,20 @@ nodes of the pairwise metrics, their hop distances) is prepared once per
 :meth:`~CollapseMonitor.record` and reused while the inputs are the same
 tensors.
 
-Modules: :mod:`~gnorm.monitor.hooks` (the monitor and its records),
-:mod:`~gnorm.monitor.measure` (the metrics of the kept outputs) and
-:mod:`~gnorm.monitor.plot` (the plots).
+Modules, each importing only those before it:
+:mod:`~gnorm.monitor.measure` (the metrics of the kept outputs),
+:mod:`~gnorm.monitor.table` (the records as a table, without pandas),
+:mod:`~gnorm.monitor.onset` (where collapse sets in),
+:mod:`~gnorm.monitor.plot` (the plots, one monitor or several on shared
+axes) and :mod:`~gnorm.monitor.hooks` (the monitor and its records).
 """
-from gnorm.monitor.hooks import (COLUMNS, RUN_COLUMNS, SCALED,
-                                 CollapseMonitor, find_layers)
+from gnorm.monitor.hooks import (COLUMNS, RUN_COLUMNS, CollapseMonitor,
+                                 find_layers)
 from gnorm.monitor.measure import EDGE_METRICS, METRICS, OPTIONAL_METRICS
+from gnorm.monitor.onset import COLLAPSED
+from gnorm.monitor.plot import SCALED, plot_compare
+from gnorm.monitor.table import Table
 
-__all__ = ['CollapseMonitor', 'find_layers', 'METRICS', 'OPTIONAL_METRICS',
-           'EDGE_METRICS', 'COLUMNS', 'RUN_COLUMNS', 'SCALED']
+__all__ = ['CollapseMonitor', 'find_layers', 'plot_compare', 'Table',
+           'METRICS', 'OPTIONAL_METRICS', 'EDGE_METRICS', 'COLLAPSED',
+           'COLUMNS', 'RUN_COLUMNS', 'SCALED']

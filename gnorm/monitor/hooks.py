@@ -10,13 +10,15 @@ from torch import Tensor
 
 from gnorm.monitor.measure import (METRICS, OPTIONAL_METRICS, Prepared,
                                    measure, need_edges)
-from gnorm.monitor.plot import plot_records
+from gnorm.monitor.onset import onsets
+from gnorm.monitor.plot import SCALED, plot_records
+from gnorm.monitor.table import Table, records_table
 
 COLUMNS = ('step', 'layer', 'metric', 'value', 'graphs')
 # The columns of the records of a model of stacked runs (DeepGCN's runs=R).
 RUN_COLUMNS = ('step', 'run', 'layer', 'metric', 'value', 'graphs')
-# The metrics that scale with the features, plotted on a log scale.
-SCALED = ('variance', 'dirichlet_energy', 'dirichlet_energy_normalized')
+
+
 def _auto_types() -> tuple:
     from torch_geometric.nn import MessagePassing
 
@@ -395,22 +397,69 @@ class CollapseMonitor:
             writer = SummaryWriter(str(writer))
         _add_scalars(writer, self.records)
 
+    def to_pandas(self):
+        r"""The records as a :class:`pandas.DataFrame`, columns as in
+        :meth:`to_csv` (needs pandas; :meth:`table` does without)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("CollapseMonitor.to_pandas needs pandas (pip "
+                              "install pandas); without it, print(monitor."
+                              "table()) or read monitor.records") from None
+        return pandas.DataFrame(self.records, columns=list(
+            COLUMNS if self.runs is None else RUN_COLUMNS))
+
+    def table(self, metric: Union[str, Sequence[str], None] = None,
+              step: Optional[int] = None, run: int = 0) -> Table:
+        r"""The records as a :class:`~gnorm.monitor.table.Table`, a row
+        per layer: the columns are the metrics (or those named by
+        :obj:`metric`) at :obj:`step` (:obj:`None`: the last step
+        recorded), or, with one metric named as a string and no
+        :obj:`step`, that metric at every step. :obj:`print(table)`
+        aligns it, :meth:`~gnorm.monitor.table.Table.to_markdown` writes
+        Markdown. For stacked runs, the records of run :obj:`run`."""
+        return records_table(self._of_run(run), self.layers, self.metrics,
+                             metric, step)
+
+    def onset(self, metric: str, fraction: float = 0.5,
+              run: int = 0) -> Dict[Any, Optional[str]]:
+        r"""For each recorded step, the first layer (after the first) where
+        :obj:`metric` has come closer to its collapsed value than
+        :obj:`fraction` of the first layer's distance, or :obj:`None`:
+        :obj:`{step: layer}`. Metrics that fall as the outputs collapse
+        (effective rank to :math:`1`; variance, the Dirichlet energies,
+        MAD and MADGap to :math:`0`) and those that rise (cosine similarity
+        to :math:`1`, uniformity to :math:`0`) are measured by their
+        distance to that value, as
+        :func:`~gnorm.monitor.onset.onsets` and
+        :data:`~gnorm.monitor.onset.COLLAPSED` define. For stacked runs,
+        the records of run :obj:`run`."""
+        return onsets(self._of_run(run), self.layers, metric, fraction)
+
     def plot(self, path=None, kind: str = 'lines',
              metrics: Optional[Sequence[str]] = None,
-             log: Sequence[str] = SCALED, run: int = 0):
+             log: Sequence[str] = SCALED, run: int = 0,
+             onset: Optional[float] = None):
         r"""Plots the records, one panel per metric: :obj:`"lines"` with
         the layers on the x axis and one line per step (coloured by step),
         or :obj:`"heatmap"`, layers by steps. The metrics in :obj:`log`
         (default: those that scale with the features, variance and the
         Dirichlet energies, which span orders of magnitude) are drawn on a
-        log scale. For stacked runs, the records of run :obj:`run`.
-        Saves to :obj:`path` if given; returns the
-        :class:`matplotlib.figure.Figure` (drawn without
-        :mod:`matplotlib.pyplot`, so the backend stays as it is)."""
-        records = self.records if self.runs is None else \
+        log scale. With :obj:`onset` (a fraction, as in :meth:`onset`),
+        each step's onset layer is marked: a triangle on its line and a
+        dotted vertical line, or a cross in the heatmap. For stacked runs,
+        the records of run :obj:`run`. Saves to :obj:`path` if given;
+        returns the :class:`matplotlib.figure.Figure` (drawn without
+        :mod:`matplotlib.pyplot`, so the backend stays as it is).
+        :func:`~gnorm.monitor.plot_compare` draws several monitors on
+        shared axes."""
+        return plot_records(self._of_run(run), self.layers,
+                            list(metrics or self.metrics), path, kind, log,
+                            onset)
+
+    def _of_run(self, run: int) -> List[Dict[str, Any]]:
+        return self.records if self.runs is None else \
             [r for r in self.records if r['run'] == run]
-        return plot_records(records, self.layers,
-                            list(metrics or self.metrics), path, kind, log)
 
 
 class _RecordContext:
