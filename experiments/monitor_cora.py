@@ -14,10 +14,11 @@ about 5 s on the shared CPU, and 100 would take over 8 minutes.
 
 Writes ``results/monitor_cora.csv`` (the monitor's records, a ``model``
 column in front) and ``results/monitor_cora.png`` drawn from that CSV
-alone: one column per model (its validation accuracy at each recorded
-epoch in its title, the rows ``metric=val_acc`` of the CSV), one row of
-panels per metric, the layers on the x axis and one line per recorded
-epoch (the monitor's lines plot), the same y scale for both models.
+alone by ``gnorm.monitor.plot_compare``: one row of panels per metric,
+one column per recorded epoch (both models' validation accuracy in its
+title, the rows ``metric=val_acc`` of the CSV), the layers on the x axis
+and one line per model on shared axes, with its onset of collapse marked
+(``CollapseMonitor.onset`` at fraction 0.5).
 ``--plot-only`` redraws the PNG from the committed CSV; both print the
 sentence docs/monitor.rst quotes (:func:`guide_sentence`).
 
@@ -26,7 +27,6 @@ sentence docs/monitor.rst quotes (:func:`guide_sentence`).
 """
 import argparse
 import csv
-import math
 import os
 import sys
 import tempfile
@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.monitor import COLUMNS, METRICS, SCALED  # noqa: E402
+from gnorm.monitor import (COLUMNS, METRICS, SCALED,  # noqa: E402
+                           plot_compare)
 
 OUT = ROOT / 'experiments' / 'results' / 'monitor_cora.csv'
 PNG = OUT.with_suffix('.png')
@@ -45,6 +46,8 @@ STEPS = (0, 10, 25, 50)  # the epochs recorded (0: before training)
 MODELS = ('none', 'contranorm')
 HIDDEN, LAYERS = 64, 32
 FIELDS = ('model', ) + COLUMNS
+TITLES = {'none': 'GCN, no norm', 'contranorm': 'GCN + ContraNorm'}
+ONSET = 0.5  # the onset marked: half way from the first layer to collapse
 
 
 def train(model_name: str, data, epochs: int = EPOCHS):
@@ -99,59 +102,42 @@ def read(path: Path = OUT):
 
 
 def plot(rows, path: Path = PNG):
-    r"""The monitor's lines plot of both models from the records
-    :obj:`rows`: one column of panels per model, one row per metric (the
-    same y range in a row), the layers on the x axis and one line per
-    recorded epoch, coloured by epoch."""
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    from gnorm.monitor.plot import _lines
-
+    r"""Both models on shared axes from the records :obj:`rows`
+    (:func:`gnorm.monitor.plot_compare`): one row of panels per metric,
+    one column per recorded epoch (the validation accuracies in its
+    title), the layers on the x axis and one line per model, each with
+    its onset of collapse marked (half of the first layer's distance to
+    the collapsed value, :meth:`~gnorm.monitor.CollapseMonitor.onset`)."""
     acc = {(r['model'], r['step']): r['value'] for r in rows
            if r['metric'] == 'val_acc'}
-    rows = [r for r in rows if r['metric'] != 'val_acc']
-    layers = list(dict.fromkeys(r['layer'] for r in rows))
+    records = {TITLES[model]: [r for r in rows if r['model'] == model
+                               and r['metric'] != 'val_acc']
+               for model in MODELS}
+    layers = list(dict.fromkeys(r['layer'] for r in records[TITLES[
+        MODELS[0]]]))
     steps = sorted({r['step'] for r in rows})
-    grid = {(r['model'], r['metric'], r['layer'], r['step']): r['value']
-            for r in rows}
-    fig = Figure(figsize=(10, 2.2 * len(METRICS) + 1.2),
-                 layout='constrained')
-    axes = fig.subplots(len(METRICS), len(MODELS), sharey='row',
-                        sharex=True, squeeze=False)
-    cmap = matplotlib.colormaps['viridis']
-    norm = matplotlib.colors.Normalize(min(steps), max(steps))
-    titles = {'none': 'GCN, no norm', 'contranorm': 'GCN + ContraNorm'}
+    fig = plot_compare(records, metrics=METRICS, step=steps, log=SCALED,
+                       onset=ONSET)
+    fig.set_size_inches(3.2 * len(steps) + 1, 1.9 * len(METRICS) + 1.4)
     ticks = list(range(0, len(layers) - 1, 4)) + [len(layers) - 1]
-    for row, metric in zip(axes, METRICS):
-        for ax, model in zip(row, MODELS):
-            values = [[grid.get((model, metric, n, s), math.nan)
-                       for n in layers] for s in steps]
-            _lines(ax, values, layers, steps, cmap, norm, metric in SCALED)
-            ax.set_xticks(ticks)
-            ax.set_xticklabels([str(i) for i in ticks], rotation=0,
-                               fontsize=8)
-            ax.set_xlabel('')
-            ax.tick_params(axis='y', labelsize=8, labelleft=True)
-            ax.grid(alpha=0.3)
-        row[0].set_ylabel(metric, fontsize=10)
-    for ax, model in zip(axes[0], MODELS):
-        ax.set_title(f'{titles[model]}\nval acc ' + ', '.join(
-            f'{acc[model, s]:.2f}' for s in steps if (model, s) in acc)
-            + f' at epochs {", ".join(map(str, steps))}', fontsize=10)
-    for ax in axes[-1]:
+    axes = fig.axes
+    for ax in axes:
+        ax.tick_params(axis='y', labelsize=8)
+        ax.yaxis.label.set_fontsize(9)
+    for ax in axes[-len(steps):]:
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(i) for i in ticks], rotation=0, fontsize=8)
         ax.set_xlabel(f'layer i (convs.i; {len(layers) - 1}: the logits)',
                       fontsize=9)
-    mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
-    bar = fig.colorbar(mappable, ax=axes.ravel().tolist(), shrink=0.3,
-                       aspect=30)
-    bar.set_label('epoch')
-    bar.set_ticks(steps)
+    for ax, step in zip(axes, steps):
+        ax.set_title(f'epoch {step}\nval acc ' + ' / '.join(
+            f'{acc[model, step]:.2f}' for model in MODELS
+            if (model, step) in acc), fontsize=10)
     fig.suptitle(f'PyG GCN, {len(layers)} layers, on Cora: collapse metrics '
                  f'of each convolution\'s output (before norm and '
                  f'activation),\nvalidation forward pass at epochs '
-                 f'{", ".join(map(str, steps))}; the same y scale for both '
-                 f'models', fontsize=11)
+                 f'{", ".join(map(str, steps))}; val acc: '
+                 f'{" / ".join(TITLES[m] for m in MODELS)}', fontsize=11)
     fig.savefig(path, dpi=100)
     return fig
 

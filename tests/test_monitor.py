@@ -709,9 +709,10 @@ def test_dirichlet_energies_of_directed_repeated_and_self_loop_edges():
 def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(
         tmp_path):
     r"""experiments/results/monitor_cora.csv: both models at the recorded
-    epochs, every layer and metric; the figure drawn from it shows its
-    values (line by line), and docs/monitor.rst quotes the sentence the
-    script writes from it."""
+    epochs, every layer and metric; the figure drawn from it
+    (plot_compare: a row per metric, a column per epoch) shows its values
+    (line by line, a line per model), and docs/monitor.rst quotes the
+    sentence the script writes from it."""
     import re
     from pathlib import Path
     script = experiment('monitor_cora')
@@ -722,16 +723,18 @@ def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(
     assert {r['step'] for r in rows} == set(script.STEPS)
     fig = script.plot(rows, tmp_path / 'monitor_cora.png')
     assert (tmp_path / 'monitor_cora.png').stat().st_size > 10000
-    axes = fig.axes[:2 * len(METRICS)]  # [metric, model] row by row
+    steps = len(script.STEPS)
+    assert len(fig.axes) == steps * len(METRICS)  # [metric, epoch]
     layers = [f'convs.{i}' for i in range(32)]
     for i, metric in enumerate(METRICS):
-        for j, model in enumerate(script.MODELS):
-            drawn = [list(line.get_ydata()) for line in axes[2 * i + j].lines]
+        for j, step in enumerate(script.STEPS):
+            drawn = [list(line.get_ydata())
+                     for line in fig.axes[steps * i + j].lines]
             want = [[next(r['value'] for r in collapse if r['model'] == model
                           and r['metric'] == metric and r['layer'] == n
-                          and r['step'] == s) for n in layers]
-                    for s in script.STEPS]
-            assert drawn == want, (metric, model)
+                          and r['step'] == step) for n in layers]
+                    for model in script.MODELS]
+            assert drawn == want, (metric, step)
     page = (Path(__file__).resolve().parents[1] / 'docs' / 'monitor.rst'
             ).read_text()
     quoted = re.search(r'\.\. monitor-cora-numbers\n\n(.*?)\n\n\.\. '
