@@ -411,12 +411,12 @@ class CollapseMonitor:
 
     def table(self, metric: Union[str, Sequence[str], None] = None,
               step: Optional[int] = None, run: int = 0) -> Table:
-        r"""The records as a :class:`~gnorm.monitor.table.Table`, a row
+        r"""The records as a :class:`~gnorm.monitor.Table`, a row
         per layer: the columns are the metrics (or those named by
         :obj:`metric`) at :obj:`step` (:obj:`None`: the last step
         recorded), or, with one metric named as a string and no
         :obj:`step`, that metric at every step. :obj:`print(table)`
-        aligns it, :meth:`~gnorm.monitor.table.Table.to_markdown` writes
+        aligns it, :meth:`~gnorm.monitor.Table.to_markdown` writes
         Markdown. For stacked runs, the records of run :obj:`run`."""
         return records_table(self._of_run(run), self.layers, self.metrics,
                              metric, step)

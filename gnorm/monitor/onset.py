@@ -6,12 +6,12 @@ from typing import Any, Dict, Optional, Sequence
 
 from gnorm.monitor.table import records_table
 
-# Each metric's value when every node's output is the same (non-zero)
-# vector, and whether the metric falls or rises to it as the outputs
-# collapse (docs/monitor.rst, "Under full collapse"). The normalised
-# Dirichlet energy is 0 for rows proportional to sqrt(1 + degree), the
-# limit of GCN propagation, not for equal rows: there it is the squared
-# norm of the row times a constant of the graph.
+#: Each metric's value when every node's output is the same (non-zero)
+#: vector, and whether the metric falls or rises to it as the outputs
+#: collapse (docs/monitor.rst, "Under full collapse"). The normalised
+#: Dirichlet energy is 0 for rows proportional to sqrt(1 + degree), the
+#: limit of GCN propagation, not for equal rows: there it is the squared
+#: norm of the row times a constant of the graph.
 COLLAPSED = {
     'effective_rank': (1.0, 'falls'),
     'cosine_similarity': (1.0, 'rises'),

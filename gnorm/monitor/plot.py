@@ -101,8 +101,9 @@ def plot_compare(monitors: Mapping[str, Any],
     Args:
         monitors (dict): :obj:`{label: monitor}`, each a
             :class:`~gnorm.monitor.CollapseMonitor` or its list of
-            records (e.g. read back from :meth:`~CollapseMonitor.to_csv`,
-            values as floats).
+            records (e.g. read back from a CSV of
+            :meth:`~gnorm.monitor.CollapseMonitor.to_csv`, values as
+            floats).
         metrics (sequence of str, optional): The metrics to draw; all
             recorded ones if :obj:`None`. (default: :obj:`None`)
         step (int or sequence of int, optional): The step(s) to draw, a
@@ -113,9 +114,9 @@ def plot_compare(monitors: Mapping[str, Any],
         log (sequence of str, optional): The metrics drawn on a log scale.
             (default: :obj:`SCALED`)
         onset (float, optional): Marks each line's onset layer
-            (:meth:`~CollapseMonitor.onset` at this fraction) with a
-            triangle and a dotted vertical line of its colour.
-            (default: :obj:`None`)
+            (:meth:`~gnorm.monitor.CollapseMonitor.onset` at this
+            fraction) with a triangle and a dotted vertical line of its
+            colour. (default: :obj:`None`)
         run (int, optional): For stacked runs, the run drawn.
             (default: :obj:`0`)
 

@@ -16,10 +16,11 @@ def _cell(value: Any, fmt: str) -> str:
 
 class Table:
     r"""Values by layer (rows) and column (metrics, or steps): what
-    :meth:`CollapseMonitor.table` returns. :obj:`str(table)` aligns the
-    columns as text, :meth:`to_markdown` writes a Markdown table,
-    :attr:`rows` and :meth:`to_dict` give the values as plain dicts
-    (:obj:`pandas.DataFrame(table.to_dict())` makes a data frame of it).
+    :meth:`~gnorm.monitor.CollapseMonitor.table` returns.
+    :obj:`str(table)` aligns the columns as text, :meth:`to_markdown`
+    writes a Markdown table, :attr:`rows` and :meth:`to_dict` give the
+    values as plain dicts (:obj:`pandas.DataFrame(table.to_dict())`
+    makes a data frame of it).
 
     Args:
         layers (list of str): The row labels, the layers.
