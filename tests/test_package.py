@@ -172,11 +172,11 @@ TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
                 'epoch_log', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
                 'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it: the
-# errors, layers and metrics, data, the run records (gnorm.results: keys,
-# folders, the summary), models, the monitor, training and the studies
-# (experiments/ above them all).
-PACKAGE_LAYERS = ('__init__', 'errors', 'nn', 'metrics', 'data', 'results',
-                  'models', 'monitor', 'train', 'study')
+# errors, the benchmarks' harness (torch alone), layers and metrics, data,
+# the run records (gnorm.results: keys, folders, the summary), models, the
+# monitor, training and the studies (experiments/ above them all).
+PACKAGE_LAYERS = ('__init__', 'errors', 'bench', 'nn', 'metrics', 'data',
+                  'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
                 'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
@@ -185,6 +185,7 @@ STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
 INNER_LAYERS = {
+    'bench': ('timing', 'memory', 'process', 'records', 'report', 'check'),
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
     'monitor': ('measure', 'table', 'onset', 'plot', 'hooks'),
     'results': ('keys', 'folders', 'summary'),

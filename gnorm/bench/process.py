@@ -1,0 +1,53 @@
+r"""Measurements in child processes: alone in a fresh process (its peak
+memory its own), or importing another revision's code (:func:`code_at`)
+to time it beside the working tree."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Sequence
+
+
+class ChildFailed(RuntimeError):
+    r"""A child process of :func:`run_child` exited with an error;
+    ``tail`` is the last line of its standard error (``killed`` where it
+    wrote none) and the message its whole standard error."""
+
+    def __init__(self, stderr: str):
+        super().__init__(stderr)
+        self.tail = (stderr.strip().splitlines() or ['killed'])[-1]
+
+
+def run_child(args: Sequence[str], **kwargs: Any) -> Dict[str, Any]:
+    r"""Runs ``python <args>`` in a fresh process (this interpreter) and
+    returns the JSON object its last line of output holds: a measurement
+    made alone in its process, its peak memory its own. Raises
+    :class:`ChildFailed` when the process fails. :obj:`kwargs` go to
+    :func:`subprocess.run`."""
+    proc = subprocess.run([sys.executable, *map(str, args)],
+                          capture_output=True, text=True, **kwargs)
+    if proc.returncode != 0:
+        raise ChildFailed(proc.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def code_at(rev: str, repo: Path) -> Path:
+    r"""A folder holding the files of git revision :obj:`rev` of the
+    repository :obj:`repo` (``git archive``, extracted once into
+    ``$TMPDIR/<name>_<commit>``), for a child process to import its code
+    from (``sys.path``)."""
+    commit = subprocess.run(['git', 'rev-parse', '--short', rev], cwd=repo,
+                            capture_output=True, text=True,
+                            check=True).stdout.strip()
+    folder = Path(os.environ.get('TMPDIR', '/tmp')) / \
+        f'{Path(repo).resolve().name}_{commit}'
+    if not folder.is_dir():
+        tmp = folder.with_name(folder.name + '.tmp')
+        tmp.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(['git', 'archive', commit], cwd=repo,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(['tar', '-x', '-C', str(tmp)], input=archive,
+                       check=True)
+        os.replace(tmp, folder)
+    return folder
