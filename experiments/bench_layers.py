@@ -1,28 +1,14 @@
 """Time and peak memory of gnorm's layers beside a reference, side by side.
 
-For each node count n and width d, every layer runs forward+backward on one
-graph (median of ``--repeats`` runs after one warm-up) next to a reference
-measured in the same run:
-
-* ContraNorm (``negatives='all'``, ``'non_neighbors'`` on a random graph with
-  10 in-edges per node on average, ``symmetric=True``) beside the dense
-  formulation of the same math, which builds the n x n similarity;
-* ContraNorm-D beside one ``GCNConv(d, d)`` on the same random graph (the
-  layer it normally follows);
-* PairNorm beside ``torch_geometric.nn.norm.PairNorm``;
-* LayerNorm (``torch.nn.LayerNorm``) as the cheapest norm, no reference.
-
-On CPU every measurement runs in its own subprocess so that its peak memory
-(max RSS above the process's state before the measurement) is its own; a
-dense reference whose n x n matrices would not fit in ``--memory-gib`` is
-reported as out of memory without running. On CUDA peak memory is
-``torch.cuda.max_memory_allocated``, and out-of-memory is caught.
-``--models`` adds the time per training epoch of a 32-layer GCN on Cora and
-Squirrel with each norm.
-
-Results go to ``<out>/bench_<device>.jsonl`` (one line per measurement, so an
-interrupted run resumes where it stopped), ``<out>/bench_<device>.md`` (the
-generated table) and ``<out>/bench_<device>.png`` (time vs n, log-log).
+For n nodes and d channels, forward+backward of one layer on one random
+graph (10 in-edges per node), median of ``--repeats`` after a warm-up:
+ContraNorm (``negatives='all'``, ``'non_neighbors'``, ``symmetric=True``)
+beside the dense n x n formulation of the same math, ContraNorm-D beside
+``GCNConv(d, d)``, PairNorm beside PyG's, LayerNorm alone; ``--models``
+adds a 32-layer GCN's training epoch on Cora and Squirrel per norm. On the
+CPU each cell runs in its own process (its peak RSS its own), and a dense
+reference needing over ``--memory-gib`` is reported out of memory unrun.
+Report: ``<out>/bench_<device>.{jsonl,md,png}`` (docs/benchmarks.rst).
 
     python experiments/bench_layers.py                       # CPU, fp32
     python experiments/bench_layers.py --device cuda --dtypes float32 bfloat16
@@ -30,23 +16,21 @@ generated table) and ``<out>/bench_<device>.png`` (time vs n, log-log).
 """
 import argparse
 import json
-import math
-import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's gnorm
+
+from gnorm.bench import (ChildFailed, PeakMemory, Records,  # noqa: E402
+                         alternate, line_plot, machine, markdown_table,
+                         ratio, run_child, write_report)
+
 DEGREE = 10
-LAYERS = ('contranorm', 'contranorm_nn', 'contranorm_sym', 'contranorm_d',
-          'pairnorm', 'layernorm')
 REFERENCE = {
     'contranorm': 'dense n x n',
     'contranorm_nn': 'dense n x n',
@@ -55,7 +39,10 @@ REFERENCE = {
     'pairnorm': 'PyG PairNorm',
     'layernorm': None,
 }
-QUADRATIC = ('contranorm', 'contranorm_nn', 'contranorm_sym')
+LAYERS = tuple(REFERENCE)
+QUADRATIC = {'contranorm': dict(negatives='all', symmetric=False),
+             'contranorm_nn': dict(negatives='non_neighbors', symmetric=False),
+             'contranorm_sym': dict(negatives='all', symmetric=True)}
 MODEL_NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d')
 
 
@@ -85,65 +72,39 @@ def build(layer, reference, n, d, device, dtype, seed=0):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=gen).to(device, dtype).requires_grad_()
     edge_index = torch.randint(0, n, (2, n * DEGREE), generator=gen).to(device)
-    options = {
-        'contranorm': dict(negatives='all', symmetric=False),
-        'contranorm_nn': dict(negatives='non_neighbors', symmetric=False),
-        'contranorm_sym': dict(negatives='all', symmetric=True),
-    }
     if layer in QUADRATIC:
-        opts = options[layer]
+        opts = QUADRATIC[layer]
         if reference:
             return x, lambda: dense_contranorm(x, edge_index, **opts)
         module = ContraNorm(d, **opts).to(device, dtype)
         return x, lambda: module(x, edge_index=edge_index)
-    if layer == 'contranorm_d':
-        module = (GCNConv(d, d) if reference else DualContraNorm(d))
-        module = module.to(device, dtype)
-        if reference:
-            return x, lambda: module(x, edge_index)
-        return x, lambda: module(x)
-    if layer == 'pairnorm':
-        module = PyGPairNorm() if reference else PairNorm()
-        return x, lambda: module(x)
-    if layer == 'layernorm':
-        module = torch.nn.LayerNorm(d).to(device, dtype)
-        return x, lambda: module(x)
-    raise ValueError(f'bench_layers: unknown layer {layer!r}')
+    if layer == 'contranorm_d' and reference:
+        module = GCNConv(d, d).to(device, dtype)
+        return x, lambda: module(x, edge_index)
+    modules = {'contranorm_d': lambda: DualContraNorm(d),
+               'pairnorm': PyGPairNorm if reference else PairNorm,
+               'layernorm': lambda: torch.nn.LayerNorm(d)}
+    if layer not in modules:
+        raise ValueError(f'bench_layers: unknown layer {layer!r}')
+    module = modules[layer]().to(device, dtype)
+    return x, lambda: module(x)
 
 
 def measure(layer, reference, n, d, device, dtype, repeats):
     """Median forward+backward seconds and peak memory (GiB) of one cell."""
-    device = torch.device(device)
-    dtype = getattr(torch, dtype)
-    cuda = device.type == 'cuda'
+    x, fn = build(layer, reference, n, d, torch.device(device),
+                  getattr(torch, dtype))
+    out = []
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
-    x, fn = build(layer, reference, n, d, device, dtype)
-    if cuda:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    times, out = [], None
-    for i in range(repeats + 1):
+    def step():
         x.grad = None
-        sync()
-        start = time.perf_counter()
-        out = fn()
-        out.float().square().sum().backward()
-        sync()
-        if i > 0:  # the first run is the warm-up
-            times.append(time.perf_counter() - start)
-    if cuda:
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return dict(seconds=statistics.median(times), peak_gib=peak / 2**30,
-                finite=bool(torch.isfinite(out).all()), out=out.detach())
+        out[:] = [fn()]
+        out[0].float().square().sum().backward()
+    with PeakMemory(device) as peak:
+        times = alternate({'step': step}, repeats, device=device)['step']
+    return dict(seconds=statistics.median(times), peak_gib=peak.gib,
+                finite=bool(torch.isfinite(out[0]).all()),
+                out=out[0].detach())
 
 
 def max_abs_difference(layer, n, d, device, dtype):
@@ -164,7 +125,6 @@ def dense_gib(n, dtype):
     return 6 * n * n * torch.finfo(getattr(torch, dtype)).bits / 8 / 2**30
 
 
-# ------------------------------------------------------------ model epochs
 def model_epoch_seconds(dataset, norm, device, repeats):
     """Seconds per full-batch training epoch of a 32-layer GCN."""
     from hydra import compose, initialize_config_dir
@@ -176,61 +136,28 @@ def model_epoch_seconds(dataset, norm, device, repeats):
                                           f'norm={norm}', 'layers=32'])
     data = load_data(cfg).to(device)
     model = build_model(cfg, data.num_features, int(data.y.max()) + 1)
-    model = model.to(device)
+    model = model.to(device).train()
     optim = torch.optim.Adam(model.parameters(), lr=0.005)
-    model.train()
-    times = []
-    for i in range(repeats + 1):
-        if device.startswith('cuda'):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+
+    def epoch():
         optim.zero_grad()
-        out = model(data.x, data.edge_index)
-        F.cross_entropy(out, data.y).backward()
+        F.cross_entropy(model(data.x, data.edge_index), data.y).backward()
         optim.step()
-        if device.startswith('cuda'):
-            torch.cuda.synchronize()
-        if i > 0:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(alternate({'epoch': epoch}, repeats,
+                                       device=device)['epoch'])
 
 
 # ---------------------------------------------------------------- driver
-def machine(device):
-    if device.startswith('cuda'):
-        return f'{torch.cuda.get_device_name()} (torch {torch.__version__})'
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open('/proc/cpuinfo'):
-            if line.startswith('model name'):
-                cpu = line.split(':', 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f'{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} '
-            f'threads (torch {torch.__version__})')
-
-
-def child(args):
-    """Runs one cell in this process and prints its JSON line."""
-    res = measure(args.layer, args.reference, args.n, args.d, args.device,
-                  args.dtype, args.repeats)
-    res.pop('out')
-    print(json.dumps(res))
-
-
 def run_cell(args, layer, reference, n, d, dtype):
+    """One cell: in its own process on the CPU, else here."""
     if args.device == 'cpu':
-        cmd = [sys.executable, __file__, '--child', '--layer', layer,
-               '--n', str(n), '--d', str(d), '--dtype', dtype,
-               '--repeats', str(args.repeats)]
-        if reference:
-            cmd.append('--reference')
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ['killed'])[-1]
-            return dict(status='error', error=tail[:200])
-        return dict(status='ok', **json.loads(proc.stdout))
+        try:
+            return dict(status='ok', **run_child(
+                [__file__, '--child', '--layer', layer, '--n', n, '--d', d,
+                 '--dtype', dtype, '--repeats', args.repeats]
+                + ['--reference'] * reference))
+        except ChildFailed as e:
+            return dict(status='error', error=e.tail[:200])
     try:
         res = measure(layer, reference, n, d, args.device, dtype,
                       args.repeats)
@@ -241,78 +168,52 @@ def run_cell(args, layer, reference, n, d, dtype):
         return dict(status='oom')
 
 
-def load(path):
-    rows = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            rows[row['key']] = row
-    return rows
-
-
-def sweep(args, path):
-    rows = load(path)
-    done_before = len(rows)
-
-    def save(row):
-        rows[row['key']] = row
-        with path.open('a') as f:
-            f.write(json.dumps(row) + '\n')
-
+def sweep(args, records):
+    """Measures every cell that :obj:`records` lacks, appending each."""
+    from tqdm import tqdm
+    done_before = len(records)
     cells = [(dtype, d, n, layer, ref)
              for dtype in args.dtypes for d in args.channels
-             for layer in args.layers
-             for n in args.nodes
+             for layer in args.layers for n in args.nodes
              for ref in ((False, True) if REFERENCE[layer] else (False, ))]
     last_time = {}
-    try:
-        from tqdm import tqdm
-        cells_iter = tqdm(cells, desc='bench', unit='cell')
-    except ImportError:  # tqdm ships with gnorm, but the script runs alone
-        cells_iter = cells
-    for dtype, d, n, layer, ref in cells_iter:
+    for dtype, d, n, layer, ref in tqdm(cells, desc='bench', unit='cell'):
         key = f'{args.device}|{dtype}|{layer}|{"ref" if ref else "gnorm"}|{n}|{d}'
-        if key in rows:
-            if rows[key]['status'] == 'ok':
-                last_time[(dtype, d, layer, ref)] = (n, rows[key]['seconds'])
-            continue
-        row = dict(key=key, device=args.device, dtype=dtype, layer=layer,
-                   impl='reference' if ref else 'gnorm', n=n, d=d,
-                   machine=machine(args.device))
-        quadratic = layer in QUADRATIC
-        prev = last_time.get((dtype, d, layer, ref))
-        estimate = prev[1] * (n / prev[0])**(2 if quadratic else 1) * \
-            (args.repeats + 1) if prev else 0.0
-        if ref and quadratic and args.device == 'cpu' and \
-                dense_gib(n, dtype) > args.memory_gib:
-            row.update(status='oom',
-                       note=f'needs ~{dense_gib(n, dtype):.0f} GiB')
-        elif estimate > args.max_seconds:
-            row.update(status='skipped', note=f'est. {estimate:.0f} s')
-        else:
-            row.update(run_cell(args, layer, ref, n, d, dtype))
-            if row['status'] == 'ok':
-                last_time[(dtype, d, layer, ref)] = (n, row['seconds'])
-            if row['status'] == 'ok' and ref and quadratic:
-                row['max_abs_diff'] = max_abs_difference(
-                    layer, min(n, 4096), d, args.device, dtype) \
-                    if args.device == 'cpu' or n <= 20_000 else None
-        save(row)
-    print(f'{len(rows) - done_before} new measurements, {done_before} '
-          f'reused from {path}')
-
-    if args.models:
-        for dataset in ('cora', 'squirrel'):
-            for norm in MODEL_NORMS:
-                key = f'{args.device}|model|{dataset}|{norm}'
-                if key in rows:
-                    continue
+        row = records.get(key)
+        if row is None:
+            row = dict(key=key, device=args.device, dtype=dtype, layer=layer,
+                       impl='reference' if ref else 'gnorm', n=n, d=d,
+                       machine=machine(args.device))
+            quadratic = layer in QUADRATIC
+            prev = last_time.get((dtype, d, layer, ref))
+            estimate = prev[1] * (n / prev[0])**(2 if quadratic else 1) * \
+                (args.repeats + 1) if prev else 0.0
+            if ref and quadratic and args.device == 'cpu' and \
+                    dense_gib(n, dtype) > args.memory_gib:
+                row.update(status='oom',
+                           note=f'needs ~{dense_gib(n, dtype):.0f} GiB')
+            elif estimate > args.max_seconds:
+                row.update(status='skipped', note=f'est. {estimate:.0f} s')
+            else:
+                row.update(run_cell(args, layer, ref, n, d, dtype))
+                if row['status'] == 'ok' and ref and quadratic:
+                    row['max_abs_diff'] = max_abs_difference(
+                        layer, min(n, 4096), d, args.device, dtype) \
+                        if args.device == 'cpu' or n <= 20_000 else None
+            records.add(row)
+        if row['status'] == 'ok':
+            last_time[(dtype, d, layer, ref)] = (n, row['seconds'])
+    print(f'{len(records) - done_before} new measurements, {done_before} '
+          f'reused from {records.path}')
+    for dataset in ('cora', 'squirrel') if args.models else ():
+        for norm in MODEL_NORMS:
+            key = f'{args.device}|model|{dataset}|{norm}'
+            if key not in records:
                 sec = model_epoch_seconds(dataset, norm, args.device,
                                           args.repeats)
-                save(dict(key=key, device=args.device, kind='model',
-                          dataset=dataset, norm=norm, seconds=sec,
-                          status='ok', machine=machine(args.device)))
-    return rows
+                records.add(dict(key=key, device=args.device, kind='model',
+                                 dataset=dataset, norm=norm, seconds=sec,
+                                 status='ok', machine=machine(args.device)))
 
 
 def cell_text(row):
@@ -325,7 +226,6 @@ def cell_text(row):
 
 def report(rows, path_md, path_png, device):
     layer_rows = [r for r in rows.values() if r.get('layer')]
-    model_rows = [r for r in rows.values() if r.get('kind') == 'model']
     machines = sorted({r['machine'] for r in rows.values()})
     lines = [f'# gnorm layer benchmark ({device})', '',
              'Generated by `python experiments/bench_layers.py'
@@ -336,79 +236,60 @@ def report(rows, path_md, path_png, device):
              'peak RSS over its peak before the measurement (imports '
              'included, so layers needing less than that read 0.00 GiB); on '
              'CUDA the peak allocated above what was allocated before. ratio = gnorm time / reference time '
-             '(< 1: gnorm faster). Random graph: 10 in-edges per node.', '']
+             '(< 1: gnorm faster). Random graph: 10 in-edges per node.']
     by_key = {(r['dtype'], r['layer'], r['impl'], r['n'], r['d']): r
               for r in layer_rows}
     for dtype in sorted({r['dtype'] for r in layer_rows}):
-        lines += [f'## {dtype}', '',
-                  '| layer | reference | n | d | gnorm | reference | ratio '
-                  '| max abs diff |', '|---|---|---|---|---|---|---|---|']
-        keys = sorted({(r['layer'], r['d'], r['n']) for r in layer_rows
-                       if r['dtype'] == dtype},
-                      key=lambda k: (LAYERS.index(k[0]), k[1], k[2]))
-        for layer, d, n in keys:
+        table = []
+        for layer, d, n in sorted({(r['layer'], r['d'], r['n'])
+                                   for r in layer_rows if r['dtype'] == dtype},
+                                  key=lambda k: (LAYERS.index(k[0]), *k[1:])):
             g = by_key.get((dtype, layer, 'gnorm', n, d))
             r = by_key.get((dtype, layer, 'reference', n, d))
-            ratio = '-'
-            if g and r and g['status'] == r['status'] == 'ok':
-                ratio = f'{g["seconds"] / r["seconds"]:.2f}'
+            ok = g and r and g['status'] == r['status'] == 'ok'
             diff = r.get('max_abs_diff') if r else None
-            lines.append(
-                f'| {layer} | {REFERENCE[layer] or "-"} | {n:,} | {d} | '
-                f'{cell_text(g)} | {cell_text(r) if REFERENCE[layer] else "-"}'
-                f' | {ratio} | {"-" if diff is None else f"{diff:.1e}"} |')
-        lines.append('')
-    if model_rows:
-        lines += ['## 32-layer GCN, time per training epoch', '',
-                  '| dataset | ' + ' | '.join(MODEL_NORMS) + ' |',
-                  '|---|' + '---|' * len(MODEL_NORMS)]
-        for dataset in ('cora', 'squirrel'):
-            cells = []
-            for norm in MODEL_NORMS:
-                row = rows.get(f'{device}|model|{dataset}|{norm}')
-                cells.append(f'{row["seconds"] * 1e3:.0f} ms' if row else '-')
-            lines.append(f'| {dataset} | ' + ' | '.join(cells) + ' |')
-        lines.append('')
-    path_md.write_text('\n'.join(lines))
-
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    combos = sorted({(r['dtype'], r['d']) for r in layer_rows})
-    fig, axes = plt.subplots(1, len(combos), figsize=(6 * len(combos), 4.5),
-                             squeeze=False)
-    handles = {}
-    for ax, (dtype, d) in zip(axes[0], combos):
+            table.append([
+                layer, REFERENCE[layer] or '-', f'{n:,}', d, cell_text(g),
+                cell_text(r) if REFERENCE[layer] else '-',
+                f'{ratio(g["seconds"], r["seconds"]):.2f}' if ok else '-',
+                '-' if diff is None else f'{diff:.1e}'])
+        lines += ['', f'## {dtype}', '', *markdown_table(
+            ['layer', 'reference', 'n', 'd', 'gnorm', 'reference', 'ratio',
+             'max abs diff'], table)]
+    if any(r.get('kind') == 'model' for r in rows.values()):
+        lines += ['', '## 32-layer GCN, time per training epoch', '',
+                  *markdown_table(['dataset', *MODEL_NORMS], (
+                      [dataset] + [f'{row["seconds"] * 1e3:.0f} ms' if row
+                                   else '-' for row in (
+                          rows.get(f'{device}|model|{dataset}|{norm}')
+                          for norm in MODEL_NORMS)]
+                      for dataset in ('cora', 'squirrel')))]
+    write_report(path_md, lines)
+    panels = []
+    for dtype, d in sorted({(r['dtype'], r['d']) for r in layer_rows}):
+        part = [r for r in layer_rows if r['dtype'] == dtype and r['d'] == d]
+        lines = []
         for i, layer in enumerate(LAYERS):
-            color = f'C{i}'
-            for impl, style in (('gnorm', '-o'), ('reference', '--x')):
-                pts = sorted((r['n'], r['seconds']) for r in layer_rows
+            for impl, style in (('gnorm', ('-', 'o')),
+                                ('reference', ('--', 'x'))):
+                pts = sorted((r['n'], r['seconds']) for r in part
                              if r['layer'] == layer and r['impl'] == impl
-                             and r['dtype'] == dtype and r['d'] == d
                              and r['status'] == 'ok')
                 if pts:
-                    label = layer if impl == 'gnorm' else \
-                        f'{layer} ref ({REFERENCE[layer]})'
-                    line, = ax.plot(*zip(*pts), style, color=color,
-                                    label=label)
-                    handles.setdefault(label, line)
-        ax.set(xscale='log', yscale='log', xlabel='nodes n',
-               ylabel='forward+backward seconds', title=f'{device}, {dtype}, d={d}')
-        ax.grid(True, which='both', alpha=0.3)
-        missing = not_measured([r for r in layer_rows if r['dtype'] == dtype
-                                and r['d'] == d])
-        if missing:
-            ax.text(0.0, -0.16, 'not measured, so not drawn:\n'
-                    + '\n'.join(missing), transform=ax.transAxes,
-                    fontsize=7, va='top', color='0.25')
-    fig.legend(handles=list(handles.values()), loc='center left',
-               bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
-               title='solid o: gnorm; dashed x: reference\n(median of '
-               'repeats)', title_fontsize=8)
-    fig.suptitle(machines[0] if machines else device, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path_png, dpi=120, bbox_inches='tight',
-                metadata={'Software': None})
+                    xs, ys = zip(*pts)
+                    lines.append(dict(
+                        x=xs, y=ys, ls=style[0], marker=style[1],
+                        color=f'C{i}', label=layer if impl == 'gnorm' else
+                        f'{layer} ref ({REFERENCE[layer]})'))
+        missing = not_measured(part)
+        panels.append(dict(title=f'{device}, {dtype}, d={d}', lines=lines,
+                           note='not measured, so not drawn:\n'
+                           + '\n'.join(missing) if missing else ''))
+    return line_plot(path_png, panels, xlabel='nodes n',
+                     ylabel='forward+backward seconds',
+                     legend_title='solid o: gnorm; dashed x: reference\n'
+                     '(median of repeats)',
+                     title=machines[0] if machines else device)
 
 
 # Why a measurement has no time, in words.
@@ -433,22 +314,22 @@ def not_measured(rows):
             for (n, reason), names in missing.items()]
 
 
-def check_goals(rows, device):
+def check_goals(records, device):
     """Prints the issue's goals next to what was measured."""
     def get(dtype, layer, impl, n, d):
-        return rows.get(f'{device}|{dtype}|{layer}|{impl}|{n}|{d}')
+        return records.get(f'{device}|{dtype}|{layer}|{impl}|{n}|{d}')
 
-    def ratio(layer, n, d, dtype='float32'):
+    def quotient(layer, n, d, dtype='float32'):
         g, r = get(dtype, layer, 'gnorm', n, d), get(dtype, layer, 'ref', n, d)
         if g and r and g['status'] == r['status'] == 'ok':
-            return g['seconds'] / r['seconds']
+            return ratio(g['seconds'], r['seconds'])
         return None
 
     print('goals:')
     if device == 'cpu':
         for n in (2_708, 10_000):
             for layer in QUADRATIC:
-                q = ratio(layer, n, 32)
+                q = quotient(layer, n, 32)
                 print(f'  {layer} n={n:,} d=32: gnorm/dense = '
                       f'{"n/a" if q is None else f"{q:.2f}"} (goal <= 1.3)')
         g = get('float32', 'contranorm', 'gnorm', 50_000, 32)
@@ -456,7 +337,7 @@ def check_goals(rows, device):
         print(f'  contranorm n=50,000 d=32: gnorm {cell_text(g)}, dense '
               f'{cell_text(r)}')
     else:
-        q = ratio('contranorm', 20_000, 128)
+        q = quotient('contranorm', 20_000, 128)
         print(f'  contranorm n=20,000 d=128: dense/gnorm = '
               f'{"n/a" if q is None else f"{1 / q:.1f}"} (goal >= 3)')
         g = get('bfloat16', 'contranorm', 'gnorm', 169_000, 128)
@@ -464,7 +345,7 @@ def check_goals(rows, device):
               f'(goal <= 250 ms)')
         g = get('bfloat16', 'contranorm', 'gnorm', 1_000_000, 64)
         print(f'  contranorm n=1,000,000 d=64 bf16: {cell_text(g)}')
-    q = ratio('contranorm_d', 169_000, 128)
+    q = quotient('contranorm_d', 169_000, 128)
     print(f'  contranorm_d n=169,000 d=128: ContraNorm-D/GCNConv = '
           f'{"n/a" if q is None else f"{q:.2f}"} (goal <= 1.5)')
 
@@ -499,20 +380,22 @@ def main():
     parser.add_argument('--dtype', help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    if args.child:
-        return child(args)
+    if args.child:  # one cell, its JSON line on stdout
+        res = measure(args.layer, args.reference, args.n, args.d,
+                      args.device, args.dtype, args.repeats)
+        res.pop('out')
+        return print(json.dumps(res))
     if args.device.startswith('cuda') and not torch.cuda.is_available():
         sys.exit('bench_layers: --device cuda needs a CUDA GPU; run on a GPU '
                  'machine or pass --device cpu')
-    device = 'cpu' if args.device == 'cpu' else 'cuda'
-    args.device = device
+    args.device = device = 'cpu' if args.device == 'cpu' else 'cuda'
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f'bench_{device}.jsonl'
-    rows = load(path) if args.report_only else sweep(args, path)
-    report(rows, out / f'bench_{device}.md', out / f'bench_{device}.png',
-           device)
-    check_goals(rows, device)
+    records = Records(out / f'bench_{device}.jsonl')
+    if not args.report_only:
+        sweep(args, records)
+    report(records.rows, out / f'bench_{device}.md',
+           out / f'bench_{device}.png', device)
+    check_goals(records, device)
     print(f'wrote {out / f"bench_{device}.md"} and {out / f"bench_{device}.png"}')
 
 
