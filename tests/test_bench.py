@@ -159,6 +159,19 @@ def test_code_at_exports_a_revision(tmp_path, monkeypatch):
     assert bench.code_at('HEAD', repo) == folder  # extracted once
 
 
+def test_use_code_imports_the_package_from_another_folder(tmp_path):
+    (tmp_path / 'gnorm').mkdir()  # a revision without the harness
+    (tmp_path / 'gnorm' / '__init__.py').write_text('')
+    (tmp_path / 'gnorm' / 'data.py').write_text('WHERE = "old"\n')
+    code = ('from gnorm.bench import timed, use_code\n'
+            f'use_code({str(tmp_path)!r})\n'
+            'import gnorm.data\n'
+            'print(gnorm.data.WHERE, timed(len, "abc")[1])')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ['old', '3']
+
+
 def test_line_plot_is_deterministic_and_labels_each_series_once(tmp_path):
     panels = [dict(title=f'd={d}', note='not measured: n=9' if d else '',
                    lines=[dict(x=[1, 10], y=[1e-3, 1e-2], label=name,

@@ -8,8 +8,8 @@ alone (matplotlib for plots):
   what it gives, on a wall or a process-CPU clock;
 * :mod:`gnorm.bench.memory`: :class:`PeakMemory` of a block, CUDA or host;
 * :mod:`gnorm.bench.process`: :func:`run_child`, a measurement alone in a
-  fresh process, and :func:`code_at`, another git revision's code to time
-  beside the working tree;
+  fresh process, and :func:`code_at` and :func:`use_code`, another git
+  revision's code to time beside the working tree;
 * :mod:`gnorm.bench.records`: :class:`Records`, measurements as JSON lines
   appended as they are made, so that an interrupted sweep resumes;
 * :mod:`gnorm.bench.report`: :func:`machine` in words,
@@ -21,7 +21,7 @@ A benchmark script then says what it measures: its cases and sizes, and
 its report."""
 from gnorm.bench.check import Budget, Step, one_line, run_steps, steps_report
 from gnorm.bench.memory import PeakMemory, peak_rss_gib
-from gnorm.bench.process import ChildFailed, code_at, run_child
+from gnorm.bench.process import ChildFailed, code_at, run_child, use_code
 from gnorm.bench.records import Records, read_jsonl, write_jsonl
 from gnorm.bench.report import (cell, cpu_name, line_plot, machine,
                                 markdown_table, records_table, write_report)
@@ -31,7 +31,7 @@ from gnorm.bench.timing import (CPU, WALL, alternate, medians, ratio,
 
 __all__ = [
     'Budget', 'Step', 'one_line', 'run_steps', 'steps_report', 'PeakMemory',
-    'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'Records',
+    'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'use_code', 'Records',
     'read_jsonl', 'write_jsonl', 'cell', 'cpu_name', 'line_plot', 'machine',
     'markdown_table', 'records_table', 'write_report', 'CPU', 'WALL',
     'alternate', 'medians', 'ratio', 'ratio_range', 'rotation', 'sync',

@@ -51,3 +51,16 @@ def code_at(rev: str, repo: Path) -> Path:
                        check=True)
         os.replace(tmp, folder)
     return folder
+
+
+def use_code(folder: Path, package: str = 'gnorm') -> None:
+    r"""Makes this process import :obj:`package` from :obj:`folder` (a
+    :func:`code_at` folder) from now on: the folder goes first on
+    ``sys.path`` and the package's modules imported so far are forgotten.
+    What holds them already (the harness's functions a script imported)
+    keeps working, so a child process can time a revision that has no
+    harness with this one."""
+    sys.path.insert(0, str(folder))
+    for name in [m for m in sys.modules
+                 if m == package or m.startswith(package + '.')]:
+        del sys.modules[name]
