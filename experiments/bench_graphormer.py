@@ -1,47 +1,21 @@
 """Training throughput and peak memory of gnorm's Graphormer per batch size.
 
-For each dataset, batch size, dtype and norm, one training step (forward,
-backward, AdamW, as in ``gnorm.train.graph``) of Graphormer-slim (12 layers,
-hidden 80, 8 heads; multi-hop max distance 20 on ZINC, 5 on molhiv) is
-timed apart from the data pipeline, median over ``--steps`` steps after one
-warm-up step:
-
-* data: fetching the graphs from the dataset and collating them into a PyG
-  batch as training does (``DataLoader``, shuffled, ``num_workers=0``;
-  with the batch's token layout, :class:`gnorm.train.graph_batches.
-  LayoutCollater`, in versions that have one) and moving it to the device;
-* model: the step itself, on already collated batches.
-
-``--baseline REV`` also times the code of git revision REV (its whole
-``gnorm`` package, dataset processing included, exported with ``git
-archive`` into a temporary folder): every measurement then runs in
-subprocesses, ``--rounds`` times alternately REV and the working tree (so a
-loaded machine slows both alike), each on the same batches (same seed, same
-uniform shuffle) and the same initial weights; rows ``before`` (REV) and
-``after`` (the working tree), the ratio printed and in the report, and
-``check_loss`` (the loss of the first batch in evaluation mode, equal up to
-rounding when both versions compute the same function). Results of a
-baseline run go to ``<out>/bench_graphormer_<device>_vs_<REV>.jsonl``.
-``--bucket K`` draws batches of
-similar-size graphs (``train.bucket_chunk=K``, less padding) instead of a
-uniform shuffle. ``--profile`` writes the ``torch.profiler`` operator table
-of one step (each version) to ``<out>/bench_graphormer_<device>_profile.md``.
-
-``step = data + model`` is what one process without loader workers spends
-per batch; ``collation share = data / step``; throughput = batch size /
-step (graphs/s), and the model-only throughput = batch size / model (what
-a run reaches when ``train.num_workers`` hides the data pipeline).
-
-Graphs: ``zinc`` = the exact ZINC-subset validation and test graphs (2,000
-graphs, about 23 atoms) from the offline fixture; ``molhiv`` = the ogbg-molhiv
-training graphs (about 26 atoms, up to 222).
-
-On CPU each measurement runs in its own subprocess, so its peak memory
-(max RSS above the process's state before the measurement) is its own; on
-CUDA peak memory is ``torch.cuda.max_memory_allocated``. Results go to
-``<out>/bench_graphormer_<device>.jsonl`` (one line per measurement; an
-interrupted run resumes where it stopped), ``.md`` (the generated table)
-and ``.png`` (throughput vs batch size).
+Graphormer-slim (12 layers, hidden 80, 8 heads; multi-hop max distance 20
+on ZINC, 5 on molhiv), one AdamW training step as ``gnorm.train.graph``
+takes it, timed apart from its data (the batch fetched, collated with its
+token layout as training collates it, and moved to the device), median of
+``--steps`` steps after a warm-up, per dataset (``zinc``: the ZINC-subset
+fixture's 2,000 validation and test graphs; ``molhiv``: ogbg-molhiv's
+training graphs), batch size, dtype and norm; on the CPU each in its own
+process. ``--baseline REV`` times git revision REV's whole package beside
+the working tree, alternating child processes ``--rounds`` times on the
+same batches and initial weights (rows ``before`` and ``after``, and
+``check_loss``, the first batch's evaluation loss, equal where both compute
+the same function); ``--bucket K`` draws size-bucketed batches
+(``train.bucket_chunk=K``); ``--profile`` appends one step's
+``torch.profiler`` operator table to ``bench_graphormer_<device>_profile.md``.
+Report: ``<out>/bench_graphormer_<device>[_vs_<REV>].{jsonl,md,png}``
+(docs/benchmarks.rst).
 
     python experiments/bench_graphormer.py               # CPU, fp32
     python experiments/bench_graphormer.py --device cuda \
@@ -56,26 +30,23 @@ import argparse
 import itertools
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from bench_layers import machine
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm, not an installed one
+
+from gnorm.bench import (ChildFailed, PeakMemory, Records,  # noqa: E402
+                         alternate, code_at, line_plot, machine,
+                         markdown_table, read_jsonl, rotation, run_child,
+                         timed, use_code, wall_and_cpu, write_report)
+
 MAX_DIST = {'zinc': 20, 'molhiv': 5}
 NORMS = ('layernorm', 'sepnorm')
 MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', '*')
-
-
-def _rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def _graphs(name: str, mirror: str, root: str):
@@ -84,24 +55,6 @@ def _graphs(name: str, mirror: str, root: str):
         return zinc_fixture(mirror, 'val') + zinc_fixture(mirror, 'test')
     dataset, split = load_molhiv(root, mirror)
     return dataset[split['train']]
-
-
-def _baseline_code(rev: str) -> Path:
-    r"""A folder holding the files of git revision :obj:`rev` (``git
-    archive``), for a subprocess to import its ``gnorm``."""
-    commit = subprocess.run(['git', 'rev-parse', '--short', rev], cwd=ROOT,
-                            capture_output=True, text=True,
-                            check=True).stdout.strip()
-    folder = Path(os.environ.get('TMPDIR', '/tmp')) / f'gnorm_{commit}'
-    if not (folder / 'gnorm').is_dir():
-        tmp = folder.with_name(folder.name + '.tmp')
-        tmp.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(['git', 'archive', commit], cwd=ROOT,
-                                 capture_output=True, check=True).stdout
-        subprocess.run(['tar', '-x', '-C', str(tmp)], input=archive,
-                       check=True)
-        os.replace(tmp, folder)
-    return folder
 
 
 def _loader(graphs, max_dist: int, **batching):
@@ -154,58 +107,34 @@ def measure(args, name: str, batch_size: int, dtype: str, norm: str,
     loader = _loader(graphs, MAX_DIST[name], **batching)
     model = (model_fn or _model)(name, norm).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    autocast = dtype == 'bfloat16'
-
-    def sync():
-        if device.type == 'cuda':
-            torch.cuda.synchronize()
-
-    batches, data_times = [], []
-    it = iter(loader)
-    for _ in range(args.steps + 1):
-        sync()
-        start = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:  # a new epoch
-            it = iter(loader)
-            batch = next(it)
-        batch = batch.to(device)
-        sync()
-        data_times.append(time.perf_counter() - start)
-        batches.append(batch)
+    # The loader epoch after epoch; each batch fetched, collated and moved.
+    stream = (batch for _ in range(args.steps + 1) for batch in loader)
+    data_times, batches = zip(*(timed(lambda: next(stream).to(device),
+                                      device=device)
+                                for _ in range(args.steps + 1)))
     model.eval()
     with torch.no_grad():
-        check = float(_loss(forward(model, batches[0]), batches[0].y, metric))
+        check = float(_loss(forward(model, batches[0]), batches[0].y,
+                            metric))
     model.train()
-    rss0 = _rss_gib()
-    if device.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats()
-        mem0 = torch.cuda.memory_allocated()
 
     def step(batch):
-        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+        with torch.autocast(device.type, torch.bfloat16,
+                            enabled=dtype == 'bfloat16'):
             loss = _loss(forward(model, batch), batch.y, metric)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-
-    model_times, cpu_times = [], []
-    for batch in batches:
-        sync()
-        start, cpu = time.perf_counter(), time.process_time()
-        step(batch)
-        sync()
-        model_times.append(time.perf_counter() - start)
-        cpu_times.append(time.process_time() - cpu)
-    peak = (torch.cuda.max_memory_allocated() - mem0) / 2**30 \
-        if device.type == 'cuda' else _rss_gib() - rss0
+    with PeakMemory(device) as peak:  # wall and CPU time of each step
+        times = alternate({'step': step}, args.steps, inputs=batches,
+                          device=device, clock=wall_and_cpu)['step']
     if args.profile:
         _profile(args, step, batches[-1],
                  (name, batch_size, dtype, norm, bucket))
-    return {'data_times': data_times[1:], 'model_times': model_times[1:],
-            'cpu_times': cpu_times[1:],
-            'peak_gib': peak, 'check_loss': check,
+    return {'data_times': list(data_times[1:]),
+            'model_times': [wall for wall, _ in times],
+            'cpu_times': [cpu for _, cpu in times],
+            'peak_gib': peak.gib, 'check_loss': check,
             'mean_nodes': statistics.mean(b.num_nodes / b.num_graphs
                                           for b in batches),
             'mean_max_nodes': statistics.mean(
@@ -240,19 +169,17 @@ def _row(args, key: tuple, version: str, runs: list) -> dict:
 
 
 def _run_one(args, key: tuple, version: str, code: Path) -> dict:
-    r"""One measurement in a subprocess that imports the ``gnorm`` of
+    r"""One measurement in a child process that imports the ``gnorm`` of
     :obj:`code`."""
-    cmd = [sys.executable, __file__, '--one', ','.join(map(str, key)),
-           '--code', str(code), '--version', version, '--device',
-           args.device, '--steps', str(args.steps), '--mirror', args.mirror,
-           '--root', args.root, '--out', args.out, '--profile-rows',
-           str(args.profile_rows)]
+    cmd = [__file__, '--one', ','.join(map(str, key)), '--code', code,
+           '--version', version, '--device', args.device, '--steps',
+           args.steps, '--mirror', args.mirror, '--root', args.root, '--out',
+           args.out, '--profile-rows', args.profile_rows]
     cmd += ['--baseline', args.baseline] if args.baseline else []
-    cmd += ['--profile'] if args.profile else []
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode:
-        sys.exit(f'{version} measurement {key} failed:\n{out.stderr}')
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        return run_child(cmd + ['--profile'] * args.profile)
+    except ChildFailed as e:
+        sys.exit(f'{version} measurement {key} failed:\n{e}')
 
 
 def _profile(args, step, batch, key) -> None:
@@ -297,11 +224,14 @@ def _cpu_ratio(pair: dict) -> str:
     return f"{before['model_cpu_s'] / after['model_cpu_s']:.2f}x"
 
 
-def report(path: Path, device: str) -> None:
+def _batching(r: dict) -> str:
+    return f"bucket {r['bucket']}" if r.get('bucket', 0) else 'shuffle'
+
+
+def report(path: Path, device: str):
     r"""Writes the markdown table and the plot of the rows of
-    :obj:`path`."""
-    rows = [json.loads(line) for line in path.read_text().splitlines()
-            if line.strip()]
+    :obj:`path`; returns the plot's figure."""
+    rows = read_jsonl(path)
     rows.sort(key=lambda r: (*_setting(r), r.get('version', 'after')))
     lines = [f'# Graphormer training benchmark ({device})', '',
              f'Generated by `python experiments/bench_graphormer.py` on: '
@@ -327,54 +257,46 @@ def report(path: Path, device: str) -> None:
              'time to other jobs on a shared machine). load = the '
              'machine\'s 1-minute load average at the end '
              'of the measurement (on a shared machine, times grow with it; '
-             'only the before/after pairs share their conditions).', '',
-             '| dataset | dtype | norm | batching | batch | version | '
-             'nodes/graph | max nodes | data ms | model ms | '
-             'collation share | graphs/s | model-only graphs/s | peak GiB | '
-             'load |',
-             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+             'only the before/after pairs share their conditions).']
+    table = []
     for r in rows:
-        bucket = r.get('bucket', 0)
         version = r.get('version', 'after')
-        if version == 'before':
-            version = f"before ({r['rev']})"
-        lines.append(
-            f"| {r['dataset']} | {r['dtype']} | {r['norm']} | "
-            f"{'bucket ' + str(bucket) if bucket else 'shuffle'} | "
-            f"{r['batch_size']} | {version} | {r['mean_nodes']:.1f} | "
-            f"{r['mean_max_nodes']:.0f} | {1e3 * r['data_s']:.1f} | "
-            f"{1e3 * r['model_s']:.1f} | {100 * r['collation_share']:.1f}% | "
-            f"{r['graphs_per_s']:,.0f} | {r['model_graphs_per_s']:,.0f} | "
-            f"{r['peak_gib']:.2f} | {r.get('load_avg', float('nan')):.1f} |")
+        table.append([
+            r['dataset'], r['dtype'], r['norm'], _batching(r),
+            r['batch_size'], f"before ({r['rev']})" if version == 'before'
+            else version, f"{r['mean_nodes']:.1f}",
+            f"{r['mean_max_nodes']:.0f}", f"{1e3 * r['data_s']:.1f}",
+            f"{1e3 * r['model_s']:.1f}",
+            f"{100 * r['collation_share']:.1f}%",
+            f"{r['graphs_per_s']:,.0f}", f"{r['model_graphs_per_s']:,.0f}",
+            f"{r['peak_gib']:.2f}", f"{r.get('load_avg', float('nan')):.1f}"])
+    lines += ['', *markdown_table(
+        ['dataset', 'dtype', 'norm', 'batching', 'batch', 'version',
+         'nodes/graph', 'max nodes', 'data ms', 'model ms',
+         'collation share', 'graphs/s', 'model-only graphs/s', 'peak GiB',
+         'load'], table)]
     pairs = {}
     for r in rows:
         pairs.setdefault(_setting(r), {})[r.get('version', 'after')] = r
     pairs = {k: v for k, v in pairs.items() if len(v) == 2}
     if pairs:
         lines += ['', '## Model time, before vs after (same batches)', '',
-                  '| dataset | dtype | norm | batching | batch | model ms '
-                  'before | model ms after | speedup | CPU ms before | '
-                  'CPU ms after | CPU-time speedup |',
-                  '|---|---|---|---|---|---|---|---|---|---|---|']
-        for (name, dtype, norm, bucket, batch), v in pairs.items():
-            before, after = v['before']['model_s'], v['after']['model_s']
-            lines.append(
-                f"| {name} | {dtype} | {norm} | "
-                f"{'bucket ' + str(bucket) if bucket else 'shuffle'} | "
-                f"{batch} | {1e3 * before:.1f} | {1e3 * after:.1f} | "
-                f"{before / after:.2f}x | {_cpu_ms(v['before'])} | "
-                f"{_cpu_ms(v['after'])} | {_cpu_ratio(v)} |")
-    path.with_suffix('.md').write_text('\n'.join(lines) + '\n')
-
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import (FixedLocator, FuncFormatter, LogLocator,
-                                   NullFormatter, NullLocator)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+                  *markdown_table(
+                      ['dataset', 'dtype', 'norm', 'batching', 'batch',
+                       'model ms before', 'model ms after', 'speedup',
+                       'CPU ms before', 'CPU ms after', 'CPU-time speedup'],
+                      ([name, dtype, norm, _batching(v['after']), batch,
+                        f"{1e3 * v['before']['model_s']:.1f}",
+                        f"{1e3 * v['after']['model_s']:.1f}",
+                        f"{v['before']['model_s'] / v['after']['model_s']:.2f}x",
+                        _cpu_ms(v['before']), _cpu_ms(v['after']),
+                        _cpu_ratio(v)]
+                       for (name, dtype, norm, _, batch), v in pairs.items()))]
+    write_report(path.with_suffix('.md'), lines)
     curves = sorted({(*_setting(r)[:4], r.get('version', 'after'))
                      for r in rows})
     settings = list(dict.fromkeys(key[:4] for key in curves))
+    plotted = []
     for key in curves:
         part = [r for r in rows if (*_setting(r)[:4],
                                     r.get('version', 'after')) == key]
@@ -382,32 +304,21 @@ def report(path: Path, device: str) -> None:
         k = settings.index(key[:4])  # a color and marker per setting
         before = version == 'before'
         dodge = 2 ** (0.03 * (k - (len(settings) - 1) / 2))  # no overlap
-        ax.plot([r['batch_size'] * dodge for r in part],
-                [r['graphs_per_s'] for r in part], color=f'C{k}',
-                marker=MARKERS[k % len(MARKERS)], ms=7 if before else 5,
-                mfc='none' if before else f'C{k}', ls='--' if before else '-',
-                label=f"{name} {dtype} {norm} "
-                      f"{'bucket' if bucket else 'shuffle'} {version}")
-    ax.set_xscale('log', base=2)
-    ax.xaxis.set_major_locator(FixedLocator(sorted({r['batch_size']
-                                                    for r in rows})))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_yscale('log')
-    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 2.5, 3.0,
-                                                5.0, 7.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.grid(alpha=0.3)
-    ax.set_xlabel('batch size (graphs)')
-    ax.set_ylabel('training graphs/s (median of steps)')
-    ax.set_title(f'Graphormer-slim training throughput ({device})')
-    ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5),
-              frameon=False, title='open marker, dashed: before;\nfilled, '
-              'solid: after; each setting\nshifted a little sideways so '
-              'none hides', title_fontsize=7)
-    fig.savefig(path.with_suffix('.png'), dpi=120, bbox_inches='tight',
-                metadata={'Software': None})
+        plotted.append(dict(
+            x=[r['batch_size'] * dodge for r in part],
+            y=[r['graphs_per_s'] for r in part], color=f'C{k}',
+            marker=MARKERS[k % len(MARKERS)], ms=7 if before else 5,
+            mfc='none' if before else f'C{k}', ls='--' if before else '-',
+            label=f"{name} {dtype} {norm} "
+                  f"{'bucket' if bucket else 'shuffle'} {version}"))
+    return line_plot(
+        path.with_suffix('.png'),
+        [dict(title=f'Graphormer-slim training throughput ({device})',
+              lines=plotted)], xlabel='batch size (graphs)',
+        ylabel='training graphs/s (median of steps)', panel_size=(7, 4.5),
+        xticks=sorted({r['batch_size'] for r in rows}), fontsize=7,
+        legend_title='open marker, dashed: before;\nfilled, solid: after; '
+        'each setting\nshifted a little sideways so none hides')
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -430,26 +341,15 @@ def add_step_arguments(parser: argparse.ArgumentParser,
     parser.add_argument('--report-only', action='store_true')
 
 
-def write_report(path: Path, lines) -> str:
-    r"""Writes the report :obj:`lines` next to the jsonl :obj:`path` (as
-    ``.md``) and returns its text."""
-    text = '\n'.join(lines) + '\n'
-    path.with_suffix('.md').write_text(text)
-    return text
-
-
-def measure_into(args, path: Path, rows) -> None:
+def measure_into(args, path: Path, rows, key) -> None:
     r"""Unless ``--report-only``: at ``--threads`` threads, appends each
     row of the iterable :obj:`rows` (measured as it is drawn) to the jsonl
-    file :obj:`path`, which starts empty."""
-    if args.report_only:
-        return
-    torch.set_num_threads(args.threads)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text('')
-    for row in rows:
-        with open(path, 'a') as f:
-            f.write(json.dumps(row) + '\n')
+    file :obj:`path`, which starts empty; ``key(row)`` names a row."""
+    if not args.report_only:
+        torch.set_num_threads(args.threads)
+        records = Records(path, key, resume=False)
+        for row in rows:
+            records.add(row)
 
 
 def main() -> None:
@@ -477,8 +377,8 @@ def main() -> None:
     parser.add_argument('--version', default='after', help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    if args.one:  # a single measurement, in a subprocess
-        sys.path.insert(0, args.code)  # the gnorm of this version
+    if args.one:  # a single measurement, in a child process
+        use_code(args.code)  # the gnorm of this version
         name, batch, dtype, norm, bucket = args.one.split(',')
         print(json.dumps(measure(args, name, int(batch), dtype, norm,
                                  int(bucket))))
@@ -486,44 +386,36 @@ def main() -> None:
 
     suffix = f'_vs_{args.baseline}' if args.baseline else ''
     path = Path(args.out) / f'bench_graphormer_{args.device}{suffix}.jsonl'
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
-        done = set()
-        if path.exists():
-            done = {_key(json.loads(line)) for line in
-                    path.read_text().splitlines() if line.strip()}
-        codes = {'after': ROOT}
+    records = Records(path, key=_key)
+    codes = {'after': ROOT}
+    if args.baseline:
+        codes = {'before': code_at(args.baseline, ROOT), **codes}
+    for key in itertools.product(args.datasets, args.batch_sizes,
+                                 args.dtypes, args.norms, args.bucket):
+        if args.report_only or all((*key, v) in records for v in codes):
+            continue
+        runs = {v: [] for v in codes}
+        for _, version in rotation(list(codes), args.rounds
+                                   if args.baseline else 1):
+            runs[version].append(
+                _run_one(args, key, version, codes[version])
+                if args.device == 'cpu' or args.baseline
+                else measure(args, *key))
+        rows = [records.add(dict(_row(args, key, v, runs[v]),
+                                 host=machine(args.device), steps=args.steps))
+                for v in codes]
+        for row in rows:
+            print(json.dumps(row), flush=True)
         if args.baseline:
-            codes = {'before': _baseline_code(args.baseline), **codes}
-        for key in itertools.product(args.datasets, args.batch_sizes,
-                                     args.dtypes, args.norms, args.bucket):
-            if all((*key, v) in done for v in codes):
-                continue
-            runs = {v: [] for v in codes}
-            rounds = args.rounds if args.baseline else 1
-            for _ in range(rounds):  # the versions alternate
-                for version, code in codes.items():
-                    if args.device == 'cpu' or args.baseline:
-                        runs[version].append(_run_one(args, key, version,
-                                                      code))
-                    else:
-                        runs[version].append(measure(args, *key))
-            rows = [_row(args, key, v, runs[v]) for v in codes]
-            for row in rows:
-                row.update(host=machine(args.device), steps=args.steps)
-                print(json.dumps(row), flush=True)
-                with open(path, 'a') as f:
-                    f.write(json.dumps(row) + '\n')
-            if args.baseline:
-                print(f"{' '.join(map(str, key))}: model step "
-                      f"{rows[0]['model_s']:.3f} s ({args.baseline}) / "
-                      f"{rows[1]['model_s']:.3f} s (working tree) = "
-                      f"{rows[0]['model_s'] / rows[1]['model_s']:.2f}x; "
-                      f"process CPU time "
-                      f"{rows[0]['model_cpu_s']:.3f} s / "
-                      f"{rows[1]['model_cpu_s']:.3f} s = "
-                      f"{rows[0]['model_cpu_s'] / rows[1]['model_cpu_s']:.2f}"
-                      f"x", flush=True)
+            before, after = rows
+            print(f"{' '.join(map(str, key))}: model step "
+                  f"{before['model_s']:.3f} s ({args.baseline}) / "
+                  f"{after['model_s']:.3f} s (working tree) = "
+                  f"{before['model_s'] / after['model_s']:.2f}x; process "
+                  f"CPU time {before['model_cpu_s']:.3f} s / "
+                  f"{after['model_cpu_s']:.3f} s = "
+                  f"{before['model_cpu_s'] / after['model_cpu_s']:.2f}x",
+                  flush=True)
     report(path, args.device)
 
 

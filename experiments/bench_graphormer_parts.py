@@ -2,95 +2,74 @@
 backward pass against the same layers on a fixed attention bias, with and
 without dropout.
 
-For each dataset and norm, Graphormer-slim (12 layers, hidden 80, 8 heads;
-as ``bench_graphormer.py``) on the same seeded, uniformly shuffled batches
-of ``--batch-size`` graphs, each batch collated as training collates it
-(with its token layout), timed in process CPU time (median of ``--steps``
-steps after a warm-up), forward + backward, no optimizer:
-
-* ``full``: the model's forward pass (embeddings, attention bias, layers,
-  final norm, readout) and the backward pass of the loss;
-* ``layers``: the 12 layers alone on fixed input tokens and a fixed
-  attention bias computed ahead (``Graphormer.pair_bias``,
-  ``Graphormer.layer_context``), backward of the mean square of their
-  output;
-
-each with the model's dropout (0.1) and without, and
-
-* ``linear``: the 12 layers' linear maps alone (query/key/value, output,
-  both feed-forward maps; forward and backward, on as many tokens as the
-  batch packs), the matrix products no rearrangement of the rest of the
-  step removes at this precision.
-
-``full / layers without dropout`` is what the embeddings, the bias and
-dropout add to the layers' own arithmetic. Results:
-``<out>/bench_graphormer_parts_cpu.{jsonl,md}``.
+Graphormer-slim (as ``bench_graphormer.py``) per dataset and norm, on the
+same seeded, uniformly shuffled batches of ``--batch-size`` graphs
+(collated with their token layout), forward + backward without optimizer,
+in process CPU time, the parts alternating batch by batch (median of
+``--steps`` after a warm-up): ``full``, the model and its loss; ``layers``,
+the 12 layers alone on fixed tokens and a fixed attention bias computed
+ahead; each with the model's dropout (0.1) and without; and ``linear``,
+the layers' linear maps alone on as many tokens as the batch packs.
+Report: ``<out>/bench_graphormer_parts_cpu.{jsonl,md}`` (docs/benchmarks.rst).
 
     python experiments/bench_graphormer_parts.py --threads 1
     python experiments/bench_graphormer_parts.py --report-only
 """
 import argparse
-import json
-import statistics
 import sys
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from bench_graphormer import (MAX_DIST, _graphs, _loader, _model,
-                             add_step_arguments, measure_into, write_report)
-from bench_layers import machine
+                              add_step_arguments, measure_into)
+from gnorm.bench import (CPU, alternate, machine, markdown_table, medians,
+                         read_jsonl, write_report)
 
 PARTS = ('full', 'layers')
 
 
-def _linear_maps(model, tokens: int) -> float:
-    r"""Process CPU time (s) of the forward and backward products of every
-    layer's linear maps on :obj:`tokens` packed tokens (gradients given,
-    so no other arithmetic is timed)."""
+def _prepared(model, batch):
+    r""":obj:`batch` with what the parts but ``full`` take, made ahead
+    (untimed): the layers' attention bias and input tokens, and inputs
+    and output gradients for each linear map on the batch's tokens."""
+    from gnorm.models.token_layout import layout_of
+    layout = layout_of(batch)
+    tokens = batch.num_graphs + batch.num_nodes
+    with torch.no_grad():
+        ctx = model.layer_context(
+            model.pair_bias(batch.spd, batch.edge_attr, layout), layout)
     maps = [m for layer in model.layers
             for m in (layer.qkv, layer.out, layer.ffn1, layer.ffn2)]
-    inputs = [torch.randn(tokens, m.in_features, requires_grad=True)
-              for m in maps]
-    grads = [torch.randn(tokens, m.out_features) for m in maps]
-    start = time.process_time()
-    outputs = [m(x) for m, x in zip(maps, inputs)]
-    torch.autograd.backward(outputs, grads)
-    return time.process_time() - start
+    return SimpleNamespace(
+        batch=batch, ctx=ctx, maps=maps,
+        h=torch.randn(1, tokens, model.hidden_channels, requires_grad=True),
+        inputs=[torch.randn(tokens, m.in_features, requires_grad=True)
+                for m in maps],
+        grads=[torch.randn(tokens, m.out_features) for m in maps])
 
 
-def _steps(model, batches, part: str) -> list:
-    r"""Process CPU time (s) of forward + backward of :obj:`part` on each
+def _cases(model) -> dict:
+    r"""The parts of a step of :obj:`model`, each on a :func:`_prepared`
     batch."""
-    from gnorm.models.token_layout import layout_of
     from gnorm.train.graph import _loss, forward
-    times = []
-    for b in batches:
-        if part == 'layers':
-            layout = layout_of(b)
-            with torch.no_grad():
-                ctx = model.layer_context(
-                    model.pair_bias(b.spd, b.edge_attr, layout), layout)
-            h = torch.randn(1, b.num_graphs + b.num_nodes,
-                            model.hidden_channels, requires_grad=True)
-        start = time.process_time()
-        if part == 'full':
-            _loss(forward(model, b), b.y, 'mae').backward()
-        else:
-            for layer in model.layers:
-                h = layer(h, ctx)
-            h.square().mean().backward()
-        times.append(time.process_time() - start)
+
+    def full(p):
         model.zero_grad(set_to_none=True)
-    return times[1:]  # after a warm-up step
+        _loss(forward(model, p.batch), p.batch.y, 'mae').backward()
 
+    def layers(p):
+        model.zero_grad(set_to_none=True)
+        h = p.h
+        for layer in model.layers:
+            h = layer(h, p.ctx)
+        h.square().mean().backward()
 
-def _linear_steps(model, batches) -> list:
-    times = [_linear_maps(model, b.num_graphs + b.num_nodes)
-             for b in batches]
-    model.zero_grad(set_to_none=True)
-    return times[1:]  # after a warm-up step
+    def linear(p):  # the products alone: gradients given
+        torch.autograd.backward([m(x) for m, x in zip(p.maps, p.inputs)],
+                                p.grads)
+    return dict(full=full, layers=layers, linear=linear)
 
 
 def measure(args, name: str, norm: str) -> list:
@@ -103,55 +82,55 @@ def measure(args, name: str, norm: str) -> list:
     for dropout in (0.1, 0.0):
         torch.manual_seed(0)  # the same initial weights in every part
         model = _model(name, norm, dropout).train()
-        for part in PARTS:
-            rows.append({'dataset': name, 'norm': norm, 'part': part,
-                         'dropout': dropout, 'batch_size': args.batch_size,
-                         'cpu_ms': 1000 * statistics.median(
-                             _steps(model, batches, part)),
-                         'steps': args.steps, 'host': machine('cpu')})
-    rows.append(dict(rows[-1], part='linear', cpu_ms=1000 * statistics.median(
-        _linear_steps(model, batches))))
+        cases = _cases(model)
+        if dropout:
+            del cases['linear']  # measured once, without dropout
+        times = medians(alternate(cases, args.steps, clock=CPU, inputs=[
+            _prepared(model, b) for b in batches]))
+        rows += [{'dataset': name, 'norm': norm, 'part': part,
+                  'dropout': dropout, 'batch_size': args.batch_size,
+                  'cpu_ms': 1000 * t, 'steps': args.steps,
+                  'host': machine('cpu')} for part, t in times.items()]
     return rows
 
 
 def report(path: Path) -> str:
-    rows = [json.loads(line) for line in path.read_text().splitlines()
-            if line.strip()]
+    rows = read_jsonl(path)
     ms = {(r['dataset'], r['norm'], r['part'], r['dropout']): r['cpu_ms']
           for r in rows}
-    lines = ['# Where a Graphormer training step goes (cpu)', '',
-             f"Generated by `python experiments/bench_graphormer_parts.py` "
-             f"on: {rows[0]['host']}.", '',
-             f"Graphormer-slim (12 layers, hidden 80, 8 heads), batches of "
-             f"{rows[0]['batch_size']} uniformly shuffled graphs collated "
-             f"as training collates them; process CPU time of forward + "
-             f"backward (no optimizer), median of {rows[0]['steps']} steps "
-             f"after a warm-up. full = the model (embeddings, attention "
-             f"bias, 12 layers, final norm, readout) and the loss; layers "
-             f"= the 12 layers alone on fixed tokens and a fixed attention "
-             f"bias computed ahead. dropout 0.1 = the model's dropout on "
-             f"the tokens and the attention weights; 0 = none. linear = "
-             f"the layers' linear maps alone (query/key/value, output and "
-             f"both feed-forward maps, forward and backward on the "
-             f"batch's packed tokens): the matrix products that stay at "
-             f"this precision whatever else the step does. full / layers "
-             f"= what embeddings, bias and dropout add to the layers' own "
-             f"arithmetic; layers / linear = what attention, norms, "
-             f"activations and residuals add to the linear maps.", '',
-             '| dataset | norm | full ms | full ms, no dropout | layers '
-             'ms | layers ms, no dropout | linear ms | layers without '
-             'dropout / linear | full / layers without dropout |',
-             '|---|---|---|---|---|---|---|---|---|']
+    table = []
     for name, norm in dict.fromkeys((r['dataset'], r['norm'])
                                     for r in rows):
-        cells = [ms[(name, norm, p, d)] for p in PARTS
-                 for d in (0.1, 0.0)]
-        full, full0, layers, layers0 = cells
+        full, full0, layers, layers0 = (ms[(name, norm, p, d)]
+                                        for p in PARTS for d in (0.1, 0.0))
         linear = ms[(name, norm, 'linear', 0.0)]
-        lines.append(f'| {name} | {norm} | {full:.1f} | {full0:.1f} | '
-                     f'{layers:.1f} | {layers0:.1f} | {linear:.1f} | '
-                     f'{layers0 / linear:.2f}x | {full / layers0:.2f}x |')
-    return write_report(path, lines)
+        table.append([name, norm, *(f'{t:.1f}' for t in (
+            full, full0, layers, layers0, linear)),
+            f'{layers0 / linear:.2f}x', f'{full / layers0:.2f}x'])
+    return write_report(path.with_suffix('.md'), [
+        '# Where a Graphormer training step goes (cpu)', '',
+        f"Generated by `python experiments/bench_graphormer_parts.py` "
+        f"on: {rows[0]['host']}.", '',
+        f"Graphormer-slim (12 layers, hidden 80, 8 heads), batches of "
+        f"{rows[0]['batch_size']} uniformly shuffled graphs collated "
+        f"as training collates them; process CPU time of forward + "
+        f"backward (no optimizer), median of {rows[0]['steps']} steps "
+        f"after a warm-up. full = the model (embeddings, attention "
+        f"bias, 12 layers, final norm, readout) and the loss; layers "
+        f"= the 12 layers alone on fixed tokens and a fixed attention "
+        f"bias computed ahead. dropout 0.1 = the model's dropout on "
+        f"the tokens and the attention weights; 0 = none. linear = "
+        f"the layers' linear maps alone (query/key/value, output and "
+        f"both feed-forward maps, forward and backward on the "
+        f"batch's packed tokens): the matrix products that stay at "
+        f"this precision whatever else the step does. full / layers "
+        f"= what embeddings, bias and dropout add to the layers' own "
+        f"arithmetic; layers / linear = what attention, norms, "
+        f"activations and residuals add to the linear maps.", '',
+        *markdown_table(['dataset', 'norm', 'full ms', 'full ms, no dropout',
+                         'layers ms', 'layers ms, no dropout', 'linear ms',
+                         'layers without dropout / linear',
+                         'full / layers without dropout'], table)])
 
 
 def main() -> None:
@@ -164,7 +143,9 @@ def main() -> None:
     path = Path(args.out) / 'bench_graphormer_parts_cpu.jsonl'
     measure_into(args, path, (row for name in args.datasets
                               for norm in args.norms
-                              for row in measure(args, name, norm)))
+                              for row in measure(args, name, norm)),
+                 key=lambda r: (r['dataset'], r['norm'], r['part'],
+                                r['dropout']))
     print(report(path))
 
 
