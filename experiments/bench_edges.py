@@ -1,37 +1,38 @@
 """ContraNorm's non-neighbour negatives: index gathers/scatters vs sparse CSR
 kernels for the masked pairs, side by side in one process.
 
-``gnorm.nn._sparse`` computes the operations along the masked pairs (the
-per-edge similarities and the weighted sums that remove each node's
-neighbours from its softmax) two ways with the same results:
-``IndexEdges`` (index_select / index_add_ along the node dimension: any
-device and torch.compile) and ``CSREdges`` (sampled_addmm and CSR products,
-one per run: what ContraNorm uses in eager mode on the CPU). For graphs of
-the sizes of Cora and Chameleon (random edges, the same node and edge
-counts) and R runs stacked as ``[R, n, d]`` (``gnorm.nn.Stacked``, the
-table runs), this times forward+backward of ``contrastive_negatives`` with
-each, alternating, and prints the median times, their ratio (index / CSR:
-the speed-up) and the largest difference of outputs and input gradients.
+``gnorm.nn._sparse`` computes the operations along the masked pairs two
+ways with the same results: ``IndexEdges`` (index_select / index_add_: any
+device and torch.compile) and ``CSREdges`` (sampled_addmm and CSR
+products: ContraNorm's choice in eager mode on the CPU). On random graphs
+with the node and edge counts of Cora and Chameleon and R runs stacked as
+``[R, n, d]``, forward+backward of ``contrastive_negatives`` with each, in
+rotating rounds: medians, their ratio and the largest difference of
+outputs and input gradients. Report: ``<out>/bench_edges_cpu.md``.
 
     python experiments/bench_edges.py               # writes experiments/results/bench_edges_cpu.md
     python experiments/bench_edges.py --repeats 3 --out /tmp
 """
 import argparse
-import statistics
 import sys
-import time
 from datetime import date
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_layers import machine  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gnorm.bench import (alternate, machine, markdown_table,  # noqa: E402
+                         medians, ratio, write_report)
 from gnorm.nn import contra_norm  # noqa: E402
 from gnorm.nn._sparse import CSREdges, IndexEdges  # noqa: E402
 
 GRAPHS = {'cora-sized': (2708, 10556), 'chameleon-sized': (2277, 62792)}
+HEADER = ['graph', 'n', 'pairs', 'runs', 'index ops', 'CSR kernels',
+          'speed-up', 'max abs diff']
+EDGES = {'index': lambda src, dst, like, order=None: IndexEdges(src, dst),
+         'csr': lambda src, dst, like, order: CSREdges(src, dst, order,
+                                                       like.size(-2))}
 
 
 def step(x, pairs, make):
@@ -44,6 +45,20 @@ def step(x, pairs, make):
     return out.detach(), grad
 
 
+def measure(pairs, x, repeats):
+    """Median seconds of each way on the pairs and the inputs x, and the
+    largest difference of their results."""
+    results = {}
+
+    def case(key):
+        def run():
+            results[key] = step(x, pairs, EDGES[key])
+        return run
+    t = medians(alternate({k: case(k) for k in EDGES}, repeats))
+    return t, max((a - b).abs().max().item()
+                  for a, b in zip(results['index'], results['csr']))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--runs', type=int, nargs='+', default=[1, 10, 20])
@@ -52,51 +67,35 @@ def main(argv=None):
     parser.add_argument('--out', default=str(
         Path(__file__).resolve().parent / 'results'))
     args = parser.parse_args(argv)
-    index = lambda src, dst, like, order=None: IndexEdges(src, dst)  # noqa
-    csr = lambda src, dst, like, order: CSREdges(  # noqa: E731
-        src, dst, order, like.size(-2))
-    chosen = contra_norm.edges
-    rows = []
+    chosen, rows = contra_norm.edges, []
     try:
         for name, (n, e) in GRAPHS.items():
             gen = torch.Generator().manual_seed(0)
-            edge_index = torch.randint(0, n, (2, e), generator=gen)
-            pairs = contra_norm.masked_pairs(edge_index, n)
+            pairs = contra_norm.masked_pairs(
+                torch.randint(0, n, (2, e), generator=gen), n)
             for runs in args.runs:
-                x = torch.randn(runs, n, args.channels, generator=gen)
-                times = {'index': [], 'csr': []}
-                results = {}
-                for _ in range(args.repeats + 1):  # the first is a warm-up
-                    for key, make in (('index', index), ('csr', csr)):
-                        start = time.perf_counter()
-                        results[key] = step(x, pairs, make)
-                        times[key].append(time.perf_counter() - start)
-                diff = max((a - b).abs().max().item()
-                           for a, b in zip(results['index'], results['csr']))
-                t = {k: statistics.median(v[1:]) * 1e3
-                     for k, v in times.items()}
-                rows.append((name, n, pairs.src.numel(), runs, t['index'],
-                             t['csr'], t['index'] / t['csr'], diff))
-                print('| {} | {:,} | {:,} | {} | {:.1f} ms | {:.1f} ms | '
-                      '{:.1f}x | {:.1e} |'.format(*rows[-1]), flush=True)
+                t, diff = measure(pairs, torch.randn(
+                    runs, n, args.channels, generator=gen), args.repeats)
+                rows.append([name, f'{n:,}', f'{pairs.src.numel():,}', runs,
+                             f'{1e3 * t["index"]:.1f} ms',
+                             f'{1e3 * t["csr"]:.1f} ms',
+                             f'{ratio(t["index"], t["csr"]):.1f}x',
+                             f'{diff:.1e}'])
+                print(markdown_table(HEADER, rows[-1:])[-1], flush=True)
     finally:
         contra_norm.edges = chosen
-    head = (f'# Masked pairs of ContraNorm: index ops vs CSR kernels (cpu)\n\n'
-            f'Generated by `python experiments/bench_edges.py` on '
-            f'{date.today()}: {machine("cpu")}.\n\n'
-            f'Forward+backward of `contrastive_negatives` with '
-            f'non-neighbour negatives on `[runs, n, {args.channels}]` '
-            f'inputs (random graph with the node and edge counts of the '
-            f'dataset; pairs = edges + self-loops, deduplicated), median of '
-            f'{args.repeats} alternating repeats after a warm-up. speed-up = '
-            f'index time / CSR time; max abs diff over outputs and input '
-            f'gradients.\n\n'
-            '| graph | n | pairs | runs | index ops | CSR kernels | '
-            'speed-up | max abs diff |\n|---|---|---|---|---|---|---|---|\n')
-    lines = ['| {} | {:,} | {:,} | {} | {:.1f} ms | {:.1f} ms | {:.1f}x | '
-             '{:.1e} |'.format(*row) for row in rows]
     out = Path(args.out) / 'bench_edges_cpu.md'
-    out.write_text(head + '\n'.join(lines) + '\n')
+    write_report(out, [
+        '# Masked pairs of ContraNorm: index ops vs CSR kernels (cpu)', '',
+        f'Generated by `python experiments/bench_edges.py` on '
+        f'{date.today()}: {machine("cpu")}.', '',
+        f'Forward+backward of `contrastive_negatives` with non-neighbour '
+        f'negatives on `[runs, n, {args.channels}]` inputs (random graph '
+        f'with the node and edge counts of the dataset; pairs = edges + '
+        f'self-loops, deduplicated), median of {args.repeats} alternating '
+        f'repeats after a warm-up. speed-up = index time / CSR time; max '
+        f'abs diff over outputs and input gradients.', '',
+        *markdown_table(HEADER, rows)])
     print(f'wrote {out}')
 
 

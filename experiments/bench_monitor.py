@@ -1,31 +1,16 @@
 """Overhead of gnorm.monitor.CollapseMonitor beside training, side by side.
 
-Two models on Cora (public split), one CPU thread:
-
-* a 32-layer ``DeepGCN`` (hidden 32, dropout 0.2), full-batch epochs,
-  monitor on its 32 layer outputs (``outputs.i``);
-* PyG's ``GAT`` (2 layers, hidden 64, 4 heads) trained on neighbour-sampled
-  batches (128 seed nodes, 10 neighbours per hop) of all nodes, monitor on
-  its 2 ``GATConv`` layers, recording one fixed batch (the same seeds and
-  neighbours at every record) on its 128 seed nodes.
-
-PyG's ``NeighborLoader`` needs ``pyg-lib`` or ``torch-sparse``, which have
-no wheels here; the batches come from PyG's ``NodeLoader`` (the class
-``NeighborLoader`` derives from) with :class:`TorchNeighborSampler`, a
-plain-torch sampler of incoming neighbours without replacement: the same
-``Data`` attributes (``n_id``, ``e_id``, ``input_id``, ``batch_size``, seed
-nodes first, ``num_sampled_nodes``).
-
-Per model, repeated in rotating order (medians of alternating repeats
-after a warm-up): a training epoch without a monitor, a training epoch with
-the monitor's hooks attached but not recording, the monitored evaluation
-forward (``with monitor.record(...): model(...)``, all 7 metrics) and the
-same forward without a monitor. Two loops recording every k-th epoch: one
-that evaluates every epoch (``python -m gnorm.train``, PyG's examples) and
-records that evaluation, which adds the metrics alone: (record -
-evaluation) / (k x (training epoch + evaluation)); and one of training
-epochs only, to which recording adds a forward pass of its own: record /
-(k x training epoch).
+On Cora (public split), one CPU thread: a 32-layer ``DeepGCN`` (hidden 32,
+dropout 0.2, full batch, monitor on its 32 layer outputs) and PyG's
+``GAT`` (2 layers, hidden 64, 4 heads) on neighbour-sampled batches (128
+seeds, 10 neighbours a hop; :class:`TorchNeighborSampler`, a plain-torch
+``NeighborLoader`` sampler, as neither ``pyg-lib`` nor ``torch-sparse``
+is installed), monitor on its 2 ``GATConv`` layers recording one fixed
+batch. In rotating rounds after a warm-up (medians): a training epoch
+without a monitor and with its hooks idle, the monitored evaluation
+forward (all 7 metrics) and the same forward without, and each metric
+alone. Report: ``results/bench_monitor_cpu.{md,jsonl}`` and the table of
+docs/monitor.rst (docs/benchmarks.rst).
 
     python experiments/bench_monitor.py  # results/bench_monitor_cpu.{md,jsonl}
 """
@@ -34,10 +19,8 @@ import functools
 import inspect
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from datetime import date
 from pathlib import Path
 
@@ -49,9 +32,9 @@ from torch_geometric.sampler import (BaseSampler, NodeSamplerInput,
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_layers import machine  # noqa: E402
 
+from gnorm.bench import (alternate, machine, markdown_table,  # noqa: E402
+                         medians, read_jsonl, timed, write_jsonl)
 from gnorm.monitor import METRICS, CollapseMonitor  # noqa: E402
 
 OUT = ROOT / 'experiments' / 'results' / 'bench_monitor_cpu.md'
@@ -138,18 +121,9 @@ def load_cora(root):
     return load_dataset('cora', root=root, mirror=mirror, split='public')
 
 
-def timed(fn):
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else \
-        (lambda: None)  # CUDA work is asynchronous: time it to the end
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    return time.perf_counter() - start
-
-
-def bench(name, setup, record_args, repeats, metrics=None):
-    r"""Median seconds of the measurements, in rotating order. :obj:`setup`
+def bench(name, setup, record_args, repeats, metrics=None, device='cpu'):
+    r"""Median seconds of the measurements, in rotating order on
+    :obj:`device` (:func:`gnorm.bench.alternate`). :obj:`setup`
     makes one (train_epoch, forward, model) triple; two are made with the
     same seed: one never monitored, one with a monitor attached for the
     whole run (its hooks idle during training, its prepared inputs kept
@@ -168,10 +142,10 @@ def bench(name, setup, record_args, repeats, metrics=None):
             forward_hooked()
 
     # The first record prepares (graph count, drawn nodes, hop distances).
-    first = timed(recorded)
+    first, _ = timed(recorded, device=device)
     cases = {'train': train_plain, 'train_hooked': train_hooked,
              'forward': bare_forward, 'record': recorded}
-    med = rotating(cases, repeats)
+    med = medians(alternate(cases, repeats, device=device))
     med['first_record'] = first
     per_record = len(monitor.layers) * len(monitor.metrics)
     monitor.remove()
@@ -213,7 +187,7 @@ def deep_gcn_case(data, repeats, metrics=None, layers=32):
     if metrics:
         name += f' ({", ".join(metrics)} only)'
     return bench(name, setup, dict(step=0, edge_index=data.edge_index),
-                 repeats, metrics)
+                 repeats, metrics, data.x.device)
 
 
 def metric_costs(data, repeats):
@@ -238,24 +212,10 @@ def metric_costs(data, repeats):
         for m, monitor in monitors.items()}}
     for m in METRICS:  # the first record prepares the inputs
         cases[m]()
-    times = rotating(cases, repeats)
+    times = medians(alternate(cases, repeats, device=data.x.device))
     for monitor in monitors.values():
         monitor.remove()
     return {m: times[m] - times['forward'] for m in METRICS}
-
-
-def rotating(cases, repeats):
-    r"""Median seconds of each of :obj:`cases` (callables), run in
-    rotating order, :obj:`repeats` rounds after a warm-up round."""
-    times = {k: [] for k in cases}
-    keys = list(cases)
-    for rep in range(repeats + 1):
-        for i in range(len(keys)):
-            key = keys[(i + rep) % len(keys)]
-            t = timed(cases[key])
-            if rep > 0:  # the first round warms up
-                times[key].append(t)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def gat_case(data, repeats):
@@ -313,41 +273,37 @@ def report(rows, command):
             f'(record - evaluation) / (k x (training step + evaluation));\n'
             f'* a forward pass of its own, every k-th epoch: a loop of '
             f'training steps only, with a monitored forward pass added '
-            f'every k-th epoch: record / (k x training step).\n\n'
-            '| model | layers hooked | training step | hooked | evaluation '
-            '| record | first record | recording the evaluation, every '
-            'epoch | every 10th | a forward of its own, every epoch | '
-            'every 10th |\n|---|---|---|---|---|---|---|---|---|---|---|\n')
-    lines = []
-    for r in rows:
-        lines.append(
-            '| {model} | {layers} | {a:.1f} ms | {b:.1f} ms | {f:.1f} ms | '
-            '{c:.1f} ms | {c0:.1f} ms | {v1:.1f} % | {v10:.1f} % | '
-            '{e1:.1f} % | {e10:.1f} % |'.format(
-                model=r['model'], layers=r['layers'], a=1e3 * r['train_s'],
-                b=1e3 * r['train_hooked_s'], f=1e3 * r['forward_s'],
-                c=1e3 * r['record_s'], c0=1e3 * r['first_record_s'],
-                v1=100 * r['eval_every_1'], v10=100 * r['eval_every_10'],
-                e1=100 * r['every_1'], e10=100 * r['every_10']))
-    return head + '\n'.join(lines) + '\n' + metric_table(rows[0])
+            f'every k-th epoch: record / (k x training step).')
+    table = markdown_table(
+        ['model', 'layers hooked', 'training step', 'hooked', 'evaluation',
+         'record', 'first record', 'recording the evaluation, every epoch',
+         'every 10th', 'a forward of its own, every epoch', 'every 10th'],
+        ([r['model'], r['layers'],
+          *(f'{1e3 * r[k]:.1f} ms' for k in (
+              'train_s', 'train_hooked_s', 'forward_s', 'record_s',
+              'first_record_s')),
+          *(f'{100 * r[k]:.1f} %' for k in (
+              'eval_every_1', 'eval_every_10', 'every_1', 'every_10'))]
+         for r in rows))
+    return '\n'.join([head, '', *table]) + '\n' + metric_table(rows[0])
 
 
 def metric_table(row):
     r"""The time each metric alone adds to a record of :obj:`row`'s model,
     and its share of the loop recording its evaluation every 10th epoch."""
     loop = 10 * (row['train_s'] + row['forward_s'])
-    lines = [f'\nEach metric alone ({row["model"]}; one monitor per metric, '
+    lines = ['', f'Each metric alone ({row["model"]}; one monitor per metric, '
              f'the same rounds): the time it adds to a record, and its '
              f'share of a loop that records its evaluation every 10th '
              f'epoch. Together they add less than the sum: the sum counts '
              f'the stacking of the outputs and the finite check once per '
              f'metric, and the two Dirichlet energies are computed '
              f'together, as are MAD and MADGap (from the distances of the '
-             f'same drawn nodes).\n', '| metric | added to a record | every 10th |',
-             '|---|---|---|']
-    for m, t in row['metric_s'].items():
-        lines.append(f'| {m} | {1e3 * t:.1f} ms | {100 * t / loop:.1f} % |')
-    return '\n'.join(lines) + '\n'
+             f'same drawn nodes).', '']
+    return '\n'.join(lines + markdown_table(
+        ['metric', 'added to a record', 'every 10th'],
+        ([m, f'{1e3 * t:.1f} ms', f'{100 * t / loop:.1f} %']
+         for m, t in row['metric_s'].items()))) + '\n'
 
 
 def guide_table(rows):
@@ -380,7 +336,7 @@ def with_guide_table(page, rows):
 
 
 def load_rows(path=OUT.with_suffix('.jsonl')):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+    return read_jsonl(path)
 
 
 def overheads(row):
@@ -421,8 +377,7 @@ def main(argv=None):
     command = 'python experiments/bench_monitor.py' + (
         f' --repeats {args.repeats}' if args.repeats != 25 else '')
     out.write_text(report(rows, command))
-    out.with_suffix('.jsonl').write_text(
-        ''.join(json.dumps(r) + '\n' for r in rows))
+    write_jsonl(out.with_suffix('.jsonl'), rows)
     if out == OUT:  # the committed results: the guide quotes them
         GUIDE.write_text(with_guide_table(GUIDE.read_text(), rows))
     print(f'wrote {out}')

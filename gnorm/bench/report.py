@@ -60,8 +60,9 @@ def records_table(rows: Sequence[Dict[str, Any]]) -> List[str]:
 
 def write_report(path: Any, lines: Sequence[str]) -> str:
     r"""Writes the report :obj:`lines` to :obj:`path` (a newline after
-    each) and returns its text."""
+    each; its folder made where missing) and returns its text."""
     text = '\n'.join(lines) + '\n'
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(text)
     return text
 
