@@ -1,45 +1,35 @@
 """Many runs as one model: sequential vs batched training of R runs.
 
-For each case, the same R runs (seeds 0..R-1) of ``python -m gnorm.train``
-are trained twice in this process, side by side: one by one
-(``batch_runs=1``, R models in turn) and as one model (``batch_runs=R``,
-``gnorm.models.DeepGCN(runs=R)``). Both go through
-``gnorm.train.run.train_runs``, data loading, evaluation every epoch,
-model selection, collapse metrics and results files included. The script
-prints both wall times, their ratio (sequential / batched: the speed-up),
-and compares every run's results between the two ways (largest difference
-of test accuracy and of the loss curve) with the float-level floor of such
-differences: the runs trained one by one again with another number of CPU
-threads.
-
-Cases (Cora, public split):
-
-* ``gcn2``: the 2-layer GCN of ``python -m gnorm.train`` (no norm), 200
-  epochs;
-* ``contranorm32``: a 32-layer GCN with ContraNorm (the default
-  ``norm=contranorm``, scale 1), ``--deep-epochs`` epochs.
-
-Each case appends one line to ``<out>/bench_batched_<device>.jsonl``; the
-table ``bench_batched_<device>.md`` is generated from that file.
+Per case, the same R runs (seeds 0..R-1, Cora) of ``python -m
+gnorm.train``, through ``gnorm.train.run.train_runs`` (data, evaluation
+every epoch, model selection, metrics and results files included), one by
+one (``batch_runs=1``) and as one model (``batch_runs=R``), the two ways
+in rotating rounds in one process (``--repeats``, medians): their wall
+times, the speed-up and the largest difference of every run's results,
+beside the float-level floor of such differences (the runs one by one
+again at another number of CPU threads). Cases: ``gcn2``, the 2-layer GCN
+(no norm), ``--epochs``; ``contranorm32``, 32 layers with ContraNorm,
+``--deep-epochs``. Report: ``<out>/bench_batched_<device>.{jsonl,md}``
+(docs/benchmarks.rst).
 
     python experiments/bench_batched.py                     # CPU
     python experiments/bench_batched.py --device cuda --deep-epochs 20
     python experiments/bench_batched.py --report-only
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_layers import machine  # noqa: E402
+sys.path.insert(0, str(ROOT))
+
+from gnorm.bench import (Records, machine, markdown_table,  # noqa: E402
+                         rotation, timed)
 
 CASES = {
     'gcn2': ['layers=2', 'norm=none'],
@@ -58,17 +48,13 @@ def configs(case: str, runs: int, epochs: int, device: str, batch: int):
             'train.log_every=0']) for seed in range(runs)]
 
 
-def timed(case, runs, epochs, device, batch, folder):
+def trained(case, runs, epochs, device, batch, folder):
+    r"""Wall seconds and results of training the runs :obj:`batch` at a
+    time (their configs composed untimed)."""
     from gnorm.train.run import train_runs
-    cfgs = configs(case, runs, epochs, device, batch)  # not timed
+    cfgs = configs(case, runs, epochs, device, batch)
     dirs = [str(Path(folder) / f'{batch}-{seed}') for seed in range(runs)]
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    results = train_runs(cfgs, dirs)
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, results
+    return timed(train_runs, cfgs, dirs, device=device)
 
 
 def _differences(first, second):
@@ -82,23 +68,23 @@ def _differences(first, second):
 
 
 def measure(case, runs, epochs, device, repeats=1):
-    sequential, batched = [], []
+    ways = {'sequential': 1, 'batched': runs}  # runs trained at a time
+    times, results = {way: [] for way in ways}, {}
     with tempfile.TemporaryDirectory() as folder:
-        timed(case, 1, 1, device, 1, folder)  # warm-up: data, caches
-        for _ in range(repeats):  # alternately, so that drifts hit both
-            seconds, one_by_one = timed(case, runs, epochs, device, 1,
-                                        folder)
-            sequential.append(seconds)
-            seconds, together = timed(case, runs, epochs, device, runs,
-                                      folder)
-            batched.append(seconds)
+        trained(case, 1, 1, device, 1, folder)  # warm-up: data, caches
+        for _, way in rotation(list(ways), repeats):  # drifts hit both
+            seconds, results[way] = trained(case, runs, epochs, device,
+                                            ways[way], folder)
+            times[way].append(seconds)
         # The floor of such differences: the runs again, one by one, with
         # another number of CPU threads (other float summation orders).
         threads = torch.get_num_threads()
         torch.set_num_threads(1 if threads > 1 else 2)
-        _, again = timed(case, runs, epochs, device, 1,
-                         Path(folder) / 'threads')
+        _, again = trained(case, runs, epochs, device, 1,
+                           Path(folder) / 'threads')
         torch.set_num_threads(threads)
+    sequential, batched = times['sequential'], times['batched']
+    one_by_one, together = results['sequential'], results['batched']
     acc, loss = _differences(one_by_one, together)
     floor_acc, floor_loss = _differences(one_by_one, again)
     return {'case': case, 'runs': runs, 'epochs': epochs, 'device': device,
@@ -115,9 +101,7 @@ def measure(case, runs, epochs, device, repeats=1):
 
 
 def report(path: Path) -> str:
-    rows = [json.loads(line) for line in path.read_text().splitlines()
-            if line.strip()]
-    latest = {r['case']: r for r in rows}
+    latest = Records(path, key=lambda r: r['case'])  # a case's last run
     lines = [
         f'# Batched vs sequential training ({path.stem.split("_")[-1]})',
         '',
@@ -132,22 +116,17 @@ def report(path: Path) -> str:
         f'ways, over all runs. "1 vs 2 threads": the same for the runs '
         f'trained one by one again with another number of CPU threads, '
         f'the floor of float-level differences (summation order) that a '
-        f'deep network amplifies while it trains.',
-        '',
-        '| case | runs | epochs | repeats | sequential (s) | batched (s) '
-        '| speed-up | batched vs one by one: test acc / loss | 1 vs 2 '
-        'threads: test acc / loss | machine |',
-        '|---|---|---|---|---|---|---|---|---|---|',
-    ]
-    for r in latest.values():
-        lines.append(
-            f"| {r['case']} | {r['runs']} | {r['epochs']} | "
-            f"{r.get('repeats', 1)} | "
-            f"{r['sequential_s']:.1f} | {r['batched_s']:.1f} | "
-            f"**{r['speedup']:.2f}x** | {r['max_test_acc_diff']:.2g} / "
-            f"{r['max_loss_diff']:.2g} | {r['threads_test_acc_diff']:.2g} / "
-            f"{r['threads_loss_diff']:.2g} | {r['machine']} |")
-    return '\n'.join(lines) + '\n'
+        f'deep network amplifies while it trains.', '']
+    return '\n'.join(lines + markdown_table(
+        ['case', 'runs', 'epochs', 'repeats', 'sequential (s)',
+         'batched (s)', 'speed-up', 'batched vs one by one: test acc / loss',
+         '1 vs 2 threads: test acc / loss', 'machine'],
+        ([r['case'], r['runs'], r['epochs'], r.get('repeats', 1),
+          f"{r['sequential_s']:.1f}", f"{r['batched_s']:.1f}",
+          f"**{r['speedup']:.2f}x**",
+          f"{r['max_test_acc_diff']:.2g} / {r['max_loss_diff']:.2g}",
+          f"{r['threads_test_acc_diff']:.2g} / {r['threads_loss_diff']:.2g}",
+          r['machine']] for r in latest))) + '\n'
 
 
 def main():
@@ -174,9 +153,8 @@ def main():
         torch.set_num_threads(args.threads)
     os.environ.setdefault('GNORM_DATA_MIRROR',
                           str(ROOT.parent / 'shared' / 'data'))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f'bench_batched_{device.split(":")[0]}.jsonl'
+    path = Path(args.out) / f'bench_batched_{device.split(":")[0]}.jsonl'
+    records = Records(path, key=lambda r: r['case'])
     if not args.report_only:
         for case in args.cases:
             epochs = args.deep_epochs if case == 'contranorm32' \
@@ -187,8 +165,7 @@ def main():
                   f"{row['batched_s']:.1f}s, batched/sequential speed-up "
                   f"{row['speedup']:.2f}x (max test acc diff "
                   f"{row['max_test_acc_diff']:.2g})", flush=True)
-            with open(path, 'a') as f:
-                f.write(json.dumps(row) + '\n')
+            records.add(row)
     if path.is_file():
         md = report(path)
         path.with_suffix('.md').write_text(md)
