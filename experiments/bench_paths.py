@@ -2,21 +2,14 @@
 ``ShortestPaths`` pre_transform) vs all graphs at once in batches
 (``add_shortest_paths``), side by side in one process, at one thread.
 
-Both start from the 41,127 graphs that ogb's ``process()`` reads from the
-raw files (``read_graph_pyg``, not timed):
-
-* graph by graph: ``ShortestPaths()`` on every graph, then
-  ``InMemoryDataset.collate`` (what ``PygGraphPropPredDataset.process`` did);
-* in batches: ``InMemoryDataset.collate``, then ``add_shortest_paths`` on the
-  collated storage (what ``load_molhiv`` does now).
-
-The script asserts that both give the same storage, bit for bit (so the
-same ``spd`` / ``path_edge`` of every graph), prints both times and their
-ratio, and, unless ``--no-load``, times the whole ``load_molhiv`` from a
-fresh root (raw files copied from the mirror, processed, saved, loaded) in a
-subprocess each: with the batched paths and with the paths graph by graph
-(a ``ShortestPaths`` subclass, which the dataset runs graph by graph), and
-compares their processed files.
+From the 41,127 graphs ogb's ``process()`` reads (untimed): graph by graph,
+``ShortestPaths()`` on every graph then ``InMemoryDataset.collate`` (what
+``PygGraphPropPredDataset.process`` did), against ``collate`` then
+``add_shortest_paths`` on the collated storage (what ``load_molhiv``
+does), asserting both storages equal bit for bit; unless ``--no-load``,
+the whole ``load_molhiv`` from a fresh root each way, in a child process
+each, and their processed files compared. Report:
+``<out>/bench_paths_cpu.md`` (docs/benchmarks.rst).
 
     python experiments/bench_paths.py  # experiments/results/bench_paths_cpu.md
     python experiments/bench_paths.py --no-load --out /tmp
@@ -25,13 +18,10 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import date
 from pathlib import Path
 
@@ -41,9 +31,10 @@ os.environ.setdefault('MKL_NUM_THREADS', '1')
 import torch  # noqa: E402
 from torch_geometric.data import InMemoryDataset  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_layers import machine  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gnorm.bench import (machine, markdown_table, peak_rss_gib,  # noqa: E402
+                         run_child, timed, write_report)
 from gnorm.data import molecules  # noqa: E402
 from gnorm.data.molecules import (  # noqa: E402
     ShortestPaths,
@@ -61,35 +52,24 @@ def child(args):
     """Loads molhiv from the fresh root args.root (batched paths, or graph
     by graph with --per-graph) and prints a JSON line: seconds, max RSS."""
     torch.set_num_threads(1)
-    start = time.perf_counter()
-    if args.per_graph:
+
+    def load():
+        if not args.per_graph:
+            return load_molhiv(args.root, args.mirror)[0]
         molecules._copy_tree(Path(args.mirror) / 'ogb_regenerated' /
                              'ogbg_molhiv', Path(args.root) / 'ogbg_molhiv')
         with molecules._full_torch_load():
-            dataset = molecules._molhiv_class()(
+            return molecules._molhiv_class()(
                 'ogbg-molhiv', root=args.root, pre_transform=PerGraphPaths())
-    else:
-        dataset, _ = load_molhiv(args.root, args.mirror)
-    seconds = time.perf_counter() - start
+    seconds, dataset = timed(load)
     assert len(dataset) == 41127 and 'path_edge' in dataset._data
     print(json.dumps({'seconds': seconds, 'max_rss_gib': peak_rss_gib(),
                       'file': dataset.processed_paths[0]}))
 
 
-def peak_rss_gib():
-    """This process's peak RSS (VmHWM: unlike ru_maxrss, not inherited
-    from the parent across fork and exec)."""
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM:'):
-            return int(line.split()[1]) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
 def whole_load(args, root, per_graph):
-    cmd = [sys.executable, __file__, '--child', '--root', str(root),
-           '--mirror', args.mirror] + (['--per-graph'] if per_graph else [])
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child([__file__, '--child', '--root', root, '--mirror',
+                      args.mirror] + ['--per-graph'] * per_graph)
 
 
 def sha256(path):
@@ -162,20 +142,13 @@ def measure(args, scratch):
 
     new = []
     for _ in range(args.repeats):
-        start = time.perf_counter()
-        data, slices = InMemoryDataset.collate(graphs)
-        collated = time.perf_counter()
-        add_shortest_paths(data, slices)
-        new.append((collated - start, time.perf_counter() - collated))
-        batched = data, slices
+        collate, batched = timed(InMemoryDataset.collate, graphs)
+        new.append((collate, timed(add_shortest_paths, *batched)[0]))
         print('batched: collate {:.2f} s, paths {:.2f} s'.format(*new[-1]),
               flush=True)
-    start = time.perf_counter()
-    transform = ShortestPaths()
-    with_paths = [transform(g) for g in graphs]
-    done = time.perf_counter()
-    per_graph = InMemoryDataset.collate(with_paths)
-    old = (done - start, time.perf_counter() - done)
+    paths, with_paths = timed(list, map(ShortestPaths(), graphs))
+    collate, per_graph = timed(InMemoryDataset.collate, with_paths)
+    old = (paths, collate)
     print('graph by graph: paths {:.2f} s, collate {:.2f} s'.format(*old),
           flush=True)
     assert_same_storage(batched, per_graph)
@@ -227,22 +200,23 @@ def write(args, rows, load):
         + ', '.join(f'{t:.2f}' for t in rows['new_paths_all']) + ' s). '
         'The two storages were asserted equal, key by key and bit for bit '
         '(values, dtypes, slices), so every graph\'s `spd` and `path_edge` '
-        'are the same.', '',
-        '| step | graph by graph | batched | speed-up |', '|---|---|---|---|',
-        f'| shortest paths | {old:.2f} s | {new:.2f} s | {old / new:.1f}x |',
-        f'| collate | {rows["old_collate"]:.2f} s | '
-        f'{rows["new_collate"]:.2f} s | |',
-        f'| paths + collate | {old_all:.2f} s | {new_all:.2f} s | '
-        f'{old_all / new_all:.1f}x |',
-    ]
+        'are the same.', '']
+    table = [['shortest paths', f'{old:.2f} s', f'{new:.2f} s',
+              f'{old / new:.1f}x'],
+             ['collate', f'{rows["old_collate"]:.2f} s',
+              f'{rows["new_collate"]:.2f} s', ''],
+             ['paths + collate', f'{old_all:.2f} s', f'{new_all:.2f} s',
+              f'{old_all / new_all:.1f}x']]
     if 'load_new' in rows:
         a, b = rows['load_old'], rows['load_new']
+        table.append(['whole `load_molhiv`, fresh root', *(
+            f'{r["seconds"]:.1f} s (max RSS {r["max_rss_gib"]:.2f} GiB)'
+            for r in (a, b)), f'{a["seconds"] / b["seconds"]:.1f}x'])
+    lines += markdown_table(['step', 'graph by graph', 'batched', 'speed-up'],
+                            table)
+    if 'load_new' in rows:
         lines += [
-            f'| whole `load_molhiv`, fresh root | {a["seconds"]:.1f} s '
-            f'(max RSS {a["max_rss_gib"]:.2f} GiB) | {b["seconds"]:.1f} s '
-            f'(max RSS {b["max_rss_gib"]:.2f} GiB) | '
-            f'{a["seconds"] / b["seconds"]:.1f}x |', '',
-            'Whole `load_molhiv`: copy of the raw files from the mirror, '
+            '', 'Whole `load_molhiv`: copy of the raw files from the mirror, '
             'ogb\'s reading and conversion, the paths, collation, saving '
             f'({rows["file_mib"]:.0f} MiB) and loading, in a subprocess '
             'each from a fresh root; graph by graph = the dataset with a '
@@ -251,7 +225,7 @@ def write(args, rows, load):
             + (' and are byte-identical.' if rows['same_file_bytes'] else
                ' (their bytes differ).')]
     out = Path(args.out) / 'bench_paths_cpu.md'
-    out.write_text('\n'.join(lines) + '\n')
+    write_report(out, lines)
     print(f'wrote {out}')
 
 

@@ -1,18 +1,20 @@
 """Peak memory of ContraNorm forward+backward on one large graph (CPU).
 
-Each configuration runs in a fresh subprocess so that its peak resident set
-size (ru_maxrss, which includes the Python interpreter and torch itself) is
-its own. An n x n float32 similarity matrix alone would need n^2 * 4 bytes.
+Each configuration runs in a fresh child process so that its peak resident
+set size (which includes the Python interpreter and torch itself) is its
+own. An n x n float32 similarity matrix alone would need n^2 * 4 bytes.
 
     python experiments/contranorm_memory.py                 # n=50,000, d=32
     python experiments/contranorm_memory.py --nodes 10000 --channels 64
 """
 import argparse
 import json
-import resource
-import subprocess
 import sys
-import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gnorm.bench import ChildFailed, peak_rss_gib, run_child  # noqa: E402
 
 CONFIGS = {
     'all': dict(negatives='all'),
@@ -25,6 +27,7 @@ CONFIGS = {
 def run_one(name: str, nodes: int, channels: int, degree: int) -> dict:
     import torch
 
+    from gnorm.bench import timed
     from gnorm.nn import ContraNorm
 
     torch.manual_seed(0)
@@ -32,14 +35,11 @@ def run_one(name: str, nodes: int, channels: int, degree: int) -> dict:
     # Random directed graph with `degree` in-edges per node on average.
     edge_index = torch.randint(0, nodes, (2, nodes * degree))
     norm = ContraNorm(channels, **CONFIGS[name])
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    start = time.perf_counter()
-    out = norm(x, edge_index=edge_index)
-    out.square().sum().backward()
-    seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB
+    base = peak_rss_gib()
+    seconds, _ = timed(lambda: norm(x, edge_index=edge_index).square().sum()
+                       .backward())
     return dict(config=name, nodes=nodes, channels=channels,
-                seconds=round(seconds, 2), peak_gib=round(peak, 3),
+                seconds=round(seconds, 2), peak_gib=round(peak_rss_gib(), 3),
                 peak_before_gib=round(base, 3),
                 grad_finite=bool(torch.isfinite(x.grad).all()))
 
@@ -64,15 +64,14 @@ def main():
     print(f'{"config":<26}{"fwd+bwd s":>10}{"peak GiB":>10}  ok')
     failed = False
     for name in CONFIGS:
-        proc = subprocess.run(
-            [sys.executable, __file__, '--child', name, '--nodes',
-             str(args.nodes), '--channels', str(args.channels), '--degree',
-             str(args.degree)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f'{name:<26} failed: {proc.stderr.strip().splitlines()[-1]}')
+        try:
+            res = run_child([__file__, '--child', name, '--nodes',
+                             args.nodes, '--channels', args.channels,
+                             '--degree', args.degree])
+        except ChildFailed as e:
+            print(f'{name:<26} failed: {e.tail}')
             failed = True
             continue
-        res = json.loads(proc.stdout)
         ok = res['peak_gib'] < args.limit_gib and res['grad_finite']
         failed |= not ok
         print(f'{name:<26}{res["seconds"]:>10.2f}{res["peak_gib"]:>10.3f}  '

@@ -1,32 +1,14 @@
 r"""The GPU check in one command: what a lent device computes and how fast.
 
-One process runs these steps in order, each within its own time budget
-(seconds, :data:`STEPS`; smaller under ``--quick``). A step whose budget
-runs out stops before its next size and says so; a step that raises is
-recorded as failed with its one-line error, and the check goes on.
-
-a. the CUDA suite: ``python -m pytest -m cuda -q`` in a subprocess (its
-   summary line and the failures' names); "skipped: no device" on a CPU;
-b. layers (:mod:`bench_layers`): ContraNorm (``negatives='all'`` and
-   ``'non_neighbors'``), PairNorm, DualContraNorm and the dense
-   :math:`n \times n` ContraNorm where it fits, forward+backward time and
-   peak memory in fp32 and bf16;
-c. a 32-layer DeepGCN training step on Cora (none and ContraNorm
-   ``non_neighbors``) against its kernel time in ``torch.profiler`` and the
-   number of kernel launches (CUDA) or aten ops (CPU) per step;
-d. Graphormer-slim training steps (:mod:`bench_graphormer`) on ZINC-sized
-   graphs (the zinc fixture) and molhiv batches: graphs/s in fp32 and bf16,
-   eager and compiled (``torch.compile(fullgraph, dynamic)``, as
-   ``train.compile=true``);
-e. the collapse monitor's overhead (:mod:`bench_monitor`'s DeepGCN case);
-f. one Table 3 cell end to end (``python -m gnorm.study table3_paper``,
-   every setting x seeds as batched runs) and the whole table's time
-   extrapolated from it.
-
-After every step one JSON line is appended to
-``<out>/gpu_check_<device>.jsonl`` and ``<out>/gpu_check_<device>.md`` (the
-device, torch and CUDA versions, gnorm's commit, the command, each step's
-figures) is rewritten, so a later failure or a kill loses nothing finished.
+One process runs the steps of :data:`STEPS` in order, each within its own
+time budget (smaller under ``--quick``; :func:`gnorm.bench.run_steps`):
+a. the CUDA suite (``pytest -m cuda``); b. layers (:mod:`bench_layers`) in
+fp32 and bf16; c. a 32-layer DeepGCN step on Cora against its kernel time
+in ``torch.profiler``; d. Graphormer-slim (:mod:`bench_graphormer`),
+eager and compiled; e. the collapse monitor's overhead
+(:mod:`bench_monitor`); f. one Table 3 cell end to end and the whole
+table extrapolated. Report: ``<out>/gpu_check_<device>.{jsonl,md}``,
+rewritten after every step (docs/benchmarks.rst).
 
     python experiments/gpu_check.py --device cuda            # on a lent GPU
     python experiments/gpu_check.py --device cpu --quick --out /tmp/check
@@ -34,7 +16,6 @@ figures) is rewritten, so a later failure or a kill loses nothing finished.
 """
 import argparse
 import functools
-import json
 import os
 import platform
 import shlex
@@ -42,11 +23,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple
+from typing import Any, Dict, List
 
 import torch
 import torch.nn.functional as F
@@ -56,135 +36,43 @@ sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_layers  # noqa: E402
 
+from gnorm import bench  # noqa: E402
+from gnorm.bench import Budget, Step, one_line  # noqa: E402,F401
+
 OUT = ROOT / 'experiments' / 'results'
-
-
-# ------------------------------------------------------------ the runner
-class Budget:
-    r"""A step's time budget: :obj:`seconds` from its creation."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.start = time.perf_counter()
-
-    def spent(self) -> float:
-        return time.perf_counter() - self.start
-
-    def left(self) -> float:
-        return self.seconds - self.spent()
-
-    def over(self) -> bool:
-        return self.left() <= 0
-
-    def stop_note(self, before: str) -> str:
-        return (f'budget of {self.seconds:g} s reached after '
-                f'{self.spent():.1f} s: stopped before {before}')
-
-
-class Step(NamedTuple):
-    key: str
-    title: str
-    budget: float  # seconds
-    quick_budget: float
-    run: Callable[[argparse.Namespace, Budget], Dict[str, Any]]
-
-
-def one_line(error: BaseException) -> str:
-    text = ' '.join(str(error).split())
-    return f'{type(error).__name__}: {text}'[:300]
 
 
 def run_steps(steps: List[Step], ctx: argparse.Namespace,
               env: Dict[str, Any]) -> List[Dict[str, Any]]:
-    r"""Runs :obj:`steps` in order; after each one appends its record to
-    the JSONL file and rewrites the report. A step returns
-    ``{'rows': [...], 'notes': [...], 'status': ...}`` (status ``ok``
-    unless it says ``skipped: <reason>`` or ``failed: <what>``); one that
-    raises is recorded as ``failed`` with its one-line error."""
-    out = Path(ctx.out)
-    out.mkdir(parents=True, exist_ok=True)
-    jsonl = out / f'gpu_check_{ctx.device}.jsonl'
-    jsonl.write_text(json.dumps({'step': 'environment', **env}) + '\n')
-    records = []
-    for step in steps:
-        budget = Budget(step.quick_budget if ctx.quick else step.budget)
-        print(f'[{step.key}] {step.title} (budget {budget.seconds:g} s)',
-              flush=True)
-        try:
-            found = dict(step.run(ctx, budget) or {})
-            record = dict(status=found.pop('status', 'ok'), **found)
-        except Exception as e:  # recorded; the check goes on
-            traceback.print_exc()
-            record = dict(status='failed', error=one_line(e))
-        record = dict(step=step.key, title=step.title,
-                      seconds=round(budget.spent(), 2),
-                      budget_s=budget.seconds, **record)
-        records.append(record)
-        with jsonl.open('a') as f:
-            f.write(json.dumps(record, default=str) + '\n')
-        (out / f'gpu_check_{ctx.device}.md').write_text(report(env, records))
-        print(f'[{step.key}] {record["status"]} in {record["seconds"]} s',
-              flush=True)
-    return records
-
-
-# ---------------------------------------------------------------- report
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f'{value:.4g}'
-    return '-' if value is None else str(value).replace('|', '/')
-
-
-def table(rows: List[Dict[str, Any]]) -> List[str]:
-    r"""A Markdown table of :obj:`rows`, the columns in order of first
-    appearance."""
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    lines = ['| ' + ' | '.join(columns) + ' |',
-             '|' + '---|' * len(columns)]
-    lines += ['| ' + ' | '.join(_cell(r.get(c)) for c in columns) + ' |'
-              for r in rows]
-    return lines
+    r"""Runs :obj:`steps` (:func:`gnorm.bench.run_steps`) into
+    ``<out>/gpu_check_<device>.{jsonl,md}``."""
+    path = Path(ctx.out) / f'gpu_check_{ctx.device}.jsonl'
+    return bench.run_steps(steps, ctx, path, env, report, ctx.quick)
 
 
 def report(env: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
     r"""The Markdown report of the steps :obj:`records` so far."""
-    lines = [f'# gnorm GPU check ({env["device"]})', '',
-             f'* device: {env["device_name"]}',
-             f'* torch {env["torch"]}, CUDA {env["cuda"]}, '
-             f'Python {env["python"]}, {env["threads"]} torch threads',
-             f'* gnorm commit: {env["commit"]}',
-             f'* command: `{env["command"]}`',
-             f'* started: {env["started"]}', '',
-             '| step | status | seconds | budget s |', '|---|---|---|---|']
-    lines += [f'| {r["step"]}. {r["title"]} | {r["status"]} | '
-              f'{r["seconds"]:.1f} | {r["budget_s"]:g} |' for r in records]
-    for r in records:
-        lines += ['', f'## {r["step"]}. {r["title"]}: {r["status"]}', '']
-        if r.get('error'):
-            lines += [f'Error: `{r["error"]}`', '']
-        lines += [f'* {n}' for n in r.get('notes', [])]
-        if r.get('notes'):
-            lines.append('')
-        if r.get('rows'):
-            lines += table(r['rows'])
-    return '\n'.join(lines) + '\n'
+    return '\n'.join([
+        f'# gnorm GPU check ({env["device"]})', '',
+        f'* device: {env["device_name"]}',
+        f'* torch {env["torch"]}, CUDA {env["cuda"]}, '
+        f'Python {env["python"]}, {env["threads"]} torch threads',
+        f'* gnorm commit: {env["commit"]}',
+        f'* command: `{env["command"]}`',
+        f'* started: {env["started"]}', '',
+        *bench.steps_report(records)]) + '\n'
 
 
 def commit() -> str:
-    r"""``git rev-parse HEAD`` of the checkout, ``+modified`` when tracked
-    files differ from it; ``$GNORM_COMMIT`` where there is no git."""
-    try:
-        head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT,
-                              capture_output=True, text=True, check=True
-                              ).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain',
-                                '--untracked-files=no'], cwd=ROOT,
-                               capture_output=True, text=True, check=True
-                               ).stdout.strip()
-        return head + ('+modified' if dirty else '')
-    except (OSError, subprocess.CalledProcessError):
+    r"""The commit of the checkout, ``+modified`` where gnorm's code
+    differs from it (:func:`gnorm.train.run.source`); ``$GNORM_COMMIT``
+    where there is no git."""
+    from gnorm.train.run import source
+    found = source()
+    if found is None:
         return os.environ.get('GNORM_COMMIT',
                               'unknown (no git; set GNORM_COMMIT)')
+    return found['commit'] + ('+modified' if found['modified'] else '')
 
 
 def environment(ctx: argparse.Namespace, argv: List[str]) -> Dict[str, Any]:
@@ -192,18 +80,13 @@ def environment(ctx: argparse.Namespace, argv: List[str]) -> Dict[str, Any]:
     return dict(
         device=ctx.device,
         device_name=(torch.cuda.get_device_name() if cuda
-                     else bench_layers.machine('cpu')),
+                     else bench.machine('cpu')),
         torch=torch.__version__,
         cuda=torch.version.cuda or 'none (CPU build)',
         python=platform.python_version(), threads=torch.get_num_threads(),
         commit=commit(),
         command=shlex.join(['python', 'experiments/gpu_check.py', *argv]),
         started=datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))
-
-
-def _sync(device: str) -> None:
-    if device == 'cuda':
-        torch.cuda.synchronize()
 
 
 # ---------------------------------------------------------- a. CUDA suite
@@ -263,33 +146,33 @@ def layers(ctx, budget):
         'the layer\'s; bench_layers.py measures it per subprocess)',
         f'dense n x n reference where its ~6 n x n tensors need at most '
         f'{dense_limit:.1f} GiB']
+    cells = [(dtype, layer, ref) for dtype in ('float32', 'bfloat16')
+             for layer in LAYERS for ref in ((False, True) if layer in
+                                             bench_layers.QUADRATIC
+                                             else (False, ))]
     for n in sizes:
         if budget.over():
             notes.append(budget.stop_note(f'n = {n:,}'))
             break
-        for dtype in ('float32', 'bfloat16'):
-            for layer in LAYERS:
-                refs = (False, True) if layer in bench_layers.QUADRATIC \
-                    else (False, )
-                for ref in refs:
-                    row = dict(n=n, dtype=dtype, layer=layer,
-                               impl='dense n x n' if ref else 'gnorm')
-                    rows.append(row)
-                    need = bench_layers.dense_gib(n, dtype)
-                    if ref and need > dense_limit:
-                        row['status'] = f'skipped: needs ~{need:.0f} GiB'
-                        continue
-                    try:
-                        res = bench_layers.measure(layer, ref, n, d,
-                                                   ctx.device, dtype, repeats)
-                        row.update(status='ok', ms=1e3 * res['seconds'],
-                                   peak_gib=res['peak_gib'] if cuda
-                                   else 'n/a', finite=res['finite'])
-                    except torch.OutOfMemoryError:
-                        torch.cuda.empty_cache()
-                        row['status'] = 'out of memory'
-                    except Exception as e:  # noqa: BLE001 one cell
-                        row['status'] = 'error: ' + one_line(e)
+        for dtype, layer, ref in cells:
+            row = dict(n=n, dtype=dtype, layer=layer,
+                       impl='dense n x n' if ref else 'gnorm')
+            rows.append(row)
+            need = bench_layers.dense_gib(n, dtype)
+            if ref and need > dense_limit:
+                row['status'] = f'skipped: needs ~{need:.0f} GiB'
+                continue
+            try:
+                res = bench_layers.measure(layer, ref, n, d, ctx.device,
+                                           dtype, repeats)
+                row.update(status='ok', ms=1e3 * res['seconds'],
+                           peak_gib=res['peak_gib'] if cuda else 'n/a',
+                           finite=res['finite'])
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                row['status'] = 'out of memory'
+            except Exception as e:  # noqa: BLE001 one cell
+                row['status'] = 'error: ' + one_line(e)
     return dict(rows=rows, notes=notes)
 
 
@@ -308,8 +191,7 @@ def _profiled(step, device: str) -> Dict[str, Any]:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if cuda else [])
     with profile(activities=activities) as prof:
-        step()
-        _sync(device)
+        bench.timed(step, device=device)
     events = prof.key_averages()
     if cuda:
         return dict(kernel_ms=sum(e.self_device_time_total
@@ -355,15 +237,8 @@ def deep_gcn(ctx, budget):
             F.cross_entropy(out[train], data.y[train]).backward()
             opt.step()
 
-        times = []
-        for i in range(repeats + 1):
-            _sync(ctx.device)
-            start = time.perf_counter()
-            step()
-            _sync(ctx.device)
-            if i:
-                times.append(time.perf_counter() - start)
-        step_ms = 1e3 * statistics.median(times)
+        step_ms = 1e3 * statistics.median(bench.alternate(
+            {'step': step}, repeats, device=ctx.device)['step'])
         prof = _profiled(step, ctx.device)
         rows.append(dict(norm=name, layers=num_layers, step_ms=step_ms,
                          **prof, kernel_share=prof['kernel_ms'] / step_ms))
@@ -486,15 +361,14 @@ def table3_cell(ctx, budget):
             filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])))
         times = {}
         for name, extra in (('fixed', ['--dry-run']), ('cell', [])):
-            start = time.perf_counter()
             try:
-                proc = subprocess.run(cmd + extra, cwd=tmp, env=env,
-                                      capture_output=True, text=True,
-                                      timeout=max(budget.left(), 1))
+                times[name], proc = bench.timed(
+                    functools.partial(subprocess.run, cmd + extra, cwd=tmp,
+                                      env=env, capture_output=True, text=True,
+                                      timeout=max(budget.left(), 1)))
             except subprocess.TimeoutExpired:
                 return dict(notes=[budget.stop_note(
                     'the cell finished' if name == 'cell' else 'the cell')])
-            times[name] = time.perf_counter() - start
             if proc.returncode:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()
                 raise RuntimeError(f'gnorm.study exited {proc.returncode}: '
