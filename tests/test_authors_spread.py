@@ -1,10 +1,10 @@
-r"""``experiments/authors_spread.py``: the permutation test against hand
-counts, the pairing of the authors' records with gnorm's runs of the same
-cell, and its refusal to pool runs whose configs differ; the smallest p a
-cell's numbers of runs allow, and a verdict that never reads a cell without
-power as "no difference"; its section "Time per run"
-(``experiments/authors_speed.py``): only work-matched pairs get a
-ratio."""
+r"""``gnorm.study.authors`` (``experiments/authors_spread.py``'s report):
+the permutation test against hand counts, the pairing of the authors'
+records with gnorm's runs of the same cell, and its refusal to pool runs
+whose configs differ; the smallest p a cell's numbers of runs allow, and a
+verdict that never reads a cell without power as "no difference"; its
+section "Time per run" (``gnorm.study.authors_speed``): only work-matched
+pairs get a ratio."""
 import json
 import random
 
@@ -12,18 +12,18 @@ import pytest
 
 from conftest import experiment
 
-spread = experiment('authors_spread')
-from gnorm.study import stats  # noqa: E402
+from gnorm.study import authors, stats
+from gnorm.study import authors_speed as speed
 
 
 def test_permutation_p_counts_every_split():
     # 20 splits of 6 values into 3 + 3; only {1,2,3} | {4,5,6} and its
     # mirror are as far apart as the observed split.
-    assert spread.permutation_p([1, 2, 3], [4, 5, 6]) == (0.1, True)
+    assert stats.permutation_p([1, 2, 3], [4, 5, 6]) == (0.1, True)
     # 3 + 2 of 5 values: the observed split is the most extreme of 10 and
     # has no mirror of equal size.
-    assert spread.permutation_p([10, 11, 12], [0, 1]) == (0.1, True)
-    p, exact = spread.permutation_p([1, 2, 3], [1, 2, 3])
+    assert stats.permutation_p([10, 11, 12], [0, 1]) == (0.1, True)
+    p, exact = stats.permutation_p([1, 2, 3], [1, 2, 3])
     assert exact and p == 1.0
 
 
@@ -57,7 +57,7 @@ def test_smallest_p_of_the_sampled_test(monkeypatch):
 
 def test_permutation_p_samples_many_splits(monkeypatch):
     monkeypatch.setattr(stats, "EXACT_LIMIT", 5)
-    p, exact = spread.permutation_p([1, 2, 3], [4, 5, 6], samples=20_000)
+    p, exact = stats.permutation_p([1, 2, 3], [4, 5, 6], samples=20_000)
     assert not exact and p == pytest.approx(0.1, abs=0.01)
 
 
@@ -115,20 +115,20 @@ def test_gnorm_runs_of_the_cell_only(tmp_path):
                                                         scale=1.0),
             _run('d', 2, 0.9, layers=32), dict(_run('e', 3, 0.9),
                                                status='interrupted')]
-    assert spread.gnorm_runs(runs, 'cora', 16, 0.5) == pytest.approx(
+    assert authors.gnorm_runs(runs, 'cora', 16, 0.5) == pytest.approx(
         {0: 30.0, 1: 40.0})
     with pytest.raises(SystemExit, match='differ in more than the seed'):
-        spread.gnorm_runs(runs + [_run('f', 5, 0.3, weight_decay=0.0)],
+        authors.gnorm_runs(runs + [_run('f', 5, 0.3, weight_decay=0.0)],
                           'cora', 16, 0.5)
     with pytest.raises(SystemExit, match='seed 1 .* twice'):
-        spread.gnorm_runs(runs + [_run('g', 1, 0.3)], 'cora', 16, 0.5)
+        authors.gnorm_runs(runs + [_run('g', 1, 0.3)], 'cora', 16, 0.5)
 
 
 def test_report_pairs_each_record_with_gnorm(tmp_path):
     _authors(tmp_path / 'authors', [0.40, 0.42, 0.44])
     _authors(tmp_path / 'authors', [0.5], scale=1.0)
     runs = [_run(f'r{s}', s, a) for s, a in enumerate([0.30, 0.32, 0.34])]
-    text = spread.report(spread.read_authors(tmp_path / 'authors'), runs,
+    text = authors.report(authors.read_authors(tmp_path / 'authors'), runs,
                          [tmp_path])
     row = next(line for line in text.splitlines()
                if line.startswith('| cora | 16 | 0.5 '))
@@ -150,24 +150,24 @@ def test_twin_records_are_tabled_and_plotted(tmp_path):
             twin=dict(epoch=[1, 10, 20], weight_difference=apart,
                       their_test_acc=[0.1, 0.2, 0.4],
                       gnorm_test_acc=[0.1, 0.2, 0.45]))))
-    twins = spread.read_twins(folder)
-    lines = spread.twin_lines(twins, 'authors_twin.png')
+    twins = authors.read_twins(folder)
+    lines = authors.twin_lines(twins, 'authors_twin.png')
     row = next(line for line in lines if 'float64' in line)
     assert row.endswith('| 20 | 1.0e-06 | 1.0e-04 | 40.00 | 45.00 |')
     assert lines[-1] == '![weights apart vs epoch](authors_twin.png)'
-    assert spread.plot_twins(twins, tmp_path / 'twin.png')
+    assert authors.plot_twins(twins, tmp_path / 'twin.png')
     assert (tmp_path / 'twin.png').read_bytes().startswith(b'\x89PNG')
-    assert spread.twin_lines([], None) == [] and \
-        not spread.plot_twins([], tmp_path / 'none.png')
+    assert authors.twin_lines([], None) == [] and \
+        not authors.plot_twins([], tmp_path / 'none.png')
 
 
 def test_verdict_names_what_chance_does_not_explain():
-    assert spread.verdict([('a', 0.5, 0.01), ('b', 0.001, 0.0001)]) == (
+    assert authors.verdict([('a', 0.5, 0.01), ('b', 0.001, 0.0001)]) == (
         '2 tests: a p below 0.05 / 2 = 0.0250 (Bonferroni) marks a '
         'difference that chance does not explain at the 5 % level. 2 of 2 '
         'cells have the runs to reach it at all (smallest p below it). '
         'Beyond chance: b. Not distinguishable with these runs: a.')
-    said = spread.verdict([('a', 0.04, 0.001), ('b', 0.3, 0.001)])
+    said = authors.verdict([('a', 0.04, 0.001), ('b', 0.3, 0.001)])
     assert 'Not distinguishable with these runs: a, b. Below 0.05 but not ' \
         'beyond chance (by chance alone about one test in 20 is): a.' in said
 
@@ -176,14 +176,14 @@ def test_verdict_reads_nothing_into_cells_without_power():
     r"""3 + 5 runs: no split gives p below 1 / 56, above 0.05 / 10."""
     tested = [(f'c{i}', p, stats.smallest_p(3, 5))
               for i, p in enumerate([1 / 56] + [0.5] * 8)]
-    said = spread.verdict(tested + [('big', 0.2, stats.smallest_p(8, 11))])
+    said = authors.verdict(tested + [('big', 0.2, stats.smallest_p(8, 11))])
     assert 'No cell differs' not in said
     assert '1 of 10 cells has the runs to reach it at all' in said
     assert 'Not distinguishable with these runs: big.' in said
     assert ('Without power (smallest p 0.0179: not below 0.0050 whatever '
             'the runs): c0, c1, c2, c3, c4, c5, c6, c7, c8; a cell without '
             'power shows nothing either way.') in said
-    said = spread.verdict(tested)
+    said = authors.verdict(tested)
     assert 'No cell has the runs to reach it at all' in said
     assert 'Beyond chance' not in said and 'Not distinguishable' not in said
 
@@ -196,7 +196,7 @@ def test_report_without_power_says_so(tmp_path):
         _authors(tmp_path / 'authors', [0.40, 0.41, 0.42], scale=scale)
         runs += [_run(f'r{s}', s, a, scale=scale) for s, a in
                  enumerate([0.30, 0.31, 0.32, 0.33, 0.34])]
-    text = spread.report(spread.read_authors(tmp_path / 'authors'), runs,
+    text = authors.report(authors.read_authors(tmp_path / 'authors'), runs,
                          [tmp_path])
     row = next(line for line in text.splitlines()
                if line.startswith('| cora | 16 | 0.5 '))
@@ -208,7 +208,6 @@ def test_report_without_power_says_so(tmp_path):
 
 def _group(kind=('cpu', 'AMD EPYC', 1), runs=3, batch=1, eval_every=1,
            loop=True, together=True):
-    speed = experiment('authors_speed')
     return speed.Runs(kind, (1.0, ) * runs, (None, ) * runs, '', batch,
                       eval_every, loop, together)
 
@@ -231,20 +230,17 @@ def _group(kind=('cpu', 'AMD EPYC', 1), runs=3, batch=1, eval_every=1,
       'no loop time recorded', 'too few runs']),
     (dict(together=False), ['not timed side by side'])])
 def test_a_pair_is_work_matched(gnorm, why):
-    speed = experiment('authors_speed')
     assert speed.why_apart(_group(), _group(**gnorm)) == why
     assert speed.why_apart(_group(runs=2), _group()) == ['too few runs']
 
 
 def test_ratio_is_the_authors_mean_time_over_gnorms():
-    speed = experiment('authors_speed')
     assert speed.ratio([10.0, 30.0], [5.0, 5.0, 5.0]) == 4.0
     assert speed.ratio([3.0], [6.0]) == 0.5
     assert speed.ratio_range([10.0, 30.0], [5.0, 2.0]) == (2.0, 15.0)
 
 
 def test_machines_and_time_per_run_of_both_records(tmp_path):
-    speed = experiment('authors_speed')
     _authors(tmp_path, [0.4, 0.4, 0.4], seconds=[10.0, 20.0, 30.0],
              made_by=[None, _machine(threads=2), None],
              memory=[(400.0, 0), None, (900.0, 1)])
@@ -283,8 +279,8 @@ def test_report_never_pairs_a_run_evaluated_every_tenth_epoch(tmp_path):
     runs = [_run(f'r{s}', s, 0.3, runtime=20.0, loop=10.0, eval_every=10)
             for s in range(3)]
     # timed side by side: the only reason left is the evaluation
-    section, rows = _section(spread.report(
-        [], [], [], spread.read_authors(folder), runs, [folder]))
+    section, rows = _section(authors.report(
+        [], [], [], authors.read_authors(folder), runs, [folder]))
     assert rows == [
         '| cora | 16 | 0.5 | authors/cora_L16_s0.5.json, cpu: AMD EPYC, 1 '
         'thread | 40.0 ± 8.2 (3) | not recorded | cpu: AMD EPYC, 1 thread | '
@@ -310,8 +306,8 @@ def test_report_times_work_matched_pairs_only(tmp_path):
     timed = [_run(f'speed{s}', s, 0.3, runtime=30.0, loop=loop,
                   memory=300.0 + s, eval_every=1)
              for s, loop in enumerate([8.0, 10.0, 12.0])]
-    text = spread.report(spread.read_authors(folder), runs, [tmp_path],
-                         spread.read_authors(timing), timed, [timing])
+    text = authors.report(authors.read_authors(folder), runs, [tmp_path],
+                         authors.read_authors(timing), timed, [timing])
     section, rows = _section(text)
     # The timing runs stay out of the accuracies.
     assert 'gnorm 30.00, 30.00, 30.00 (seeds 2, 3, 4)' in text
@@ -346,7 +342,6 @@ def test_report_times_work_matched_pairs_only(tmp_path):
 
 
 def test_speed_in_words_without_any_pair():
-    speed = experiment('authors_speed')
     assert speed.in_words([], [['gnorm batched']] * 2 + [[
         'other machine', 'gnorm batched']]) == (
         'Time per run: no cell has a work-matched pair yet (the same '
@@ -364,6 +359,7 @@ def test_speed_in_words_without_any_pair():
 def test_committed_report_is_generated_from_the_committed_records():
     r"""``authors_vs_gnorm.md`` up to its section on the same random numbers
     is :func:`report` of the committed records and runs."""
+    spread = experiment('authors_spread')
     text = spread.compare()
     committed = spread.OUT.read_text()
     assert committed.split('\n## On the same random numbers')[0] == text

@@ -1,7 +1,7 @@
 r"""The time per run and peak memory of the authors' GCN code and of gnorm
 at the same Table 3 cell, for the section "Time per run" of
-``experiments/results/authors_vs_gnorm.md`` (written by
-``experiments/authors_spread.py``).
+``experiments/results/authors_vs_gnorm.md`` (:mod:`gnorm.study.authors`,
+written by ``experiments/authors_spread.py``).
 
 What each side records: ``experiments/authors_gcn.py`` keeps, per seed,
 ``seconds``, the wall-clock time of its 200-epoch loop alone (per epoch a
@@ -24,8 +24,9 @@ same device, processor and thread count; gnorm's runs trained alone,
 evaluated every epoch as the authors' loop validates every epoch, and
 timed by ``loop_s`` (loop against loop); at least :data:`MIN_RUNS` runs a
 side. It is the ratio of the mean times, with the least and greatest ratio
-of one authors' run to one gnorm run (:func:`ratio_range`); beside it the
-ratio of the mean peak memories where both sides record them.
+of one authors' run to one gnorm run (:func:`gnorm.bench.ratio_range`);
+beside it the ratio of the mean peak memories where both sides record
+them.
 """
 import json
 from collections import Counter
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
+from gnorm.bench import ratio_range
 from gnorm.results import mean_std, plural, value
 
 # (device type, processor: GPU name or CPU model, torch threads)
@@ -174,15 +176,6 @@ def ratio(authors: Sequence[float], gnorm: Sequence[float]) -> float:
     return mean_std(authors)[0] / mean_std(gnorm)[0]
 
 
-def ratio_range(authors: Sequence[float], gnorm: Sequence[float],
-                ) -> Tuple[float, float]:
-    r"""The least and the greatest ratio of one of :obj:`authors` to one of
-    :obj:`gnorm`, over every pair of the two (a range, not a confidence
-    interval)."""
-    ratios = [a / g for a in authors for g in gnorm]
-    return min(ratios), max(ratios)
-
-
 def memory_ratio(authors: Runs, gnorm: Runs) -> Optional[float]:
     r"""The ratio of the mean peak memories of the runs that record it;
     :obj:`None` unless both sides have some."""
@@ -194,9 +187,9 @@ def memory_ratio(authors: Runs, gnorm: Runs) -> Optional[float]:
 @dataclass(frozen=True)
 class Pair:
     r"""A work-matched pair's ratios, authors / gnorm: of the mean times,
-    its ``low``-``high`` range (:func:`ratio_range`) and of the mean peak
-    memories (:obj:`None`: not recorded by both); ``cell``: where, in
-    words (the cell and the authors' record)."""
+    its ``low``-``high`` range (:func:`~gnorm.bench.ratio_range`) and of
+    the mean peak memories (:obj:`None`: not recorded by both); ``cell``:
+    where, in words (the cell and the authors' record)."""
     cell: str
     time: float
     low: float
