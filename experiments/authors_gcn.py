@@ -1,45 +1,15 @@
 r"""Runs the ContraNorm authors' published GCN code (GitHub PKU-ML/ContraNorm,
 folder ``gnn/``) on one cell of the paper's Table 3 and writes its results
-to a JSON file, so that the report can cite their code's numbers.
+to a JSON record, so that the report can cite their code's numbers.
 
-Their code is not copied here: ``--code`` points at their ``gnn/`` folder
-and this script imports it at run time; e.g. from a clone of
-https://github.com/PKU-ML/ContraNorm (measured with commit c9bed6a6, the
-newest): ``git archive HEAD gnn | tar -x -C DIR`` (their commit goes into
-the JSON: ``git rev-parse`` of ``--code``, else a file ``COMMIT`` in it or
-beside it). What it needs to run here:
-
-* ``layers.py`` imports ``spmm, matmul`` from ``torch_sparse`` and
-  ``scatter_max, scatter_add`` from ``torch_scatter``, and ``metrics.py``
-  ``rearrange`` from ``einops``; none of the three is installed. Stand-in
-  modules with those names (plain torch, :func:`stand_in_modules`) go into
-  ``sys.modules`` for the import, only for the names that are absent, and
-  after PyG has been imported (PyG must not take them for the real
-  packages). The DeepGCN path calls none of them (they serve GAT/GIN); each
-  call is counted and the counts go into the JSON.
-* ``data.py`` loads ``Planetoid``/``WikipediaNetwork`` from the relative root
-  ``data/``. Each run works in a temporary folder holding a copy of the raw
-  files of the offline mirror (``$GNORM_DATA_MIRROR``, e.g.
-  ``planetoid/Cora/raw`` -> ``data/cora/raw``), so nothing is downloaded.
-* ``main.py`` is a script (no function) that trains 5 unseeded models in
-  one loop on CUDA and prints only their mean and std. This script runs the
-  same loop body once per seed of ``--seeds`` (their ``data.load_data``,
-  ``models.DeepGCN``, ``utils.train/val/test``, their Adam and loss), after
-  ``torch.manual_seed(seed)``; the arguments are parsed by their own
-  ``main.py`` parser (its ``add_argument`` lines, so their defaults apply).
-  :func:`their_main` runs ``main.py`` itself, unchanged; the tests check
-  that its first run equals this script's run of the same seed.
-
-Protocol (their ``run_baselines.sh``, swept by
-``run_different_baselines.sh`` over s in {0.0, 0.2, 0.5, 0.8} and 2-64
-layers): ``--model DeepGCN --hid 32 --norm_mode CN --norm_scale S --nlayer L
---epochs 200 --use_layer_norm``, main.py's defaults for the rest (lr 0.005,
-weight decay 5e-4, dropout 0.6, no residual, row-normalised features). The
-accuracy is the test accuracy after the **last** epoch (what main.py
-averages); the test set is every node outside train and validation.
-``test_acc_best_val`` is the test accuracy at the epoch of the run's best
-validation accuracy (main.py's checkpoint rule ``best < val_acc``; main.py
-saves that checkpoint but never reloads it, so it is not their number).
+Their code is not copied here: ``--code`` names their ``gnn/`` folder,
+imported at run time (measured with commit c9bed6a6: ``git archive HEAD gnn
+| tar -x -C DIR``; their commit goes into the record), with stand-ins in
+plain torch for the packages it imports and this machine lacks, and their
+data read from a temporary copy of the offline mirror's raw files. One run
+of their ``main.py`` loop body per seed of ``--seeds`` with their recipe
+(``run_baselines.sh``); the record is rewritten after every seed, and a
+rerun skips the seeds already in it. docs/table3.rst says how and why.
 
     python experiments/authors_gcn.py --code /work/authors/ContraNorm/gnn \
         --dataset cora --layers 16 --scale 0.2 --seeds 0 1 2 \
@@ -47,21 +17,10 @@ saves that checkpoint but never reloads it, so it is not their number).
     # smoke run
     python experiments/authors_gcn.py --code ... --layers 2 --epochs 3 \
         --seeds 0 --out /tmp/smoke.json
-
-The JSON is rewritten after every seed; a rerun with the same arguments
-skips the seeds already in it (other arguments: an error, choose another
-``--out``), and processes running other seeds may share one ``--out``
-(e.g. ``--seeds 0`` and ``--seeds 1`` side by side, one thread each).
-Accuracies are fractions (as their code returns them), the summary in
-percent. Cora at 16 layers takes about 2.5 s an epoch on one
-CPU thread (AMD EPYC), about 9 minutes a seed. The tests
-(``tests/test_authors_gcn.py``) compare with their ``main.py`` when
-``AUTHORS_GCN_CODE`` names their ``gnn/`` folder.
 """
 import argparse
 import ast
 import contextlib
-import fcntl
 import hashlib
 import importlib
 import importlib.util
@@ -359,16 +318,15 @@ def write_record(path, record):
 
 @contextlib.contextmanager
 def locked_folder(path):
-    r"""Holds an exclusive lock on the folder of :obj:`path` (``flock`` on
-    the folder itself, so no lock file is left beside the records)."""
-    folder = Path(path).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
+    r"""Holds the lock of the folder of :obj:`path`
+    (:func:`gnorm.train.locks.hold`: ``flock`` on the folder itself, so no
+    lock file is left beside the records)."""
+    from gnorm.train.locks import hold, release
+    held = hold(Path(path).parent, wait=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        release(held)
 
 
 def run_seeds(path, config, seeds, train, meta=None):
@@ -407,13 +365,6 @@ def _git(folder, *args):
         return None
 
 
-def gnorm_source():
-    r"""The commit of the gnorm checkout that runs and whether its code
-    differs from it (as every run's ``results.json`` records)."""
-    from gnorm.train.run import source
-    return source()
-
-
 def authors_commit(code):
     r"""Their commit: git, else a ``COMMIT`` file in or above :obj:`code`."""
     commit = _git(code, 'rev-parse', 'HEAD')
@@ -424,15 +375,13 @@ def authors_commit(code):
 
 
 def machine(threads, device):
+    r"""What runs their code: the CPU (:func:`gnorm.bench.cpu_name`),
+    threads, device and versions."""
     import torch
     import torch_geometric
-    cpu = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path('/proc/cpuinfo').read_text().splitlines():
-            if line.startswith('model name'):
-                cpu = line.split(':', 1)[1].strip()
-                break
-    return dict(cpu=cpu, threads=threads,
+
+    from gnorm.bench import cpu_name
+    return dict(cpu=cpu_name(), threads=threads,
                 torch_threads=torch.get_num_threads(), device=device,
                 gpu=torch.cuda.get_device_name() if device == 'cuda' else None,
                 torch=torch.__version__,
@@ -489,6 +438,8 @@ def main(argv=None):
     args = parse_cell_arguments(parser, argv)
 
     import torch
+
+    from gnorm.train.run import source
     code = Path(args.code)
     targv = their_argv(args.dataset, args.layers, args.scale, args.epochs,
                        args.norm_mode, layer_norm=not args.no_layer_norm)
@@ -503,8 +454,7 @@ def main(argv=None):
                              .hexdigest()[:16] for f in
                              sorted(f'{m}.py' for m in (*THEIR_MODULES,
                                                         'main'))}),
-        script=dict(path='experiments/authors_gcn.py',
-                    gnorm=gnorm_source(),
+        script=dict(path='experiments/authors_gcn.py', gnorm=source(),
                     argv=sys.argv[1:] if argv is None else list(argv)),
         protocol=('their run_baselines.sh recipe; one run of main.py\'s loop '
                   'body per seed after torch.manual_seed(seed); accuracy = '

@@ -1,32 +1,21 @@
 r"""Trains the authors' DeepGCN (their published GCN code, PKU-ML/ContraNorm
-``gnn/``) and gnorm's DeepGCN (``experiment=table3_paper``) side by side
-on the same random numbers, and records how far apart they drift: their
-training losses, test accuracies and the largest difference of their
-weights every few epochs.
+``gnn/``, run as ``experiments/authors_gcn.py`` runs it) and gnorm's
+DeepGCN (``experiment=table3_paper``) side by side on the same random
+numbers, recording every few epochs their training losses, test
+accuracies and the largest difference of their weights (docs/table3.rst).
 
-Both start from the same weights (theirs, drawn as their code draws them
-after ``torch.manual_seed(seed)``, copied into gnorm's model) and every
-epoch both dropout passes start from the same state of torch's generator.
-For the two to draw the same masks, their model's dropout draws its masks
-as gnorm's does (:func:`gnorm.models.deep_gcn.dropout`: uniform numbers
-``>= p``, the same distribution as their Bernoulli masks, other numbers)
-and gnorm's model takes its input dense (its sparse-input path draws
-numbers for the non-zero entries only). Both read their features (gnorm's
-own row normalisation agrees with theirs to float32 rounding, checked
-first), and their adjacency's entries are recomputed in the run's dtype
-(their data code computes them in float32). Everything else is each side's own code: their propagation,
-ContraNorm, LayerNorm and training step; gnorm's model. The two sum the
-same numbers in other orders, so they agree as long as rounding lets them:
-a difference that grows from rounding (float32: ~1e-7 of a value,
-``--dtype float64``: ~1e-16) is the training's own sensitivity, not a
-difference of the methods.
+Both start from their weights (copied into gnorm's model); every epoch
+both dropout passes start from one state of torch's generator, their
+dropout drawing its masks as gnorm's does
+(:func:`gnorm.models.deep_gcn.dropout`) and gnorm's model taking its input
+dense; both read their features, their adjacency's entries recomputed in
+the run's dtype. Everything else is each side's own code, summing the same
+numbers in other orders: a difference that grows from rounding (float32
+~1e-7, ``--dtype float64`` ~1e-16) is the training's own sensitivity.
 
     python experiments/authors_twin.py --code ContraNorm/gnn --dataset cora \
         --layers 16 --scale 0.5 --seed 0 \
         --out experiments/results/authors_twin/cora_L16_s0.5_seed0.json
-
-Their code runs as ``experiments/authors_gcn.py`` runs it (stand-in
-modules, offline data); see there.
 """
 import argparse
 import sys
@@ -39,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from experiments import authors_gcn as ag  # noqa: E402
 from gnorm.train import CONF_DIR  # noqa: E402
+from gnorm.train.run import source  # noqa: E402
 
 
 def gnorm_config(dataset: str, layers: int, scale: float, mirror: str):
@@ -210,8 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     dtype=args.dtype, their_argv=targv),
         twin=result,
         authors=dict(repo=ag.REPO, commit=ag.authors_commit(code)),
-        script=dict(path='experiments/authors_twin.py',
-                    gnorm=ag.gnorm_source(),
+        script=dict(path='experiments/authors_twin.py', gnorm=source(),
                     argv=sys.argv[1:] if argv is None else list(argv)),
         machine=ag.machine(args.threads, 'cpu')))
     print(f'-> {args.out}')
