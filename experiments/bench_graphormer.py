@@ -41,8 +41,9 @@ sys.path.insert(0, str(ROOT))  # this checkout's gnorm, not an installed one
 
 from gnorm.bench import (ChildFailed, PeakMemory, Records,  # noqa: E402
                          alternate, code_at, line_plot, machine,
-                         markdown_table, read_jsonl, rotation, run_child,
-                         timed, use_code, wall_and_cpu, write_report)
+                         markdown_table, profiled, read_jsonl, rotation,
+                         run_child, timed, use_code, wall_and_cpu,
+                         write_report)
 
 MAX_DIST = {'zinc': 20, 'molhiv': 5}
 NORMS = ('layernorm', 'sepnorm')
@@ -185,20 +186,14 @@ def _run_one(args, key: tuple, version: str, code: Path) -> dict:
 def _profile(args, step, batch, key) -> None:
     r"""Appends the ``torch.profiler`` operator table of one step to the
     profile report."""
-    from torch.profiler import ProfilerActivity, profile
-    activities = [ProfilerActivity.CPU] + (
-        [ProfilerActivity.CUDA] if args.device == 'cuda' else [])
     sort = 'self_cuda_time_total' if args.device == 'cuda' else \
         'self_cpu_time_total'
     path = Path(args.out) / f'bench_graphormer_{args.device}_profile.md'
-    with profile(activities=activities) as prof:
-        step(batch)
-        if args.device == 'cuda':
-            torch.cuda.synchronize()
+    table = profiled(step, batch, device=args.device).table(
+        sort_by=sort, row_limit=args.profile_rows)
     label = args.baseline if args.version == 'before' else 'working tree'
     lines = ['', f'## {" ".join(map(str, key))}: {args.version} ({label})',
-             '', '```', prof.key_averages().table(
-                 sort_by=sort, row_limit=args.profile_rows), '```']
+             '', '```', table, '```']
     with open(path, 'a') as f:
         f.write('\n'.join(lines) + '\n')
 
@@ -386,6 +381,7 @@ def main() -> None:
 
     suffix = f'_vs_{args.baseline}' if args.baseline else ''
     path = Path(args.out) / f'bench_graphormer_{args.device}{suffix}.jsonl'
+    path.parent.mkdir(parents=True, exist_ok=True)  # a profile goes there
     records = Records(path, key=_key)
     codes = {'after': ROOT}
     if args.baseline:

@@ -186,14 +186,8 @@ def _cora(ctx):
 def _profiled(step, device: str) -> Dict[str, Any]:
     r"""Kernel (CUDA: self device time) or operator (CPU: self CPU time)
     seconds of one call of :obj:`step`, and its launches or aten ops."""
-    from torch.profiler import ProfilerActivity, profile
-    cuda = device == 'cuda'
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
-                                           if cuda else [])
-    with profile(activities=activities) as prof:
-        bench.timed(step, device=device)
-    events = prof.key_averages()
-    if cuda:
+    events = bench.profiled(step, device=device)
+    if device == 'cuda':
         return dict(kernel_ms=sum(e.self_device_time_total
                                   for e in events) / 1e3,
                     launches=sum(e.count for e in events

@@ -220,3 +220,10 @@ def test_the_harness_imports_torch_and_the_standard_library_only():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == '[]'
+
+
+def test_profiled_lists_the_operators_of_one_call():
+    x = torch.randn(8, 8)
+    events = bench.profiled(torch.mm, x, x)
+    assert any(e.key == 'aten::mm' for e in events)
+    assert 'aten::mm' in events.table(sort_by='self_cpu_time_total')

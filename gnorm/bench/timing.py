@@ -47,6 +47,18 @@ def timed(fn: Callable, *args: Any, device: Any = None,
     return _elapsed(start, clock()), result
 
 
+def profiled(fn: Callable, *args: Any, device: Any = None):
+    r"""``torch.profiler``'s operator averages of one call ``fn(*args)``
+    (:func:`timed`): CPU operators, and CUDA kernels on a CUDA
+    :obj:`device`; ``.table(sort_by=...)`` prints them."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device is not None and torch.device(device).type == 'cuda'
+    with profile(activities=[ProfilerActivity.CPU]
+                 + [ProfilerActivity.CUDA] * cuda) as prof:
+        timed(fn, *args, device=device)
+    return prof.key_averages()
+
+
 def rotation(keys: Sequence[K], rounds: int) -> Iterator[Tuple[int, K]]:
     r"""``(round, key)`` for :obj:`rounds` rounds of every key of
     :obj:`keys` once, round ``r`` starting at the ``r``-th key (cyclically):
