@@ -132,7 +132,7 @@ def test_a_child_measures_its_own_peak_memory(tmp_path):
     script.write_text(CHILD)
     found = bench.run_child([script])
     assert found['sum'] == 64 * 2**20
-    assert 0.15 < found['gib'] < 1  # its own, not the imports'
+    assert 0.2 < found['gib'] < 0.3  # its own, not the parent's peak
     script.write_text('import sys\nsys.exit("the cell fell over")\n')
     with pytest.raises(bench.ChildFailed) as e:
         bench.run_child([script])

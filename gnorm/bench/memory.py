@@ -9,8 +9,23 @@ from typing import Any
 import torch
 
 
-def _max_rss_bytes() -> int:
+def _peak_bytes() -> int:
+    r"""This process's peak resident set in bytes: ``VmHWM``, its own since
+    it started (``ru_maxrss``, the fallback without ``/proc``, carries the
+    parent's peak across fork and exec)."""
+    try:
+        for line in Path('/proc/self/status').read_text().splitlines():
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def peak_rss_gib() -> float:
+    r"""This process's peak resident set in GiB, interpreter and imports
+    included."""
+    return _peak_bytes() / 2**30
 
 
 class PeakMemory:
@@ -19,10 +34,9 @@ class PeakMemory:
     :obj:`device` above what it held at the start
     (``torch.cuda.max_memory_allocated``, its cache emptied and the peak
     reset first); on the CPU the growth of the process's peak resident set
-    (``ru_maxrss``), which counts only what goes beyond the process's
-    earlier peak: measure in a fresh process (:func:`~gnorm.bench.process.run_child`)
-    for a
-    block's own."""
+    (:func:`peak_rss_gib`), which counts only what goes beyond the
+    process's earlier peak: measure in a fresh process
+    (:func:`~gnorm.bench.process.run_child`) for a block's own."""
 
     def __init__(self, device: Any = 'cpu'):
         self.device = torch.device(device)
@@ -35,23 +49,10 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._start = torch.cuda.memory_allocated(self.device)
         else:
-            self._start = _max_rss_bytes()
+            self._start = _peak_bytes()
         return self
 
     def __exit__(self, *error: Any) -> None:
         end = torch.cuda.max_memory_allocated(self.device) if self.cuda \
-            else _max_rss_bytes()
+            else _peak_bytes()
         self.gib = (end - self._start) / 2**30
-
-
-def peak_rss_gib() -> float:
-    r"""This process's peak resident set in GiB (``VmHWM``: unlike
-    ``ru_maxrss``, not inherited from the parent across fork and exec)."""
-    try:
-        for line in Path('/proc/self/status').read_text().splitlines():
-            if line.startswith('VmHWM:'):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return _max_rss_bytes() / 2**30
-
