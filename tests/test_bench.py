@@ -140,6 +140,12 @@ def test_a_child_measures_its_own_peak_memory(tmp_path):
     assert bench.peak_rss_gib() > 0
 
 
+def _python(code):
+    r"""What a fresh Python process running :obj:`code` prints."""
+    return subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, check=True).stdout
+
+
 def test_code_at_exports_a_revision(tmp_path, monkeypatch):
     repo = tmp_path / 'repo'
     repo.mkdir()
@@ -167,9 +173,7 @@ def test_use_code_imports_the_package_from_another_folder(tmp_path):
             f'use_code({str(tmp_path)!r})\n'
             'import gnorm.data\n'
             'print(gnorm.data.WHERE, timed(len, "abc")[1])')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                         text=True, check=True).stdout
-    assert out.split() == ['old', '3']
+    assert _python(code).split() == ['old', '3']
 
 
 def test_line_plot_is_deterministic_and_labels_each_series_once(tmp_path):
@@ -217,9 +221,7 @@ def test_the_harness_imports_torch_and_the_standard_library_only():
     code = ('import sys, gnorm.bench; print(sorted(m for m in sys.modules '
             'if m.split(".")[0] in {"torch_geometric", "hydra", "matplotlib", '
             '"scipy"}))')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                         text=True, check=True).stdout
-    assert out.strip() == '[]'
+    assert _python(code).strip() == '[]'
 
 
 def test_profiled_lists_the_operators_of_one_call():

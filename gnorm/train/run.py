@@ -19,7 +19,6 @@ import functools
 import hashlib
 import logging
 import os
-import platform
 import random
 import resource
 import signal
@@ -36,6 +35,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import gnorm
+from gnorm.bench import cpu_name
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.train.locks import hold, release
 from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
@@ -143,14 +143,7 @@ def hydra_info(cfg: DictConfig) -> Dict[str, Any]:
 def machine(device: torch.device) -> Dict[str, Any]:
     r"""What ran the job: the CPU model, torch's thread count and the GPU
     (for CUDA devices)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open('/proc/cpuinfo') as f:
-            cpu = next((line.split(':', 1)[1].strip() for line in f
-                        if line.startswith('model name')), cpu)
-    except OSError:
-        pass
-    info = {'cpu': cpu, 'cpu_count': os.cpu_count(),
+    info = {'cpu': cpu_name(), 'cpu_count': os.cpu_count(),
             'threads': torch.get_num_threads()}
     if device.type == 'cuda':
         info['gpu'] = torch.cuda.get_device_name(device)
