@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_layers  # noqa: E402
 
 from gnorm import bench  # noqa: E402
-from gnorm.bench import Budget, Step, one_line  # noqa: E402,F401
+from gnorm.bench import Step, one_line  # noqa: E402
 
 OUT = ROOT / 'experiments' / 'results'
 
