@@ -3,10 +3,9 @@
 On Cora (public split), one CPU thread: a 32-layer ``DeepGCN`` (hidden 32,
 dropout 0.2, full batch, monitor on its 32 layer outputs) and PyG's
 ``GAT`` (2 layers, hidden 64, 4 heads) on neighbour-sampled batches (128
-seeds, 10 neighbours a hop; :class:`TorchNeighborSampler`, a plain-torch
-``NeighborLoader`` sampler, as neither ``pyg-lib`` nor ``torch-sparse``
-is installed), monitor on its 2 ``GATConv`` layers recording one fixed
-batch. In rotating rounds after a warm-up (medians): a training epoch
+seeds, 10 neighbours a hop, :class:`gnorm.data.TorchNeighborSampler`),
+monitor on its 2 ``GATConv`` layers recording one fixed batch. In
+rotating rounds after a warm-up (medians): a training epoch
 without a monitor and with its hooks idle, the monitored evaluation
 forward (all 7 metrics) and the same forward without, and each metric
 alone. Report: ``results/bench_monitor_cpu.{md,jsonl}`` and the table of
@@ -27,14 +26,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch_geometric.loader import NodeLoader
-from torch_geometric.sampler import (BaseSampler, NodeSamplerInput,
-                                     SamplerOutput)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.bench import (alternate, machine, markdown_table,  # noqa: E402
                          medians, read_jsonl, timed, write_jsonl)
+from gnorm.data import TorchNeighborSampler  # noqa: E402
 from gnorm.monitor import METRICS, CollapseMonitor  # noqa: E402
 
 OUT = ROOT / 'experiments' / 'results' / 'bench_monitor_cpu.md'
@@ -44,75 +42,13 @@ DEFAULT_SAMPLES = inspect.signature(CollapseMonitor).parameters[
     'max_samples'].default
 
 
-class TorchNeighborSampler(BaseSampler):
-    r"""Samples up to :obj:`num_neighbors[h]` incoming neighbours (edges
-    :math:`j \to i`) per node at hop :obj:`h`, without replacement, as
-    :class:`~torch_geometric.sampler.NeighborSampler` does, in plain torch
-    (for :class:`~torch_geometric.loader.NodeLoader` where neither
-    ``pyg-lib`` nor ``torch-sparse`` is installed). Seed nodes come first,
-    then each hop's new nodes; the edges are the sampled ones."""
-    def __init__(self, data, num_neighbors, generator=None):
-        n = data.num_nodes
-        src, dst = data.edge_index
-        perm = torch.argsort(dst, stable=True)
-        self.src, self.edge_id = src[perm], perm
-        self.ptr = torch.zeros(n + 1, dtype=torch.long)
-        self.ptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
-        self.num_nodes, self.num_neighbors = n, list(num_neighbors)
-        self.generator = generator
-
-    def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
-        seeds = inputs.node
-        local = torch.full((self.num_nodes, ), -1, dtype=torch.long)
-        local[seeds] = torch.arange(seeds.numel())
-        nodes, frontier = [seeds], seeds
-        rows, cols, edges = [], [], []
-        num_nodes, num_edges = [seeds.numel()], []
-        count = seeds.numel()
-        for k in self.num_neighbors:
-            start, deg = self.ptr[frontier], self.ptr[frontier + 1] - \
-                self.ptr[frontier]
-            owner = torch.repeat_interleave(torch.arange(frontier.numel()),
-                                            deg)  # [candidates]
-            offset = torch.arange(owner.numel()) - \
-                (torch.cumsum(deg, 0) - deg)[owner]
-            cand = start[owner] + offset  # positions in the CSC arrays
-            key = torch.rand(cand.numel(), generator=self.generator)
-            order = torch.argsort(owner.double() + key)  # random within node
-            rank = torch.arange(order.numel()) - \
-                (torch.cumsum(deg, 0) - deg)[owner[order]]
-            chosen = cand[order[rank < k]]
-            target = frontier[owner[order[rank < k]]]
-            source = self.src[chosen]
-            new = source[local[source] < 0].unique()
-            local[new] = torch.arange(count, count + new.numel())
-            count += new.numel()
-            nodes.append(new)
-            rows.append(local[source])
-            cols.append(local[target])
-            edges.append(self.edge_id[chosen])
-            num_nodes.append(new.numel())
-            num_edges.append(chosen.numel())
-            frontier = new
-        return SamplerOutput(node=torch.cat(nodes), row=torch.cat(rows),
-                             col=torch.cat(cols), edge=torch.cat(edges),
-                             batch=None, num_sampled_nodes=num_nodes,
-                             num_sampled_edges=num_edges,
-                             metadata=(inputs.input_id, inputs.time))
-
-    def sample_from_edges(self, index, neg_sampling=None):
-        raise NotImplementedError('TorchNeighborSampler samples from nodes')
-
-
-def neighbor_loader(data, num_neighbors, batch_size, shuffle=True, seed=0,
-                    input_nodes=None):
-    r"""A :class:`~torch_geometric.loader.NodeLoader` of
-    :class:`TorchNeighborSampler` batches: what
+def neighbor_loader(data, num_neighbors, batch_size, shuffle=True, seed=0):
+    r"""PyG's :class:`~torch_geometric.loader.NodeLoader` of
+    :class:`gnorm.data.TorchNeighborSampler` batches: what
     :obj:`NeighborLoader(data, num_neighbors, batch_size=...)` gives."""
-    sampler = TorchNeighborSampler(data, num_neighbors,
-                                   torch.Generator().manual_seed(seed))
-    return NodeLoader(data, node_sampler=sampler, input_nodes=input_nodes,
-                      batch_size=batch_size, shuffle=shuffle)
+    return NodeLoader(data, node_sampler=TorchNeighborSampler(
+        data, num_neighbors, seed=seed), batch_size=batch_size,
+        shuffle=shuffle)
 
 
 def load_cora(root):
