@@ -348,6 +348,7 @@ def test_sweep_refused_runs_leave_no_folder(tmp_path):
     assert _folders(tmp_path / 'sweep')[folders[0]]['status'] == 'ok'
 
 
+@pytest.mark.slow  # an extra launcher; the study test runs processes
 def test_joblib_launcher_runs_batches_in_processes(tmp_path):
     pytest.importorskip('hydra_plugins.hydra_joblib_launcher')
     proc = _cli(tmp_path, 'hydra/launcher=joblib', 'hydra.launcher.n_jobs=2',

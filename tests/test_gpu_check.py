@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from conftest import experiment, needs_mirror
@@ -20,6 +21,7 @@ def _records(path):
     return lines[0], {r['step']: r for r in lines[1:]}
 
 
+@pytest.mark.slow  # ~30 s; the steps' parts are tested one by one below
 @needs_mirror
 def test_quick_cpu_check_runs_every_step(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO))

@@ -1011,7 +1011,8 @@ def test_gnorms_own_studies_pass_the_checks(name):
     assert load_spec(name).name == name
 
 
-@pytest.mark.parametrize('launcher', ['processes', 'submitit_local'])
+@pytest.mark.parametrize('launcher', [
+    'processes', pytest.param('submitit_local', marks=pytest.mark.slow)])
 def test_a_study_hands_its_cells_to_a_hydra_launcher(tmp_path, launcher,
                                                      capsys, monkeypatch):
     r"""``--launcher``: each cell a ``python -m gnorm.train -m`` multirun

@@ -32,10 +32,8 @@ from gnorm.bench.timing import (CPU, WALL, alternate, medians, profiled,
 
 __all__ = [
     'Budget', 'Step', 'one_line', 'run_steps', 'steps_report', 'PeakMemory',
-    'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'use_code', 'Records',
-    'read_jsonl', 'write_jsonl', 'cell', 'cpu_name', 'line_plot', 'machine',
-    'markdown_table', 'records_table', 'write_report', 'CPU', 'WALL',
-    'alternate', 'medians', 'profiled', 'ratio', 'ratio_range', 'rotation',
-    'sync',
-    'timed', 'wall_and_cpu',
-]
+    'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'use_code',
+    'Records', 'read_jsonl', 'write_jsonl', 'cell', 'cpu_name', 'line_plot',
+    'machine', 'markdown_table', 'records_table', 'write_report', 'CPU',
+    'WALL', 'alternate', 'medians', 'profiled', 'ratio', 'ratio_range',
+    'rotation', 'sync', 'timed', 'wall_and_cpu']
