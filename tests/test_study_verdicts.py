@@ -191,7 +191,7 @@ def test_the_committed_fair_report_names_its_family_and_budgets():
 
 
 def test_variant_words_say_which_verdicts_hold_on_the_variant():
-    from gnorm.study.variants import variant_words
+    from gnorm.study.variants import variant_summary, variant_words
     found = {}
     for depth, (orig, var) in {2: ('beats', 'beats'),
                                4: ('beats', 'not distinguishable'),
@@ -213,6 +213,18 @@ def test_variant_words_say_which_verdicts_hold_on_the_variant():
         'cham_f: 1 of its 2 verdicts on cham holds on cham_f; against pn, '
         'cn is not distinguishable at L=2 on cham and is not compared yet '
         '(incomplete) at L=2 on cham_f (no verdict on cham to keep).')
+    found['cham', 'cn', 'pn', 4] = study_compare.Found(None,
+                                                       verdict='loses')
+    assert variant_summary('cn', found, {'cham': 'cham_f'}) == (
+        'Kept on the variants: cn has 3 verdicts on cham (beats ln at cham '
+        'L=2/4; loses pn at cham L=4); 1 holds on cham_f (beats ln at cham '
+        'L=2); 1 not compared there yet (loses pn at cham L=4); on cham_f '
+        'it has 1 verdict the originals lack (loses ln at cham_f L=8).')
+    del found['cham', 'cn', 'pn', 4]
+    assert variant_summary('cn', found, {'cham': 'cham_f'}) == (
+        'Kept on the variants: cn has 2 verdicts on cham (beats ln at cham '
+        'L=2/4); 1 holds on cham_f (beats ln at cham L=2); on cham_f it has '
+        '1 verdict the originals lack (loses ln at cham_f L=8).')
 
 
 def test_variants_must_be_datasets_of_the_study():

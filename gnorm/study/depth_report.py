@@ -15,7 +15,7 @@ from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING
 from gnorm.study.select import TIE
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
-from gnorm.study.variants import variant_words
+from gnorm.study.variants import variant_summary, variant_words
 
 
 def _label(record: Dict[str, Any]) -> str:
@@ -258,10 +258,11 @@ def comparisons(spec: Spec, records: List[Dict[str, Any]],
             if section and view == 'val' and spec.table.get('variants'):
                 mine = {k: f for k, f in found[view].items()
                         if k[1] == row and k[2] in against}
-                lines += ['', variant_words(row, mine,
-                                            spec.table['variants'],
-                                            family_words(found[view],
-                                                         correction))]
+                how = family_words(found[view], correction)
+                lines += ['', variant_summary(row, mine,
+                                              spec.table['variants'], how),
+                          '', variant_words(row, mine,
+                                            spec.table['variants'], how)]
     return lines
 
 

@@ -3,7 +3,7 @@ r"""Whether a comparison's verdicts on a dataset hold on a variant of it
 without duplicate nodes). Per compared row and variant, the verdicts on
 both graphs side by side and how many of the dataset's verdicts (beats or
 loses) the variant gives again, in words; the README quotes it."""
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from gnorm.study.compare import (NOT_COMPARED, NOT_RUN, SAID, Found, Pair,
                                  cells_text)
@@ -63,11 +63,60 @@ def pair_words(row: str, other: str, found: Dict[Pair, Found],
                     f"hold{'s' if len(kept) == 1 else ''} on {variant}")
 
 
+def _listed(row: str, cells: List[Tuple[str, str, str, int]]) -> str:
+    r"""``beats layernorm at chameleon L=8, squirrel L=4/8``: the verdicts
+    :obj:`cells` (verdict, other, dataset, depth) of :obj:`row`."""
+    by: Dict[Tuple[str, str], List[Tuple[str, int]]] = {}
+    for verdict, other, dataset, depth in cells:
+        by.setdefault((verdict, other), []).append((dataset, depth))
+    return '; '.join(f'{SAID[v]} {other} at {cells_text(found)}'
+                     for (v, other), found in by.items())
+
+
+def variant_summary(row: str, found: Dict[Pair, Found],
+                    variants: Dict[str, str], how: str = '') -> str:
+    r"""One sentence: how many of :obj:`row`'s verdicts (beats or loses)
+    on the datasets of :obj:`variants` hold on their variants (and how
+    many are not compared there yet), and the verdicts only the variants
+    give; :obj:`how`: how the verdicts were read."""
+    kept, lost, pending, new = [], [], [], []
+    for original, variant in variants.items():
+        for (dataset, r, other, depth), f in found.items():
+            if r != row or dataset != original:
+                continue
+            there = said(found.get((variant, row, other, depth)))
+            if f.verdict in ('beats', 'loses'):
+                (kept if there == f.verdict else pending
+                 if there in NO_VERDICT else lost).append(
+                    (f.verdict, other, dataset, depth))
+        for (dataset, r, other, depth), f in found.items():
+            if r == row and dataset == variant and f.verdict in (
+                    'beats', 'loses') and said(found.get(
+                        (original, row, other, depth))) != f.verdict:
+                new.append((f.verdict, other, dataset, depth))
+    originals, variant_names = ', '.join(variants), ', '.join(
+        variants.values())
+    verdicts = kept + lost + pending
+    text = (f"{row} has {len(verdicts)} verdict"
+            f"{'s' if len(verdicts) != 1 else ''} on {originals}"
+            + (f' ({_listed(row, verdicts)})' if verdicts else '')
+            + f"; {len(kept)} hold{'s' if len(kept) == 1 else ''} on "
+            f"{variant_names}" + (f' ({_listed(row, kept)})' if kept else ''))
+    if pending:
+        text += (f"; {len(pending)} not compared there yet "
+                 f"({_listed(row, pending)})")
+    text += (f"; on {variant_names} it has {len(new)} verdict"
+             f"{'s' if len(new) != 1 else ''} the originals lack"
+             + (f' ({_listed(row, new)})' if new else ''))
+    return f"Kept on the variants{f' ({how})' if how else ''}: {text}."
+
+
 def variant_words(row: str, found: Dict[Pair, Found],
                   variants: Dict[str, str], how: str = '') -> str:
     r"""The paragraph of :obj:`row`'s comparisons in :obj:`found` on each
-    dataset and its variant (:obj:`variants`); :obj:`how`: how the
-    verdicts were read (e.g. ``Holm-adjusted over a family of 24``)."""
+    dataset and its variant (:obj:`variants`), depth by depth;
+    :obj:`how`: how the verdicts were read (e.g. ``Holm-adjusted over a
+    family of 24``)."""
     others = list(dict.fromkeys(k[2] for k in found if k[1] == row))
     parts = [pair_words(row, other, found, original, variant)
              for original, variant in variants.items() for other in others]
