@@ -96,6 +96,7 @@ class Composer:
         self.composed: Dict[tuple, Any] = {}
         self.resolved: Dict[tuple, Dict[str, Any]] = {}
         self.parsed: Dict[str, Any] = {}
+        self.names: Dict[tuple, Dict[str, Any]] = {}
 
     def jobs(self, overrides: Sequence[str]) -> List[List[str]]:
         r"""The job overrides of the multirun over :obj:`overrides`."""
@@ -160,8 +161,14 @@ class Composer:
                 own, naming.exclude_keys, naming.item_sep, naming.kv_sep)
         # What the run trains by name, as `python -m gnorm.train` records
         # it (a user's norm class by its class, not the option `none`).
-        names = run_names(config, choices,
-                          full.hydra.runtime.config_sources)
+        # A name depends on the option and the group's _target_ alone:
+        # found once per (fixed overrides, targets), not read per run.
+        targets = tuple((g, str((config.get(g) or {}).get('_target_')))
+                        for g in choices if isinstance(config.get(g), dict))
+        if (fixed, targets) not in self.names:
+            self.names[fixed, targets] = run_names(
+                config, choices, full.hydra.runtime.config_sources)
+        names = dict(self.names[fixed, targets])
         return dict(fixed=fixed, values=values,
                     dir=runs_dir / str(full.hydra.sweep.subdir),
                     info={'choices': dict(choices), 'names': names,
