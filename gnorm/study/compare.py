@@ -299,14 +299,22 @@ def verdict_table(found: Dict[Pair, Found], against: Sequence[str],
 
 
 
+def said(found: Optional[Found]) -> str:
+    r"""A comparison's verdict, or why it has none: :data:`NOT_RUN`,
+    :data:`SPLITS_DIFFER` or :data:`NOT_COMPARED` (also for no
+    comparison)."""
+    if found is None:
+        return NOT_COMPARED
+    return found.verdict or (NOT_RUN if found.why.startswith(NOT_RUN) else
+                             SPLITS_DIFFER if SPLITS_DIFFER in found.why
+                             else NOT_COMPARED)
+
+
 def _verdicts(found: Dict[Pair, Found], against: Sequence[str]
               ) -> Dict[str, Dict[str, list]]:
     verdicts: Dict[str, Dict[str, list]] = {o: {} for o in against}
     for (dataset, _, other, depth), f in found.items():
-        said = f.verdict or (NOT_RUN if f.why.startswith(NOT_RUN) else
-                             SPLITS_DIFFER if SPLITS_DIFFER in f.why
-                             else NOT_COMPARED)
-        verdicts[other].setdefault(said, []).append((dataset, depth))
+        verdicts[other].setdefault(said(f), []).append((dataset, depth))
     return verdicts
 
 

@@ -3,24 +3,18 @@ r"""Whether a comparison's verdicts on a dataset hold on a variant of it
 without duplicate nodes). Per compared row and variant, the verdicts on
 both graphs side by side and how many of the dataset's verdicts (beats or
 loses) the variant gives again, in words; the README quotes it."""
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
-from gnorm.study.compare import (NOT_COMPARED, NOT_RUN, SAID, Found, Pair,
-                                 cells_text)
+from gnorm.study.compare import (NOT_COMPARED, NOT_RUN, SAID, SPLITS_DIFFER,
+                                 Found, Pair, cells_text, said)
 
 # How a comparison without a verdict reads.
 NO_VERDICT = {NOT_RUN: 'is not run here', NOT_COMPARED: 'is not compared '
-              'yet (incomplete)'}
+              'yet (incomplete)', SPLITS_DIFFER: 'is not compared (the '
+              'splits differ)'}
 # The order verdicts are named in.
-ORDER = ('beats', 'loses', 'not distinguishable', NOT_COMPARED, NOT_RUN)
-
-
-def said(found: Optional[Found]) -> str:
-    r"""A comparison's verdict, or why it has none (:data:`NO_VERDICT`)."""
-    if found is None or found.verdict is None:
-        return NOT_RUN if found is not None and found.why.startswith(
-            NOT_RUN) else NOT_COMPARED
-    return found.verdict
+ORDER = ('beats', 'loses', 'not distinguishable', NOT_COMPARED,
+         SPLITS_DIFFER, NOT_RUN)
 
 
 def on_graph(verdicts: Dict[int, str], dataset: str) -> str:
