@@ -16,135 +16,22 @@ Report: ``<out>/bench_<device>.{jsonl,md,png}`` (docs/benchmarks.rst).
 """
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
-from gnorm.bench import (ChildFailed, PeakMemory, Records,  # noqa: E402
-                         alternate, line_plot, machine, markdown_table,
-                         ratio, run_child, write_report)
+from gnorm.bench import (ChildFailed, Records, line_plot,  # noqa: E402
+                         machine, markdown_table, ratio, run_child,
+                         write_report)
+from gnorm.perf.layers import (LAYERS, QUADRATIC, REFERENCE,  # noqa: E402
+                               dense_gib, max_abs_difference, measure,
+                               model_epoch_seconds)
 
-DEGREE = 10
-REFERENCE = {
-    'contranorm': 'dense n x n',
-    'contranorm_nn': 'dense n x n',
-    'contranorm_sym': 'dense n x n',
-    'contranorm_d': 'GCNConv(d, d)',
-    'pairnorm': 'PyG PairNorm',
-    'layernorm': None,
-}
-LAYERS = tuple(REFERENCE)
-QUADRATIC = {'contranorm': dict(negatives='all', symmetric=False),
-             'contranorm_nn': dict(negatives='non_neighbors', symmetric=False),
-             'contranorm_sym': dict(negatives='all', symmetric=True)}
 MODEL_NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d')
-
-
-# ----------------------------------------------------------------- the math
-def dense_contranorm(x, edge_index, negatives, symmetric, scale=1.0):
-    """ContraNorm the way the authors compute it: an explicit n x n matrix."""
-    xn = F.normalize(x, dim=-1)
-    sim = xn @ xn.t()  # [n, n]
-    if negatives == 'non_neighbors':
-        masked = torch.zeros_like(sim, dtype=torch.bool)
-        masked[edge_index[1], edge_index[0]] = True
-        masked.fill_diagonal_(True)
-        sim = sim.masked_fill(masked, float('-inf'))
-    neg = sim.softmax(dim=1) @ x
-    if symmetric:
-        neg = neg + sim.softmax(dim=0) @ x
-    return F.layer_norm((1 + scale) * x - scale * neg, (x.size(1), ))
-
-
-def build(layer, reference, n, d, device, dtype, seed=0):
-    """Returns (inputs, fn) where fn() gives the output to backpropagate."""
-    from torch_geometric.nn import GCNConv
-    from torch_geometric.nn.norm import PairNorm as PyGPairNorm
-
-    from gnorm.nn import ContraNorm, DualContraNorm, PairNorm
-
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=gen).to(device, dtype).requires_grad_()
-    edge_index = torch.randint(0, n, (2, n * DEGREE), generator=gen).to(device)
-    if layer in QUADRATIC:
-        opts = QUADRATIC[layer]
-        if reference:
-            return x, lambda: dense_contranorm(x, edge_index, **opts)
-        module = ContraNorm(d, **opts).to(device, dtype)
-        return x, lambda: module(x, edge_index=edge_index)
-    if layer == 'contranorm_d' and reference:
-        module = GCNConv(d, d).to(device, dtype)
-        return x, lambda: module(x, edge_index)
-    modules = {'contranorm_d': lambda: DualContraNorm(d),
-               'pairnorm': PyGPairNorm if reference else PairNorm,
-               'layernorm': lambda: torch.nn.LayerNorm(d)}
-    if layer not in modules:
-        raise ValueError(f'bench_layers: unknown layer {layer!r}')
-    module = modules[layer]().to(device, dtype)
-    return x, lambda: module(x)
-
-
-def measure(layer, reference, n, d, device, dtype, repeats):
-    """Median forward+backward seconds and peak memory (GiB) of one cell."""
-    x, fn = build(layer, reference, n, d, torch.device(device),
-                  getattr(torch, dtype))
-    out = []
-
-    def step():
-        x.grad = None
-        out[:] = [fn()]
-        out[0].float().square().sum().backward()
-    with PeakMemory(device) as peak:
-        times = alternate({'step': step}, repeats, device=device)['step']
-    return dict(seconds=statistics.median(times), peak_gib=peak.gib,
-                finite=bool(torch.isfinite(out[0]).all()),
-                out=out[0].detach())
-
-
-def max_abs_difference(layer, n, d, device, dtype):
-    """Largest |gnorm - dense| over the outputs, for the quadratic layers."""
-    torch.manual_seed(0)
-    outs = []
-    for reference in (False, True):
-        x, fn = build(layer, reference, n, d, torch.device(device),
-                      getattr(torch, dtype))
-        with torch.no_grad():
-            outs.append(fn().float())
-    return float((outs[0] - outs[1]).abs().max())
-
-
-def dense_gib(n, dtype):
-    """Memory the dense formulation's n x n tensors need in forward+backward
-    (similarity, softmax, masks and their gradients: about six)."""
-    return 6 * n * n * torch.finfo(getattr(torch, dtype)).bits / 8 / 2**30
-
-
-def model_epoch_seconds(dataset, norm, device, repeats):
-    """Seconds per full-batch training epoch of a 32-layer GCN."""
-    from hydra import compose, initialize_config_dir
-
-    from gnorm.train import build_model, load_data
-
-    with initialize_config_dir(str(ROOT / 'conf'), version_base=None):
-        cfg = compose('train', overrides=[f'dataset={dataset}',
-                                          f'norm={norm}', 'layers=32'])
-    data = load_data(cfg).to(device)
-    model = build_model(cfg, data.num_features, int(data.y.max()) + 1)
-    model = model.to(device).train()
-    optim = torch.optim.Adam(model.parameters(), lr=0.005)
-
-    def epoch():
-        optim.zero_grad()
-        F.cross_entropy(model(data.x, data.edge_index), data.y).backward()
-        optim.step()
-    return statistics.median(alternate({'epoch': epoch}, repeats,
-                                       device=device)['epoch'])
 
 
 # ---------------------------------------------------------------- driver
@@ -159,10 +46,8 @@ def run_cell(args, layer, reference, n, d, dtype):
         except ChildFailed as e:
             return dict(status='error', error=e.tail[:200])
     try:
-        res = measure(layer, reference, n, d, args.device, dtype,
-                      args.repeats)
-        res.pop('out')
-        return dict(status='ok', **res)
+        return dict(status='ok', **measure(layer, reference, n, d,
+                                           args.device, dtype, args.repeats))
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         return dict(status='oom')
@@ -314,42 +199,6 @@ def not_measured(rows):
             for (n, reason), names in missing.items()]
 
 
-def check_goals(records, device):
-    """Prints the issue's goals next to what was measured."""
-    def get(dtype, layer, impl, n, d):
-        return records.get(f'{device}|{dtype}|{layer}|{impl}|{n}|{d}')
-
-    def quotient(layer, n, d, dtype='float32'):
-        g, r = get(dtype, layer, 'gnorm', n, d), get(dtype, layer, 'ref', n, d)
-        if g and r and g['status'] == r['status'] == 'ok':
-            return ratio(g['seconds'], r['seconds'])
-        return None
-
-    print('goals:')
-    if device == 'cpu':
-        for n in (2_708, 10_000):
-            for layer in QUADRATIC:
-                q = quotient(layer, n, 32)
-                print(f'  {layer} n={n:,} d=32: gnorm/dense = '
-                      f'{"n/a" if q is None else f"{q:.2f}"} (goal <= 1.3)')
-        g = get('float32', 'contranorm', 'gnorm', 50_000, 32)
-        r = get('float32', 'contranorm', 'ref', 50_000, 32)
-        print(f'  contranorm n=50,000 d=32: gnorm {cell_text(g)}, dense '
-              f'{cell_text(r)}')
-    else:
-        q = quotient('contranorm', 20_000, 128)
-        print(f'  contranorm n=20,000 d=128: dense/gnorm = '
-              f'{"n/a" if q is None else f"{1 / q:.1f}"} (goal >= 3)')
-        g = get('bfloat16', 'contranorm', 'gnorm', 169_000, 128)
-        print(f'  contranorm n=169,000 d=128 bf16: {cell_text(g)} '
-              f'(goal <= 250 ms)')
-        g = get('bfloat16', 'contranorm', 'gnorm', 1_000_000, 64)
-        print(f'  contranorm n=1,000,000 d=64 bf16: {cell_text(g)}')
-    q = quotient('contranorm_d', 169_000, 128)
-    print(f'  contranorm_d n=169,000 d=128: ContraNorm-D/GCNConv = '
-          f'{"n/a" if q is None else f"{q:.2f}"} (goal <= 1.5)')
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu')
@@ -381,10 +230,9 @@ def main():
     args = parser.parse_args()
 
     if args.child:  # one cell, its JSON line on stdout
-        res = measure(args.layer, args.reference, args.n, args.d,
-                      args.device, args.dtype, args.repeats)
-        res.pop('out')
-        return print(json.dumps(res))
+        return print(json.dumps(measure(
+            args.layer, args.reference, args.n, args.d, args.device,
+            args.dtype, args.repeats)))
     if args.device.startswith('cuda') and not torch.cuda.is_available():
         sys.exit('bench_layers: --device cuda needs a CUDA GPU; run on a GPU '
                  'machine or pass --device cpu')
@@ -395,7 +243,6 @@ def main():
         sweep(args, records)
     report(records.rows, out / f'bench_{device}.md',
            out / f'bench_{device}.png', device)
-    check_goals(records, device)
     print(f'wrote {out / f"bench_{device}.md"} and {out / f"bench_{device}.png"}')
 
 

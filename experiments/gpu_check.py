@@ -2,11 +2,11 @@ r"""The GPU check in one command: what a lent device computes and how fast.
 
 One process runs the steps of :data:`STEPS` in order, each within its own
 time budget (smaller under ``--quick``; :func:`gnorm.bench.run_steps`):
-a. the CUDA suite (``pytest -m cuda``); b. layers (:mod:`bench_layers`) in
+a. the CUDA suite (``pytest -m cuda``); b. layers (:mod:`gnorm.perf.layers`) in
 fp32 and bf16; c. a 32-layer DeepGCN step on Cora against its kernel time
 in ``torch.profiler``; d. Graphormer-slim (:mod:`bench_graphormer`),
 eager and compiled; e. the collapse monitor's overhead
-(:mod:`bench_monitor`); f. one Table 3 cell end to end and the whole
+(:mod:`gnorm.perf.monitor`); f. one Table 3 cell end to end and the whole
 table extrapolated. Report: ``<out>/gpu_check_<device>.{jsonl,md}``,
 rewritten after every step (docs/benchmarks.rst).
 
@@ -34,10 +34,11 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_layers  # noqa: E402
 
 from gnorm import bench  # noqa: E402
 from gnorm.bench import Step, one_line  # noqa: E402
+from gnorm.perf import layers as cases  # noqa: E402
+from gnorm.perf.monitor import deep_gcn_case, load_cora, overheads  # noqa: E402
 
 OUT = ROOT / 'experiments' / 'results'
 
@@ -140,7 +141,7 @@ def layers(ctx, budget):
                    else 1.0)
     rows, notes = [], [
         f'd = {d}, median of {repeats} forward+backward after a warm-up; '
-        f'random graph with {bench_layers.DEGREE} in-edges per node.',
+        f'random graph with {cases.DEGREE} in-edges per node.',
         'peak GiB: torch.cuda.max_memory_allocated above the start' if cuda
         else 'peak GiB: n/a on the CPU (one process: its peak RSS is not '
         'the layer\'s; bench_layers.py measures it per subprocess)',
@@ -148,7 +149,7 @@ def layers(ctx, budget):
         f'{dense_limit:.1f} GiB']
     cells = [(dtype, layer, ref) for dtype in ('float32', 'bfloat16')
              for layer in LAYERS for ref in ((False, True) if layer in
-                                             bench_layers.QUADRATIC
+                                             cases.QUADRATIC
                                              else (False, ))]
     for n in sizes:
         if budget.over():
@@ -158,12 +159,12 @@ def layers(ctx, budget):
             row = dict(n=n, dtype=dtype, layer=layer,
                        impl='dense n x n' if ref else 'gnorm')
             rows.append(row)
-            need = bench_layers.dense_gib(n, dtype)
+            need = cases.dense_gib(n, dtype)
             if ref and need > dense_limit:
                 row['status'] = f'skipped: needs ~{need:.0f} GiB'
                 continue
             try:
-                res = bench_layers.measure(layer, ref, n, d, ctx.device,
+                res = cases.measure(layer, ref, n, d, ctx.device,
                                            dtype, repeats)
                 row.update(status='ok', ms=1e3 * res['seconds'],
                            peak_gib=res['peak_gib'] if cuda else 'n/a',
@@ -178,23 +179,8 @@ def layers(ctx, budget):
 
 # ------------------------------------------------------------ c. DeepGCN
 def _cora(ctx):
-    from bench_monitor import load_cora
     with tempfile.TemporaryDirectory() as tmp:
         return load_cora(tmp).to(ctx.device)
-
-
-def _profiled(step, device: str) -> Dict[str, Any]:
-    r"""Kernel (CUDA: self device time) or operator (CPU: self CPU time)
-    seconds of one call of :obj:`step`, and its launches or aten ops."""
-    events = bench.profiled(step, device=device)
-    if device == 'cuda':
-        return dict(kernel_ms=sum(e.self_device_time_total
-                                  for e in events) / 1e3,
-                    launches=sum(e.count for e in events
-                                 if 'LaunchKernel' in e.key))
-    return dict(kernel_ms=sum(e.self_cpu_time_total for e in events) / 1e3,
-                launches=sum(e.count for e in events
-                             if e.key.startswith('aten::')))
 
 
 def deep_gcn(ctx, budget):
@@ -233,7 +219,7 @@ def deep_gcn(ctx, budget):
 
         step_ms = 1e3 * statistics.median(bench.alternate(
             {'step': step}, repeats, device=ctx.device)['step'])
-        prof = _profiled(step, ctx.device)
+        prof = bench.kernel_time(step, device=ctx.device)
         rows.append(dict(norm=name, layers=num_layers, step_ms=step_ms,
                          **prof, kernel_share=prof['kernel_ms'] / step_ms))
     return dict(rows=rows, notes=notes)
@@ -319,7 +305,6 @@ def graphormer(ctx, budget):
 
 # ------------------------------------------------------------- e. monitor
 def monitor(ctx, budget):
-    from bench_monitor import deep_gcn_case, overheads
     data = _cora(ctx)
     num_layers, repeats = (4, 1) if ctx.quick else (32, 5)
     row = overheads(deep_gcn_case(data, repeats, layers=num_layers))
@@ -327,7 +312,7 @@ def monitor(ctx, budget):
             'forward_s', 'record_s', 'first_record_s', 'eval_every_1',
             'eval_every_10', 'every_1', 'every_10')
     return dict(rows=[{k: row[k] for k in keep}], notes=[
-        f'bench_monitor.py\'s DeepGCN case on Cora, {num_layers} layers, all '
+        f'gnorm.perf.monitor\'s DeepGCN case on Cora, {num_layers} layers, all '
         f'metrics, medians of {repeats} rotating rounds after a warm-up; '
         f'*_s in seconds. eval_every_k: (record - forward) / (k x (train + '
         f'forward)), every_k: record / (k x train) (docs/monitor.rst).'])

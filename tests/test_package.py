@@ -174,9 +174,10 @@ TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
 # gnorm's packages and modules, each importing only those before it: the
 # errors, the benchmarks' harness (torch alone), layers and metrics, data,
 # the run records (gnorm.results: keys, folders, the summary), models, the
-# monitor, training and the studies (experiments/ above them all).
+# monitor, training, the studies and the benchmarks' cases (experiments/
+# above them all).
 PACKAGE_LAYERS = ('__init__', 'errors', 'bench', 'nn', 'metrics', 'data',
-                  'results', 'models', 'monitor', 'train', 'study')
+                  'results', 'models', 'monitor', 'train', 'study', 'perf')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
                 'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
@@ -189,6 +190,7 @@ INNER_LAYERS = {
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
     'monitor': ('measure', 'table', 'onset', 'plot', 'hooks'),
     'results': ('keys', 'folders', 'summary'),
+    'perf': ('layers', 'monitor'),
 }
 
 

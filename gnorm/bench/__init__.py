@@ -6,7 +6,7 @@ alone (matplotlib for plots):
   every case once a round in rotating order after warm-up rounds,
   synchronised with the device; :func:`medians` and :func:`ratio` of
   what it gives, on a wall or a process-CPU clock; :func:`profiled`, one
-  call's operators;
+  call's operators, and :func:`kernel_time`, its kernels' share;
 * :mod:`gnorm.bench.memory`: :class:`PeakMemory` of a block, CUDA or host;
 * :mod:`gnorm.bench.process`: :func:`run_child`, a measurement alone in a
   fresh process, and :func:`code_at` and :func:`use_code`, another git
@@ -26,14 +26,14 @@ from gnorm.bench.process import ChildFailed, code_at, run_child, use_code
 from gnorm.bench.records import Records, read_jsonl, write_jsonl
 from gnorm.bench.report import (cell, cpu_name, line_plot, machine,
                                 markdown_table, records_table, write_report)
-from gnorm.bench.timing import (CPU, WALL, alternate, medians, profiled,
-                                ratio, ratio_range, rotation, sync, timed,
-                                wall_and_cpu)
+from gnorm.bench.timing import (CPU, WALL, alternate, kernel_time, medians,
+                                profiled, ratio, ratio_range, rotation, sync,
+                                timed, wall_and_cpu)
 
 __all__ = [
     'Budget', 'Step', 'one_line', 'run_steps', 'steps_report', 'PeakMemory',
     'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'use_code',
     'Records', 'read_jsonl', 'write_jsonl', 'cell', 'cpu_name', 'line_plot',
     'machine', 'markdown_table', 'records_table', 'write_report', 'CPU',
-    'WALL', 'alternate', 'medians', 'profiled', 'ratio', 'ratio_range',
-    'rotation', 'sync', 'timed', 'wall_and_cpu']
+    'WALL', 'alternate', 'kernel_time', 'medians', 'profiled', 'ratio',
+    'ratio_range', 'rotation', 'sync', 'timed', 'wall_and_cpu']

@@ -59,6 +59,24 @@ def profiled(fn: Callable, *args: Any, device: Any = None):
     return prof.key_averages()
 
 
+def kernel_time(fn: Callable, *args: Any,
+                device: Any = None) -> Dict[str, float]:
+    r"""How one call ``fn(*args)`` spends its time (:func:`profiled`):
+    on a CUDA :obj:`device`, ``kernel_ms`` is the kernels' self device
+    time and ``launches`` its ``cudaLaunchKernel`` calls; elsewhere the
+    self CPU time of every operator and the ``aten`` operators it ran
+    (nested ones counted)."""
+    events = profiled(fn, *args, device=device)
+    if device is not None and torch.device(device).type == 'cuda':
+        return dict(kernel_ms=sum(e.self_device_time_total
+                                  for e in events) / 1e3,
+                    launches=sum(e.count for e in events
+                                 if 'LaunchKernel' in e.key))
+    return dict(kernel_ms=sum(e.self_cpu_time_total for e in events) / 1e3,
+                launches=sum(e.count for e in events
+                             if e.key.startswith('aten::')))
+
+
 def rotation(keys: Sequence[K], rounds: int) -> Iterator[Tuple[int, K]]:
     r"""``(round, key)`` for :obj:`rounds` rounds of every key of
     :obj:`keys` once, round ``r`` starting at the ``r``-th key (cyclically):
