@@ -30,7 +30,6 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -39,134 +38,31 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm, not an installed one
 
-from gnorm.bench import (ChildFailed, PeakMemory, Records,  # noqa: E402
-                         alternate, code_at, line_plot, machine,
-                         markdown_table, profiled, read_jsonl, rotation,
-                         run_child, timed, use_code, wall_and_cpu,
+from gnorm.bench import (ChildFailed, Records, code_at,  # noqa: E402
+                         line_plot, machine, markdown_table, profiled,
+                         read_jsonl, rotation, run_child, use_code,
                          write_report)
+from gnorm.perf import graphormer as cases  # noqa: E402
 
-MAX_DIST = {'zinc': 20, 'molhiv': 5}
 NORMS = ('layernorm', 'sepnorm')
 MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', '*')
 
 
-def _graphs(name: str, mirror: str, root: str):
-    from gnorm.data.molecules import load_molhiv, zinc_fixture
-    if name == 'zinc':
-        return zinc_fixture(mirror, 'val') + zinc_fixture(mirror, 'test')
-    dataset, split = load_molhiv(root, mirror)
-    return dataset[split['train']]
-
-
-def _loader(graphs, max_dist: int, **batching):
-    r"""The training loader of :mod:`gnorm.train.graph_batches` (each batch
-    with its token layout, collated as training collates it), or PyG's
-    plain :class:`~torch_geometric.loader.DataLoader` in a version that
-    has no layout."""
-    try:
-        from gnorm.train.graph_batches import LayoutCollater
-    except ImportError:  # a version before the token layout
-        from torch_geometric.loader import DataLoader
-        return DataLoader(graphs, **batching)
-    return torch.utils.data.DataLoader(
-        graphs, collate_fn=LayoutCollater(graphs, max_dist), **batching)
-
-
-def _model(name: str, norm: str, dropout: float = 0.1):
-    r"""Graphormer-slim for dataset :obj:`name` with :obj:`norm`, the
-    same :obj:`dropout` on the tokens and the attention weights."""
-    import functools
-    from gnorm.models import Graphormer
-    from gnorm.nn import SepNorm
-    features = 'zinc' if name == 'zinc' else 'ogb'
-    factory = functools.partial(SepNorm) if norm == 'sepnorm' else None
-    return Graphormer(1, features=features, num_layers=12,
-                      hidden_channels=80, num_heads=8, ffn_channels=80,
-                      dropout=dropout, input_dropout=dropout,
-                      attention_dropout=dropout, max_dist=MAX_DIST[name],
-                      norm=factory)
-
-
 def measure(args, name: str, batch_size: int, dtype: str, norm: str,
-            bucket: int = 0, model_fn=None) -> dict:
-    r"""One measurement of the ``gnorm`` this process imports: per-step
-    data and model times, peak memory, batch statistics. :obj:`model_fn`
-    (``(name, norm) -> module``, default Graphormer-slim) builds another
-    model: a smaller or a compiled one."""
-    from gnorm.data.molecules import graph_sizes
-    from gnorm.train.graph import _loss, forward
-    device = torch.device(args.device)
-    metric = 'mae' if name == 'zinc' else 'rocauc'
-    graphs = _graphs(name, args.mirror, args.root)
-    torch.manual_seed(0)  # the same batches and weights in every version
-    if bucket:
-        from gnorm.train.graph_batches import SizeBuckets
-        batching = dict(batch_sampler=SizeBuckets(graph_sizes(graphs),
-                                                  batch_size, bucket))
-    else:
-        batching = dict(batch_size=batch_size, shuffle=True, drop_last=True)
-    loader = _loader(graphs, MAX_DIST[name], **batching)
-    model = (model_fn or _model)(name, norm).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    # The loader epoch after epoch; each batch fetched, collated and moved.
-    stream = (batch for _ in range(args.steps + 1) for batch in loader)
-    data_times, batches = zip(*(timed(lambda: next(stream).to(device),
-                                      device=device)
-                                for _ in range(args.steps + 1)))
-    model.eval()
-    with torch.no_grad():
-        check = float(_loss(forward(model, batches[0]), batches[0].y,
-                            metric))
-    model.train()
-
-    def step(batch):
-        with torch.autocast(device.type, torch.bfloat16,
-                            enabled=dtype == 'bfloat16'):
-            loss = _loss(forward(model, batch), batch.y, metric)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    with PeakMemory(device) as peak:  # wall and CPU time of each step
-        times = alternate({'step': step}, args.steps, inputs=batches,
-                          device=device, clock=wall_and_cpu)['step']
-    if args.profile:
-        _profile(args, step, batches[-1],
-                 (name, batch_size, dtype, norm, bucket))
-    return {'data_times': list(data_times[1:]),
-            'model_times': [wall for wall, _ in times],
-            'cpu_times': [cpu for _, cpu in times],
-            'peak_gib': peak.gib, 'check_loss': check,
-            'mean_nodes': statistics.mean(b.num_nodes / b.num_graphs
-                                          for b in batches),
-            'mean_max_nodes': statistics.mean(
-                int(torch.bincount(b.batch).max()) for b in batches),
-            'graphs_per_step': statistics.mean(b.num_graphs
-                                               for b in batches)}
+            bucket: int = 0) -> dict:
+    r""":func:`gnorm.perf.graphormer.measure` with the script's
+    arguments (``--profile``: each step's operator table appended to the
+    profile report)."""
+    key = (name, batch_size, dtype, norm, bucket)
+    return cases.measure(
+        *key[:4], device=args.device, mirror=args.mirror, root=args.root,
+        steps=args.steps, bucket=bucket, profile=args.profile and (
+            lambda step, batch: _profile(args, step, batch, key)))
 
 
 def _row(args, key: tuple, version: str, runs: list) -> dict:
-    r"""The table row of one version from its measurements :obj:`runs`
-    (medians over all their steps)."""
-    name, batch_size, dtype, norm, bucket = key
-    data = statistics.median(t for r in runs for t in r['data_times'])
-    step_s = statistics.median(t for r in runs for t in r['model_times'])
-    graphs = runs[0]['graphs_per_step']
-    return {
-        'dataset': name, 'batch_size': batch_size, 'dtype': dtype,
-        'norm': norm, 'bucket': bucket, 'version': version,
-        'rev': args.baseline if version == 'before' else 'working tree',
-        'device': args.device, 'data_s': data, 'model_s': step_s,
-        'model_cpu_s': statistics.median(t for r in runs
-                                         for t in r['cpu_times']),
-        'step_s': data + step_s, 'collation_share': data / (data + step_s),
-        'graphs_per_s': graphs / (data + step_s),
-        'model_graphs_per_s': graphs / step_s,
-        'peak_gib': max(r['peak_gib'] for r in runs),
-        'check_loss': runs[0]['check_loss'],
-        'mean_nodes': runs[0]['mean_nodes'],
-        'mean_max_nodes': runs[0]['mean_max_nodes'],
-        'rounds': len(runs), 'threads': torch.get_num_threads(),
-        'load_avg': os.getloadavg()[0]}
+    return cases.row(key, runs, version, args.baseline if version ==
+                     'before' else 'working tree', args.device)
 
 
 def _run_one(args, key: tuple, version: str, code: Path) -> dict:

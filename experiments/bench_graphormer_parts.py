@@ -22,10 +22,10 @@ from types import SimpleNamespace
 
 import torch
 
-from bench_graphormer import (MAX_DIST, _graphs, _loader, _model,
-                              add_step_arguments, measure_into)
+from bench_graphormer import add_step_arguments, measure_into
 from gnorm.bench import (CPU, alternate, machine, markdown_table, medians,
                          read_jsonl, write_report)
+from gnorm.perf.graphormer import MAX_DIST, graphs, loader, model
 
 PARTS = ('full', 'layers')
 
@@ -53,11 +53,11 @@ def _prepared(model, batch):
 def _cases(model) -> dict:
     r"""The parts of a step of :obj:`model`, each on a :func:`_prepared`
     batch."""
-    from gnorm.train.graph import _loss, forward
+    from gnorm.train.graph import batch_loss, forward
 
     def full(p):
         model.zero_grad(set_to_none=True)
-        _loss(forward(model, p.batch), p.batch.y, 'mae').backward()
+        batch_loss(forward(model, p.batch), p.batch.y, 'mae').backward()
 
     def layers(p):
         model.zero_grad(set_to_none=True)
@@ -73,20 +73,20 @@ def _cases(model) -> dict:
 
 
 def measure(args, name: str, norm: str) -> list:
-    graphs = _graphs(name, args.mirror, args.root)
+    found = graphs(name, args.mirror, args.root)
     torch.manual_seed(0)
-    loader = _loader(graphs, MAX_DIST[name], batch_size=args.batch_size,
+    batches_of = loader(found, MAX_DIST[name], batch_size=args.batch_size,
                      shuffle=True, drop_last=True)
-    batches = [b for _, b in zip(range(args.steps + 1), loader)]
+    batches = [b for _, b in zip(range(args.steps + 1), batches_of)]
     rows = []
     for dropout in (0.1, 0.0):
         torch.manual_seed(0)  # the same initial weights in every part
-        model = _model(name, norm, dropout).train()
-        cases = _cases(model)
+        net = model(name, norm, dropout).train()
+        cases = _cases(net)
         if dropout:
             del cases['linear']  # measured once, without dropout
         times = medians(alternate(cases, args.steps, clock=CPU, inputs=[
-            _prepared(model, b) for b in batches]))
+            _prepared(net, b) for b in batches]))
         rows += [{'dataset': name, 'norm': norm, 'part': part,
                   'dropout': dropout, 'batch_size': args.batch_size,
                   'cpu_ms': 1000 * t, 'steps': args.steps,

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from bench_graphormer import (MAX_DIST, _graphs, _loader,
-                              add_step_arguments, measure_into)
+from bench_graphormer import add_step_arguments, measure_into
 from gnorm.bench import (CPU, alternate, machine, markdown_table, medians,
                          read_jsonl, write_report)
+from gnorm.perf.graphormer import MAX_DIST, graphs, loader
 
 RECIPES = {
     'slim': dict(num_layers=12, hidden_channels=80, num_heads=8,
@@ -70,11 +70,11 @@ def _stepper(model, metric: str):
 
 def measure(args, name: str, recipe: str, norm: str, runs: int) -> dict:
     from gnorm.models import StackedGraphormer
-    graphs = _graphs(name, args.mirror, args.root)
+    found = graphs(name, args.mirror, args.root)
     torch.manual_seed(0)
-    loader = _loader(graphs, MAX_DIST[name], batch_size=args.batch_size,
+    batches_of = loader(found, MAX_DIST[name], batch_size=args.batch_size,
                      shuffle=True, drop_last=True)
-    batches = [b for _, b in zip(range(args.steps + 1), loader)]
+    batches = [b for _, b in zip(range(args.steps + 1), batches_of)]
     metric = 'mae' if name == 'zinc' else 'rocauc'
     separate = [_stepper(m.train(), metric)
                 for m in _models(name, recipe, norm, runs)]

@@ -228,7 +228,7 @@ def deep_gcn(ctx, budget):
 # ---------------------------------------------------------- d. Graphormer
 def _tiny_graphormer(name, norm):
     from gnorm.models import Graphormer
-    from bench_graphormer import MAX_DIST
+    from gnorm.perf.graphormer import MAX_DIST
     return Graphormer(1, features='zinc' if name == 'zinc' else 'ogb',
                       num_layers=1, hidden_channels=16, num_heads=2,
                       ffn_channels=16, max_dist=MAX_DIST[name])
@@ -242,17 +242,15 @@ def _compiled(model_fn):
 
 
 def graphormer(ctx, budget):
-    import bench_graphormer as bench
-    args = argparse.Namespace(device=ctx.device, mirror=ctx.mirror,
-                              root=str(ROOT / 'data'), steps=2 if ctx.quick
-                              else 5, profile=False, baseline=None)
-    model_fn = _tiny_graphormer if ctx.quick else bench._model
+    from gnorm.perf import graphormer as cases
+    steps = 2 if ctx.quick else 5
+    model_fn = _tiny_graphormer if ctx.quick else cases.model
     batch_size = 16 if ctx.quick else 256
     norm = 'layernorm'
     rows, notes = [], [
         f'{"a tiny Graphormer (1 layer, hidden 16)" if ctx.quick else "Graphormer-slim (12 layers, hidden 80)"}, '
-        f'LayerNorm, batch {batch_size}, median of {args.steps} AdamW steps '
-        f'after a warm-up (bench_graphormer.measure); graphs/s counts data '
+        f'LayerNorm, batch {batch_size}, median of {steps} AdamW steps '
+        f'after a warm-up (gnorm.perf.graphormer.measure); graphs/s counts data '
         f'(collation, copy) + model, model-only graphs/s the model alone; '
         f'compiled = torch.compile(fullgraph=True, dynamic=True), as '
         f'train.compile=true, its first (compiling) step not timed.']
@@ -278,8 +276,11 @@ def graphormer(ctx, budget):
                     continue
                 key = (name, batch_size, dtype, norm, 0)
                 try:
-                    res = bench.measure(args, *key, model_fn=_compiled(
-                        model_fn) if compiled else model_fn)
+                    res = cases.measure(
+                        *key[:4], device=ctx.device, mirror=ctx.mirror,
+                        root=str(ROOT / 'data'), steps=steps,
+                        model_fn=_compiled(model_fn) if compiled
+                        else model_fn)
                 except torch.OutOfMemoryError:
                     torch.cuda.empty_cache()
                     row['status'] = 'out of memory'
@@ -288,7 +289,7 @@ def graphormer(ctx, budget):
                     traceback.print_exc()
                     row['status'] = f'failed: {one_line(e)[:200]}'
                     continue
-                found = bench._row(args, key, 'after', [res])
+                found = cases.row(key, [res], device=ctx.device)
                 row.update(status='ok', step_ms=1e3 * found['step_s'],
                            data_ms=1e3 * found['data_s'],
                            graphs_per_s=found['graphs_per_s'],

@@ -109,19 +109,18 @@ def test_the_suite_step_fails_with_its_failing_tests_and_messages():
 
 def test_a_failing_graphormer_setting_is_recorded_and_the_others_run(
         monkeypatch):
+    from gnorm.perf import graphormer as cases
     check = experiment('gpu_check')
-    bench = experiment('bench_graphormer')
     measured = []
 
-    def measure(args, name, batch, dtype, norm, seed, model_fn):
+    def measure(name, batch, dtype, norm, **kwargs):
         measured.append((name, dtype))
         if dtype == 'float32':
             raise AssertionError('expected stride 36\nsecond line')
         return 'result'
 
-    monkeypatch.setitem(sys.modules, 'bench_graphormer', bench)
-    monkeypatch.setattr(bench, 'measure', measure)
-    monkeypatch.setattr(bench, '_row', lambda *a: dict(
+    monkeypatch.setattr(cases, 'measure', measure)
+    monkeypatch.setattr(cases, 'row', lambda *a, **k: dict(
         step_s=0.1, data_s=0.01, graphs_per_s=10.0, model_graphs_per_s=11.0,
         mean_nodes=20.0, peak_gib=0.1))
     ctx = argparse.Namespace(device='cpu', quick=True, mirror=None)

@@ -190,7 +190,7 @@ INNER_LAYERS = {
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
     'monitor': ('measure', 'table', 'onset', 'plot', 'hooks'),
     'results': ('keys', 'folders', 'summary'),
-    'perf': ('layers', 'monitor'),
+    'perf': ('layers', 'monitor', 'graphormer'),
 }
 
 

@@ -187,7 +187,7 @@ def test_few_steps_lower_the_loss_on_zinc_fixture():
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(20):
-        loss = graph._loss(graph.forward(model, batch), batch.y, 'mae')
+        loss = graph.batch_loss(graph.forward(model, batch), batch.y, 'mae')
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -459,12 +459,12 @@ def test_a_nan_loss_is_seen_at_the_end_of_its_log_interval(monkeypatch):
     training = graph.build_training(cfg, graph.build_model(cfg),
                                     torch.device('cpu'), 0, 1, len(batches))
     calls = []
-    loss = graph._loss
+    loss = graph.batch_loss
 
     def nan_at_update_6(*args):
         calls.append(1)
         return loss(*args) * (math.nan if len(calls) == 6 else 1.0)
-    monkeypatch.setattr(graph, '_loss', nan_at_update_6)
+    monkeypatch.setattr(graph, 'batch_loss', nan_at_update_6)
     with pytest.raises(TrainingError, match=r'loss became nan at epoch 1 '
                        r'\(seen at update 8/16\)'):
         graph.train_epoch(training, batches, 1, cfg.train)
@@ -500,7 +500,7 @@ def _ddp_rank(rank, world, port, folder, overrides):
     third update when :obj:`rank` is 1; writes each outcome to
     ``<folder>/{clean,nan}_<rank>.txt``."""
     join_gloo(rank, world, port)
-    loss = graph._loss
+    loss = graph.batch_loss
     for run in ('clean', 'nan'):
         calls = []
 
@@ -508,7 +508,7 @@ def _ddp_rank(rank, world, port, folder, overrides):
             calls.append(1)
             bad = run == 'nan' and rank == 1 and len(calls) == 3
             return loss(*args) * (math.nan if bad else 1.0)
-        graph._loss = nan_on_rank_1
+        graph.batch_loss = nan_on_rank_1
         _train_and_say(folder, run, rank, overrides)
     torch.distributed.destroy_process_group()
 

@@ -98,7 +98,11 @@ def lr_factor(step: int, warmup: int, total: int, end: float,
     return end + (1.0 - end) * (1.0 - progress) ** power
 
 
-def _loss(out: torch.Tensor, y: torch.Tensor, metric: str) -> torch.Tensor:
+def batch_loss(out: torch.Tensor, y: torch.Tensor,
+               metric: str) -> torch.Tensor:
+    r"""The training loss of one model's predictions :obj:`out`
+    :obj:`[B, o]` on a batch: the mean absolute error (``mae``), or the
+    binary cross-entropy over the labelled entries of :obj:`y`."""
     out, y = out.float(), y.view(out.shape).float()
     if metric == 'mae':
         return F.l1_loss(out, y)
@@ -116,8 +120,8 @@ def run_losses(out: torch.Tensor, y: torch.Tensor,
     of one model :obj:`[B, o]` (:obj:`R = 1`) or of the runs of a
     :class:`~gnorm.models.StackedGraphormer` :obj:`[R, B, o]`."""
     if out.dim() == 2:
-        return _loss(out, y, metric).unsqueeze(0)
-    return torch.stack([_loss(run, y, metric) for run in out])
+        return batch_loss(out, y, metric).unsqueeze(0)
+    return torch.stack([batch_loss(run, y, metric) for run in out])
 
 
 def forward(model: torch.nn.Module, batch) -> torch.Tensor:
@@ -131,7 +135,7 @@ def forward(model: torch.nn.Module, batch) -> torch.Tensor:
 def _score(pred: torch.Tensor, y: torch.Tensor,
            metric: str) -> Tuple[float, float]:
     r"""The metric and the mean loss of the predictions :obj:`pred`."""
-    loss = float(_loss(pred, y, metric))
+    loss = float(batch_loss(pred, y, metric))
     if metric == 'mae':
         return float((pred - y).abs().mean()), loss
     evaluator = import_ogb('ogb.graphproppred').Evaluator
