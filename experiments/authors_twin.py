@@ -1,5 +1,5 @@
 r"""Trains the authors' DeepGCN (their published GCN code, PKU-ML/ContraNorm
-``gnn/``, run as ``experiments/authors_gcn.py`` runs it) and gnorm's
+``gnn/``, run as :mod:`gnorm.study.authors_code` runs it) and gnorm's
 DeepGCN (``experiment=table3_paper``) side by side on the same random
 numbers, recording every few epochs their training losses, test
 accuracies and the largest difference of their weights (docs/table3.rst).
@@ -26,7 +26,8 @@ from typing import Any, Dict, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments import authors_gcn as ag  # noqa: E402
+from experiments import authors_gcn  # noqa: E402
+from gnorm.study import authors_code as ag  # noqa: E402
 from gnorm.train import CONF_DIR  # noqa: E402
 from gnorm.train.run import source  # noqa: E402
 
@@ -175,13 +176,13 @@ def twin(their, targs, tdata, cfg, data, seed: int, dtype: str = 'float32',
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ag.cell_arguments(parser, scale=0.5)
+    authors_gcn.cell_arguments(parser, scale=0.5)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--dtype', default='float32',
                         choices=['float32', 'float64'])
     parser.add_argument('--every', type=int, default=10,
                         help='record every this many epochs')
-    args = ag.parse_cell_arguments(parser, argv)
+    args = authors_gcn.parse_cell_arguments(parser, argv)
     from gnorm.train import node
 
     code = Path(args.code)

@@ -1,6 +1,6 @@
-r"""``experiments/authors_gcn.py``: the stand-ins for torch_sparse and
-torch_scatter against dense torch, the JSON record and its resume logic,
-and (when their code is here: ``AUTHORS_GCN_CODE=<ContraNorm>/gnn``) that
+r"""``gnorm.study.authors_code`` (``experiments/authors_gcn.py``): the
+stand-ins for torch_sparse and torch_scatter against dense torch, the JSON
+record and its resume logic, and (when their code is here: ``AUTHORS_GCN_CODE=<ContraNorm>/gnn``) that
 the script's run of a seed equals their ``main.py``'s first run."""
 import json
 import os
@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from conftest import MIRROR, experiment, needs_mirror
+from gnorm.study import authors_code as ag
 
-ag = experiment('authors_gcn')
+script = experiment('authors_gcn')
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 CODE = os.environ.get('AUTHORS_GCN_CODE')
@@ -176,8 +177,8 @@ def test_relative_paths_are_made_absolute(tmp_path, monkeypatch):
     for var in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):  # it sets them
         monkeypatch.setenv(var, os.environ.get(var, '1'))
     parser = argparse.ArgumentParser()
-    ag.cell_arguments(parser, scale=0.2)
-    args = ag.parse_cell_arguments(parser, [
+    script.cell_arguments(parser, scale=0.2)
+    args = script.parse_cell_arguments(parser, [
         '--code', 'gnn', '--out', 'r/cell.json', '--mirror', 'data'])
     assert args.out == str(tmp_path / 'r' / 'cell.json')
     assert args.code == str(tmp_path / 'gnn')
@@ -220,8 +221,8 @@ def test_main_records_what_made_each_run(tmp_path):
     out = tmp_path / 'cell.json'
     cell = ['--code', CODE, '--dataset', 'cora', '--layers', '2',
             '--epochs', '2', '--out', str(out), '--log-every', '0']
-    ag.main([*cell, '--seeds', '0'])
-    ag.main([*cell, '--seeds', '0', '1'])  # extended by one seed
+    script.main([*cell, '--seeds', '0'])
+    script.main([*cell, '--seeds', '0', '1'])  # extended by one seed
     record = json.loads(out.read_text())
     assert list(record['runs']) == ['0', '1']
     for run in record['runs'].values():

@@ -19,7 +19,7 @@ CODE = os.environ.get('AUTHORS_GCN_CODE')
 @needs_mirror
 @pytest.mark.parametrize('layers,scale', [(3, 0.5), (4, 1.0)])
 def test_their_model_and_gnorms_take_the_same_steps(layers, scale):
-    ag = twin.ag
+    from gnorm.study import authors_code as ag
     targs = ag.their_parser(CODE).parse_args(
         ag.their_argv('cora', layers, scale, 3))
     cfg = twin.gnorm_config('cora', layers, scale, MIRROR)

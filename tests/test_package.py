@@ -181,7 +181,7 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'bench', 'nn', 'metrics', 'data',
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
                 'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
-                'plot', 'authors_speed', 'authors', 'recipe', 'depth_report',
+                'plot', 'authors_code', 'authors_speed', 'authors', 'recipe', 'depth_report',
                 'paired_report', 'engine', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
