@@ -28,8 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.bench import (Records, machine, markdown_table,  # noqa: E402
-                         rotation, timed)
+from gnorm.bench import (Records, arguments, machine,  # noqa: E402
+                         markdown_table, parse, rotation, timed)
 
 CASES = {
     'gcn2': ['layers=2', 'norm=none'],
@@ -130,8 +130,9 @@ def report(path: Path) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--device', default='auto')
+    parser = arguments(argparse.ArgumentParser(
+        description=__doc__.split('\n')[0]), ROOT / 'experiments' /
+        'results', device='auto')
     parser.add_argument('--runs', type=int, default=20)
     parser.add_argument('--cases', nargs='+', default=list(CASES),
                         choices=list(CASES))
@@ -141,16 +142,8 @@ def main():
                         help='epochs of contranorm32')
     parser.add_argument('--repeats', type=int, default=3,
                         help='sequential/batched pairs per case (medians)')
-    parser.add_argument('--threads', type=int, default=None)
-    parser.add_argument('--out', default=str(ROOT / 'experiments' /
-                                             'results'))
-    parser.add_argument('--report-only', action='store_true')
-    args = parser.parse_args()
+    args = parse(parser)
     device = args.device
-    if device == 'auto':
-        device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if args.threads:
-        torch.set_num_threads(args.threads)
     os.environ.setdefault('GNORM_DATA_MIRROR',
                           str(ROOT.parent / 'shared' / 'data'))
     path = Path(args.out) / f'bench_batched_{device.split(":")[0]}.jsonl'

@@ -29,15 +29,13 @@ Report: ``<out>/bench_graphormer_<device>[_vs_<REV>].{jsonl,md,png}``
 import argparse
 import itertools
 import json
-import os
 import sys
 from pathlib import Path
-
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm, not an installed one
 
+from gnorm import bench  # noqa: E402
 from gnorm.bench import (ChildFailed, Records, code_at,  # noqa: E402
                          line_plot, machine, markdown_table, profiled,
                          read_jsonl, rotation, run_child, use_code,
@@ -212,40 +210,10 @@ def report(path: Path, device: str):
         'each setting\nshifted a little sideways so none hides')
 
 
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    r"""The data mirror, the dataset root and the report folder."""
-    parser.add_argument('--mirror', default=os.environ.get(
-        'GNORM_DATA_MIRROR', str(ROOT.parent / 'shared' / 'data')))
-    parser.add_argument('--root', default=str(ROOT / 'data'))
-    parser.add_argument('--out', default=str(ROOT / 'experiments' /
-                                             'results'))
-
-
-def add_step_arguments(parser: argparse.ArgumentParser,
-                       batch_size: int) -> None:
-    r"""The batch size, steps, threads, data and ``--report-only``
-    arguments of the CPU step benchmarks."""
-    parser.add_argument('--batch-size', type=int, default=batch_size)
-    parser.add_argument('--steps', type=int, default=5)
-    parser.add_argument('--threads', type=int, default=1)
-    add_data_arguments(parser)
-    parser.add_argument('--report-only', action='store_true')
-
-
-def measure_into(args, path: Path, rows, key) -> None:
-    r"""Unless ``--report-only``: at ``--threads`` threads, appends each
-    row of the iterable :obj:`rows` (measured as it is drawn) to the jsonl
-    file :obj:`path`, which starts empty; ``key(row)`` names a row."""
-    if not args.report_only:
-        torch.set_num_threads(args.threads)
-        records = Records(path, key, resume=False)
-        for row in rows:
-            records.add(row)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--device', default='cpu')
+    parser = bench.arguments(argparse.ArgumentParser(
+        description=__doc__.split('\n')[0]), ROOT / 'experiments' / 'results',
+        device='cpu', checkout=ROOT)
     parser.add_argument('--datasets', nargs='+', default=['zinc', 'molhiv'])
     parser.add_argument('--batch-sizes', nargs='+', type=int,
                         default=[32, 64, 128, 256])
@@ -258,15 +226,13 @@ def main() -> None:
     parser.add_argument('--profile', action='store_true')
     parser.add_argument('--profile-rows', type=int, default=20)
     parser.add_argument('--steps', type=int, default=3)
-    add_data_arguments(parser)
     parser.add_argument('--rounds', type=int, default=1,
                         help='with --baseline: measurements per version, '
                         'alternated')
-    parser.add_argument('--report-only', action='store_true')
     parser.add_argument('--one', help=argparse.SUPPRESS)
     parser.add_argument('--code', help=argparse.SUPPRESS)
     parser.add_argument('--version', default='after', help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = bench.parse(parser)
 
     if args.one:  # a single measurement, in a child process
         use_code(args.code)  # the gnorm of this version

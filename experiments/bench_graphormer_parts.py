@@ -22,10 +22,13 @@ from types import SimpleNamespace
 
 import torch
 
-from bench_graphormer import add_step_arguments, measure_into
-from gnorm.bench import (CPU, alternate, machine, markdown_table, medians,
-                         read_jsonl, write_report)
-from gnorm.perf.graphormer import MAX_DIST, graphs, loader, model
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gnorm.bench import (CPU, alternate, arguments,  # noqa: E402
+                         machine, markdown_table, measure_into, medians,
+                         parse, read_jsonl, write_report)
+from gnorm.perf.graphormer import MAX_DIST, graphs, loader, model  # noqa: E402
 
 PARTS = ('full', 'layers')
 
@@ -138,8 +141,10 @@ def main() -> None:
     parser.add_argument('--datasets', nargs='+', default=['zinc', 'molhiv'])
     parser.add_argument('--norms', nargs='+',
                         default=['layernorm', 'sepnorm'])
-    add_step_arguments(parser, batch_size=128)
-    args = parser.parse_args()
+    parser.add_argument('--batch-size', type=int, default=128)
+    parser.add_argument('--steps', type=int, default=5)
+    args = parse(arguments(parser, ROOT / 'experiments' / 'results',
+                           threads=1, checkout=ROOT))
     path = Path(args.out) / 'bench_graphormer_parts_cpu.jsonl'
     measure_into(args, path, (row for name in args.datasets
                               for norm in args.norms

@@ -21,10 +21,13 @@ from pathlib import Path
 
 import torch
 
-from bench_graphormer import add_step_arguments, measure_into
-from gnorm.bench import (CPU, alternate, machine, markdown_table, medians,
-                         read_jsonl, write_report)
-from gnorm.perf.graphormer import MAX_DIST, graphs, loader
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gnorm.bench import (CPU, alternate, arguments,  # noqa: E402
+                         machine, markdown_table, measure_into, medians,
+                         parse, read_jsonl, write_report)
+from gnorm.perf.graphormer import MAX_DIST, graphs, loader  # noqa: E402
 
 RECIPES = {
     'slim': dict(num_layers=12, hidden_channels=80, num_heads=8,
@@ -124,8 +127,10 @@ def main() -> None:
                         choices=list(RECIPES))
     parser.add_argument('--norms', nargs='+', default=['sepnorm'])
     parser.add_argument('--runs', nargs='+', type=int, default=[5])
-    add_step_arguments(parser, batch_size=64)
-    args = parser.parse_args()
+    parser.add_argument('--batch-size', type=int, default=64)
+    parser.add_argument('--steps', type=int, default=5)
+    args = parse(arguments(parser, ROOT / 'experiments' / 'results',
+                           threads=1, checkout=ROOT))
     path = Path(args.out) / 'bench_graphormer_runs_cpu.jsonl'
     measure_into(args, path, (
         measure(args, name, recipe, norm, runs) for name in args.datasets

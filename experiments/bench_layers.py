@@ -24,9 +24,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
-from gnorm.bench import (ChildFailed, Records, line_plot,  # noqa: E402
-                         machine, markdown_table, ratio, run_child,
-                         write_report)
+from gnorm.bench import (ChildFailed, Records, arguments,  # noqa: E402
+                         line_plot, machine, markdown_table, parse, ratio,
+                         run_child, write_report)
 from gnorm.perf.layers import (LAYERS, QUADRATIC, REFERENCE,  # noqa: E402
                                dense_gib, max_abs_difference, measure,
                                model_epoch_seconds)
@@ -200,8 +200,9 @@ def not_measured(rows):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--device', default='cpu')
+    parser = arguments(argparse.ArgumentParser(
+        description=__doc__.splitlines()[0]), ROOT / 'experiments' /
+        'results', device='cpu')
     parser.add_argument('--dtypes', nargs='+', default=['float32'])
     parser.add_argument('--nodes', nargs='+', type=int,
                         default=[1_000, 2_708, 10_000, 50_000, 169_000])
@@ -217,8 +218,6 @@ def main():
                         'when its n x n tensors need more than this')
     parser.add_argument('--models', action='store_true',
                         help='also time a 32-layer GCN epoch on Cora/Squirrel')
-    parser.add_argument('--out', default=str(ROOT / 'experiments' / 'results'))
-    parser.add_argument('--report-only', action='store_true')
     # one measurement in a subprocess (CPU)
     parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
     parser.add_argument('--layer', help=argparse.SUPPRESS)
@@ -227,17 +226,12 @@ def main():
     parser.add_argument('--n', type=int, help=argparse.SUPPRESS)
     parser.add_argument('--d', type=int, help=argparse.SUPPRESS)
     parser.add_argument('--dtype', help=argparse.SUPPRESS)
-    args = parser.parse_args()
-
+    args = parse(parser)
     if args.child:  # one cell, its JSON line on stdout
         return print(json.dumps(measure(
             args.layer, args.reference, args.n, args.d, args.device,
             args.dtype, args.repeats)))
-    if args.device.startswith('cuda') and not torch.cuda.is_available():
-        sys.exit('bench_layers: --device cuda needs a CUDA GPU; run on a GPU '
-                 'machine or pass --device cpu')
-    args.device = device = 'cpu' if args.device == 'cpu' else 'cuda'
-    out = Path(args.out)
+    device, out = args.device, Path(args.out)
     records = Records(out / f'bench_{device}.jsonl')
     if not args.report_only:
         sweep(args, records)

@@ -1,4 +1,4 @@
-r"""``experiments/authors_twin.py`` (when their code is here:
+r"""``gnorm.study.authors_twin`` (when their code is here:
 ``AUTHORS_GCN_CODE=<ContraNorm>/gnn``): their DeepGCN and gnorm's, trained
 on the same random numbers in float64, take the same steps."""
 import os
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MIRROR, experiment, needs_mirror
+from conftest import MIRROR, needs_mirror
 
-twin = experiment('authors_twin')
+from gnorm.study import authors_twin as twin
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 CODE = os.environ.get('AUTHORS_GCN_CODE')

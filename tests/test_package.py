@@ -181,12 +181,14 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'bench', 'nn', 'metrics', 'data',
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
                 'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
-                'plot', 'authors_code', 'authors_speed', 'authors', 'recipe', 'depth_report',
-                'paired_report', 'engine', 'cli')
+                'plot', 'authors_code', 'authors_twin', 'authors_speed',
+                'authors', 'recipe', 'depth_report', 'paired_report',
+                'engine', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
 INNER_LAYERS = {
-    'bench': ('timing', 'memory', 'process', 'records', 'report', 'check'),
+    'bench': ('timing', 'memory', 'process', 'records', 'report', 'check',
+              'cli'),
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
     'monitor': ('measure', 'table', 'onset', 'plot', 'hooks'),
     'results': ('keys', 'folders', 'summary'),
