@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.monitor import (COLUMNS, METRICS, SCALED,  # noqa: E402
-                           plot_compare)
+                           plot_compare, read_csv)
 
 OUT = ROOT / 'experiments' / 'results' / 'monitor_cora.csv'
 PNG = OUT.with_suffix('.png')
@@ -90,15 +90,6 @@ def train(model_name: str, data, epochs: int = EPOCHS):
                   f'{accuracy[epoch]:.3f}', flush=True)
     monitor.remove()
     return [{'model': model_name, **r} for r in monitor.records], accuracy
-
-
-def read(path: Path = OUT):
-    r"""The records of the CSV, values as floats, steps as integers."""
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r['step'], r['value'] = int(r['step']), float(r['value'])
-    return rows
 
 
 def plot(rows, path: Path = PNG):
@@ -203,7 +194,7 @@ def main(argv=None) -> int:
             writer = csv.DictWriter(f, fieldnames=FIELDS)
             writer.writeheader()
             writer.writerows(records)
-    rows = read()
+    rows = read_csv(OUT)
     plot(rows)
     print(f'wrote {PNG}')
     print(guide_sentence(rows))

@@ -229,3 +229,36 @@ def test_profiled_lists_the_operators_of_one_call():
     events = bench.profiled(torch.mm, x, x)
     assert any(e.key == 'aten::mm' for e in events)
     assert 'aten::mm' in events.table(sort_by='self_cpu_time_total')
+
+
+def test_the_command_line_picks_the_device_and_refuses_a_missing_gpu(
+        tmp_path, monkeypatch, capsys):
+    import argparse
+    monkeypatch.setenv('GNORM_DATA_MIRROR', str(tmp_path / 'mirror'))
+    parser = bench.arguments(argparse.ArgumentParser(), tmp_path / 'out',
+                             device='auto', threads=None, checkout=tmp_path)
+    args = bench.parse(parser, [])
+    assert args.device == ('cuda' if torch.cuda.is_available() else 'cpu')
+    assert (args.out, args.mirror, args.root, args.report_only) == (
+        str(tmp_path / 'out'), str(tmp_path / 'mirror'),
+        str(tmp_path / 'data'), False)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(SystemExit):
+        bench.parse(parser, ['--device', 'cuda'])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith('--device cuda: torch sees no CUDA device; run on '
+                          'a GPU machine or pass --device cpu')
+
+
+def test_measure_into_starts_the_file_anew_and_report_only_measures_nothing(
+        tmp_path):
+    import argparse
+    path = tmp_path / 'rows.jsonl'
+    path.write_text('{"k": 0}\n')
+    never = (1 / 0 for _ in range(1))  # measuring a row would raise
+    bench.measure_into(argparse.Namespace(report_only=True), path, never,
+                       key=lambda r: r['k'])
+    assert path.read_text() == '{"k": 0}\n'
+    bench.measure_into(argparse.Namespace(report_only=False), path,
+                       iter([{'k': 1}, {'k': 2}]), key=lambda r: r['k'])
+    assert bench.read_jsonl(path) == [{'k': 1}, {'k': 2}]

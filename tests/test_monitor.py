@@ -18,7 +18,8 @@ from gnorm.metrics import (dirichlet_energy, effective_rank,
                            feature_cosine_similarity, feature_variance, mad,
                            mad_gap, uniformity)
 from gnorm.models import DeepGCN
-from gnorm.monitor import METRICS, OPTIONAL_METRICS, CollapseMonitor
+from gnorm.monitor import (METRICS, OPTIONAL_METRICS, CollapseMonitor,
+                           read_csv)
 from test_metrics_pairs import random_graph, ref_hops, ref_mad
 
 matplotlib.use('Agg')  # the plots are drawn off screen
@@ -508,6 +509,7 @@ def test_outputs_csv_tensorboard_and_plots(tmp_path):
     assert list(rows[0]) == ['step', 'layer', 'metric', 'value', 'graphs']
     assert len(rows) == 3 * 3 * 2
     assert rows[0]['layer'] == 'convs.0' and float(rows[0]['value']) > 0
+    assert read_csv(tmp_path / 'collapse.csv') == monitor.records
 
     class Writer:
         def __init__(self):
@@ -716,7 +718,7 @@ def test_the_cora_figure_and_its_sentence_come_from_the_committed_records(
     import re
     from pathlib import Path
     script = experiment('monitor_cora')
-    rows = script.read()
+    rows = read_csv(script.OUT)
     collapse = [r for r in rows if r['metric'] != 'val_acc']
     assert len(collapse) == len(script.MODELS) * len(script.STEPS) * 32 * \
         len(METRICS)

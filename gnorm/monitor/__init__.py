@@ -24,12 +24,12 @@ Modules, each importing only those before it:
 axes) and :mod:`~gnorm.monitor.hooks` (the monitor and its records).
 """
 from gnorm.monitor.hooks import (COLUMNS, RUN_COLUMNS, CollapseMonitor,
-                                 find_layers)
+                                 find_layers, read_csv)
 from gnorm.monitor.measure import EDGE_METRICS, METRICS, OPTIONAL_METRICS
 from gnorm.monitor.onset import COLLAPSED
 from gnorm.monitor.plot import SCALED, plot_compare
 from gnorm.monitor.table import Table
 
-__all__ = ['CollapseMonitor', 'find_layers', 'plot_compare', 'Table',
-           'METRICS', 'OPTIONAL_METRICS', 'EDGE_METRICS', 'COLLAPSED',
+__all__ = ['CollapseMonitor', 'find_layers', 'read_csv', 'plot_compare',
+           'Table', 'METRICS', 'OPTIONAL_METRICS', 'EDGE_METRICS', 'COLLAPSED',
            'COLUMNS', 'RUN_COLUMNS', 'SCALED']

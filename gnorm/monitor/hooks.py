@@ -462,6 +462,21 @@ class CollapseMonitor:
             [r for r in self.records if r['run'] == run]
 
 
+def read_csv(path) -> List[Dict[str, Any]]:
+    r"""The records of a CSV file of :meth:`CollapseMonitor.to_csv` (or
+    one with more columns, kept as text), as :attr:`~CollapseMonitor.records`
+    holds them: :obj:`step`, :obj:`run` and :obj:`graphs` integers,
+    :obj:`value` a float; what :func:`~gnorm.monitor.plot_compare` takes."""
+    with open(path, newline='') as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for key in ('step', 'run', 'graphs'):
+            if key in row:
+                row[key] = int(row[key])
+        row['value'] = float(row['value'])
+    return rows
+
+
 class _RecordContext:
     r"""The context manager of :meth:`CollapseMonitor.record`: on an
     exception inside it (or a bad input) the monitor's hooks are
