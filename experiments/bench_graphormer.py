@@ -1,13 +1,9 @@
 """Training throughput and peak memory of gnorm's Graphormer per batch size.
 
-Graphormer-slim (12 layers, hidden 80, 8 heads; multi-hop max distance 20
-on ZINC, 5 on molhiv), one AdamW training step as ``gnorm.train.graph``
-takes it, timed apart from its data (the batch fetched, collated with its
-token layout as training collates it, and moved to the device), median of
-``--steps`` steps after a warm-up, per dataset (``zinc``: the ZINC-subset
-fixture's 2,000 validation and test graphs; ``molhiv``: ogbg-molhiv's
-training graphs), batch size, dtype and norm; on the CPU each in its own
-process. ``--baseline REV`` times git revision REV's whole package beside
+Graphormer-slim's AdamW step, timed apart from its data
+(:mod:`gnorm.perf.graphormer`), median of ``--steps`` steps after a
+warm-up, per dataset (``zinc``, ``molhiv``), batch size, dtype and norm;
+on the CPU each in its own process. ``--baseline REV`` times git revision REV's whole package beside
 the working tree, alternating child processes ``--rounds`` times on the
 same batches and initial weights (rows ``before`` and ``after``, and
 ``check_loss``, the first batch's evaluation loss, equal where both compute
@@ -46,21 +42,14 @@ NORMS = ('layernorm', 'sepnorm')
 MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', '*')
 
 
-def measure(args, name: str, batch_size: int, dtype: str, norm: str,
-            bucket: int = 0) -> dict:
-    r""":func:`gnorm.perf.graphormer.measure` with the script's
-    arguments (``--profile``: each step's operator table appended to the
-    profile report)."""
-    key = (name, batch_size, dtype, norm, bucket)
+def measure(args, key: cases.Key) -> dict:
+    r""":func:`gnorm.perf.graphormer.measure` of the setting :obj:`key`
+    with the script's arguments (``--profile``: each step's operator
+    table appended to the profile report)."""
     return cases.measure(
-        *key[:4], device=args.device, mirror=args.mirror, root=args.root,
-        steps=args.steps, bucket=bucket, profile=args.profile and (
+        *key[:4], bucket=key[4], device=args.device, mirror=args.mirror,
+        root=args.root, steps=args.steps, profile=args.profile and (
             lambda step, batch: _profile(args, step, batch, key)))
-
-
-def _row(args, key: tuple, version: str, runs: list) -> dict:
-    return cases.row(key, runs, version, args.baseline if version ==
-                     'before' else 'working tree', args.device)
 
 
 def _run_one(args, key: tuple, version: str, code: Path) -> dict:
@@ -237,8 +226,8 @@ def main() -> None:
     if args.one:  # a single measurement, in a child process
         use_code(args.code)  # the gnorm of this version
         name, batch, dtype, norm, bucket = args.one.split(',')
-        print(json.dumps(measure(args, name, int(batch), dtype, norm,
-                                 int(bucket))))
+        print(json.dumps(measure(args, (name, int(batch), dtype, norm,
+                                        int(bucket)))))
         return
 
     suffix = f'_vs_{args.baseline}' if args.baseline else ''
@@ -258,10 +247,11 @@ def main() -> None:
             runs[version].append(
                 _run_one(args, key, version, codes[version])
                 if args.device == 'cpu' or args.baseline
-                else measure(args, *key))
-        rows = [records.add(dict(_row(args, key, v, runs[v]),
-                                 host=machine(args.device), steps=args.steps))
-                for v in codes]
+                else measure(args, key))
+        rows = [records.add(dict(cases.row(
+            key, runs[v], v, args.baseline if v == 'before' else
+            'working tree', args.device), host=machine(args.device),
+            steps=args.steps)) for v in codes]
         for row in rows:
             print(json.dumps(row), flush=True)
         if args.baseline:

@@ -1,13 +1,11 @@
 """Time and peak memory of gnorm's layers beside a reference, side by side.
 
-For n nodes and d channels, forward+backward of one layer on one random
-graph (10 in-edges per node), median of ``--repeats`` after a warm-up:
-ContraNorm (``negatives='all'``, ``'non_neighbors'``, ``symmetric=True``)
-beside the dense n x n formulation of the same math, ContraNorm-D beside
-``GCNConv(d, d)``, PairNorm beside PyG's, LayerNorm alone; ``--models``
-adds a 32-layer GCN's training epoch on Cora and Squirrel per norm. On the
-CPU each cell runs in its own process (its peak RSS its own), and a dense
-reference needing over ``--memory-gib`` is reported out of memory unrun.
+For n nodes and d channels, the cases of :mod:`gnorm.perf.layers`
+(forward+backward of one layer beside its reference on one random graph),
+median of ``--repeats`` after a warm-up; ``--models`` adds a 32-layer
+GCN's training epoch on Cora and Squirrel per norm. On the CPU each cell
+runs in its own process (its peak RSS its own), and a dense reference
+needing over ``--memory-gib`` is reported out of memory unrun.
 Report: ``<out>/bench_<device>.{jsonl,md,png}`` (docs/benchmarks.rst).
 
     python experiments/bench_layers.py                       # CPU, fp32

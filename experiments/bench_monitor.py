@@ -1,14 +1,9 @@
 """Overhead of gnorm.monitor.CollapseMonitor beside training, side by side.
 
-On Cora (public split), one CPU thread: a 32-layer ``DeepGCN`` (hidden 32,
-dropout 0.2, full batch, monitor on its 32 layer outputs) and PyG's
-``GAT`` (2 layers, hidden 64, 4 heads) on neighbour-sampled batches (128
-seeds, 10 neighbours a hop, :class:`gnorm.data.TorchNeighborSampler`),
-monitor on its 2 ``GATConv`` layers recording one fixed batch. In
-rotating rounds after a warm-up (medians): a training epoch
-without a monitor and with its hooks idle, the monitored evaluation
-forward (all 7 metrics) and the same forward without, and each metric
-alone. Report: ``results/bench_monitor_cpu.{md,jsonl}`` and the table of
+On Cora (public split), one CPU thread, the cases of
+:mod:`gnorm.perf.monitor`: a 32-layer ``DeepGCN`` full batch (all 7
+metrics, and two alone) and PyG's ``GAT`` on neighbour-sampled batches,
+then each metric alone. Report: ``results/bench_monitor_cpu.{md,jsonl}`` and the table of
 docs/monitor.rst (docs/benchmarks.rst).
 
     python experiments/bench_monitor.py  # results/bench_monitor_cpu.{md,jsonl}

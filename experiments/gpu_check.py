@@ -17,14 +17,11 @@ rewritten after every step (docs/benchmarks.rst).
 import argparse
 import functools
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
-import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -33,11 +30,11 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gnorm import bench  # noqa: E402
-from gnorm.bench import Step, one_line  # noqa: E402
-from gnorm.perf import layers as cases  # noqa: E402
+from gnorm.bench import Step  # noqa: E402
+from gnorm.perf import graphormer as graphormer_cases  # noqa: E402
+from gnorm.perf import layers as layer_cases  # noqa: E402
 from gnorm.perf.monitor import deep_gcn_case, load_cora, overheads  # noqa: E402
 
 OUT = ROOT / 'experiments' / 'results'
@@ -52,16 +49,7 @@ def run_steps(steps: List[Step], ctx: argparse.Namespace,
 
 
 def report(env: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
-    r"""The Markdown report of the steps :obj:`records` so far."""
-    return '\n'.join([
-        f'# gnorm GPU check ({env["device"]})', '',
-        f'* device: {env["device_name"]}',
-        f'* torch {env["torch"]}, CUDA {env["cuda"]}, '
-        f'Python {env["python"]}, {env["threads"]} torch threads',
-        f'* gnorm commit: {env["commit"]}',
-        f'* command: `{env["command"]}`',
-        f'* started: {env["started"]}', '',
-        *bench.steps_report(records)]) + '\n'
+    return bench.check_report('gnorm GPU check', env, records)
 
 
 def commit() -> str:
@@ -77,55 +65,14 @@ def commit() -> str:
 
 
 def environment(ctx: argparse.Namespace, argv: List[str]) -> Dict[str, Any]:
-    cuda = ctx.device == 'cuda'
-    return dict(
-        device=ctx.device,
-        device_name=(torch.cuda.get_device_name() if cuda
-                     else bench.machine('cpu')),
-        torch=torch.__version__,
-        cuda=torch.version.cuda or 'none (CPU build)',
-        python=platform.python_version(), threads=torch.get_num_threads(),
-        commit=commit(),
-        command=shlex.join(['python', 'experiments/gpu_check.py', *argv]),
-        started=datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))
+    return bench.environment(
+        ctx.device, ['python', 'experiments/gpu_check.py', *argv], commit())
 
 
-# ---------------------------------------------------------- a. CUDA suite
 def cuda_suite(ctx, budget):
     if ctx.device != 'cuda':
         return dict(status='skipped: no device')
-    cmd = [sys.executable, '-m', 'pytest', '-m', 'cuda', '-q', '-rfE',
-           '-p', 'no:cacheprovider']
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])))
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=max(budget.left(), 1))
-        output, notes = proc.stdout + proc.stderr, []
-    except subprocess.TimeoutExpired as e:
-        output = (e.stdout or b'').decode() if isinstance(e.stdout, bytes) \
-            else (e.stdout or '')
-        notes = [f'budget of {budget.seconds:g} s reached: pytest killed']
-    rows, status = suite_rows(output)
-    return dict(rows=rows, status=status,
-                notes=[f'`{shlex.join(cmd[1:])}`', *notes])
-
-
-def suite_rows(output: str):
-    r"""The rows and status of a pytest run from its :obj:`output` (with
-    ``-rfE``): its summary line, then each failing test with its one-line
-    message; status ``ok``, or ``failed: <n> tests`` when any failed."""
-    lines = output.strip().splitlines()
-    summary = next((l.strip('= ') for l in reversed(lines)
-                    if any(w in l for w in ('passed', 'failed', 'error',
-                                            'skipped', 'deselected'))),
-                   'no summary line')
-    failures = [l.split(' ', 1)[1].partition(' - ') for l in lines
-                if l.startswith(('FAILED ', 'ERROR '))]
-    rows = [dict(summary=summary, failures=len(failures))] + [
-        dict(summary='failed', failures=name, message=message[:200])
-        for name, _, message in failures]
-    return rows, f'failed: {len(failures)} tests' if failures else 'ok'
+    return bench.pytest_step(ROOT, 'cuda', budget)
 
 
 # -------------------------------------------------------------- b. layers
@@ -141,7 +88,7 @@ def layers(ctx, budget):
                    else 1.0)
     rows, notes = [], [
         f'd = {d}, median of {repeats} forward+backward after a warm-up; '
-        f'random graph with {cases.DEGREE} in-edges per node.',
+        f'random graph with {layer_cases.DEGREE} in-edges per node.',
         'peak GiB: torch.cuda.max_memory_allocated above the start' if cuda
         else 'peak GiB: n/a on the CPU (one process: its peak RSS is not '
         'the layer\'s; bench_layers.py measures it per subprocess)',
@@ -149,7 +96,7 @@ def layers(ctx, budget):
         f'{dense_limit:.1f} GiB']
     cells = [(dtype, layer, ref) for dtype in ('float32', 'bfloat16')
              for layer in LAYERS for ref in ((False, True) if layer in
-                                             cases.QUADRATIC
+                                             layer_cases.QUADRATIC
                                              else (False, ))]
     for n in sizes:
         if budget.over():
@@ -159,21 +106,16 @@ def layers(ctx, budget):
             row = dict(n=n, dtype=dtype, layer=layer,
                        impl='dense n x n' if ref else 'gnorm')
             rows.append(row)
-            need = cases.dense_gib(n, dtype)
+            need = layer_cases.dense_gib(n, dtype)
             if ref and need > dense_limit:
                 row['status'] = f'skipped: needs ~{need:.0f} GiB'
                 continue
-            try:
-                res = cases.measure(layer, ref, n, d, ctx.device,
-                                           dtype, repeats)
+            res = bench.attempt(row, lambda: layer_cases.measure(
+                layer, ref, n, d, ctx.device, dtype, repeats))
+            if res:
                 row.update(status='ok', ms=1e3 * res['seconds'],
                            peak_gib=res['peak_gib'] if cuda else 'n/a',
                            finite=res['finite'])
-            except torch.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                row['status'] = 'out of memory'
-            except Exception as e:  # noqa: BLE001 one cell
-                row['status'] = 'error: ' + one_line(e)
     return dict(rows=rows, notes=notes)
 
 
@@ -228,10 +170,10 @@ def deep_gcn(ctx, budget):
 # ---------------------------------------------------------- d. Graphormer
 def _tiny_graphormer(name, norm):
     from gnorm.models import Graphormer
-    from gnorm.perf.graphormer import MAX_DIST
     return Graphormer(1, features='zinc' if name == 'zinc' else 'ogb',
                       num_layers=1, hidden_channels=16, num_heads=2,
-                      ffn_channels=16, max_dist=MAX_DIST[name])
+                      ffn_channels=16,
+                      max_dist=graphormer_cases.MAX_DIST[name])
 
 
 def _compiled(model_fn):
@@ -242,9 +184,8 @@ def _compiled(model_fn):
 
 
 def graphormer(ctx, budget):
-    from gnorm.perf import graphormer as cases
     steps = 2 if ctx.quick else 5
-    model_fn = _tiny_graphormer if ctx.quick else cases.model
+    model_fn = _tiny_graphormer if ctx.quick else graphormer_cases.model
     batch_size = 16 if ctx.quick else 256
     norm = 'layernorm'
     rows, notes = [], [
@@ -275,21 +216,13 @@ def graphormer(ctx, budget):
                         'this setting')
                     continue
                 key = (name, batch_size, dtype, norm, 0)
-                try:
-                    res = cases.measure(
-                        *key[:4], device=ctx.device, mirror=ctx.mirror,
-                        root=str(ROOT / 'data'), steps=steps,
-                        model_fn=_compiled(model_fn) if compiled
-                        else model_fn)
-                except torch.OutOfMemoryError:
-                    torch.cuda.empty_cache()
-                    row['status'] = 'out of memory'
+                res = bench.attempt(row, lambda: graphormer_cases.measure(
+                    *key[:4], device=ctx.device, mirror=ctx.mirror,
+                    root=str(ROOT / 'data'), steps=steps, model_fn=_compiled(
+                        model_fn) if compiled else model_fn))
+                if res is None:
                     continue
-                except Exception as e:  # recorded; the other settings go on
-                    traceback.print_exc()
-                    row['status'] = f'failed: {one_line(e)[:200]}'
-                    continue
-                found = cases.row(key, [res], device=ctx.device)
+                found = graphormer_cases.row(key, [res], device=ctx.device)
                 row.update(status='ok', step_ms=1e3 * found['step_s'],
                            data_ms=1e3 * found['data_s'],
                            graphs_per_s=found['graphs_per_s'],

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import experiment, needs_mirror
-from gnorm.bench import Budget
+from gnorm.bench import Budget, pytest_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,13 +89,12 @@ def test_a_failing_step_is_recorded_and_the_check_goes_on(tmp_path):
 
 
 def test_the_suite_step_fails_with_its_failing_tests_and_messages():
-    check = experiment('gpu_check')
     output = '\n'.join([
         '..F.', '=== short test summary info ===',
         'FAILED tests/test_cuda.py::test_a[cuda] - RuntimeError: overwritten',
         'ERROR tests/test_cuda.py::test_b[cuda]',
         '1 failed, 2 passed, 1 error in 3.0s'])
-    rows, status = check.suite_rows(output)
+    rows, status = pytest_rows(output)
     assert status == 'failed: 2 tests'
     assert rows[0] == dict(summary='1 failed, 2 passed, 1 error in 3.0s',
                            failures=2)
@@ -103,7 +102,7 @@ def test_the_suite_step_fails_with_its_failing_tests_and_messages():
                            failures='tests/test_cuda.py::test_a[cuda]',
                            message='RuntimeError: overwritten')
     assert rows[2]['failures'] == 'tests/test_cuda.py::test_b[cuda]'
-    assert check.suite_rows('4 passed in 1.0s') == (
+    assert pytest_rows('4 passed in 1.0s') == (
         [dict(summary='4 passed in 1.0s', failures=0)], 'ok')
 
 

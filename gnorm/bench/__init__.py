@@ -16,13 +16,16 @@ alone (matplotlib for plots):
 * :mod:`gnorm.bench.report`: :func:`machine` in words,
   :func:`markdown_table`, :func:`line_plot`;
 * :mod:`gnorm.bench.check`: :func:`run_steps`, named steps each within a
-  time budget, each recorded as it ends;
+  time budget, each recorded as it ends, a step of tests
+  (:func:`pytest_step`) and the check's report;
 * :mod:`gnorm.bench.cli`: the command line the scripts share
   (:func:`arguments`, :func:`parse`) and :func:`measure_into`.
 
 A benchmark script then says what it measures: its cases and sizes, and
 its report."""
-from gnorm.bench.check import Budget, Step, one_line, run_steps, steps_report
+from gnorm.bench.check import (Budget, Step, attempt, check_report, environment,
+                               one_line, pytest_rows, pytest_step, run_steps,
+                               steps_report)
 from gnorm.bench.cli import arguments, measure_into, parse
 from gnorm.bench.memory import PeakMemory, peak_rss_gib
 from gnorm.bench.process import ChildFailed, code_at, run_child, use_code
@@ -34,8 +37,9 @@ from gnorm.bench.timing import (CPU, WALL, alternate, kernel_time, medians,
                                 timed, wall_and_cpu)
 
 __all__ = [
-    'arguments', 'measure_into', 'parse', 'Budget', 'Step', 'one_line',
-    'run_steps', 'steps_report', 'PeakMemory', 'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'use_code',
+    'arguments', 'measure_into', 'parse', 'Budget', 'Step', 'attempt', 'check_report',
+    'environment', 'one_line', 'pytest_rows', 'pytest_step', 'run_steps',
+    'steps_report', 'PeakMemory', 'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'use_code',
     'Records', 'read_jsonl', 'write_jsonl', 'cell', 'cpu_name', 'line_plot',
     'machine', 'markdown_table', 'records_table', 'write_report', 'CPU',
     'WALL', 'alternate', 'kernel_time', 'medians', 'profiled', 'ratio',
