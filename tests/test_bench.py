@@ -262,3 +262,20 @@ def test_measure_into_starts_the_file_anew_and_report_only_measures_nothing(
     bench.measure_into(argparse.Namespace(report_only=False), path,
                        iter([{'k': 1}, {'k': 2}]), key=lambda r: r['k'])
     assert bench.read_jsonl(path) == [{'k': 1}, {'k': 2}]
+
+
+def test_attempt_records_why_a_cell_has_no_result(capsys):
+    row = {}
+    assert bench.attempt(row, lambda: 42) == 42 and row == {}
+
+    def out_of_memory():
+        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate')
+
+    def broken():
+        raise ValueError('stride 36\nsecond line')
+
+    assert bench.attempt(row, out_of_memory) is None
+    assert row == {'status': 'out of memory'}
+    assert bench.attempt(row, broken) is None
+    assert row == {'status': 'failed: ValueError: stride 36 second line'}
+    assert 'Traceback' in capsys.readouterr().err
