@@ -106,8 +106,8 @@ def measure(layer: str, reference: bool, n: int, d: int, device: str,
 
 def max_abs_difference(layer: str, n: int, d: int, device: str,
                        dtype: str) -> float:
-    r"""The largest |gnorm - reference| over the outputs of
-    :obj:`layer`, one of :data:`QUADRATIC`."""
+    r"""The largest absolute difference between gnorm's output and the
+    dense reference's for :obj:`layer`, one of :data:`QUADRATIC`."""
     torch.manual_seed(0)
     outs = []
     for reference in (False, True):
