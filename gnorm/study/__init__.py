@@ -27,8 +27,10 @@ dataset and its variant), :mod:`~gnorm.study.paired` (the readings),
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
 :mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),
 :mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command);
-:mod:`~gnorm.study.authors` and :mod:`~gnorm.study.authors_speed` set the
-authors' published code beside gnorm, run by run.
+:mod:`~gnorm.study.authors_code` runs the authors' published code,
+:mod:`~gnorm.study.authors_twin` beside gnorm's model on the same random
+numbers, and :mod:`~gnorm.study.authors` and
+:mod:`~gnorm.study.authors_speed` set its runs beside gnorm's, run by run.
 """
 from gnorm.study.spec import Spec, SpecError, load_spec
 from gnorm.study.stats import (Interval, corrected_interval, holm,
