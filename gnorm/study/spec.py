@@ -8,7 +8,6 @@ so that its ``defaults:`` may name gnorm's experiments and every run,
 trained here or by a Hydra launcher, composes exactly what the file says.
 """
 import atexit
-import difflib
 import importlib
 import itertools
 import os
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from gnorm.errors import ConfigError
+from gnorm.errors import ConfigError, closest
 from gnorm.results import NOT_CONFIG_KEYS
 from gnorm.study.stats import CORRECTIONS, LEVEL, PAIRINGS
 from gnorm.train import CONF_DIR
@@ -360,10 +359,11 @@ def check_node_task(name: str, datasets: Sequence[str]) -> None:
                             f'a study of kind: paired')
 
 
-def _closest(key: str, known: Sequence[str], where: str) -> str:
-    r"""The keys of :obj:`known` closest to :obj:`key` (difflib, as
-    ``python -m gnorm.train`` names them), in the section :obj:`where`."""
-    near = difflib.get_close_matches(key, known, n=3)
+def _suggestion(key: str, known: Sequence[str], where: str) -> str:
+    r"""The keys of :obj:`known` closest to :obj:`key` in the section
+    :obj:`where`, as ``python -m gnorm.train`` names them
+    (:func:`gnorm.errors.closest`)."""
+    near = closest(key, known)
     if near:
         return f"closest keys: {', '.join(f'{where}.{k}' for k in near)}"
     if where == 'table':
@@ -377,7 +377,7 @@ def _check_keys(spec: Spec, given: Dict[str, Any], known: Sequence[str],
     :obj:`where` of the spec) not in :obj:`known`, naming the closest."""
     for key in (str(k) for k in given if k not in known):
         raise SpecError(f"{spec.name}: unknown key '{where}.{key}'; "
-                        f'{_closest(key, known, where)}')
+                        f'{_suggestion(key, known, where)}')
 
 
 def _check_table_keys(spec: Spec) -> None:
