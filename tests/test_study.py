@@ -18,11 +18,11 @@ from gnorm.study import compare as study_compare
 from gnorm.study import plot as study_plot
 from gnorm.study.cli import main as study
 from gnorm.study.compose import cells, compose_cells, run_key, setting_label
-from gnorm.study.depth_report import TIE_RULE, _cell as cell_text, completeness
+from gnorm.study.depth_report import _cell as cell_text, completeness, tie_rule
 from gnorm.study.inputs import read_authors, read_notes, with_authors_runs
 from gnorm.study.select import summarise
 from gnorm.study.spec import Spec, load_spec, settings as spec_settings
-from conftest import USER_NORM, compose_train
+from conftest import USER_NORM, compose_train, needs_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
@@ -86,7 +86,7 @@ def test_a_tie_goes_to_the_first_setting_of_the_grid_and_is_shown():
     cell['runs'].reverse()
     by = {r['selection']: r for r in summarise([cell], found, {})}
     assert by['val']['setting'] == 's=0.2'
-    assert 'the tie goes to the setting listed first' in TIE_RULE
+    assert "the tie goes to the setting listed first" in tie_rule()
 
 
 def test_pairnorm_grid_picks_variant_and_scale():
@@ -930,9 +930,9 @@ def test_rows_paired_by_seed_share_their_split(tmp_path, capsys,
 
 def test_a_depth_study_of_a_graph_dataset_is_refused(tmp_path, capsys,
                                                      monkeypatch):
-    r"""Selection by validation accuracy has no meaning for an MAE: a
-    depth study on a graph-level dataset is refused before anything
-    trains, pointing at a paired study; so is such a dataset selected."""
+    r"""A depth study selects and compares node scores: one on a
+    graph-level dataset is refused before anything trains, pointing at a
+    paired study; so is such a dataset selected."""
     says = ["dataset 'zinc_fixture' is graph-level", 'kind: paired']
     _refused(tmp_path, capsys, monkeypatch,
              [('datasets: [csbm]', 'datasets: [zinc_fixture]')], says)
@@ -940,12 +940,6 @@ def test_a_depth_study_of_a_graph_dataset_is_refused(tmp_path, capsys,
                   '--runs', str(tmp_path / 'runs')]) == 2
     err = capsys.readouterr().err
     assert all(part in err for part in says) and err.count('\n') == 1, err
-    # a node dataset scored by ROC-AUC, likewise
-    assert study(['table3_fair', '--datasets', 'minesweeper', '--dry-run',
-                  '--runs', str(tmp_path / 'runs')]) == 2
-    err = capsys.readouterr().err
-    assert "dataset 'minesweeper' is scored by rocauc" in err and \
-        'kind: paired' in err and err.count('\n') == 1, err
 
 
 @pytest.mark.parametrize('changes,says', [
@@ -1059,3 +1053,46 @@ def test_in_words_groups_depths_and_names_cells_left_for_a_gpu():
     assert lines[-1] == ('In words (Holm-adjusted over a family of 2): '
                          'against pairnorm, contranorm beats at cora L=2/4 '
                          '(not run here: cora L=64).')
+
+
+@needs_mirror
+def test_a_depth_study_of_a_rocauc_dataset_selects_and_reports_rocauc(
+        tmp_path):
+    r"""Minesweeper is scored by ROC-AUC: its cells choose by mean
+    validation ROC-AUC, show test ROC-AUC (%) and say so."""
+    runs, out = tmp_path / 'runs', tmp_path / 'out'
+    assert study(['filtered_heterophily', '--datasets', 'minesweeper',
+                  '--depths', '2', '--seeds', '0', '1', '--rows', 'none',
+                  'pairnorm', '--set', 'train.epochs=3',
+                  'collapse_metrics=false', '--threads', '1', '--runs',
+                  str(runs), '--out', str(out)]) == 0
+    done = load_runs(runs)
+    assert len(done) == 2 + 4 * 2 and all(
+        r['metric'] == 'rocauc' and 'test_acc' not in r for r in done)
+    name = 'filtered_heterophily+train.epochs=3+collapse_metrics=false'
+    with open(out / f'{name}.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert {r['metric'] for r in rows} == {'rocauc'}
+    by = {r['selection']: r for r in rows if r['row'] == 'pairnorm'}
+    pairnorm = [r for r in done if 'scale' in r['config']['norm']]
+    assert len(pairnorm) == 8
+    for selection in ('val', 'test'):
+        chosen = [r for r in pairnorm if setting_label(
+            {'norm.scale': r['config']['norm']['scale']})
+            == by[selection]['setting']]
+        means = {}
+        for r in pairnorm:
+            means.setdefault(r['config']['norm']['scale'], []).append(
+                r[f'{selection}_metric'])
+        best = max(sum(v) / len(v) for v in means.values())
+        assert sum(r[f'{selection}_metric'] for r in chosen) / 2 == \
+            pytest.approx(best, abs=1e-12)
+        assert float(by[selection]['test_mean']) == pytest.approx(
+            100 * sum(r['test_metric'] for r in chosen) / 2, abs=1e-4)
+    report = (out / f'{name}.md').read_text()
+    assert 'Each cell: test ROC-AUC (%)' in report
+    assert 'by mean validation ROC-AUC' in report
+    assert "scored by ROC-AUC, within two standard errors of a random " \
+        "ranking's 0.5" in report
+    assert 'accuracy (%)' not in report and \
+        'validation accuracy' not in report

@@ -236,3 +236,12 @@ def test_variants_must_be_datasets_of_the_study():
     with pytest.raises(SpecError, match="table.variants names 'cora', not "
                        'a dataset of the study'):
         check_spec(spec)
+
+
+def test_a_rocauc_at_chance_is_within_two_standard_errors_of_one_half():
+    # 100 positives and 300 negatives: the null's standard error of the
+    # Mann-Whitney AUC is sqrt(401 / (12 * 100 * 300)) = 0.0334.
+    assert sanity.auc_at_chance(0.5 + 2 * 0.0333, 100, 300)
+    assert not sanity.auc_at_chance(0.5 + 2 * 0.0335, 100, 300)
+    assert sanity.auc_at_chance(0.3, 100, 300)  # below, as accuracy below c
+    assert sanity.auc_at_chance(0.9, 0, 300)  # one class: no ranking

@@ -53,5 +53,5 @@ from gnorm.results.summary import (  # noqa: F401
     STD_NOTE, UNITS, aggregate, check_keys, chosen, code, column, counts,
     default_keys, differing_keys, identity, label, load_runs, machines, main,
     mean_std, metric_columns, metric_name, metric_value, overrides, plural,
-    repeat_keys, repeated, split_keys, to_markdown, unit, value, write_csv,
-    write_records)
+    repeat_keys, repeated, score_field, split_keys, to_markdown, unit, value,
+    write_csv, write_records)

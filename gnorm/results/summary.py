@@ -219,6 +219,13 @@ def check_keys(runs: Sequence[Dict[str, Any]], keys: Sequence[str],
         raise ConfigError(f'{option} {key}: no run has this {what}; {hint}')
 
 
+def score_field(run: Dict[str, Any], split: str) -> str:
+    r"""The field of :obj:`run`'s score on :obj:`split` (``val``,
+    ``test``): ``<split>_metric`` where it records one (a graph run, a
+    node run scored by ROC-AUC), else its accuracy ``<split>_acc``."""
+    return f'{split}_metric' if f'{split}_metric' in run else f'{split}_acc'
+
+
 def metric_name(run: Dict[str, Any]) -> Optional[str]:
     r"""The metric of a graph run's ``val_metric``/``test_metric``
     (``rocauc``, ``mae``): the ``metric`` it records, else the one of its

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.study.pairs import split_mismatch
-from gnorm.study.sanity import MEANING
+from gnorm.study.sanity import MEANING, meaning
+from gnorm.study.select import scores_said
 from gnorm.study.stats import (CORRECTED_T, PAIRED_T, VERDICTS, WELCH,
                                Interval, compare, family_verdict, holm,
                                paired_interval, spread_verdict)
@@ -213,9 +214,9 @@ METHODS = {
 
 
 def rule_text(row: str, found: Dict[Pair, Found], level: float,
-              correction: str) -> str:
+              correction: str, said: str = 'accuracy') -> str:
     r"""The section's rule in words: the test, the family and its
-    correction."""
+    correction, for cells scored by :obj:`said`."""
     methods = sorted({f.interval.method for f in found.values()
                       if f.interval}) or [PAIRED_T]
     family_size = tested(found)
@@ -226,7 +227,7 @@ def rule_text(row: str, found: Dict[Pair, Found], level: float,
            'unadjusted p (`table.correction: none`: each comparison read '
            'alone; among many, some will pass by chance)')
     return (f'Rule: {row} beats a row at a (dataset, depth) when the '
-            f'{how} of Δ = {row} − that row (test accuracy, %) is below '
+            f'{how} of Δ = {row} − that row (test {said}, %) is below '
             f'{1 - level:.2f} and Δ > 0, loses when it is below and '
             f'Δ < 0, and is otherwise not distinguishable from it with '
             f'these seeds. Interval ({level:.0%}, each comparison alone) '
@@ -266,11 +267,12 @@ def comparison(records: List[Dict[str, Any]], row: str,
                f'### {row} against {" and ".join(against)} at equal '
                f'budgets')
     lines = [heading, '', f'Each row: {VIEWS[view]}. '
-             + rule_text(row, found, level, correction), '']
+             + rule_text(row, found, level, correction,
+                         scores_said(cells)), '']
     lines += verdict_table(mine, against, correction)
     lines += ['', in_words(row, _verdicts(mine, against),
                            family_words(found, correction))]
-    flagged = flagged_text(mine)
+    flagged = flagged_text(mine, scores_said(cells))
     if flagged:
         lines += ['', flagged]
     if spread_rule and view == 'val':
@@ -335,9 +337,9 @@ def _differ(found: Dict[Pair, Found], by: Dict[Key, Dict[str, Any]]
     return differ
 
 
-def flagged_text(found: Dict[Pair, Found]) -> str:
-    r"""The compared cells whose runs are flagged (sanity), in words;
-    empty without any."""
+def flagged_text(found: Dict[Pair, Found], said: str = 'accuracy') -> str:
+    r"""The compared cells whose runs are flagged (sanity), in words, for
+    cells scored by :obj:`said`; empty without any."""
     named = {}
     for (dataset, _, _, depth), f in found.items():
         if f.flags:
@@ -349,7 +351,8 @@ def flagged_text(found: Dict[Pair, Found]) -> str:
     return ('Flagged, at chance or undertrained (a verdict against such a '
             'row says little about the norms): ' + '; '.join(f'{flags} at {cells_text(cells)}'
                                    for flags, cells in named.items())
-            + '. ' + ' '.join(f'"{m}": {MEANING[m]}.' for m in meanings))
+            + '. ' + ' '.join(f'"{m}": {meaning(m, said)}.'
+                              for m in meanings))
 
 
 def _old(verdict: str) -> str:

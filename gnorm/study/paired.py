@@ -20,7 +20,8 @@ was measured with the paper's recipe: the report says whether the study's
 is the same (``table.paper_recipe: same``) or not (the default)."""
 from typing import Any, Dict, List, Optional, Sequence
 
-from gnorm.results import UNITS, mean_std, metric_name, plural, value
+from gnorm.results import (UNITS, mean_std, metric_name, plural,
+                           score_field, value)
 from gnorm.study.compare import p_text, signed
 from gnorm.study.pairs import check_fingerprints
 from gnorm.study.runner import row_seeds
@@ -47,12 +48,6 @@ def min_seeds(spec: Spec) -> int:
     return int(spec.table.get('min_seeds', MIN_SEEDS))
 
 
-def field(run: Dict[str, Any], split: str) -> str:
-    r"""The field of :obj:`run`'s metric on :obj:`split`: a graph run's
-    ``<split>_metric``, a node run's ``<split>_acc``."""
-    return f'{split}_metric' if f'{split}_metric' in run else f'{split}_acc'
-
-
 def _kind(run: Dict[str, Any]) -> str:
     return (metric_name(run) or 'metric') if 'test_metric' in run else 'acc'
 
@@ -65,7 +60,7 @@ def factor(run: Dict[str, Any]) -> float:
 
 def score(run: Dict[str, Any], split: str) -> float:
     r""":obj:`run`'s metric on :obj:`split` as the report shows it."""
-    return factor(run) * run[field(run, split)]
+    return factor(run) * run[score_field(run, split)]
 
 
 def higher_is_better(spec: Spec, runs: Sequence[Dict[str, Any]]) -> bool:
@@ -97,7 +92,7 @@ def by_seed(runs: Sequence[Dict[str, Any]], split: str) -> Dict[int, float]:
 def last_score(run: Dict[str, Any]) -> Optional[float]:
     r""":obj:`run`'s test metric at its last epoch (from its curve), as the
     report shows it; :obj:`None` for a run whose curve lacks it."""
-    values = (run.get('curve') or {}).get(field(run, 'test'))
+    values = (run.get('curve') or {}).get(score_field(run, 'test'))
     return factor(run) * values[-1] if values else None
 
 

@@ -6,9 +6,10 @@ import io
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from gnorm.results import plural
+from gnorm.results import plural, score_field
 from gnorm.study.compare import partial, shown
-from gnorm.study.paired import factor, field, score, short
+from gnorm.study.select import scores_said
+from gnorm.study.paired import factor, score, short
 
 
 def save_bytes(path: Path, data: bytes) -> None:
@@ -126,7 +127,8 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
         ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
         ax.set_title(dataset)
         ax.set_xlabel('layers')
-        ax.set_ylabel('test accuracy (%)')
+        said = scores_said([r for r in drawn if r['dataset'] == dataset])
+        ax.set_ylabel(f'test {said} (%)')
         ax.grid(alpha=0.3)
         _notes(ax, [f'{_rows(rows, row_names)}: {said}'
                     for said, rows in lacking.items()])
@@ -256,7 +258,7 @@ def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
     band from the seeds' minimum to their maximum."""
     per_epoch: Dict[int, List[float]] = {}
     for run in record['runs_list']:
-        scale, key = factor(run), field(run, 'val')
+        scale, key = factor(run), score_field(run, 'val')
         for e, v in zip(run['curve']['epoch'], run['curve'][key]):
             per_epoch.setdefault(e, []).append(scale * v)
     if not per_epoch:

@@ -12,7 +12,11 @@ model that predicts that one class everywhere (:func:`chance_accuracy`,
 from the dataset the run's config names; :obj:`None` where it cannot be
 loaded, e.g. without the data). "Within noise" is at most two binomial
 standard errors above it, :math:`c + 2 \sqrt{c (1 - c) / n_\mathrm{test}}`
-(:func:`at_chance`).
+(:func:`at_chance`). A run scored by ROC-AUC is at chance within two
+standard errors of a random ranking's 0.5 on its test nodes,
+:math:`0.5 + 2 \sqrt{(n_1 + n_0 + 1) / (12 n_1 n_0)}` for
+:math:`n_1` positive and :math:`n_0` negative nodes (the Mann-Whitney
+statistic's spread without a signal; :func:`auc_at_chance`).
 """
 import copy
 import json
@@ -31,7 +35,19 @@ MEANING = {
                'last evaluated epoch: training stopped while the row was '
                'still improving',
 }
-_CHANCE: Dict[str, Optional[float]] = {}
+# How a run scored by ROC-AUC is at chance, added to MEANING where a
+# report has such runs (:func:`meaning`).
+AUC_CHANCE = ('; scored by ROC-AUC, within two standard errors of a random '
+              'ranking\'s 0.5')
+_COUNTS: Dict[str, Optional[List[int]]] = {}
+
+
+def meaning(flag: str, said: str = 'accuracy') -> str:
+    r"""The words of :obj:`flag` in a report whose cells are scored by
+    :obj:`said` (:func:`gnorm.study.select.scores_said`)."""
+    if flag == AT_CHANCE and 'ROC-AUC' in said:
+        return MEANING[flag] + AUC_CHANCE
+    return MEANING[flag].replace('validation accuracy', f'validation {said}')
 
 
 def _split_key(config: Dict[str, Any]) -> str:
@@ -42,21 +58,28 @@ def _split_key(config: Dict[str, Any]) -> str:
                        config.get('test_set')], sort_keys=True)
 
 
-def chance_accuracy(run: Dict[str, Any]) -> Optional[float]:
-    r"""The share of :obj:`run`'s test nodes in their most frequent class
-    (a fraction), from the graph and split its config names, read from
-    ``$GNORM_DATA_MIRROR`` where set; :obj:`None` for a run that is no
-    node run or whose data cannot be loaded. Computed once per split."""
+def test_counts(run: Dict[str, Any]) -> Optional[List[int]]:
+    r"""The number of :obj:`run`'s test nodes in each class, from the
+    graph and split its config names, read from ``$GNORM_DATA_MIRROR``
+    where set; :obj:`None` for a run that is no node run or whose data
+    cannot be loaded. Computed once per split."""
     config = run.get('config') or {}
     if run.get('task', 'node') != 'node' or 'dataset' not in config:
         return None
     key = _split_key(config)
-    if key not in _CHANCE:
-        _CHANCE[key] = _majority_share(config)
-    return _CHANCE[key]
+    if key not in _COUNTS:
+        _COUNTS[key] = _class_counts(config)
+    return _COUNTS[key]
 
 
-def _majority_share(config: Dict[str, Any]) -> Optional[float]:
+def chance_accuracy(run: Dict[str, Any]) -> Optional[float]:
+    r"""The share of :obj:`run`'s test nodes in their most frequent class
+    (a fraction; :func:`test_counts`)."""
+    counts = test_counts(run)
+    return max(counts) / sum(counts) if counts else None
+
+
+def _class_counts(config: Dict[str, Any]) -> Optional[List[int]]:
     from omegaconf import OmegaConf
 
     from gnorm.errors import GnormError
@@ -72,7 +95,7 @@ def _majority_share(config: Dict[str, Any]) -> Optional[float]:
     labels = data.y[data.test_mask]
     if labels.numel() == 0:
         return None
-    return float(labels.bincount().max()) / labels.numel()
+    return labels.bincount().tolist()
 
 
 def at_chance(accuracy: float, chance: float, n_test: int) -> bool:
@@ -83,7 +106,22 @@ def at_chance(accuracy: float, chance: float, n_test: int) -> bool:
                                               / max(n_test, 1))
 
 
+def auc_at_chance(auc: float, positives: int, negatives: int) -> bool:
+    r"""Whether the ROC-AUC :obj:`auc` on :obj:`positives` and
+    :obj:`negatives` test nodes is within two standard errors of a random
+    ranking's 0.5."""
+    if not positives or not negatives:
+        return True
+    return auc <= 0.5 + 2 * math.sqrt((positives + negatives + 1)
+                                      / (12 * positives * negatives))
+
+
 def _run_at_chance(run: Dict[str, Any]) -> Optional[bool]:
+    if run.get('metric') == 'rocauc' and 'test_metric' in run:
+        counts = test_counts(run)
+        if not counts or len(counts) != 2:
+            return None
+        return auc_at_chance(float(run['test_metric']), counts[1], counts[0])
     chance = chance_accuracy(run)
     sizes = run.get('dataset', {}).get('split_sizes')
     if chance is None or not sizes or 'test_acc' not in run:

@@ -1,8 +1,10 @@
 r"""Selection by validation: each (dataset, row, depth) cell of a depth
 study shows the setting of the row's grid with the best mean validation
-accuracy over its seeds (and, labelled optimistic, the best mean test
-accuracy; and, for the budget-matched comparison, the row's default
-setting). Ties are declared, not broken silently: settings with equal
+score over its seeds (and, labelled optimistic, the best mean test
+score; and, for the budget-matched comparison, the row's default
+setting). The score is the dataset's: accuracy, or ROC-AUC where the
+dataset is scored by it (``dataset.metric: rocauc``; the runs record
+``val_metric``, ``test_metric``). Ties are declared, not broken silently: settings with equal
 means tie, the tie goes to the setting listed first in the row's
 ``table.grid``, and the cell lists the tied settings it did not choose.
 
@@ -10,12 +12,12 @@ Node accuracies are compared exactly: a run's accuracy is its number of
 correct nodes over the split's size (``results.json``'s accuracy, a
 float32, times ``dataset.split_sizes``, rounded), and a setting's mean is
 the exact rational mean of those (:func:`exact_mean`), so that equal
-counts tie whatever order float sums took. Metrics without counts (a
-graph run's) tie within :data:`TIE`."""
+counts tie whatever order float sums took. Scores without counts
+(ROC-AUC) tie within :data:`TIE`."""
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from gnorm.results import mean_std, plural, value
+from gnorm.results import UNITS, mean_std, plural, score_field, value
 from gnorm.study.compose import setting_label
 from gnorm.study.sanity import flags
 
@@ -23,6 +25,38 @@ from gnorm.study.sanity import flags
 TIE = 1e-9
 # The split a metric is measured on: its place in dataset.split_sizes.
 SPLIT_OF = {'train_acc': 0, 'val_acc': 1, 'test_acc': 2}
+
+
+def score_words(metric: str) -> str:
+    r"""A score :obj:`metric` in a report's words: ``accuracy``,
+    ``ROC-AUC``."""
+    return 'accuracy' if metric == 'acc' else UNITS[metric][0]
+
+
+def scores_said(records: Sequence[Dict[str, Any]]) -> str:
+    r"""The score of a report's cells :obj:`records` in words: ``accuracy``
+    or ``ROC-AUC`` where all datasets share it, else accuracy with the
+    others named, ``accuracy (ROC-AUC on minesweeper, tolokers)``."""
+    by: Dict[str, List[str]] = {}
+    for r in records:
+        names = by.setdefault(r.get('metric', 'acc'), [])
+        if r['dataset'] not in names:
+            names.append(r['dataset'])
+    if len(by) <= 1:
+        return score_words(next(iter(by), 'acc'))
+    main = 'acc' if 'acc' in by else next(iter(by))
+    return f'{score_words(main)} (' + '; '.join(
+        f"{score_words(m)} on {', '.join(names)}"
+        for m, names in by.items() if m != main) + ')'
+
+
+def cell_score(runs: Sequence[Dict[str, Any]]) -> Tuple[str, Dict[str, str]]:
+    r"""The score of a cell whose finished runs are :obj:`runs` (all of one
+    dataset): its metric (``acc``, ``rocauc``) and the field of each
+    split (``{'val': 'val_acc', 'test': 'test_acc'}``)."""
+    run = runs[0] if runs else {}
+    return run.get('metric', 'acc'), {
+        split: score_field(run, split) for split in ('val', 'test')}
 
 
 def correct(run: Dict[str, Any], metric: str) -> Optional[Fraction]:
@@ -79,10 +113,10 @@ def _choose(groups: Dict[str, List[Dict[str, Any]]], expected: int,
     return tied[0], tied[1:]
 
 
-def _tie_text(setting: str, runs: List[Dict[str, Any]]) -> str:
-    r"""``s=0.8: 87.98 ± 1.27``: a tied setting and its test accuracy
-    (%, mean ± std over its seeds)."""
-    mean, std = mean_std([100 * r['test_acc'] for r in runs])
+def _tie_text(setting: str, runs: List[Dict[str, Any]], test: str) -> str:
+    r"""``s=0.8: 87.98 ± 1.27``: a tied setting and its test score, the
+    field :obj:`test` (%, mean ± std over its seeds)."""
+    mean, std = mean_std([100 * r[test] for r in runs])
     return f'{setting}: {mean:.2f} ± {std:.2f}'
 
 
@@ -106,14 +140,15 @@ def _at_scales(groups: Dict[str, List[Dict[str, Any]]],
 
 
 def _selected(groups: Dict[str, List[Dict[str, Any]]], expected: int,
-              order: Sequence[str], selection: str,
-              default: Optional[str]) -> Tuple[Optional[str], List[str]]:
+              order: Sequence[str], selection: str, default: Optional[str],
+              fields: Dict[str, str]) -> Tuple[Optional[str], List[str]]:
     r"""The setting a :obj:`selection` shows and the settings tied with
-    it: ``val``/``test`` choose by that mean, ``default`` is the row's
-    default setting (never tied)."""
+    it: ``val``/``test`` choose by that mean (of the split's field in
+    :obj:`fields`), ``default`` is the row's default setting (never
+    tied)."""
     if selection == 'default':
         return default, []
-    return _choose(groups, expected, f'{selection}_acc', order)
+    return _choose(groups, expected, fields[selection], order)
 
 
 def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
@@ -148,6 +183,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
             if run['key'] in found:
                 groups.setdefault(run['setting'], []).append(
                     found[run['key']])
+        metric, fields = cell_score([r for g in groups.values() for r in g])
         several = len(cell['settings']) > 1
         where = (cell['dataset'], cell['row'], cell['depth'])
         order = [setting_label(s) for s in cell['settings']]
@@ -157,11 +193,11 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
             selections += ('default', )
         for selection in selections:
             setting, tied = _selected(groups, cell['expected'], order,
-                                      selection, default)
+                                      selection, default, fields)
             chosen = groups.get(setting, [])
             test_mean, test_std = mean_std(
-                [100 * r['test_acc'] for r in chosen])
-            val_mean, _ = mean_std([100 * r['val_acc'] for r in chosen])
+                [100 * r[fields['test']] for r in chosen])
+            val_mean, _ = mean_std([100 * r[fields['val']] for r in chosen])
             p_mean, p_std = paper.get(where, (None, None))
             diff = (None if test_mean is None or p_mean is None
                     else test_mean - p_mean)
@@ -181,7 +217,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                      for r in chosen]
             records.append(dict(
                 dataset=cell['dataset'], row=cell['row'],
-                layers=cell['depth'],
+                layers=cell['depth'], metric=metric,
                 selection=selection if several else '',
                 setting=setting if several else None,
                 settings_run=len(groups), settings=len(cell['settings']),
@@ -191,9 +227,10 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 test_mean=test_mean, test_std=test_std, val_mean=val_mean,
                 paper_mean=p_mean, paper_std=p_std, diff=diff,
                 diff_paper_stds=stds, note=note,
-                ties='; '.join(_tie_text(t, groups[t]) for t in tied),
+                ties='; '.join(_tie_text(t, groups[t], fields['test'])
+                               for t in tied),
                 flags=flags(chosen, cell['expected']),
-                test_by_seed={value(r, 'seed'): 100 * r['test_acc']
+                test_by_seed={value(r, 'seed'): 100 * r[fields['test']]
                               for r in chosen},
                 fingerprint_by_seed={
                     value(r, 'seed'): r.get('dataset', {}).get(
@@ -202,6 +239,10 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 erank=_curve(erank, _mean), erank_min=_curve(erank, min),
                 erank_max=_curve(erank, max),
             ))
+    # A cell without runs is scored as its dataset's cells with runs.
+    metric_of = {r['dataset']: r['metric'] for r in records if r['runs']}
+    for r in records:
+        r['metric'] = metric_of.get(r['dataset'], r['metric'])
     return records
 
 
