@@ -1,11 +1,10 @@
-r"""Issue 17: node training without host round-trips (one compiled step,
+r"""Node training without host round-trips (one compiled step,
 metrics on the device), train.precision, and the in-process data cache."""
 import functools
 import json
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN

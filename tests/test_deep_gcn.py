@@ -285,7 +285,7 @@ def test_block_diagonal_pattern_holds_one_copy_per_block():
     assert torch.equal(blocks, torch.block_diag(dense, 2 * dense))
 
 
-# --- Issue 17: the graph derived and checked once per graph ---
+# --- The graph derived and checked once per graph ---
 
 def _contra_model(runs=None, dropout=0.0, cached=False):
     norm = functools.partial(ContraNorm, negatives='non_neighbors',

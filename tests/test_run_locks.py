@@ -4,7 +4,6 @@ into one runs folder) train each run once; the other waits for it and
 takes its results, and ``metrics.csv`` holds each epoch once."""
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

@@ -1,6 +1,5 @@
 import pytest
 import torch
-from torch_geometric.data import Batch
 
 from gnorm.models import Graphormer, StackedGraphormer
 from gnorm.models.graphormer_attention import ATTENTION_CHUNK

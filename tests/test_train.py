@@ -2,7 +2,6 @@ import csv
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys

@@ -6,7 +6,7 @@ chosen by validation) and budget-matched (every row at its default
 setting, :func:`default_setting`). ``table.budget: equal`` asks for equal
 grids of the compared rows and refuses a spec without them
 (:func:`gnorm.study.spec.check_spec`)."""
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from gnorm.study.compose import setting_label
 from gnorm.study.spec import Spec, compared_rows, compose, grid

@@ -1,11 +1,11 @@
-r"""Issue 10: the layers' forward reads nothing back from the device (their
+r"""The layers' forward reads nothing back from the device (their
 value checks run only under gnorm.nn.validate_inputs), so they compile with
 torch.compile(fullgraph=True) inside a user's model."""
 import pytest
 import torch
 from torch_geometric.nn.models import GCN
 
-from gnorm.nn import (ContraNorm, DualContraNorm, IsoBN, PairNorm, SepNorm,
+from gnorm.nn import (ContraNorm, DualContraNorm, IsoBN, PairNorm,
                       validate_inputs)
 from test_contra_norm import UNSORTED, inputs_for, per_graph, random_batch
 

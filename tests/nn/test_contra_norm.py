@@ -28,7 +28,7 @@ def random_batch(sizes=(5, 1, 7, 3), channels=6, p=0.4, seed=0,
 
 # Graph ids in any order, as PyG's norms take them.
 UNSORTED = {
-    'interleaved': torch.tensor([0, 1, 0, 1, 1, 0, 2, 2, 0, 1]),  # the issue's
+    'interleaved': torch.tensor([0, 1, 0, 1, 1, 0, 2, 2, 0, 1]),
     'descending': torch.tensor([3] * 4 + [2] * 2 + [1] * 5 + [0] * 3),
     **{f'random{seed}': torch.tensor([0] * 5 + [1] + [2] * 7 + [4] * 3)[
         torch.randperm(16, generator=torch.Generator().manual_seed(seed))]
@@ -391,7 +391,7 @@ def test_contra_norm_torch_compile(negatives):
                               norm(xb, b, edge_index=e), atol=1e-5)
 
 
-# --- Issue 17: non-neighbour pairs built once, fused-kernel head sizes ---
+# --- Non-neighbour pairs built once, fused-kernel head sizes ---
 
 @pytest.mark.parametrize('symmetric', [False, True])
 @pytest.mark.parametrize('batched', [False, True])
