@@ -28,8 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.bench import (Records, arguments, machine,  # noqa: E402
-                         markdown_table, parse, rotation, timed)
+from gnorm.bench import (Records, arguments, default_mirror,  # noqa: E402
+                         machine, markdown_table, parse, rotation, timed)
 
 CASES = {
     'gcn2': ['layers=2', 'norm=none'],
@@ -144,8 +144,7 @@ def main():
                         help='sequential/batched pairs per case (medians)')
     args = parse(parser)
     device = args.device
-    os.environ.setdefault('GNORM_DATA_MIRROR',
-                          str(ROOT.parent / 'shared' / 'data'))
+    os.environ['GNORM_DATA_MIRROR'] = default_mirror(ROOT)
     path = Path(args.out) / f'bench_batched_{device.split(":")[0]}.jsonl'
     records = Records(path, key=lambda r: r['case'])
     if not args.report_only:

@@ -33,8 +33,9 @@ from torch_geometric.data import InMemoryDataset  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gnorm.bench import (machine, markdown_table, peak_rss_gib,  # noqa: E402
-                         run_child, timed, write_report)
+from gnorm.bench import (default_mirror, machine,  # noqa: E402
+                         markdown_table, peak_rss_gib, run_child, timed,
+                         write_report)
 from gnorm.data import molecules  # noqa: E402
 from gnorm.data.molecules import (  # noqa: E402
     ShortestPaths,
@@ -107,8 +108,8 @@ def assert_same_storage(a, b):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--mirror', default=os.environ.get(
-        'GNORM_DATA_MIRROR', '/work/shared/data'))
+    parser.add_argument('--mirror', default=default_mirror(
+        Path(__file__).resolve().parents[1]))
     parser.add_argument('--root', default=None, help='scratch folder '
                         '(default: a temporary one, removed afterwards)')
     parser.add_argument('--repeats', type=int, default=3,

@@ -270,8 +270,7 @@ def table3_cell(ctx, budget):
                '--seeds', *map(str, seeds), '--set', *sets,
                '--runs', f'{tmp}/runs', '--out', f'{tmp}/report',
                '--scratch', f'{tmp}/scratch']
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])))
+        env = bench.child_env(ROOT)
         times = {}
         for name, extra in (('fixed', ['--dry-run']), ('cell', [])):
             try:
@@ -346,8 +345,7 @@ def main(argv=None) -> int:
                      f'(steps: {"".join(s.key for s in STEPS)})')
     if ctx.device == 'cuda' and not torch.cuda.is_available():
         parser.error('--device cuda: torch sees no CUDA device')
-    ctx.mirror = os.environ.get('GNORM_DATA_MIRROR',
-                                str(ROOT.parent / 'shared' / 'data'))
+    ctx.mirror = bench.default_mirror(ROOT)
     env = environment(ctx, argv)
     records = run_steps([s for s in STEPS if s.key in ctx.steps], ctx, env)
     print(f'wrote {Path(ctx.out) / f"gpu_check_{ctx.device}.md"}')

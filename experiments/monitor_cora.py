@@ -27,7 +27,6 @@ sentence docs/monitor.rst quotes (:func:`guide_sentence`).
 """
 import argparse
 import csv
-import os
 import sys
 import tempfile
 import time
@@ -173,12 +172,10 @@ def main(argv=None) -> int:
     if not args.plot_only:
         import torch
 
-        from gnorm.data import load_dataset
+        from gnorm.perf.monitor import load_cora
         torch.set_num_threads(1)
-        mirror = os.environ.get('GNORM_DATA_MIRROR') or None
         with tempfile.TemporaryDirectory() as tmp:
-            data = load_dataset('cora', root=args.data_root or tmp,
-                                mirror=mirror, split='public')
+            data = load_cora(args.data_root or tmp)
         records = []
         for model in MODELS:
             begin = time.perf_counter()

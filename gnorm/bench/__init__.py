@@ -26,9 +26,10 @@ its report."""
 from gnorm.bench.check import (Budget, Step, attempt, check_report, environment,
                                one_line, pytest_rows, pytest_step, run_steps,
                                steps_report)
-from gnorm.bench.cli import arguments, measure_into, parse
+from gnorm.bench.cli import arguments, default_mirror, measure_into, parse
 from gnorm.bench.memory import PeakMemory, peak_rss_gib
-from gnorm.bench.process import ChildFailed, code_at, run_child, use_code
+from gnorm.bench.process import (ChildFailed, child_env, code_at, run_child,
+                                 use_code)
 from gnorm.bench.records import Records, read_jsonl, write_jsonl
 from gnorm.bench.report import (cell, cpu_name, line_plot, machine,
                                 markdown_table, records_table, write_report)
@@ -37,10 +38,11 @@ from gnorm.bench.timing import (CPU, WALL, alternate, kernel_time, medians,
                                 timed, wall_and_cpu)
 
 __all__ = [
-    'arguments', 'measure_into', 'parse', 'Budget', 'Step', 'attempt', 'check_report',
-    'environment', 'one_line', 'pytest_rows', 'pytest_step', 'run_steps',
-    'steps_report', 'PeakMemory', 'peak_rss_gib', 'ChildFailed', 'code_at', 'run_child', 'use_code',
-    'Records', 'read_jsonl', 'write_jsonl', 'cell', 'cpu_name', 'line_plot',
-    'machine', 'markdown_table', 'records_table', 'write_report', 'CPU',
-    'WALL', 'alternate', 'kernel_time', 'medians', 'profiled', 'ratio',
-    'ratio_range', 'rotation', 'sync', 'timed', 'wall_and_cpu']
+    'arguments', 'default_mirror', 'measure_into', 'parse', 'Budget', 'Step',
+    'attempt', 'check_report', 'environment', 'one_line', 'pytest_rows',
+    'pytest_step', 'run_steps', 'steps_report', 'PeakMemory', 'peak_rss_gib',
+    'ChildFailed', 'child_env', 'code_at', 'run_child', 'use_code', 'Records',
+    'read_jsonl', 'write_jsonl', 'cell', 'cpu_name', 'line_plot', 'machine',
+    'markdown_table', 'records_table', 'write_report', 'CPU', 'WALL',
+    'alternate', 'kernel_time', 'medians', 'profiled', 'ratio', 'ratio_range',
+    'rotation', 'sync', 'timed', 'wall_and_cpu']

@@ -4,7 +4,6 @@ runs; after every step its record is appended to a JSON-lines file and
 the Markdown report rewritten, so a kill loses nothing finished.
 :func:`environment` says what ran the check, :func:`check_report` writes
 it, and :func:`pytest_step` is a step running a selection of tests."""
-import os
 import platform
 import shlex
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import torch
 
+from gnorm.bench.process import child_env
 from gnorm.bench.records import Records
 from gnorm.bench.report import machine, records_table
 
@@ -167,10 +167,9 @@ def pytest_step(root: Path, marker: str, budget: Budget) -> Dict[str, Any]:
     rows and status from :func:`pytest_rows`."""
     cmd = [sys.executable, '-m', 'pytest', '-m', marker, '-q', '-rfE',
            '-p', 'no:cacheprovider']
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(root), os.environ.get('PYTHONPATH')])))
     try:
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True,
+        proc = subprocess.run(cmd, cwd=root, env=child_env(root),
+                              capture_output=True,
                               text=True, timeout=max(budget.left(), 1))
         output, notes = proc.stdout + proc.stderr, []
     except subprocess.TimeoutExpired as e:

@@ -14,6 +14,14 @@ from gnorm.bench.records import Records, Row
 DEVICES = ('cpu', 'cuda', 'auto')
 
 
+def default_mirror(checkout: Path) -> str:
+    r"""The data mirror of a benchmark run from the repository
+    :obj:`checkout`: ``$GNORM_DATA_MIRROR``, else ``shared/data`` beside
+    the checkout."""
+    return os.environ.get('GNORM_DATA_MIRROR',
+                          str(checkout.parent / 'shared' / 'data'))
+
+
 def arguments(parser: argparse.ArgumentParser, out: Any, *,
               device: Optional[str] = None, threads: Optional[int] = None,
               checkout: Optional[Path] = None) -> argparse.ArgumentParser:
@@ -33,9 +41,9 @@ def arguments(parser: argparse.ArgumentParser, out: Any, *,
     parser.add_argument('--threads', type=int, default=threads,
                         help="torch's CPU threads (default: %(default)s)")
     if checkout is not None:
-        parser.add_argument('--mirror', default=os.environ.get(
-            'GNORM_DATA_MIRROR', str(checkout.parent / 'shared' / 'data')),
-            help='the data mirror (default: $GNORM_DATA_MIRROR)')
+        parser.add_argument('--mirror', default=default_mirror(checkout),
+                            help='the data mirror (default: '
+                            '$GNORM_DATA_MIRROR)')
         parser.add_argument('--root', default=str(checkout / 'data'),
                             help='the datasets\' folder')
     return parser

@@ -32,6 +32,14 @@ def run_child(args: Sequence[str], **kwargs: Any) -> Dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def child_env(root: Path) -> Dict[str, str]:
+    r"""This process's environment with :obj:`root` first on
+    ``PYTHONPATH``: a child process run there imports that checkout's
+    code."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(root), os.environ.get('PYTHONPATH')])))
+
+
 def code_at(rev: str, repo: Path) -> Path:
     r"""A folder holding the files of git revision :obj:`rev` of the
     repository :obj:`repo` (``git archive``, extracted once into

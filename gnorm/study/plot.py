@@ -127,8 +127,8 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
         ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
         ax.set_title(dataset)
         ax.set_xlabel('layers')
-        said = scores_said([r for r in drawn if r['dataset'] == dataset])
-        ax.set_ylabel(f'test {said} (%)')
+        scored = scores_said([r for r in drawn if r['dataset'] == dataset])
+        ax.set_ylabel(f'test {scored} (%)')
         ax.grid(alpha=0.3)
         _notes(ax, [f'{_rows(rows, row_names)}: {said}'
                     for said, rows in lacking.items()])

@@ -4,9 +4,10 @@ score over its seeds (and, labelled optimistic, the best mean test
 score; and, for the budget-matched comparison, the row's default
 setting). The score is the dataset's: accuracy, or ROC-AUC where the
 dataset is scored by it (``dataset.metric: rocauc``; the runs record
-``val_metric``, ``test_metric``). Ties are declared, not broken silently: settings with equal
-means tie, the tie goes to the setting listed first in the row's
-``table.grid``, and the cell lists the tied settings it did not choose.
+``val_metric``, ``test_metric``). Ties are declared, not broken
+silently: settings with equal means tie, the tie goes to the setting
+listed first in the row's ``table.grid``, and the cell lists the tied
+settings it did not choose.
 
 Node accuracies are compared exactly: a run's accuracy is its number of
 correct nodes over the split's size (``results.json``'s accuracy, a
