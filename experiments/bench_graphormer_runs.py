@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 from gnorm.bench import (CPU, alternate, arguments,  # noqa: E402
                          machine, markdown_table, measure_into, medians,
                          parse, read_jsonl, write_report)
-from gnorm.perf.graphormer import MAX_DIST, graphs, loader  # noqa: E402
+from gnorm.perf.graphormer import (MAX_DIST, METRIC, graphs,  # noqa: E402
+                                   loader)
 
 RECIPES = {
     'slim': dict(num_layers=12, hidden_channels=80, num_heads=8,
@@ -78,7 +79,7 @@ def measure(args, name: str, recipe: str, norm: str, runs: int) -> dict:
     batches_of = loader(found, MAX_DIST[name], batch_size=args.batch_size,
                      shuffle=True, drop_last=True)
     batches = [b for _, b in zip(range(args.steps + 1), batches_of)]
-    metric = 'mae' if name == 'zinc' else 'rocauc'
+    metric = METRIC[name]
     separate = [_stepper(m.train(), metric)
                 for m in _models(name, recipe, norm, runs)]
     generators = [torch.Generator().manual_seed(s) for s in range(runs)]
