@@ -492,16 +492,17 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
     assert 'per-seed differences' in ' '.join(lines)
     two = next(x for x in lines if x.startswith('| cora | 2 |'))
     four = next(x for x in lines if x.startswith('| cora | 4 |'))
-    # a family of 3 tests (the partial cell has none): Holm multiplies the
-    # smallest p by 3, the next by 2
+    # a family of 4 planned comparisons, 3 with a test (the partial cell
+    # counts as p = 1): Holm multiplies the smallest p by 4, the next by 3
     assert two == ('| cora | 2 | **beats** (Δ +1.83 [+1.12, +2.55], n=3, '
-                   'p=0.0082, Holm 0.0163) | **loses** (Δ \u221210.00 '
-                   '[\u221212.48, \u22127.52], n=3, p=0.0033, Holm 0.0100) |')
+                   'p=0.0082, Holm 0.0245) | **loses** (Δ \u221210.00 '
+                   '[\u221212.48, \u22127.52], n=3, p=0.0033, Holm 0.0133) |')
     assert four == ('| cora | 4 | not distinguishable (Δ +0.00 [+0.00, '
                     '+0.00], n=3, p=1.0000, Holm 1.0000) | not compared: '
                     'layernorm partial (1 of 4 settings) |')
-    assert lines[-3] == (
-        'In words (Holm-adjusted over a family of 3): against pairnorm, '
+    assert next(x for x in lines if x.startswith('In words')) == (
+        'In words (Holm-adjusted over a family of 4 planned, 3 run): '
+        'against pairnorm, '
         'contranorm beats at cora L=2; is not distinguishable at cora L=4. '
         'Against layernorm, contranorm loses at cora L=2 (not compared yet, '
         'incomplete: cora L=4).')
@@ -1050,9 +1051,10 @@ def test_in_words_groups_depths_and_names_cells_left_for_a_gpu():
     lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
                                      'seed', 0.95)
     assert '| cora | 64 | not run here: contranorm, GPU work |' in lines
-    assert lines[-1] == ('In words (Holm-adjusted over a family of 2): '
-                         'against pairnorm, contranorm beats at cora L=2/4 '
-                         '(not run here: cora L=64).')
+    assert next(x for x in lines if x.startswith('In words')) == (
+        'In words (Holm-adjusted over a family of 3 planned, 2 run): '
+        'against pairnorm, contranorm beats at cora L=2/4 (not run here: '
+        'cora L=64).')
 
 
 @needs_mirror

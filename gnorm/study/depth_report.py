@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from gnorm.results import code, machines, write_records
+from gnorm.results import code, machines, plural, write_records
 from gnorm.study.compare import (annotate, at_default, comparison, family,
                                  family_words, shown)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
@@ -71,6 +71,9 @@ def _cell(r: Dict[str, Any]) -> str:
             ours += f"<br>tie, not chosen: {r['ties']}"
         if r.get('flags'):
             ours += f"<br>flagged: {', '.join(r['flags'])}"
+        if r.get('chance_seeds'):
+            ours += (f"<br>{r['chance_seeds']} of {r['runs']} seeds at "
+                     f"chance")
     if r['paper_mean'] is None:
         return ours
     paper = f"paper {r['paper_mean']:.2f} ± {r['paper_std']:.2f}"
@@ -122,7 +125,7 @@ COLUMNS = ['dataset', 'row', 'layers', 'selection', 'setting',
            'settings_run', 'settings', 'runs', 'expected', 'cell_runs',
            'cell_expected', 'complete', 'test_mean', 'test_std', 'val_mean',
            'paper_mean', 'paper_std', 'diff', 'diff_paper_stds', 'note',
-           'ties', 'flags', 'test_train', 'not_run']
+           'ties', 'flags', 'chance_seeds', 'test_train', 'not_run']
 
 
 def _settings_text(spec: Spec, row: str, defaults: Dict[str, str]) -> str:
@@ -146,7 +149,7 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
     settings and budget, what it counts and how to read a cell."""
     defaults = defaults or {}
     made_by = code(counted)
-    title = f"# {spec.name}: {spec.table.get('title', 'accuracy vs depth')}"
+    title = f"# {spec.name}: {default_title(spec, records)}"
     if sets:
         title += f" — with {' '.join(sets)}"
     paper = bool(spec.table.get('paper'))
@@ -165,7 +168,7 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
         f'by mean validation {said}): '
         + '; '.join(_settings_text(spec, row, defaults)
                     for row in spec.table['rows']) + '.',
-        '', completeness(records), '',
+        *budget_lines(spec), '', completeness(records), '',
         f'Each cell: test {said} (%), mean ± std over seeds (ddof=0)'
         + (", the paper's value and Δ = ours − paper" if paper else '')
         + '. A row with several candidate settings shows the chosen one; '
@@ -183,6 +186,29 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
                   'from the paper carry a footnote with what is known about '
                   'them.']
     return lines
+
+
+def budget_lines(spec: Spec) -> List[str]:
+    r"""Where every compared row tried as many settings: a line saying the
+    comparisons are at equal budgets (``table.budget: equal`` enforces
+    it); nothing otherwise (the secondary view compares at defaults)."""
+    compared = _compared(spec)
+    if not compared or any(_unequal(spec, row, against)
+                           for row, against in compared):
+        return []
+    sizes = {budget(spec, r) for row, against in compared
+             for r in (row, *against)}
+    return ['', f'**Equal budgets**: every compared row tried '
+            f"{plural(sizes.pop(), 'setting')} per (dataset, depth)"
+            + (' (`table.budget: equal`)' if spec.table.get('budget') ==
+               'equal' else '') + ', so no verdict comes from a larger '
+            'grid.']
+
+
+def default_title(spec: Spec, records: List[Dict[str, Any]]) -> str:
+    r"""``table.title``, else the score against depth (``accuracy vs
+    depth``, ``ROC-AUC vs depth``)."""
+    return spec.table.get('title', f'{scores_said(records)} vs depth')
 
 
 def _flag_words(said: str) -> str:
@@ -241,23 +267,35 @@ def families(spec: Spec, records: List[Dict[str, Any]]) -> Dict[str, Dict]:
                                 ('default', at_default(records)))}
 
 
+def primary(spec: Spec) -> str:
+    r"""The view whose verdicts are the study's (``table.primary``):
+    ``val`` (each row tuned by validation, the default) or ``default``
+    (every row at its default setting: equal budgets)."""
+    return 'default' if spec.table.get('primary') == 'budget' else 'val'
+
+
 def comparisons(spec: Spec, records: List[Dict[str, Any]],
                 found: Dict[str, Dict]) -> List[str]:
-    r"""A comparison section per row of ``table.compare.rows``: tuned,
-    then budget-matched where the compared rows' budgets differ."""
+    r"""A comparison section per row of ``table.compare.rows``: the primary
+    view (``table.primary``), then the other, labelled secondary, where
+    the compared rows' budgets differ (else the two views are one)."""
     lines: List[str] = []
     correction = spec.table.get('correction', 'holm')
+    first = primary(spec)
     for row, against in _compared(spec):
-        for view in ('val', 'default'):
-            if view == 'default' and not _unequal(spec, row, against):
+        both = _unequal(spec, row, against)
+        for view in (first, 'default' if first == 'val' else 'val'):
+            if view != first and not both:
                 continue
+            role = ('' if not both else 'primary' if view == first
+                    else 'secondary')
             section = comparison(records, row, against, spec.pairing,
                                  spec.level, bool(spec.table.get(
                                      'spread_rule')), correction,
-                                 found[view], view)
+                                 found[view], view, role)
             if section:
                 lines += [''] + section
-            if section and view == 'val' and spec.table.get('variants'):
+            if section and view == first and spec.table.get('variants'):
                 mine = {k: f for k, f in found[view].items()
                         if k[1] == row and k[2] in against}
                 how = family_words(found[view], correction)
@@ -307,12 +345,13 @@ def write_report(spec: Spec, records: List[Dict[str, Any]],
     lines += table_lines + comparisons(spec, records, found)
     if footnotes:
         lines += [''] + footnotes
-    lines += ['', f'![accuracy vs depth]({name}_depth.png)', '']
+    lines += ['', f'![{scores_said(records)} vs depth]({name}_depth.png)',
+              '']
     plot_depth(records, out / f'{name}_depth.png',
                paper_lines=bool(spec.table.get('paper_lines')),
                authors=authors,
                figure_title=f"{name}: "
-               f"{spec.table.get('title', 'accuracy vs depth')}")
+               f"{default_title(spec, records)}")
     if plot_erank(records, out / f'{name}_erank.png'):
         lines += [f'![effective rank vs layer]({name}_erank.png)', '']
     else:

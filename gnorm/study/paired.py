@@ -26,7 +26,9 @@ from gnorm.study.compare import p_text, signed
 from gnorm.study.pairs import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
-from gnorm.study.stats import (family_verdict, holm, paired_interval,
+from gnorm.study.select import test_train
+from gnorm.study.stats import (CORRECTED_T, compare, exact_p,
+                               family_verdict, holm, paired_interval,
                                placed, verdict)
 
 MIN_SEEDS = 5
@@ -130,22 +132,45 @@ def row_record(spec: Spec, runs: List[Dict[str, Any]],
         paper=(spec.table.get('paper') or {}).get(row), runs_list=ok)
 
 
+def resampled_ratio(base: Dict[str, Any], record: Dict[str, Any]
+                    ) -> Optional[float]:
+    r""":math:`n_\mathrm{test}/n_\mathrm{train}` of two rows whose seeds
+    resample their split from one pool (every run ``split: random``;
+    the larger of the two rows'), for the corrected resampled t;
+    :obj:`None` for rows on a fixed split."""
+    ratios = [test_train(r['runs_list']) for r in (base, record)]
+    return None if None in ratios else max(ratios)
+
+
 def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
             unpaired: Optional[str] = None) -> None:
     r"""Adds :obj:`record`'s paired differences to :obj:`base` (test and
-    validation), their mean and t interval, the paper's difference and
-    the reading; none where the two rows' runs are no pairs, for the
-    reason :obj:`unpaired`."""
+    validation), their mean and interval by the test the design implies
+    (:func:`gnorm.study.stats.compare`: the corrected resampled t where
+    the seeds resample the split, with the plain paired t's bounds and p
+    beside it as ``..._naive_...``, else the paired t), the exact
+    sign-flip p (``test_exact_p``), the paper's difference and the
+    reading; none where the two rows' runs are no pairs, for the reason
+    :obj:`unpaired`."""
     ours = [] if unpaired else record['runs_list']
+    ratio = None if unpaired else resampled_ratio(base, record)
     for key in ('test', 'val', 'test_last'):
-        found = paired_interval(by_seed(base['runs_list'], key),
-                                by_seed(ours, key), spec.level)
+        a, b = by_seed(base['runs_list'], key), by_seed(ours, key)
+        found = compare(a, b, 'seed', spec.level, ratio)
+        naive = paired_interval(a, b, spec.level) if ratio else None
         record.update({
             f'{key}_diffs': [round(d, 4) for d in found.diffs],
             f'{key}_diff': found.diff, f'{key}_lo': found.lo,
-            f'{key}_hi': found.hi, f'{key}_p': found.p})
+            f'{key}_hi': found.hi, f'{key}_p': found.p,
+            f'{key}_naive_lo': naive and naive.lo,
+            f'{key}_naive_hi': naive and naive.hi,
+            f'{key}_naive_p': naive and naive.p})
         if key == 'test':
             record['paired_seeds'] = list(found.seeds)
+            record['method'] = found.method
+            record['test_train'] = ratio
+            record['test_exact_p'] = (exact_p(a, b, found.method)
+                                      if found.diffs else None)
     record['pairs'] = len(record['paired_seeds'])
     record['paper_diff'] = (None if None in (record['paper'], base['paper'])
                             else record['paper'] - base['paper'])
@@ -286,9 +311,11 @@ def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
     the paper has one."""
     n = record['pairs']
     if record.get('unpaired'):
-        return (f"**{short(record)}** − {base}, test {metric(spec)}: "
+        return (f"**{short(record)}** − {base}, test "
+                f"{metric(spec, record.get('runs_list', ()))}: "
                 f"{record['verdict']}.")
-    head = f"**{short(record)}** − {base}, test {metric(spec)}: "
+    head = (f"**{short(record)}** − {base}, test "
+            f"{metric(spec, record.get('runs_list', ()))}: ")
     need = min_seeds(spec)
     if record['test_lo'] is None or not record.get('decides'):
         alone = reading(verdict(record['test_lo'], record['test_hi']), base,
@@ -307,9 +334,19 @@ def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
     return f'{text} {paper}' if paper else text
 
 
-def metric(spec: Spec) -> str:
-    r"""The metric's name in the report: ``table.metric``."""
-    return str(spec.table.get('metric', 'metric'))
+def metric(spec: Spec, runs: Sequence[Dict[str, Any]] = ()) -> str:
+    r"""The metric's name in the report: ``table.metric``, else the score
+    of :obj:`runs` (``accuracy``, ``ROC-AUC``, ``MAE``), else
+    ``metric``."""
+    if spec.table.get('metric'):
+        return str(spec.table['metric'])
+    kinds = {_kind(r) for r in runs}
+    if len(kinds) != 1:
+        return 'metric'
+    kind = kinds.pop()
+    if kind == 'acc':
+        return 'accuracy'
+    return UNITS.get(kind, UNITS['metric'])[0]
 
 
 def _holds(x: float, lo: float, hi: float, what: str) -> str:
@@ -340,7 +377,8 @@ def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
                     for k, rule in (('test', 'at the best validation epoch'),
                                     ('test_last', 'at the last epoch'))
                     if r[f'{k}_lo'] is not None]
-            parts.append(f"{short(r)} − {base}, test {metric(spec)}: "
+            parts.append(f"{short(r)} − {base}, test "
+                         f"{metric(spec, r.get('runs_list', ()))}: "
                          + '; '.join(said)
                          + f" ({paper} comes {paper_recipe(spec)})")
     parts += [f"{', '.join(rows)}: {said}" for said, rows in others.items()]

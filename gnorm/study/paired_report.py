@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, write_records
-from gnorm.study.compare import signed
+from gnorm.study.compare import METHODS, signed
 from gnorm.study.paired import (correction, in_words, interval, metric,
                                 min_seeds, p_words, paper_recipe, sentence,
                                 short)
@@ -16,6 +16,7 @@ from gnorm.study.plot import plot_curves, save_bytes
 from gnorm.study.recipe import (epochs_note, data_note, protocol_items,
                                 recipe_lines, recipes)
 from gnorm.study.spec import Spec, set_name
+from gnorm.study.stats import PAIRED_T
 
 COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
            'test_std', 'val_mean', 'val_std', 'epochs', 'best_epochs',
@@ -24,7 +25,9 @@ COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
            'test_p', 'test_p_adj', 'test_last_diffs', 'test_last_diff',
            'test_last_lo', 'test_last_hi', 'test_last_p', 'test_last_p_adj',
            'test_last_verdict', 'val_diffs', 'val_diff', 'val_lo', 'val_hi',
-           'paper_diff', 'paper_place', 'paper_place_last', 'verdict']
+           'paper_diff', 'paper_place', 'paper_place_last', 'verdict',
+           'method', 'test_train', 'test_naive_lo', 'test_naive_hi',
+           'test_naive_p', 'test_exact_p']
 
 
 def seeds_note(spec: Spec, records: List[Dict[str, Any]]) -> str:
@@ -68,11 +71,18 @@ def _paired_row(spec: Spec, r: Dict[str, Any], paper: bool) -> str:
                              + [r['verdict']]) + ' |'
 
 
+def test_words(records: List[Dict[str, Any]]) -> str:
+    r"""The test of the rows' differences in words (the design chose it:
+    :func:`gnorm.study.stats.design_test`)."""
+    methods = sorted({r['method'] for r in records if r.get('method')})
+    return '; '.join(METHODS[m] for m in methods or [PAIRED_T])
+
+
 def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
     r"""The readings and the table of paired differences to the first
     row."""
     base = short(records[0])
-    name = metric(spec)
+    name = metric(spec, _runs(records))
     paper = any(r['paper_diff'] is not None for r in records[1:])
     family = sum(bool(r.get('decides')) for r in records[1:])
     level = f'{spec.level:.0%}'
@@ -81,9 +91,9 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         *[f'- {sentence(spec, r, base)}' for r in records[1:]], '',
         f'Δ = the row − {base} of the same seed (runs of one seed share '
         f'the seed of initialisation and data order), over the seeds both '
-        f'finished; mean and {level} confidence interval from the '
-        f't distribution with n − 1 degrees of freedom (std with ddof=1), '
-        f'and the two-sided p of the paired t test. Test {name} (%) at '
+        f'finished; mean, {level} confidence interval (each row alone, '
+        f'unadjusted) and two-sided p by ' + test_words(records[1:])
+        + f'. Test {name} (%) at '
         f"each run's best validation epoch (the weights the runs select) "
         f'and at its last epoch, validation {name} at the best. '
         + (f'The rows that decide (at least {min_seeds(spec)} paired seeds: '
@@ -97,8 +107,8 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
            f'test intervals (best validation epoch / last epoch). '
            if paper else ''), '',
         f'| norm | paired seeds (n: seeds) | Δ test per seed | Δ test, best '
-        f'val epoch [{level} CI] | p | Δ test, last epoch [{level} CI] | '
-        f'Δ val [{level} CI] | ' + ('paper Δ | ' if paper else '')
+        f'val epoch [{level} CI, unadjusted] | p | Δ test, last epoch '
+        f'[{level} CI, unadjusted] | Δ val [{level} CI, unadjusted] | ' + ('paper Δ | ' if paper else '')
         + 'reading |', '|---|---|---|---|---|---|---|' + (
             '---|' if paper else '') + '---|',
         *[_paired_row(spec, r, paper) for r in records[1:]]]
@@ -125,7 +135,7 @@ def _row_line(r: Dict[str, Any], paper: bool) -> str:
 
 def row_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
     r"""The table of the rows: seeds, test and validation metric."""
-    name = metric(spec)
+    name = metric(spec, _runs(records))
     paper = any(r['paper'] is not None for r in records)
     return [
         '## Every row', '',
@@ -162,14 +172,19 @@ def recipe_section(spec: Spec, cfg, ok: List[Dict[str, Any]]) -> List[str]:
     return lines
 
 
-def elsewhere_section(spec: Spec) -> List[str]:
+def _runs(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    return [run for r in records for run in r['runs_list']]
+
+
+def elsewhere_section(spec: Spec, runs: Sequence[Dict[str, Any]] = ()
+                      ) -> List[str]:
     r"""What ``table.elsewhere`` lists ([model, value] pairs), after
     ``table.elsewhere_intro``."""
     found = spec.table.get('elsewhere') or []
     if not found:
         return []
     return ['', '## Elsewhere', '', spec.table.get('elsewhere_intro', ''),
-            '', f'| model | test {metric(spec)} (%) |', '|---|---|',
+            '', f'| model | test {metric(spec, runs)} (%) |', '|---|---|',
             *[f'| {name} | {score} |' for name, score in found]]
 
 
@@ -196,10 +211,11 @@ def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
         '', seeds_note(spec, records), '',
         f'**In words**: {in_words(spec, records)}', '',
         *paired_lines(spec, records), '', *row_lines(spec, records), '',
-        *recipe_section(spec, cfg, ok), *elsewhere_section(spec),
-        '', f'![validation {metric(spec)} per epoch]({report}_val.png)', '']
+        *recipe_section(spec, cfg, ok), *elsewhere_section(spec, ok),
+        '', f'![validation {metric(spec, ok)} per epoch]({report}_val.png)',
+        '']
     save_bytes(out / f'{report}.md', '\n'.join(lines).encode())
     plot_curves(records, out / f'{report}_val.png', report,
                 spec.table.get('plot_title') or spec.table.get('title'),
-                metric(spec))
+                metric(spec, ok))
     return out / f'{report}.md'

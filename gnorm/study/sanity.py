@@ -1,6 +1,6 @@
 r"""Sanity flags of a depth study's cells: runs that learned nothing
-(their test accuracy is within noise of predicting the test nodes'
-majority class) and runs still improving when training stopped (their best
+(their test accuracy is no better than predicting the test nodes'
+majority class everywhere) and runs still improving when training stopped (their best
 validation epoch is the last one evaluated). A verdict against such a row
 says less than it seems: a norm "beats" a baseline that was never trained
 to its end, or that collapsed to one class. A cell is flagged when most of
@@ -28,9 +28,11 @@ AT_CHANCE = 'at chance'
 IMPROVING = 'still improving'
 # Words of a flag, as the reports explain it.
 MEANING = {
-    AT_CHANCE: 'most seeds end within noise of predicting the majority '
-               'class of their test nodes (two binomial standard errors '
-               'above it or below)',
+    AT_CHANCE: 'most seeds are no better than predicting the majority '
+               'class of their test nodes everywhere: accuracy at most two '
+               'binomial standard errors above that class\'s share (a '
+               'one-sided screen: a row far below it, e.g. one predicting '
+               'a minority class, is at chance too)',
     IMPROVING: 'most seeds reach their best validation accuracy at the '
                'last evaluated epoch: training stopped while the row was '
                'still improving',
@@ -138,6 +140,13 @@ def still_improving(run: Dict[str, Any]) -> bool:
     return run.get('best_epoch') is not None and run['best_epoch'] == last
 
 
+def chance_count(runs: Sequence[Dict[str, Any]]) -> int:
+    r"""How many of :obj:`runs` are at chance (no better than the majority
+    class; ROC-AUC: than a random ranking): a cell shows it where its
+    seeds split."""
+    return sum(bool(_run_at_chance(r)) for r in runs)
+
+
 def flags(runs: Sequence[Dict[str, Any]], expected: int) -> List[str]:
     r"""The flags of a cell whose chosen setting has :obj:`runs` (of
     :obj:`expected` seeds): :data:`AT_CHANCE` when more than half of them
@@ -145,7 +154,7 @@ def flags(runs: Sequence[Dict[str, Any]], expected: int) -> List[str]:
     improving."""
     found = []
     half = max(len(runs), expected) / 2
-    if runs and sum(bool(_run_at_chance(r)) for r in runs) > half:
+    if runs and chance_count(runs) > half:
         found.append(AT_CHANCE)
     if runs and sum(still_improving(r) for r in runs) > half:
         found.append(IMPROVING)

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from gnorm.results import UNITS, mean_std, plural, score_field, value
 from gnorm.study.compose import setting_label
-from gnorm.study.sanity import flags
+from gnorm.study.sanity import chance_count, flags
 
 # Means of metrics without counts closer than this are a tie.
 TIE = 1e-9
@@ -231,6 +231,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 ties='; '.join(_tie_text(t, groups[t], fields['test'])
                                for t in tied),
                 flags=flags(chosen, cell['expected']),
+                chance_seeds=chance_count(chosen),
                 test_by_seed={value(r, 'seed'): 100 * r[fields['test']]
                               for r in chosen},
                 fingerprint_by_seed={

@@ -49,8 +49,12 @@ TABLE_KEYS = (
     'authors_compared', 'row_seeds', 'min_seeds', 'higher_is_better',
     'labels', 'metric', 'dataset', 'plot_title', 'recipe_note',
     'mirror_note', 'epochs_why', 'published', 'beside', 'elsewhere',
-    'elsewhere_intro', 'correction', 'budget', 'paper_recipe', 'variants')
+    'elsewhere_intro', 'correction', 'budget', 'paper_recipe', 'variants',
+    'primary')
 BUDGETS = ('any', 'equal')
+# The view of a depth study whose verdicts are the study's (table.primary):
+# each row tuned by validation, or every row at its default (equal budgets).
+PRIMARY = ('tuned', 'budget')
 SECTION_KEYS = {'compare': ('rows', 'against'),
                 'flag': ('rows', 'paper_stds'),
                 'not_run': ('datasets', 'rows', 'depths', 'why')}
@@ -484,6 +488,7 @@ def check_spec(spec: Spec) -> None:
         raise SpecError(f'{spec.name}: table.level must lie in (0, 1), '
                         f'got {spec.level}')
     _check_choice(spec, 'correction', CORRECTIONS)
+    _check_choice(spec, 'primary', PRIMARY)
     _check_choice(spec, 'budget', BUDGETS)
     _check_rows(spec)
     _check_axes(spec)

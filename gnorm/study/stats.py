@@ -162,31 +162,48 @@ def welch_interval(a: Sequence[float], b: Sequence[float],
                     p=float(test.pvalue), method=WELCH)
 
 
+def design_test(pairing: str, test_train: Optional[float]) -> str:
+    r"""The test a study's design implies, for depth and paired studies
+    alike: paired by seed (``pairing: seed``) over splits resampled from
+    one pool (:obj:`test_train`, the splits'
+    :math:`n_\mathrm{test}/n_\mathrm{train}`, given), the corrected
+    resampled t (:data:`CORRECTED_T`); paired on one split, the paired t
+    (:data:`PAIRED_T`); unpaired (``none``), Welch's (:data:`WELCH`)."""
+    if pairing == 'seed':
+        return CORRECTED_T if test_train else PAIRED_T
+    if pairing == 'none':
+        return WELCH
+    raise ValueError(f'pairing must be one of {PAIRINGS}, got {pairing!r}')
+
+
 def compare(a: Dict[int, float], b: Dict[int, float], pairing: str,
             level: float = LEVEL, test_train: Optional[float] = None
             ) -> Interval:
-    r"""Row :obj:`b` against row :obj:`a` (seed -> value each) under
-    :obj:`pairing` (one of :data:`PAIRINGS`): paired by seed, the
-    corrected resampled t interval when the seeds resample the split
+    r"""Row :obj:`b` against row :obj:`a` (seed -> value each) with the
+    test :func:`design_test` chooses: paired by seed, the corrected
+    resampled t interval when the seeds resample the split
     (:obj:`test_train`: its :math:`n_\mathrm{test}/n_\mathrm{train}`),
     else the paired t; unpaired, Welch's."""
-    if pairing == 'seed':
-        if test_train:
-            return corrected_interval(a, b, test_train, level)
+    method = design_test(pairing, test_train)
+    if method == CORRECTED_T:
+        return corrected_interval(a, b, test_train, level)
+    if method == PAIRED_T:
         return paired_interval(a, b, level)
-    if pairing == 'none':
-        return welch_interval(list(a.values()), list(b.values()), level)
-    raise ValueError(f'pairing must be one of {PAIRINGS}, got {pairing!r}')
+    return welch_interval(list(a.values()), list(b.values()), level)
 
 
 def holm(pvalues: Sequence[Optional[float]]) -> List[Optional[float]]:
     r"""Holm's step-down adjustment of :obj:`pvalues` (one family; a
-    :obj:`None`, a comparison without a test, is left out of the family
-    and stays :obj:`None`): the :math:`i`-th smallest of :math:`m` becomes
+    :obj:`None`, a comparison without a test, and a NaN, a test of
+    values that are not numbers, are left out of the family and stay
+    :obj:`None`): the :math:`i`-th smallest of :math:`m` becomes
     :math:`\max_{j \le i} \min(1, (m - j + 1)\, p_{(j)})`. Rejecting
     where the adjusted p is below :math:`\alpha` holds the probability of
-    any false rejection in the family at :math:`\alpha`."""
-    order = sorted((p, k) for k, p in enumerate(pvalues) if p is not None)
+    any false rejection in the family at :math:`\alpha`. A comparison
+    planned but not run yet enters as p = 1 (:func:`gnorm.study.compare.
+    family`): it counts in :math:`m` and can reject nothing."""
+    order = sorted((p, k) for k, p in enumerate(pvalues)
+                   if p is not None and not math.isnan(p))
     m = len(order)
     adjusted: List[Optional[float]] = [None] * len(pvalues)
     running = 0.0
@@ -288,3 +305,79 @@ def smallest_p(n_a: int, n_b: int, samples: int = SAMPLES) -> float:
     if splits > EXACT_LIMIT:
         return 1 / (samples + 1)
     return (2 if n_a == n_b else 1) / splits
+
+
+# Above this many paired values, the sign-flip test samples its signs.
+SIGN_FLIP_EXACT = 16
+
+
+def sign_flip_p(diffs: Sequence[float], samples: int = SAMPLES,
+                seed: int = 0) -> Tuple[float, bool]:
+    r"""Two-sided sign-flip p-value of the mean of the paired differences
+    :obj:`diffs` being 0: the share of the :math:`2^n` sign assignments
+    whose mean is at least as large in absolute value as the observed
+    (every one up to :data:`SIGN_FLIP_EXACT` values, else :obj:`samples`
+    random ones, the observed counted once). Exact under the null that
+    each difference is as likely negative as positive, with no normality
+    assumed. Returns (p, exact)."""
+    values = [abs(float(d)) for d in diffs]
+    if not values:
+        raise ValueError('sign_flip_p needs at least one difference')
+    observed = abs(sum(float(d) for d in diffs))
+    tolerance = 1e-9 * max(1.0, observed)
+
+    def extreme(signs) -> bool:
+        return abs(sum(s * v for s, v in zip(signs, values))) >= \
+            observed - tolerance
+
+    if len(values) <= SIGN_FLIP_EXACT:
+        flips = list(itertools.product((1, -1), repeat=len(values)))
+        return sum(map(extreme, flips)) / len(flips), True
+    rng = random.Random(seed)
+    hits = sum(extreme([rng.choice((1, -1)) for _ in values])
+               for _ in range(samples))
+    return (hits + 1) / (samples + 1), False
+
+
+def smallest_sign_flip_p(n: int, samples: int = SAMPLES) -> float:
+    r"""The smallest p :func:`sign_flip_p` can return for :obj:`n`
+    differences, whatever they are: the observed signs and their mirror
+    (all flipped) are as extreme, so :math:`2 / 2^n` exactly, and
+    :math:`1 / (\mathrm{samples} + 1)` when sampled."""
+    if n < 1:
+        raise ValueError(f'smallest_sign_flip_p needs n >= 1, got {n}')
+    return 2 / 2 ** n if n <= SIGN_FLIP_EXACT else 1 / (samples + 1)
+
+
+def exact_p(a: Dict[int, float], b: Dict[int, float], method: str
+            ) -> Optional[float]:
+    r"""The exact test beside an interval made by :obj:`method`: the
+    sign-flip test of the paired differences (paired or corrected
+    resampled t) or the permutation test of the two rows (Welch);
+    :obj:`None` without values to test."""
+    if method == WELCH:
+        if not a or not b:
+            return None
+        return permutation_p(list(a.values()), list(b.values()))[0]
+    diffs = _paired(a, b)[1]
+    return sign_flip_p(diffs)[0] if diffs else None
+
+
+def exact_floor(method: str, n: int) -> float:
+    r"""The smallest p the exact test beside :obj:`method` can give with
+    :obj:`n` seeds (per row, or paired)."""
+    if method == WELCH:
+        return smallest_p(n, n)
+    return smallest_sign_flip_p(n)
+
+
+def seeds_for_exact(method: str, threshold: float, limit: int = 64
+                    ) -> Optional[int]:
+    r"""The fewest seeds (per row; paired seeds for a paired test) with
+    which the exact test beside :obj:`method` can give a p below
+    :obj:`threshold` (e.g. Holm's first, :math:`\alpha / m`);
+    :obj:`None` beyond :obj:`limit`."""
+    for n in range(2, limit + 1):
+        if exact_floor(method, n) < threshold:
+            return n
+    return None

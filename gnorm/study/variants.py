@@ -5,25 +5,25 @@ both graphs side by side and how many of the dataset's verdicts (beats or
 loses) the variant gives again, in words; the README quotes it."""
 from typing import Dict, List, Tuple
 
-from gnorm.study.compare import (NOT_COMPARED, NOT_RUN, SAID, SPLITS_DIFFER,
-                                 Found, Pair, cells_text, said)
+from gnorm.study.compare import (KINDS, NOT_COMPARED, NOT_RUN, SPLITS_DIFFER,
+                                 STRONG, Found, Pair, cells_text, said,
+                                 said_of)
 
 # How a comparison without a verdict reads.
 NO_VERDICT = {NOT_RUN: 'is not run here', NOT_COMPARED: 'is not compared '
               'yet (incomplete)', SPLITS_DIFFER: 'is not compared (the '
               'splits differ)'}
 # The order verdicts are named in.
-ORDER = ('beats', 'loses', 'not distinguishable', NOT_COMPARED,
-         SPLITS_DIFFER, NOT_RUN)
+ORDER = (*KINDS, NOT_COMPARED, SPLITS_DIFFER, NOT_RUN)
 
 
-def on_graph(verdicts: Dict[int, str], dataset: str) -> str:
+def on_graph(verdicts: Dict[int, str], dataset: str, other: str) -> str:
     r"""``beats at L=2/4, is not distinguishable at L=8`` of the
     :obj:`verdicts` by depth of one dataset."""
     by: Dict[str, List[int]] = {}
     for depth, verdict in verdicts.items():
         by.setdefault(verdict, []).append(depth)
-    parts = [f"{SAID.get(v) or NO_VERDICT[v]} at "
+    parts = [f"{said_of(v, other) if v in KINDS else NO_VERDICT[v]} at "
              f"{cells_text([(dataset, d) for d in by[v]]).split(' ', 1)[1]}"
              for v in ORDER if v in by]
     return ', '.join(parts)
@@ -33,7 +33,7 @@ def held(original: Dict[int, str], variant: Dict[int, str]) -> List[int]:
     r"""The depths where the original's verdict (beats or loses) is the
     variant's too."""
     return [d for d, v in original.items()
-            if v in ('beats', 'loses') and variant.get(d) == v]
+            if v in STRONG and variant.get(d) == v]
 
 
 def pair_words(row: str, other: str, found: Dict[Pair, Found],
@@ -45,11 +45,12 @@ def pair_words(row: str, other: str, found: Dict[Pair, Found],
     verdicts = {d: {depth: said(found.get((d, row, other, depth)))
                     for depth in depths} for d in (original, variant)}
     strong = [d for d, v in verdicts[original].items()
-              if v in ('beats', 'loses')]
+              if v in STRONG]
     kept = held(verdicts[original], verdicts[variant])
-    words = (f'against {other}, {row} {on_graph(verdicts[original], original)}'
-             f' on {original} and {on_graph(verdicts[variant], variant)} on '
-             f'{variant}')
+    words = (f'against {other}, {row} '
+             f'{on_graph(verdicts[original], original, other)} on '
+             f'{original} and {on_graph(verdicts[variant], variant, other)} '
+             f'on {variant}')
     if not strong:
         return words + f' (no verdict on {original} to keep)'
     return words + (f': {len(kept)} of its {len(strong)} verdict'
@@ -63,7 +64,8 @@ def _listed(row: str, cells: List[Tuple[str, str, str, int]]) -> str:
     by: Dict[Tuple[str, str], List[Tuple[str, int]]] = {}
     for verdict, other, dataset, depth in cells:
         by.setdefault((verdict, other), []).append((dataset, depth))
-    return '; '.join(f'{SAID[v]} {other} at {cells_text(found)}'
+    return '; '.join(f'{said_of(v, other, named=True)} at '
+                     f'{cells_text(found)}'
                      for (v, other), found in by.items())
 
 
@@ -79,13 +81,13 @@ def variant_summary(row: str, found: Dict[Pair, Found],
             if r != row or dataset != original:
                 continue
             there = said(found.get((variant, row, other, depth)))
-            if f.verdict in ('beats', 'loses'):
+            if f.verdict in STRONG:
                 (kept if there == f.verdict else pending
                  if there in NO_VERDICT else lost).append(
                     (f.verdict, other, dataset, depth))
         for (dataset, r, other, depth), f in found.items():
-            if r == row and dataset == variant and f.verdict in (
-                    'beats', 'loses') and said(found.get(
+            if r == row and dataset == variant and f.verdict in \
+                    STRONG and said(found.get(
                         (original, row, other, depth))) != f.verdict:
                 new.append((f.verdict, other, dataset, depth))
     originals, variant_names = ', '.join(variants), ', '.join(

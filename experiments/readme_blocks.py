@@ -1,0 +1,76 @@
+r"""Copies the generated readings of the committed reports into the
+README's marked blocks (``<!-- name -->...<!-- /name -->``), so that the
+front page says what the reports say, word for word
+(tests/test_readme_numbers.py checks it).
+
+    python experiments/readme_blocks.py          # rewrite the blocks
+    python experiments/readme_blocks.py --check  # exit 1 where one differs
+"""
+import argparse
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / 'experiments' / 'results'
+# block -> (report, the prefix of the report's line the block quotes).
+BLOCKS = {
+    'table3-in-words': ('table3_paper.md', 'In words'),
+    'table3-fair-in-words': ('table3_fair.md', 'In words'),
+    'filtered-heterophily-reading': ('filtered_heterophily.md',
+                                     'Kept on the variants'),
+    'sepnorm-reading': ('sepnorm_molhiv_cpu_long.md', '**In words**: '),
+}
+# Prefixes that are labels of the report, not words the README quotes.
+DROPPED = ('**In words**: ',)
+
+
+def reading(report: str, prefix: str) -> str:
+    r"""The first line of :obj:`report` (in the results folder) starting
+    with :obj:`prefix`, without a label prefix."""
+    text = (RESULTS / report).read_text()
+    line = next(x for x in text.splitlines() if x.startswith(prefix))
+    return line.removeprefix(prefix) if prefix in DROPPED else line
+
+
+def refreshed(readme: str) -> str:
+    r""":obj:`readme` with every block of :data:`BLOCKS` holding its
+    report's reading, wrapped at 76 columns (where the block spans lines;
+    inline blocks stay inline)."""
+    for name, (report, prefix) in BLOCKS.items():
+        words = reading(report, prefix)
+        pattern = re.compile(f'(<!-- {name} -->)(.*?)(<!-- /{name} -->)',
+                             re.S)
+        match = pattern.search(readme)
+        if match is None:
+            continue
+        body = ('\n' + textwrap.fill(words, 76) + '\n'
+                if '\n' in match.group(2) else words)
+        readme = (readme[:match.start(2)] + body
+                  + readme[match.end(2):])
+    return readme
+
+
+def main(argv=None) -> int:
+    args = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    args.add_argument('--check', action='store_true',
+                      help='change nothing; exit 1 where a block differs')
+    args = args.parse_args(argv)
+    path = ROOT / 'README.md'
+    before = path.read_text()
+    after = refreshed(before)
+    if args.check:
+        if after != before:
+            print('README blocks differ from the reports; run '
+                  'python experiments/readme_blocks.py', file=sys.stderr)
+            return 1
+        return 0
+    if after != before:
+        path.write_text(after)
+        print(f'updated {path.relative_to(ROOT)}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
