@@ -42,6 +42,14 @@ def _check(args):
     (['++train.epoch=3'], 'closest keys: train.epochs'),
     (['+layers=3'], r"layers is in the config already; pass layers=3 "
                     r"without the \+"),
+    # A key of other options is declared there, not unread.
+    (['dataset=cora', '+train.batch_size=64'],
+     r"unknown key 'train.batch_size' in \+train.batch_size=64 \(a \+ adds "
+     r"a key this config does not declare\); only dataset=molhiv"),
+    # Every node dataset declares the metric gnorm.train.node reads.
+    (['dataset=csbm', '+dataset.metric=rocauc'],
+     r"^dataset.metric is in the config already; pass dataset.metric="
+     r"rocauc without the \+$"),
 ])
 def test_bad_arguments(args, match):
     with pytest.raises(ConfigError, match=match):
@@ -55,6 +63,12 @@ def test_valid_arguments_pass():
             'threads=2', 'train.log_every=5', 'model.order=[conv,act,norm]',
             '+label=nothing_like_a_key', '~collapse_metrics',
             'hydra.run.dir=x', 'hydra/launcher=basic', '--cfg', 'job'])
+
+
+@pytest.mark.parametrize('dataset', ['csbm', 'cora', 'minesweeper'])
+def test_the_metric_of_a_node_dataset_is_a_key_it_reads(dataset):
+    _check([f'dataset={dataset}', 'dataset.metric=rocauc'])
+    _check(['-m', 'dataset=cora,csbm', 'dataset.metric=acc,rocauc'])
 
 
 def test_help_lists_every_key_of_the_primary_config():

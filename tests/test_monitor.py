@@ -840,7 +840,11 @@ def test_onset_is_the_first_layer_come_that_far_to_collapse():
     # 0.4 (none below 0.4); 1, 0.4, 0.3, 0.2 (below 0.5: convs.1)
     assert monitor.onset('cosine_similarity') == {0: 'convs.2', 1: None,
                                                   2: 'convs.1'}
+    # only the output layer (convs.3, the logits) comes that close: no
+    # onset, unless the output layer is asked for
     assert monitor.onset('cosine_similarity', fraction=0.1) == {
+        0: None, 1: None, 2: None}
+    assert monitor.onset('cosine_similarity', fraction=0.1, output=True) == {
         0: 'convs.3', 1: None, 2: None}
     # MADGap: below 0.2 from convs.2 (nan skipped); the first layer at or
     # below 0 has no onset
@@ -849,6 +853,37 @@ def test_onset_is_the_first_layer_come_that_far_to_collapse():
         monitor.onset('mad_gap', fraction=1.5)
     with pytest.raises(ValueError, match="no 'variance' recorded"):
         monitor.onset('variance')
+
+
+def test_the_onset_is_never_the_output_layer_unless_asked():
+    r"""A 2-class DeepGCN's last layer is its logits, of effective rank at
+    most 2 however well its hidden layers keep theirs: the onset leaves it
+    out (onsets, CollapseMonitor.onset, the plot's marks), unless
+    ``output=True``."""
+    from gnorm.monitor.onset import onsets
+    model = DeepGCN(6, 2, num_layers=4, hidden_channels=16)
+    monitor = CollapseMonitor(model, metrics=['effective_rank'])
+    layers = monitor.layers
+    assert layers == ['outputs.0', 'outputs.1', 'outputs.2', 'outputs.3']
+    x, edge_index = torch.randn(30, 6), random_graph(30, 60)
+    with monitor.record(0, edge_index=edge_index), torch.no_grad():
+        assert model(x, edge_index).shape == (30, 2)  # outputs.3: logits
+    monitor.remove()
+    assert monitor.records[-1]['value'] <= 2.0  # whatever the layers did
+    monitor.records = [
+        {'step': 0, 'layer': layer, 'metric': 'effective_rank',
+         'value': value, 'graphs': 1}
+        for layer, value in zip(layers, [14.0, 13.0, 12.0, 1.9])]
+    assert monitor.onset('effective_rank') == {0: None}
+    assert monitor.onset('effective_rank', output=True) == {0: 'outputs.3'}
+    assert onsets(monitor.records, layers, 'effective_rank') == {0: None}
+    fig = monitor.plot(onset=0.5)
+    assert not fig.axes[0].collections  # no onset marked
+    # a hidden layer that comes that close is the onset either way
+    monitor.records[2]['value'] = 5.0
+    for output in (False, True):
+        assert monitor.onset('effective_rank', output=output) == {
+            0: 'outputs.2'}
 
 
 def test_plot_compare_draws_monitors_on_shared_axes(tmp_path):

@@ -103,3 +103,28 @@ def test_contranorm_defaults_of_the_class_and_the_command_line_are_said():
     assert f"``contranorm`` is the authors' graph variant, ``negatives: " \
         f"{command_line}``" in training
     assert f"(``negatives='{layer}'``, the paper's equations)" in training
+
+
+def test_two_commands_say_what_the_mirror_is_and_how_long_the_run_takes():
+    r"""The main command's ``GNORM_DATA_MIRROR=../shared/data`` is the CI's
+    layout: the README says what the folder is and how to do without it,
+    and how many epochs the command trains and how to train fewer (an
+    override that works)."""
+    from conftest import compose_train
+    from gnorm.train import check_keys
+    text = README.read_text()
+    section = text[text.index('## Two commands'):
+                   text.index('## Layers in your own PyG model')]
+    words = ' '.join(section.split())
+    assert 'GNORM_DATA_MIRROR=../shared/data python -m gnorm.train' in words
+    assert "`GNORM_DATA_MIRROR=../shared/data` is where this repository's " \
+        "CI keeps" in words
+    assert 'laid out as PyG and OGB expect' in words
+    assert '[docs/data.rst](docs/data.rst)' in words
+    epochs = compose_train('dataset=cora', 'layers=32',
+                           'norm=contranorm').train.epochs
+    assert f'The main command trains {epochs} epochs' in words
+    shorter = re.search(r'add `(train\.epochs=\d+)` for a quick look',
+                        words).group(1)
+    check_keys([shorter])
+    assert compose_train(shorter).train.epochs < epochs

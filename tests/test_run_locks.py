@@ -98,3 +98,89 @@ def test_runs_asked_for_twice_at_once_train_once(tmp_path, monkeypatch,
         lines = (folder / 'metrics.csv').read_text().splitlines()
         assert [line.split(',')[0] for line in lines] == [
             'epoch', '1', '2', '3']
+
+
+def _train_in_thread(cfgs, dirs):
+    r"""Starts :func:`train_runs` of :obj:`cfgs` into :obj:`dirs` in a
+    thread; returns it and the list its results (or error) go to."""
+    out = []
+
+    def target():
+        try:
+            out.append(train_run.train_runs(cfgs, [str(d) for d in dirs],
+                                            [{}] * len(cfgs)))
+        except BaseException as e:  # seen by the test, not the thread
+            out.append(e)
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_folder_named_twice_trains_once(tmp_path, monkeypatch, capsys):
+    r"""``-m seed=0,0`` with one folder per override set: two runs, one
+    folder; trained once, both get its results, no run waits for the
+    other (a regression would hang: the thread's timeout fails it)."""
+    real, calls = train_run._train_batch, []
+    monkeypatch.setattr(train_run, '_train_batch',
+                        lambda *args: calls.append(args) or real(*args))
+    cfgs = [compose_train(*TINY[:-1], 'seed=0') for _ in range(2)]
+    thread, out = _train_in_thread(cfgs, [tmp_path / 'run'] * 2)
+    thread.join(60)
+    assert not thread.is_alive(), 'train_runs hangs on a folder named twice'
+    first, second = out[0]
+    assert len(calls) == 1 and len(calls[0][1]) == 1  # one run, trained once
+    assert first == second and first['status'] == 'ok'
+    assert 'trained by another process' not in capsys.readouterr().out
+
+
+def test_a_folder_named_twice_and_held_elsewhere_is_waited_for(tmp_path):
+    r"""The folder named twice is held by another holder (a lock of the
+    test's own) that lets go after 2 s: the call waits, trains it once and
+    returns."""
+    folder = tmp_path / 'run'
+    other = locks.hold(folder)
+    cfgs = [compose_train(*TINY[:-1], 'seed=0') for _ in range(2)]
+    thread, out = _train_in_thread(cfgs, [folder] * 2)
+    time.sleep(2)
+    assert thread.is_alive() and not out  # waiting for the other holder
+    locks.release(other)
+    thread.join(60)
+    assert not thread.is_alive(), 'train_runs hangs on a folder named twice'
+    first, second = out[0]
+    assert first == second and first['status'] == 'ok'
+    assert (folder / 'results.json').is_file()
+
+
+def test_a_folder_named_for_two_configs_is_refused(tmp_path):
+    from gnorm.errors import ConfigError
+    cfgs = [compose_train(*TINY, f'seed={seed}') for seed in (0, 1)]
+    with pytest.raises(ConfigError, match=r"run is the folder of two runs "
+                                          r"of different configs"):
+        train_run.train_runs(cfgs, [str(tmp_path / 'run')] * 2, [{}, {}])
+
+
+def test_a_multirun_naming_a_folder_twice_returns(tmp_path):
+    r"""``-m seed=1,0,0`` into folders named by the overrides (as the
+    study configs name them): the two seed=0 jobs share a folder, trained
+    once, whose log holds each line once."""
+    import os
+    import subprocess
+    import sys
+    proc = subprocess.run(
+        [sys.executable, '-m', 'gnorm.train', '-m', *TINY[:-1], 'seed=1,0,0',
+         'hydra.sweep.dir=sweep', 'hydra.sweep.subdir=${hydra.job.'
+         'override_dirname}', 'hydra.job.config.override_dirname.'
+         'exclude_keys=[dataset,train.progress,collapse_metrics]'],
+        cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS='1'),
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    folders = sorted(f.name for f in (tmp_path / 'sweep').iterdir()
+                     if f.is_dir() and not f.name.startswith('.'))
+    assert folders == ['dataset.num_nodes=60,seed=0,train.epochs=3',
+                       'dataset.num_nodes=60,seed=1,train.epochs=3']
+    summaries = [l for l in proc.stdout.splitlines() if l.startswith('csbm')]
+    assert len(summaries) == 2  # seed=0 trained once
+    for folder in folders:
+        lines = (tmp_path / 'sweep' / folder / 'train.log').read_text(
+            ).splitlines()
+        assert lines and len(set(lines)) == len(lines)

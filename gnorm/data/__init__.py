@@ -8,7 +8,8 @@ r"""Datasets, one module per kind of data.
   dataset (:class:`HeterophilousGraphs`).
 * :mod:`gnorm.data.leakage`: test nodes of a split with a feature twin
   among its training nodes (duplicate nodes, as in Chameleon and
-  Squirrel).
+  Squirrel), and the leakage of each split from the records of runs
+  (:func:`leakage_summary`).
 * :mod:`gnorm.data.molecules`: graph-level molecule datasets (ogbg-molhiv,
   ZINC) with the shortest paths a Graphormer needs
   (:mod:`gnorm.data.paths`).
@@ -41,7 +42,7 @@ from gnorm.data.molecules import (
     load_zinc,
     zinc_fixture,
 )
-from gnorm.data.leakage import leakage, leaks
+from gnorm.data.leakage import leakage, leakage_summary, leaks
 from gnorm.data.neighbor_sampler import TorchNeighborSampler
 from gnorm.data.paths import (
     ShortestPaths,
@@ -60,6 +61,7 @@ __all__ = [
     'add_shortest_paths',
     'graph_sizes',
     'leakage',
+    'leakage_summary',
     'leaks',
     'import_ogb',
     'load_graph_dataset',

@@ -33,11 +33,13 @@ def check_fraction(fraction: Any) -> None:
 
 
 def onsets(records: Sequence[Dict[str, Any]], layers: Sequence[str],
-           metric: str, fraction: float = 0.5) -> Dict[Any, Optional[str]]:
+           metric: str, fraction: float = 0.5,
+           output: bool = False) -> Dict[Any, Optional[str]]:
     r"""For each step of :obj:`records`, the first layer of :obj:`layers`
-    after the first whose :obj:`metric` lies closer to its collapsed value
-    :math:`c` (:data:`COLLAPSED`) than :obj:`fraction` of the first
-    layer's distance, or :obj:`None` if no layer does:
+    after the first (and, unless :obj:`output`, before the last) whose
+    :obj:`metric` lies closer to its collapsed value :math:`c`
+    (:data:`COLLAPSED`) than :obj:`fraction` of the first layer's
+    distance, or :obj:`None` if no layer does:
 
     .. math::
         s \, (v_\ell - c) < \mathrm{fraction} \cdot s \, (v_0 - c),
@@ -50,7 +52,15 @@ def onsets(records: Sequence[Dict[str, Any]], layers: Sequence[str],
     value; for the effective rank, counted from :math:`1`; for cosine
     similarity, :math:`1 - v_\ell` below :obj:`fraction` of
     :math:`1 - v_0`. A step whose first layer is :obj:`nan` or already at
-    (or past) :math:`c` has no onset (:obj:`None`)."""
+    (or past) :math:`c` has no onset (:obj:`None`).
+
+    The last of :obj:`layers` is the model's output where a monitor hooks
+    a whole model (the logits of PyG's GCN, :obj:`outputs.{L-1}` of
+    :class:`~gnorm.models.DeepGCN`): as many columns as classes, so its
+    effective rank is at most that (2 on a binary task), and its metrics
+    say what the classifier does, not whether the hidden layers collapsed.
+    It is no onset unless :obj:`output` is :obj:`True` (nor is a
+    Graphormer's last layer, whose tokens the head reads)."""
     check_fraction(fraction)
     if metric not in COLLAPSED:
         raise ValueError(f"CollapseMonitor.onset: no collapsed value of "
@@ -63,6 +73,7 @@ def onsets(records: Sequence[Dict[str, Any]], layers: Sequence[str],
     sign = 1.0 if direction == 'falls' else -1.0
     table = records_table(records, layers, [metric], metric)  # layers x steps
     found: Dict[Any, Optional[str]] = {}
+    skipped = None if output or not layers else layers[-1]
     for j, step in enumerate(table.columns):
         distance = [sign * (row[j] - target) for row in table.values]
         first = distance[0] if distance else math.nan
@@ -70,5 +81,5 @@ def onsets(records: Sequence[Dict[str, Any]], layers: Sequence[str],
         if first > 0:  # False for nan
             found[step] = next(
                 (layer for layer, d in zip(table.layers[1:], distance[1:])
-                 if d < fraction * first), None)
+                 if d < fraction * first and layer != skipped), None)
     return found

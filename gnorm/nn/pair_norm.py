@@ -1,4 +1,6 @@
-from typing import Optional
+import inspect
+import warnings
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -8,6 +10,13 @@ from torch_geometric.utils import scatter
 from gnorm.nn._inputs import check_batch
 
 MODES = ('PN', 'PN-SI', 'PN-SCS')
+
+
+def _width_like(value: Any) -> bool:
+    r"""Whether :obj:`value` reads as a layer width (an integer >= 2), as
+    the first argument of every other gnorm norm is."""
+    return isinstance(value, int) and not isinstance(value, bool) \
+        and value >= 2
 
 
 class PairNorm(torch.nn.Module):
@@ -46,7 +55,18 @@ class PairNorm(torch.nn.Module):
             simultaneously). (default: :obj:`'PN'`)
         eps (float, optional): A value added inside the square root for
             numerical stability. (default: :obj:`1e-5`)
+
+    PairNorm takes no width (as PyG's): its first argument is the scale,
+    so :obj:`PairNorm(32)`, written as :obj:`ContraNorm(32)` is, warns
+    that it means :obj:`scale=32`; pass :obj:`scale=` by name to mean it.
     """
+    def __new__(cls, *args: Any, **kwargs: Any) -> 'PairNorm':
+        if args and _width_like(args[0]):
+            warnings.warn(f"{cls.__name__}({args[0]}): {args[0]} is the "
+                          f"scale s; {cls.__name__} takes no width, pass "
+                          f"scale={args[0]} to silence this", stacklevel=2)
+        return super().__new__(cls)
+
     def __init__(self, scale: float = 1.0, mode: str = 'PN',
                  eps: float = 1e-5):
         super().__init__()
@@ -57,6 +77,10 @@ class PairNorm(torch.nn.Module):
         self.mode = mode
         self.eps = eps
         self.reset_parameters()
+
+    # inspect.signature(PairNorm) (Hydra's keys, DeepGCN's width) is
+    # __init__'s, not that of __new__, which only looks at the first value.
+    __new__.__signature__ = inspect.signature(__init__)
 
     def reset_parameters(self):
         r"""Resets all learnable parameters of the module (there are none)."""

@@ -39,7 +39,8 @@ NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
 # those runs computed: a config holding that value is the same run as one
 # without the key (committed runs stay finished runs of their config).
 ADDED_KEYS = {'train.precision': 'fp32', 'train.compile': False,
-              'train.data_seed': None, 'train.eval_every': 1}
+              'train.data_seed': None, 'train.eval_every': 1,
+              'dataset.metric': 'acc'}
 # Keys that change nothing a run selects when its ``select`` is ``last``:
 # how often it evaluates (evaluation draws no random number and changes no
 # weight or statistic; the last epoch is always evaluated).

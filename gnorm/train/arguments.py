@@ -208,11 +208,13 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
     override of a key the config does not have (``layer=3``,
     ``norm.scal=0.5``), and for ``+key=value`` when :obj:`key` looks like a
     typo of an existing key (Hydra would add it and nothing would read
-    it) or exists already. ``+key=value`` for any other new key is left to
-    Hydra. Keys are those of the configs the group overrides of
-    :obj:`argv` compose (each option of a swept group once), with the
-    folders :obj:`argv` adds to Hydra's search path; a config that does
-    not compose is left to Hydra, which says why."""
+    it), is a key that only other options of a group declare, or exists
+    already (every key gnorm reads is declared where it applies: a
+    dataset config's ``metric``, for one). ``+key=value`` for any other
+    new key is left to Hydra. Keys are those of the configs the group
+    overrides of :obj:`argv` compose (each option of a swept group once),
+    with the folders :obj:`argv` adds to Hydra's search path; a config
+    that does not compose is left to Hydra, which says why."""
     folders = config_folders(argv, conf_dir)
     if folders is None:
         return
@@ -264,9 +266,12 @@ def check_keys(argv: List[str], conf_dir: Path = CONF_DIR) -> None:
         if not (override.is_add() or override.is_force_add()):
             raise ConfigError(f"unknown key {key!r} in {text}; " + (
                 hint or "python -m gnorm.train --cfg job lists the keys"))
-        if hint:
+        if near:  # a typo: nothing reads the key it adds
             raise ConfigError(f"unknown key {key!r} in {text} (a + adds "
                               f"a key that nothing reads); {hint}")
+        if hint:  # a key of other options, which this one does not declare
+            raise ConfigError(f"unknown key {key!r} in {text} (a + adds "
+                              f"a key this config does not declare); {hint}")
 
 
 def other_options_hint(key: str, keys: Set[str],

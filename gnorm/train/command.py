@@ -135,6 +135,7 @@ def train_batch(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     if main_process():
         job_log = next((h for h in logging.getLogger().handlers
                         if isinstance(h, logging.FileHandler)), None)
+        seen = {own}  # a folder named twice gets one log
         for run in runs:
             folder = Path(run['dir'])
             hydra_dir = folder / '.hydra'
@@ -144,7 +145,8 @@ def train_batch(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                            hydra_dir / 'overrides.yaml')
             OmegaConf.save(OmegaConf.create({'hydra': run['hydra']}),
                            hydra_dir / 'hydra.yaml')
-            if job_log is not None and folder.absolute() != own:
+            if job_log is not None and folder.absolute() not in seen:
+                seen.add(folder.absolute())
                 handler = logging.FileHandler(folder / 'train.log')
                 handler.setFormatter(job_log.formatter)
                 handler.setLevel(job_log.level)

@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 import gnorm
 from gnorm.bench import cpu_name
 from gnorm.errors import ConfigError, GnormError, TrainingError
+from gnorm.results.keys import result_config
 from gnorm.train.locks import hold, release
 from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
     CONF_DIR,
@@ -374,13 +375,18 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
     A run is trained by the process that holds its folder's lock
     (:mod:`gnorm.train.locks`): a run another process trains now is left
     until the other runs are trained, then waited for, and its results
-    taken once that process finished it."""
+    taken once that process finished it. A folder named twice (``-m
+    seed=0,0``, whose two jobs share a folder) is trained once, and each
+    of its runs gets its results."""
     infos = infos or [None] * len(cfgs)
     paths = [Path(d).absolute() / 'results.json' for d in output_dirs]
     done: Dict[int, Dict[str, Any]] = {}
     failures: List[GnormError] = []
+    first = _first_of_folders(cfgs, paths, failures)
     left = []
     for i, (cfg, path) in enumerate(zip(cfgs, paths)):
+        if first[i] != i:
+            continue  # the folder's first run trains it
         found = _finished(cfg, path, waited=False)
         if found is not None:
             print(f'done already: {path}', flush=True)
@@ -397,7 +403,26 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
                                failures)
     if failures:
         raise failures[0]
-    return [done[i] for i in range(len(cfgs))]
+    return [done[first[i]] for i in range(len(cfgs))]
+
+
+def _first_of_folders(cfgs: List[DictConfig], paths: List[Path],
+                      failures: List[GnormError]) -> List[int]:
+    r"""For each run, the first run of :obj:`paths` with its folder, which
+    trains it for both (a second lock of the folder by this process would
+    wait for the first); a run of another result in that folder goes to
+    :obj:`failures` as a :class:`ConfigError`."""
+    first: Dict[Path, int] = {}
+    found = []
+    for i, path in enumerate(paths):
+        k = first.setdefault(path, i)
+        if k != i and result_config(_config(cfgs[k])) != \
+                result_config(_config(cfgs[i])):
+            failures.append(ConfigError(
+                f"{path.parent} is the folder of two runs of different "
+                f"configs; give each its own folder"))
+        found.append(k)
+    return found
 
 
 def _finished(cfg: DictConfig, path: Path,

@@ -105,3 +105,34 @@ def test_pair_norm_bad_inputs():
         norm(torch.randn(5))
     with pytest.raises(ValueError, match='PairNorm.*batch'):
         norm(torch.randn(5, 3), torch.zeros(4, dtype=torch.long))
+
+
+def test_a_width_as_first_argument_warns_that_it_is_the_scale():
+    import warnings
+    with pytest.warns(UserWarning) as caught:
+        norm = PairNorm(32)
+    message, = [str(w.message) for w in caught]
+    assert message == ('PairNorm(32): 32 is the scale s; PairNorm takes no '
+                       'width, pass scale=32 to silence this')
+    assert norm.scale == 32  # warned, not changed
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        for norm, scale in ((PairNorm(scale=32), 32), (PairNorm(0.5), 0.5),
+                            (PairNorm(1, 'PN-SI'), 1), (PairNorm(), 1.0)):
+            assert norm.scale == scale
+
+
+def test_builders_see_the_arguments_of_init_and_pass_no_width():
+    r"""DeepGCN passes a norm its width only under a width argument
+    (make_norm); Hydra's keys are checked against the signature."""
+    import functools
+    import inspect
+    import warnings
+    from gnorm.models.deep_gcn import make_norm
+    assert list(inspect.signature(PairNorm).parameters) == ['scale', 'mode',
+                                                            'eps']
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        norm = make_norm(functools.partial(PairNorm, scale=2, mode='PN-SI'),
+                         32)
+    assert str(norm) == "PairNorm(scale=2, mode='PN-SI')"
