@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from gnorm.data import leakage_summary
 from gnorm.results import code, machines, plural, write_records
 from gnorm.study.compare import (annotate, at_default, comparison, family,
                                  family_words, shown)
@@ -168,7 +169,8 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
         f'by mean validation {said}): '
         + '; '.join(_settings_text(spec, row, defaults)
                     for row in spec.table['rows']) + '.',
-        *budget_lines(spec), '', completeness(records), '',
+        *budget_lines(spec), *leakage_lines(counted), '',
+        completeness(records), '',
         f'Each cell: test {said} (%), mean ± std over seeds (ddof=0)'
         + (", the paper's value and Δ = ours − paper" if paper else '')
         + '. A row with several candidate settings shows the chosen one; '
@@ -186,6 +188,32 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
                   'from the paper carry a footnote with what is known about '
                   'them.']
     return lines
+
+
+def leakage_lines(counted: List[Dict]) -> List[str]:
+    r"""The leakage of the datasets the runs trained on
+    (:func:`gnorm.data.leakage_summary`), a dataset per clause: its test
+    nodes with a duplicate in training (the same features, label and
+    neighbours on the graph the runs train on), the range over its splits;
+    nothing where no run records it."""
+    by: Dict[str, List] = {}
+    for row in leakage_summary(counted):
+        by.setdefault(row.dataset, []).append(row)
+    if not by:
+        return []
+    parts = []
+    for dataset, rows in by.items():
+        counts = sorted(r.same_neighbours for r in rows)
+        tests = sorted({r.test for r in rows})
+        count = (f'{counts[0]}' if counts[0] == counts[-1]
+                 else f'{counts[0]}–{counts[-1]}')
+        test = (f'{tests[0]}' if len(tests) == 1
+                else f'{tests[0]}–{tests[-1]}')
+        parts.append(f"{dataset} {count} of {test} "
+                     f"({plural(len(rows), 'split')})")
+    return ['', '**Leakage** (test nodes with a duplicate in training: the '
+            'same features, label and neighbours, on the graph the runs '
+            'train on; gnorm.data.leakage): ' + '; '.join(parts) + '.']
 
 
 def budget_lines(spec: Spec) -> List[str]:
