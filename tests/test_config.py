@@ -111,7 +111,8 @@ def test_mirror_from_environment(monkeypatch):
     (['dataset=csbm', 'norm=sepnorm'], 'norm=sepnorm normalises a graph '
                                        'token'),
     (['dataset=csbm', 'model=graphormer'],
-     'is a node-level task and takes model=gcn, got model=graphormer$'),
+     'is a node-level task and takes model=gcn or model=resgnn, got '
+     'model=graphormer$'),
     # What the user typed, not class names.
     (['dataset=molhiv'], r'pass model=graphormer \(got model=gcn\)$'),
     (['dataset=zinc', 'model=graphormer', 'norm=isobn'],

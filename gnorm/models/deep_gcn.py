@@ -101,10 +101,12 @@ class EdgeList(NamedTuple):
 
 
 class Graph(NamedTuple):
-    r"""What :class:`DeepGCN` derives from a graph once, checked, and
-    reuses in every layer and every call: the propagation matrix, the
-    :class:`~gnorm.nn.contra_norm.MaskedPairs` of norms that take them
-    (else :obj:`None`) and its number of nodes. Made by
+    r"""What :class:`DeepGCN` (and :class:`~gnorm.models.ResGNN`, its
+    entries then the input's sparse matrix only) derives from a graph
+    once, checked, and reuses in every layer and every call: the
+    propagation matrix, the :class:`~gnorm.nn.contra_norm.MaskedPairs`
+    of norms that take them (else :obj:`None`) and its number of nodes.
+    Made by
     :meth:`DeepGCN.prepare`; pass it to :meth:`DeepGCN.forward` in place of
     :obj:`edge_index`, with any input of :obj:`num_nodes` rows, e.g. into a
     compiled step (it holds no sparse tensor when prepared with
@@ -270,7 +272,50 @@ def forward_inputs(module: torch.nn.Module) -> Tuple[str, ...]:
     return tuple(name for name in _NORM_INPUTS if name in params)
 
 
-class DeepGCN(torch.nn.Module):
+class GraphCalls:
+    r"""How a model that derives a :class:`Graph` from its inputs
+    (:class:`DeepGCN`, :class:`~gnorm.models.ResGNN`) gets the graph of a
+    call: the one passed in, checked against the input, or prepared now,
+    or with :obj:`cached` the one of the first call. The model defines
+    :meth:`prepare` and :meth:`_input_entries` (the sparse entries of an
+    input, or :obj:`None`) and sets :obj:`cached`, :obj:`in_channels` and
+    :obj:`_cached_graph`."""
+
+    def _for_input(self, graph: Graph, x: Tensor) -> Graph:
+        r""":obj:`graph` with the sparse entries of :obj:`x`: those it
+        keeps if :obj:`x` is the tensor it was prepared with, unchanged and
+        without gradient, else found now (none with :obj:`csr=False`)."""
+        if x.size(-2) != graph.num_nodes or x.size(-1) != self.in_channels:
+            raise ValueError(f"{self}: its graph was prepared for "
+                             f"{graph.num_nodes} nodes, got an input of "
+                             f"shape {list(x.shape)}; pass "
+                             f"[{graph.num_nodes}, {self.in_channels}] or "
+                             f"prepare() the graph of this input")
+        if graph.input is None or (graph.input is x and not x.requires_grad
+                                   and graph.version == x._version):
+            return graph
+        return graph._replace(entries=self._input_entries(x), input=None)
+
+    def _graph_of(self, x: Tensor, edge_index: Tensor, batch: OptTensor,
+                  batch_size: Optional[int]) -> Graph:
+        r"""The :class:`Graph` of a call: prepared now, or with
+        :obj:`cached` the one of the first call (the input's entries found
+        anew)."""
+        if not self.cached:
+            return self.prepare(x, edge_index, batch, batch_size)
+        if self._cached_graph is None:
+            graph = self.prepare(x, edge_index, batch, batch_size)
+            self._cached_graph = graph._replace(entries=None, input=None)
+            return graph
+        nodes = self._cached_graph.num_nodes
+        if nodes != x.size(-2):
+            raise ValueError(f"{self}: its cached graph has {nodes} nodes, "
+                             f"the input {x.size(-2)}; pass cached=False "
+                             f"to run it on more than one graph")
+        return self._cached_graph._replace(entries=self._input_entries(x))
+
+
+class DeepGCN(GraphCalls, torch.nn.Module):
     r"""A stack of :obj:`num_layers` graph convolutions for node
     classification, with a normalisation layer after every hidden
     convolution, for the oversmoothing experiments of the `"ContraNorm: A
@@ -508,39 +553,6 @@ class DeepGCN(torch.nn.Module):
             return Graph(matrix, pairs, None, num_nodes)
         return Graph(matrix, pairs, self._input_entries(x), num_nodes, x,
                      x._version)
-
-    def _for_input(self, graph: Graph, x: Tensor) -> Graph:
-        r""":obj:`graph` with the sparse entries of :obj:`x`: those it
-        keeps if :obj:`x` is the tensor it was prepared with, unchanged and
-        without gradient, else found now (none with :obj:`csr=False`)."""
-        if x.size(-2) != graph.num_nodes or x.size(-1) != self.in_channels:
-            raise ValueError(f"{self}: its graph was prepared for "
-                             f"{graph.num_nodes} nodes, got an input of "
-                             f"shape {list(x.shape)}; pass "
-                             f"[{graph.num_nodes}, {self.in_channels}] or "
-                             f"prepare() the graph of this input")
-        if graph.input is None or (graph.input is x and not x.requires_grad
-                                   and graph.version == x._version):
-            return graph
-        return graph._replace(entries=self._input_entries(x), input=None)
-
-    def _graph_of(self, x: Tensor, edge_index: Tensor, batch: OptTensor,
-                  batch_size: Optional[int]) -> Graph:
-        r"""The :class:`Graph` of a call: prepared now, or with
-        :obj:`cached` the one of the first call (the input's entries found
-        anew)."""
-        if not self.cached:
-            return self.prepare(x, edge_index, batch, batch_size)
-        if self._cached_graph is None:
-            graph = self.prepare(x, edge_index, batch, batch_size)
-            self._cached_graph = graph._replace(entries=None, input=None)
-            return graph
-        nodes = self._cached_graph.num_nodes
-        if nodes != x.size(-2):
-            raise ValueError(f"{self}: its cached graph has {nodes} nodes, "
-                             f"the input {x.size(-2)}; pass cached=False "
-                             f"to run it on more than one graph")
-        return self._cached_graph._replace(entries=self._input_entries(x))
 
     def _input_conv(self, x: Tensor, graph: Graph, generators) -> Tensor:
         r"""Dropout then the first convolution, for a sparse input: random

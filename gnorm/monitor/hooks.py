@@ -32,8 +32,9 @@ def find_layers(model: torch.nn.Module,
     r"""The qualified names (as :meth:`~torch.nn.Module.named_modules` gives
     them) of the layers of :obj:`model` that :class:`CollapseMonitor` hooks:
     for :obj:`"auto"` every :class:`~torch_geometric.nn.conv.MessagePassing`
-    module, the layer outputs of :class:`~gnorm.models.DeepGCN` and the
-    layers of :class:`~gnorm.models.Graphormer`, none inside another;
+    module, the layer outputs of :class:`~gnorm.models.DeepGCN` and
+    :class:`~gnorm.models.ResGNN` and the layers of
+    :class:`~gnorm.models.Graphormer`, none inside another;
     otherwise the modules named, or of a type listed, in :obj:`layers`."""
     named = list(model.named_modules())
     if isinstance(layers, str) and layers == 'auto':
@@ -82,12 +83,15 @@ class CollapseMonitor:
     :class:`~torch_geometric.nn.models.GCN`, :obj:`GAT`, :obj:`GraphSAGE`,
     :obj:`GIN`: each :obj:`convs.i` before its norm and activation), the
     output of every layer of :class:`~gnorm.models.DeepGCN` (after norm,
-    activation and residual: :obj:`outputs.i`, the logits last), and the
-    tokens of every layer of :class:`~gnorm.models.Graphormer`
-    (:obj:`layers.i`, per graph, the graph token and the nodes, with the
-    edges between nodes; their :obj:`batch` and edges come from the layer,
-    not from :meth:`record`). A :class:`~gnorm.models.DeepGCN` of stacked
-    runs (:obj:`runs=R`, outputs :obj:`[runs, num_nodes, channels]`) is
+    activation and residual: :obj:`outputs.i`, the logits last), the
+    residual stream after every block of :class:`~gnorm.models.ResGNN`
+    (:obj:`outputs.i`, the logits last), and the tokens of every layer
+    of :class:`~gnorm.models.Graphormer` (:obj:`layers.i`, per graph, the
+    graph token and the nodes, with the edges between nodes; their
+    :obj:`batch` and edges come from the layer, not from
+    :meth:`record`). A :class:`~gnorm.models.DeepGCN` or
+    :class:`~gnorm.models.ResGNN` of stacked runs (:obj:`runs=R`, outputs
+    :obj:`[runs, num_nodes, channels]`) is
     measured run by run: each record then has a :obj:`run` field
     (:obj:`0` ... :obj:`R - 1`), absent for a model of one run. Or a list of module names as
     :meth:`~torch.nn.Module.named_modules` gives them (:obj:`"convs.3"`,
@@ -197,8 +201,9 @@ class CollapseMonitor:
         self.writer = writer
         self.dtype, self.nonfinite = dtype, nonfinite
         # Stacked runs: outputs [runs, rows, d], measured run by run.
-        from gnorm.models.deep_gcn import DeepGCN
-        self.runs = model.runs if isinstance(model, DeepGCN) else None
+        from gnorm.models import DeepGCN, ResGNN
+        self.runs = model.runs if isinstance(model, (DeepGCN, ResGNN)) \
+            else None
         self._recording: Optional[_Recording] = None
         self._cache: Dict[str, Prepared] = {}
         modules = dict(model.named_modules())
