@@ -50,6 +50,35 @@ def test_every_dataset_and_norm_composes(dataset, norm):
     assert model(x, edge_index).shape == (10, 3)
 
 
+@pytest.mark.parametrize('dataset', DATASETS)
+def test_every_node_dataset_declares_its_metric(dataset):
+    r"""gnorm.train.node scores a run by its dataset's ``metric``: every
+    node dataset's config declares it, with a comment."""
+    path = CONF_DIR / 'dataset' / f'{dataset}.yaml'
+    assert OmegaConf.load(path).get('metric') in ('acc', 'rocauc')
+    line, = [l for l in path.read_text().splitlines()
+             if l.startswith('metric:')]
+    assert len(line.partition('#')[2].strip()) > 5, line
+
+
+@pytest.mark.parametrize('classes', [2, 3])
+def test_csbm_is_scored_by_roc_auc_when_binary(classes, tmp_path):
+    from gnorm.errors import ConfigError
+    from gnorm.train import train
+    cfg = compose_train('dataset=csbm', 'dataset.num_nodes=60',
+                        f'dataset.num_classes={classes}',
+                        'dataset.metric=rocauc', 'train.epochs=2',
+                        'train.progress=false', 'collapse_metrics=false')
+    if classes == 3:
+        with pytest.raises(ConfigError, match=r'^dataset.metric=rocauc '
+                           r'scores binary labels, and dataset=csbm has 3 '
+                           r'classes; pass dataset.metric=acc$'):
+            train(cfg, output_dir=tmp_path)
+        return
+    results = train(cfg, output_dir=tmp_path)
+    assert results['metric'] == 'rocauc' and 0 <= results['test_metric'] <= 1
+
+
 @pytest.mark.parametrize('overrides,check', [
     (['norm=contranorm', 'norm.scale=0.5'],
      lambda m: m.norms[0].scale == 0.5
@@ -142,6 +171,20 @@ def test_a_run_made_before_a_key_existed_is_the_same_run():
     assert result_config(old) == result_config(cfg)
     cfg['train']['precision'] = 'bf16'  # not the value old runs had
     assert result_config(old) != result_config(cfg)
+
+
+@pytest.mark.parametrize('dataset', ['cora', 'csbm'])
+def test_a_run_made_before_its_dataset_declared_a_metric_is_the_same_run(
+        dataset):
+    r"""Committed runs of accuracy datasets, made when their configs had
+    no ``metric``, stay finished runs of today's configs."""
+    from gnorm.results.keys import result_config
+    cfg = OmegaConf.to_container(compose_train(f'dataset={dataset}'),
+                                 resolve=True)
+    old = {**cfg, 'dataset': {k: v for k, v in cfg['dataset'].items()
+                             if k != 'metric'}}
+    assert cfg['dataset']['metric'] == 'acc'
+    assert result_config(old) == result_config(cfg)
 
 
 def test_deep_gcn_defaults_are_the_command_lines():

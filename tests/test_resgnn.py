@@ -343,7 +343,7 @@ def test_preset_is_the_recipe():
     # Without the preset: Adam, as before.
     assert node.optimizer_name(compose_train('model=resgnn')) == 'adam'
     with pytest.raises(Exception, match="unknown train.optimizer='sgd'"):
-        node.check_config(compose_train('+train.optimizer=sgd'))
+        node.check_config(compose_train('train.optimizer=sgd'))
 
 
 @pytest.mark.parametrize('runs', [None, 3])

@@ -426,9 +426,10 @@ class CollapseMonitor:
         return records_table(self._of_run(run), self.layers, self.metrics,
                              metric, step)
 
-    def onset(self, metric: str, fraction: float = 0.5,
-              run: int = 0) -> Dict[Any, Optional[str]]:
-        r"""For each recorded step, the first layer (after the first) where
+    def onset(self, metric: str, fraction: float = 0.5, run: int = 0,
+              output: bool = False) -> Dict[Any, Optional[str]]:
+        r"""For each recorded step, the first layer (after the first, and
+        before the last, the model's output, unless :obj:`output`) where
         :obj:`metric` has come closer to its collapsed value than
         :obj:`fraction` of the first layer's distance, or :obj:`None`:
         :obj:`{step: layer}`. Metrics that fall as the outputs collapse
@@ -438,8 +439,11 @@ class CollapseMonitor:
         distance to that value, as
         :func:`~gnorm.monitor.onset.onsets` and
         :data:`~gnorm.monitor.onset.COLLAPSED` define. For stacked runs,
-        the records of run :obj:`run`."""
-        return onsets(self._of_run(run), self.layers, metric, fraction)
+        the records of run :obj:`run`. The output layer (the logits: as
+        many columns as classes) is left out unless :obj:`output`; so is
+        it by :meth:`plot`'s onset marks."""
+        return onsets(self._of_run(run), self.layers, metric, fraction,
+                      output)
 
     def plot(self, path=None, kind: str = 'lines',
              metrics: Optional[Sequence[str]] = None,

@@ -35,7 +35,8 @@ def cells(spec: Spec, datasets: Sequence[str], rows: Sequence[str],
             candidates = settings(spec, row)
             for depth in depths:
                 base = [f'dataset={dataset}', f'layers={depth}',
-                        f'tag={row}', *spec.table['rows'][row]]
+                        f'tag={row}', *spec.table['rows'][row],
+                        *per_dataset(spec, dataset)]
                 sweep = [f"seed={_values(seeds)}",
                          *(f'{k}={_values(v)}' for k, v in found.items())]
                 runs = len(candidates) * len(seeds)
@@ -45,6 +46,13 @@ def cells(spec: Spec, datasets: Sequence[str], rows: Sequence[str],
                                 cost=_cost(dataset, depth, base) * runs,
                                 position=len(out)))
     return sorted(out, key=lambda c: c['cost'])
+
+
+def per_dataset(spec: Spec, dataset: str) -> List[str]:
+    r"""The overrides ``table.per_dataset`` gives every run on
+    :obj:`dataset` (e.g. a smaller width where the protocol's does not fit
+    a CPU), after the row's."""
+    return list((spec.table.get('per_dataset') or {}).get(dataset, []))
 
 
 def _cost(dataset: str, depth: int, base: Sequence[str]) -> int:

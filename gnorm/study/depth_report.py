@@ -169,7 +169,8 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
         f'by mean validation {said}): '
         + '; '.join(_settings_text(spec, row, defaults)
                     for row in spec.table['rows']) + '.',
-        *budget_lines(spec), *leakage_lines(counted), '',
+        *per_dataset_lines(spec), *budget_lines(spec),
+        *leakage_lines(counted), '',
         completeness(records), '',
         f'Each cell: test {said} (%), mean ± std over seeds (ddof=0)'
         + (", the paper's value and Δ = ours − paper" if paper else '')
@@ -188,6 +189,18 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
                   'from the paper carry a footnote with what is known about '
                   'them.']
     return lines
+
+
+def per_dataset_lines(spec: Spec) -> List[str]:
+    r"""The overrides of ``table.per_dataset``, a dataset per clause (a
+    deviation of the protocol the report must name); nothing without
+    any."""
+    found = spec.table.get('per_dataset') or {}
+    if not found:
+        return []
+    return ['', '**Per dataset** (`table.per_dataset`, after the row\'s '
+            'overrides): ' + '; '.join(
+                f"{d}: `{' '.join(o)}`" for d, o in found.items()) + '.']
 
 
 def leakage_lines(counted: List[Dict]) -> List[str]:

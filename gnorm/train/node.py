@@ -23,9 +23,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from gnorm.data.leakage import leakage, leaks
-from gnorm.data.nodes import (INDEXED_SPLITS, check_split, load_dataset,
-                               split_fingerprint)
+from gnorm.data.leakage import leakage, report, split_label
+from gnorm.data.nodes import check_split, load_dataset, split_fingerprint
 from gnorm.errors import ConfigError
 from gnorm.monitor import CollapseMonitor
 from gnorm.results.keys import batch_key as runs_key
@@ -609,30 +608,27 @@ def load_runs(cfgs: Sequence[DictConfig],
 def split_leakage(data, cfgs: Sequence[DictConfig],
                   fingerprints: Sequence[str]) -> List[Dict[str, int]]:
     r"""Each run's :func:`gnorm.data.leakage` (test nodes with a twin
-    among its training nodes), once per split (runs of one split
-    share its :obj:`fingerprints`); one warning line for a split that
-    leaks (:func:`gnorm.data.leaks`)."""
+    among its training nodes) on the graph the runs train on,
+    :obj:`data.edge_index` (the dataset's edges after
+    ``dataset.to_undirected``), once per split (runs of one split share
+    its :obj:`fingerprints`); said once per process for each dataset and
+    split (:func:`gnorm.data.leakage.report`: a warning line for a split
+    that leaks, an info line for fewer duplicates)."""
     found: Dict[str, Dict[str, int]] = {}
     out = []
     for r, (c, key) in enumerate(zip(cfgs, fingerprints)):
         if key not in found:
             found[key] = leakage(data, data.train_mask[r],
                                  data.test_mask[r])
-            if leaks(found[key]):
-                log.warning('%s: %d of %d test nodes of the split have a '
-                            'duplicate in training (the same features, '
-                            'label and neighbours): the split leaks '
-                            '(gnorm.data.leakage)', split_name(c),
-                            found[key]['same_neighbours'], found[key]['test'])
+            report(split_name(c), c.dataset.name, key, found[key])
         out.append(found[key])
     return out
 
 
 def split_name(cfg: DictConfig) -> str:
     r"""``chameleon, geom_gcn split 0`` (or ``random split of seed 3``)."""
-    which = (f' {cfg.split_index}' if cfg.split in INDEXED_SPLITS else
-             f' of seed {cfg.seed}' if cfg.split == 'random' else '')
-    return f'{cfg.dataset.name}, {cfg.split} split{which}'
+    return (f'{cfg.dataset.name}, '
+            f'{split_label(cfg.split, cfg.split_index, cfg.seed)}')
 
 
 def run(cfgs: Sequence[DictConfig], device: torch.device,
