@@ -227,3 +227,40 @@ def test_a_nan_p_is_left_out_of_the_family_not_voiding_it():
     assert adjusted[0] == pytest.approx(0.03)
     assert adjusted[2] == pytest.approx(0.04)
     assert adjusted[3] == pytest.approx(0.04)
+
+
+# --- a study of baselines against their paper -------------------------------
+
+def _paper_cell(metric, diff, std, runs=10):
+    return dict(dataset='d', row='gcn', layers=3, selection='', runs=runs,
+                expected=10, metric=metric, diff=diff, paper_std=std,
+                paper_mean=40.0, test_mean=40.0 + diff)
+
+
+@pytest.mark.parametrize('metric,diff,std,said', [
+    ('acc', 3.0, 1.47, False), ('acc', -2.9, 1.47, True),
+    ('rocauc', 1.4, 0.52, True), ('rocauc', -1.6, 0.52, False)])
+def test_a_cell_reproduces_within_2_paper_stds_or_1_5_roc_auc_points(
+        metric, diff, std, said):
+    from gnorm.study.select import REPRODUCED, reproduced
+    assert reproduced(_paper_cell(metric, diff, std), REPRODUCED) is said
+    assert reproduced(_paper_cell(metric, diff, std, runs=5),
+                      REPRODUCED) is None  # not every seed yet
+
+
+def test_per_dataset_overrides_go_to_that_datasets_runs_only():
+    from gnorm.study.compose import cells
+    spec = load_spec('heterophily_baselines')
+    found = {c['dataset']: c['base'] for c in cells(
+        spec, ['chameleon_filtered', 'minesweeper'], ['gcn'], [3], [0])}
+    assert 'model.hidden_channels=128' in found['minesweeper']
+    assert not any('hidden_channels' in o
+                   for o in found['chameleon_filtered'])
+
+
+def test_the_residual_studies_pair_run_k_with_split_k():
+    from conftest import compose_train
+    for name in ('heterophily_baselines', 'strong_depth'):
+        cfg = compose_train(f'experiment={name}',
+                            'dataset=chameleon_filtered', 'seed=7')
+        assert cfg.split == 'platonov' and cfg.split_index == 7

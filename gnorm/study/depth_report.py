@@ -14,7 +14,7 @@ from gnorm.study.compare import (annotate, at_default, comparison, family,
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING, meaning
-from gnorm.study.select import TIE, scores_said
+from gnorm.study.select import REPRODUCED, TIE, reproduced, scores_said
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
 from gnorm.study.variants import variant_summary, variant_words
 
@@ -189,6 +189,36 @@ def header(spec: Spec, records: List[Dict[str, Any]], counted: List[Dict],
                   'from the paper carry a footnote with what is known about '
                   'them.']
     return lines
+
+
+def reproduction_lines(spec: Spec, records: List[Dict[str, Any]]
+                       ) -> List[str]:
+    r"""With ``table.reproduced`` (a rule: ``paper_stds`` for accuracy,
+    ``points`` for ROC-AUC; ``true`` for :data:`REPRODUCED`), which cells
+    with a paper value reproduce it, which do not (their footnote says
+    what is known) and which are not complete yet."""
+    rule = spec.table.get('reproduced')
+    if not rule:
+        return []
+    rule = {**REPRODUCED, **(rule if isinstance(rule, dict) else {})}
+    said: Dict[Optional[bool], List[str]] = {True: [], False: [], None: []}
+    for r in shown(records):
+        if r['paper_mean'] is None:
+            continue
+        text = (f"{r['dataset']} {r['row']} L={r['layers']}"
+                + (f" ({r['test_mean']:.2f} against {r['paper_mean']:.2f} "
+                   f"± {r['paper_std']:.2f})" if r['runs'] else ''))
+        said[reproduced(r, rule)].append(text)
+    words = {True: 'reproduced', False: 'not reproduced',
+             None: 'not complete yet'}
+    return ['', '## Against the paper', '',
+            f"A complete cell reproduces the paper when its test mean lies "
+            f"within {rule['paper_stds']:g} of the paper's standard "
+            f"deviations of the paper's mean (accuracy), or within "
+            f"{rule['points']:g} points of it (ROC-AUC). "
+            + ' '.join(f'**{words[k].capitalize()}** '
+                       f"({len(v)}): {'; '.join(v)}."
+                       for k, v in said.items() if v)]
 
 
 def per_dataset_lines(spec: Spec) -> List[str]:
@@ -383,7 +413,8 @@ def write_report(spec: Spec, records: List[Dict[str, Any]],
     lines = header(spec, records, counted, sets, command, runs_dir,
                    defaults)
     table_lines, footnotes = tables(records)
-    lines += table_lines + comparisons(spec, records, found)
+    lines += table_lines + reproduction_lines(spec, records)
+    lines += comparisons(spec, records, found)
     if footnotes:
         lines += [''] + footnotes
     lines += ['', f'![{scores_said(records)} vs depth]({name}_depth.png)',

@@ -274,3 +274,22 @@ def _curve(curves: List[Optional[List[float]]], how) -> Optional[List]:
     if not curves:
         return None
     return [how(v) for v in zip(*curves)]
+
+
+# How far a cell may lie from the paper's value and still reproduce it:
+# within this many of the paper's standard deviations, or, for a score
+# without counts (ROC-AUC), within this many points.
+REPRODUCED = {'paper_stds': 2.0, 'points': 1.5}
+
+
+def reproduced(record: Dict[str, Any], rule: Dict[str, float]
+               ) -> Optional[bool]:
+    r"""Whether a cell :obj:`record` reproduces the paper's value: its
+    test mean within ``rule['paper_stds']`` of the paper's stds (accuracy)
+    or within ``rule['points']`` points (ROC-AUC) of it; :obj:`None`
+    without runs, without every seed, or without a paper value."""
+    if record['diff'] is None or record['runs'] < record['expected']:
+        return None
+    if record.get('metric', 'acc') == 'acc':
+        return abs(record['diff']) <= rule['paper_stds'] * record['paper_std']
+    return abs(record['diff']) <= rule['points']

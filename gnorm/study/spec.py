@@ -50,7 +50,7 @@ TABLE_KEYS = (
     'labels', 'metric', 'dataset', 'plot_title', 'recipe_note',
     'mirror_note', 'epochs_why', 'published', 'beside', 'elsewhere',
     'elsewhere_intro', 'correction', 'budget', 'paper_recipe', 'variants',
-    'primary', 'per_dataset')
+    'primary', 'per_dataset', 'reproduced')
 BUDGETS = ('any', 'equal')
 # The view of a depth study whose verdicts are the study's (table.primary):
 # each row tuned by validation, or every row at its default (equal budgets).
