@@ -26,8 +26,8 @@ from gnorm.study.compare import p_text, signed
 from gnorm.study.pairs import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
-from gnorm.study.select import test_train
-from gnorm.study.stats import (CORRECTED_T, compare, exact_p,
+from gnorm.study.select import split_ratio
+from gnorm.study.stats import (compare, exact_p, larger_ratio,
                                family_verdict, holm, paired_interval,
                                placed, verdict)
 
@@ -138,8 +138,8 @@ def resampled_ratio(base: Dict[str, Any], record: Dict[str, Any]
     resample their split from one pool (every run ``split: random``;
     the larger of the two rows'), for the corrected resampled t;
     :obj:`None` for rows on a fixed split."""
-    ratios = [test_train(r['runs_list']) for r in (base, record)]
-    return None if None in ratios else max(ratios)
+    return larger_ratio(*(split_ratio(r['runs_list'])
+                          for r in (base, record)))
 
 
 def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],

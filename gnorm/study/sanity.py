@@ -60,7 +60,7 @@ def _split_key(config: Dict[str, Any]) -> str:
                        config.get('test_set')], sort_keys=True)
 
 
-def test_counts(run: Dict[str, Any]) -> Optional[List[int]]:
+def class_counts_of_test(run: Dict[str, Any]) -> Optional[List[int]]:
     r"""The number of :obj:`run`'s test nodes in each class, from the
     graph and split its config names, read from ``$GNORM_DATA_MIRROR``
     where set; :obj:`None` for a run that is no node run or whose data
@@ -76,8 +76,8 @@ def test_counts(run: Dict[str, Any]) -> Optional[List[int]]:
 
 def chance_accuracy(run: Dict[str, Any]) -> Optional[float]:
     r"""The share of :obj:`run`'s test nodes in their most frequent class
-    (a fraction; :func:`test_counts`)."""
-    counts = test_counts(run)
+    (a fraction; :func:`class_counts_of_test`)."""
+    counts = class_counts_of_test(run)
     return max(counts) / sum(counts) if counts else None
 
 
@@ -120,7 +120,7 @@ def auc_at_chance(auc: float, positives: int, negatives: int) -> bool:
 
 def _run_at_chance(run: Dict[str, Any]) -> Optional[bool]:
     if run.get('metric') == 'rocauc' and 'test_metric' in run:
-        counts = test_counts(run)
+        counts = class_counts_of_test(run)
         if not counts or len(counts) != 2:
             return None
         return auc_at_chance(float(run['test_metric']), counts[1], counts[0])

@@ -162,6 +162,14 @@ def welch_interval(a: Sequence[float], b: Sequence[float],
                     p=float(test.pvalue), method=WELCH)
 
 
+def larger_ratio(a: Optional[float], b: Optional[float]
+                 ) -> Optional[float]:
+    r"""The :math:`n_\mathrm{test}/n_\mathrm{train}` of a pair of rows
+    whose splits are resampled: the larger of the two rows' (the wider
+    corrected interval); :obj:`None` unless both are resampled."""
+    return None if a is None or b is None else max(a, b)
+
+
 def design_test(pairing: str, test_train: Optional[float]) -> str:
     r"""The test a study's design implies, for depth and paired studies
     alike: paired by seed (``pairing: seed``) over splits resampled from
