@@ -314,6 +314,23 @@ class GraphCalls:
                              f"to run it on more than one graph")
         return self._cached_graph._replace(entries=self._input_entries(x))
 
+    def _call_graph(self, x: Tensor, edge_index: Union[Tensor, Graph],
+                    batch: OptTensor, batch_size: Optional[int],
+                    generators: Optional[Sequence[torch.Generator]]
+                    ) -> Tuple[Graph, dict]:
+        r"""The graph of a call (:obj:`edge_index` itself where it is a
+        :class:`Graph`, else :meth:`_graph_of`) and the optional inputs
+        handed to the norms; one generator per run, or none."""
+        if generators is not None and len(generators) != (self.runs or 1):
+            raise ValueError(f"{self}: got {len(generators)} generators; "
+                             f"pass one per run")
+        if isinstance(edge_index, Graph):
+            graph, edge_index = self._for_input(edge_index, x), None
+        else:
+            graph = self._graph_of(x, edge_index, batch, batch_size)
+        return graph, dict(batch=batch, batch_size=batch_size,
+                           edge_index=edge_index)
+
 
 class DeepGCN(GraphCalls, torch.nn.Module):
     r"""A stack of :obj:`num_layers` graph convolutions for node
@@ -643,15 +660,8 @@ class DeepGCN(GraphCalls, torch.nn.Module):
             torch.Tensor: Logits :obj:`[(runs,) num_nodes, out_channels]`
             (and the list of layer outputs if :obj:`return_hidden`).
         """
-        if generators is not None and len(generators) != (self.runs or 1):
-            raise ValueError(f"{self}: got {len(generators)} generators; "
-                             f"pass one per run")
-        if isinstance(edge_index, Graph):
-            graph, edge_index = self._for_input(edge_index, x), None
-        else:
-            graph = self._graph_of(x, edge_index, batch, batch_size)
-        inputs = dict(batch=batch, batch_size=batch_size,
-                      edge_index=edge_index)
+        graph, inputs = self._call_graph(x, edge_index, batch, batch_size,
+                                         generators)
         hidden = []
         for i in range(self.num_layers - 1):
             h = self._layer(i, x, graph, inputs, generators)

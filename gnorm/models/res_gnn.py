@@ -439,15 +439,8 @@ class ResGNN(GraphCalls, torch.nn.Module):
             torch.Tensor: Logits :obj:`[(runs,) num_nodes, out_channels]`
             (and the list of block outputs if :obj:`return_hidden`).
         """
-        if generators is not None and len(generators) != (self.runs or 1):
-            raise ValueError(f"{self}: got {len(generators)} generators; "
-                             f"pass one per run")
-        if isinstance(edge_index, Graph):
-            graph, edge_index = self._for_input(edge_index, x), None
-        else:
-            graph = self._graph_of(x, edge_index, batch, batch_size)
-        inputs = dict(batch=batch, batch_size=batch_size,
-                      edge_index=edge_index)
+        graph, inputs = self._call_graph(x, edge_index, batch, batch_size,
+                                         generators)
         runs, p = self.runs is not None, self.dropout
         if graph.entries is not None:  # a sparse input: one sparse product
             x = self.lin_in.sparse_linear(graph.entries) + \
