@@ -183,7 +183,7 @@ STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
                 'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
                 'plot', 'authors_code', 'authors_twin', 'authors_speed',
                 'authors', 'recipe', 'depth_report', 'paired_report',
-                'engine', 'cli')
+                'engine', 'queue', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
 INNER_LAYERS = {

@@ -26,7 +26,8 @@ depth study), :mod:`~gnorm.study.runner` (train what is missing),
 dataset and its variant), :mod:`~gnorm.study.paired` (the readings),
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
 :mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),
-:mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command);
+:mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command),
+:mod:`~gnorm.study.queue` (the cells left for a GPU, in a time budget);
 :mod:`~gnorm.study.authors_code` runs the authors' published code,
 :mod:`~gnorm.study.authors_twin` beside gnorm's model on the same random
 numbers, and :mod:`~gnorm.study.authors` and

@@ -6,6 +6,7 @@ its report.
     python -m gnorm.study my_study.yaml --report-only  # only the report
     python -m gnorm.study my_study.yaml --datasets cora --rows mine --depths 16 32
     python -m gnorm.study table3_fair --set train.epochs=5   # a scratch study
+    python -m gnorm.study queue --list                 # the cells left for a GPU (gnorm.study.queue)
 
 Where things go. Without a selection or ``--set``, runs go to the
 study's runs folder and the report to its report folder (gnorm's studies:
@@ -21,10 +22,9 @@ makes runs of another config: runs and report go to
 """
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from gnorm.errors import GnormError
 from gnorm.study.spec import (SpecError, Spec, check_node_task, check_sets,
@@ -149,14 +149,12 @@ class Places:
             check_folder(self.out, f'--out {self.out}')
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    r"""SIGTERM stops a study as Ctrl-C does."""
-    from gnorm.errors import Interrupted
-    raise Interrupted(signum)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ['queue']:  # the GPU queue: gnorm.study.queue
+        from gnorm.study.queue import main as queue
+        return queue(argv[1:])
+    args = parser().parse_args(argv)
     try:
         spec = load_spec(args.spec)
         check_selection(spec, args)
@@ -184,13 +182,11 @@ def _run(plan, args: argparse.Namespace) -> int:
     r"""Trains what :obj:`plan` misses (nothing with ``--report-only``);
     returns the exit status: 0, 1 when runs failed, 130 when interrupted
     (Ctrl-C, SIGTERM)."""
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _terminate)
+    from gnorm.study.runner import sigterm_interrupts
     try:
-        return 1 if not args.report_only and plan.run() else 0
+        with sigterm_interrupts():
+            return 1 if not args.report_only and plan.run() else 0
     except KeyboardInterrupt:
         print('interrupted: finished runs are kept; run the same command '
               'again to go on', file=sys.stderr, flush=True)
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)

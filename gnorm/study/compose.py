@@ -12,9 +12,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from gnorm.results.keys import identity, record_identity
 from gnorm.study.spec import Spec, compose, grid, setting_label, settings
 
-# Nodes and symmetrised edges, only to run cheap cells first.
+# Nodes and symmetrised edges, only to run cheap cells first and to
+# estimate a cell's time (gnorm.study.queue); (1000, 5000) for the others.
 _SIZE = {'cora': (2708, 10556), 'citeseer': (3327, 9104),
-         'chameleon': (2277, 62792), 'squirrel': (5201, 396846)}
+         'chameleon': (2277, 62792), 'squirrel': (5201, 396846),
+         'chameleon_filtered': (890, 17708),
+         'squirrel_filtered': (2223, 93996),
+         'minesweeper': (10000, 78804), 'tolokers': (11758, 1038000)}
 
 
 def _values(values: Sequence[Any]) -> str:
@@ -43,7 +47,7 @@ def cells(spec: Spec, datasets: Sequence[str], rows: Sequence[str],
                 out.append(dict(dataset=dataset, row=row, depth=depth,
                                 base=base, sweep=sweep, settings=candidates,
                                 expected=len(seeds),
-                                cost=_cost(dataset, depth, base) * runs,
+                                cost=cost(dataset, depth, base) * runs,
                                 position=len(out)))
     return sorted(out, key=lambda c: c['cost'])
 
@@ -55,15 +59,19 @@ def per_dataset(spec: Spec, dataset: str) -> List[str]:
     return list((spec.table.get('per_dataset') or {}).get(dataset, []))
 
 
-def _cost(dataset: str, depth: int, base: Sequence[str]) -> int:
-    r"""A run's CPU time, roughly, only to run cheap cells first: per
-    layer and epoch ~42 ns per edge or node channel, ~7 ns per node pair
-    of ContraNorm's attention."""
+def cost(dataset: str, depth: int, base: Sequence[str], hidden: int = 32,
+         epochs: int = 1) -> int:
+    r"""A run's time, roughly, in cost units: per layer and epoch one unit
+    per edge or node channel (32 channels at width 32; ~42 ns each on a
+    CPU), 1/6 unit per node pair of ContraNorm's attention (~7 ns), all
+    scaled by the width :obj:`hidden` / 32 and by :obj:`epochs`. Cells
+    run cheapest first by it (at width 32, one epoch); the GPU queue
+    turns it into seconds (:mod:`gnorm.study.queue`)."""
     nodes, edges = _SIZE.get(dataset, (1000, 5000))
-    cost = depth * (edges + 32 * nodes)
+    units = depth * (edges + 32 * nodes)
     if 'norm=contranorm' in base and 'norm.scale=0.0' not in base:
-        cost += depth * nodes * nodes // 6
-    return cost
+        units += depth * nodes * nodes // 6
+    return units * hidden * epochs // 32
 
 
 def arguments(spec: Spec, cell: Dict[str, Any],

@@ -5,16 +5,35 @@ launcher, each cell as ``python -m gnorm.train -m hydra/launcher=NAME``;
 a paired study's (row, seed) runs one ``python -m gnorm.train`` each,
 resuming from their checkpoints. Interrupt at any time: finished runs are
 kept, and the same command goes on."""
+import contextlib
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from gnorm.study.compose import Composer, write_hydra, command
 from gnorm.study.spec import Spec, compose
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    from gnorm.errors import Interrupted
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    r"""SIGTERM inside the block stops it as Ctrl-C does: a
+    :class:`gnorm.errors.Interrupted`, a :class:`KeyboardInterrupt`."""
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def show_progress() -> logging.Handler:
@@ -44,7 +63,7 @@ def _subprocess(args: List[str], threads: Optional[int]) -> bool:
     return proc.returncode == 0
 
 
-def _train_here(cell: Dict[str, Any], left: List[Dict[str, Any]],
+def train_here(cell: Dict[str, Any], left: List[Dict[str, Any]],
                 composer: Composer, found: Dict[str, Any]) -> bool:
     r"""Trains the runs :obj:`left` of :obj:`cell` in this process, adds
     the finished ones to :obj:`found`; returns whether it succeeded."""
@@ -95,7 +114,7 @@ def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
         if dry_run:
             continue
         ok = (_subprocess(args[1:], threads) if launcher
-              else _train_here(cell, left, composer, found))
+              else train_here(cell, left, composer, found))
         failed += not ok
     return failed
 

@@ -1,0 +1,261 @@
+r"""A lent GPU window in one command: the GPU check, then the GPU queue for
+the time left, each written into one folder as it goes.
+
+    python experiments/gpu_window.py --quick --out DIR --budget-s 540   # on the GPU
+    python experiments/gpu_window.py --bring-back DIR                     # here, after
+
+It runs ``experiments/gpu_check.py`` (``--quick``: every step at tiny
+sizes; ``--check-steps``: only those, ``''`` for none) into DIR within the
+budget, then ``python -m gnorm.study queue`` (:mod:`gnorm.study.queue`:
+the cells gnorm's studies leave for a GPU, most wanted first) for the
+seconds left, its runs into ``DIR/runs``; with ``--pack`` into a folder
+of its own and ``DIR/runs.tgz`` rewritten after every cell (for a device
+that sends back a few flat files); ``--finished FILE``: the runs finished
+where the runs folders are (``python -m gnorm.study queue
+--write-finished FILE`` there). A call cut off keeps every finished step
+and cell. The last line says how to bring the results back:
+``--bring-back DIR`` copies the runs into the studies' runs folders
+(``experiments/runs/<name>``; a finished run there is kept), rewrites the
+reports of the studies it touched (``--report-only``), copies the check's
+report into ``experiments/results`` and the GPU's seconds per cost unit
+into ``conf/queue.yaml``.
+"""
+import argparse
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's gnorm
+
+from gnorm.study import queue  # noqa: E402
+
+RESULTS = ROOT / 'experiments' / 'results'
+ARCHIVE = 'runs.tgz'
+
+
+def parser() -> argparse.ArgumentParser:
+    found = argparse.ArgumentParser(
+        description=' '.join(__doc__.split('\n\n')[0].split()))
+    found.add_argument('--device', choices=('cuda', 'cpu'),
+                       help='default: cuda when visible, else cpu')
+    found.add_argument('--quick', action='store_true',
+                       help='the GPU check at tiny sizes')
+    found.add_argument('--check-steps', metavar='LETTERS', help='the GPU check\'s steps '
+                       '(its --steps; default: all, \'\' for none)')
+    found.add_argument('--out', type=Path, help='the folder of the window')
+    found.add_argument('--budget-s', type=float, default=540.0, metavar='S',
+                       help='seconds for the window (default: 540)')
+    found.add_argument('--pack', action='store_true', help='the runs into '
+                       f'<out>/{ARCHIVE}, rewritten after every cell')
+    found.add_argument('--studies', nargs='+', metavar='NAME',
+                       help='the queue\'s studies (default: gnorm\'s)')
+    found.add_argument('--work', choices=tuple(queue.WORK),
+                       help='the queue\'s cells: marked GPU or CPU work '
+                       '(default: the device\'s)')
+    found.add_argument('--threads', type=int, help='CPU threads of the runs')
+    found.add_argument('--finished', type=Path, metavar='FILE',
+                       help='the queue\'s --finished: runs finished where the '
+                       'runs folders are (python -m gnorm.study queue '
+                       '--write-finished FILE wrote it)')
+    found.add_argument('--bring-back', type=Path, metavar='DIR',
+                       help='bring the results of a window in DIR back '
+                       'into this checkout; run nothing else')
+    return found
+
+
+# ---------------------------------------------------------------- window
+
+
+def run_check(args: argparse.Namespace, seconds: float) -> int:
+    r"""``experiments/gpu_check.py`` into ``--out`` for at most
+    :obj:`seconds`; its exit status (124 when cut off: its report keeps
+    the steps that finished)."""
+    from gnorm.bench import child_env
+    if args.check_steps == '' or seconds <= 0:
+        return 0
+    cmd = [sys.executable, str(ROOT / 'experiments' / 'gpu_check.py'),
+           '--device', args.device, '--out', str(args.out),
+           *(['--quick'] if args.quick else []),
+           *(['--steps', args.check_steps] if args.check_steps else [])]
+    try:
+        return subprocess.run(cmd, cwd=ROOT, env=child_env(ROOT),
+                              timeout=seconds).returncode
+    except subprocess.TimeoutExpired:
+        print(f'the GPU check was cut off after {seconds:.0f} s',
+              flush=True)
+        return 124
+
+
+def packed_runs(out: Path) -> Path:
+    r"""The runs folder of a window into :obj:`out` with ``--pack``: a
+    folder of its own under the temporary folder."""
+    tag = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f'gnorm-window-{tag}' / 'runs'
+
+
+def pack(runs: Path, archive: Path) -> None:
+    r""":obj:`runs` as ``runs/...`` in the gzipped tar :obj:`archive`,
+    replaced at once (a cut-off call keeps the last whole one)."""
+    tmp = archive.with_name(archive.name + '.tmp')
+    with tarfile.open(tmp, 'w:gz') as tar:
+        if runs.is_dir():
+            tar.add(runs, arcname='runs')
+    tmp.replace(archive)
+
+
+def queue_args(args: argparse.Namespace, runs: Path,
+               seconds: float) -> List[str]:
+    r"""The queue's command line for :obj:`seconds` into :obj:`runs`."""
+    found = ['--device', args.device, '--budget-s', f'{max(seconds, 0):.1f}',
+             '--out', str(runs)]
+    for key in ('studies', 'work', 'threads', 'finished'):
+        value = getattr(args, key)
+        if value is not None:
+            found += [f'--{key}', *map(str, value if isinstance(value, list)
+                                       else [value])]
+    return found
+
+
+def window(args: argparse.Namespace,
+           specs: Optional[Sequence] = None) -> int:
+    r"""The GPU check, then the queue for the time left; its exit status:
+    the queue's, else 1 where the check failed (not where it was cut off
+    at the budget)."""
+    import torch
+    start = time.monotonic()
+    if args.device is None:
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    args.out.mkdir(parents=True, exist_ok=True)
+    checked = run_check(args, args.budget_s)
+    left = args.budget_s - (time.monotonic() - start)
+    runs = packed_runs(args.out) if args.pack else args.out / 'runs'
+    after = (lambda: pack(runs, args.out / ARCHIVE)) if args.pack else None
+    status = queue.main(queue_args(args, runs, left), specs, after)
+    if args.pack:
+        pack(runs, args.out / ARCHIVE)
+    return status or int(checked not in (0, 124))
+
+
+# ------------------------------------------------------------ bring back
+
+
+def runs_of(folder: Path, tmp: Path) -> Path:
+    r"""The runs of the window :obj:`folder`: ``runs/``, else those of
+    ``runs.tgz`` unpacked into :obj:`tmp`."""
+    if (folder / 'runs').is_dir():
+        return folder / 'runs'
+    if not (folder / ARCHIVE).is_file():
+        raise SystemExit(f'error: {folder} holds neither runs/ nor '
+                         f'{ARCHIVE}')
+    with tarfile.open(folder / ARCHIVE) as tar:
+        tar.extractall(tmp, **({'filter': 'data'} if hasattr(
+            tarfile, 'data_filter') else {}))
+    return tmp / 'runs'
+
+
+def finished(folder: Path) -> bool:
+    r"""Whether :obj:`folder` holds a run that finished (``status: ok``)."""
+    import json
+    path = folder / 'results.json'
+    try:
+        return json.loads(path.read_text()).get('status') == 'ok'
+    except (OSError, ValueError):
+        return False
+
+
+def copy_runs(runs: Path, specs: Sequence) -> List:
+    r"""Copies each finished run of ``runs/<runs folder>/`` into the runs
+    folder of its study (a finished run there is kept); returns the
+    studies whose runs folder got runs."""
+    by_name: Dict[str, Path] = {}
+    for spec in specs:
+        by_name.setdefault(spec.runs_dir().name, spec.runs_dir())
+    copied: Dict[str, int] = {}
+    for result in sorted(runs.glob('*/*/results.json')):
+        run, name = result.parent, result.parent.parent.name
+        target = by_name.get(name)
+        if target is None:
+            print(f'skipped {run}: no study keeps its runs in {name}/')
+        elif finished(run) and not finished(target / run.name):
+            shutil.copytree(run, target / run.name, dirs_exist_ok=True)
+            copied[name] = copied.get(name, 0) + 1
+    for name, count in copied.items():
+        print(f'copied {count} runs into {by_name[name]}')
+    return [s for s in specs if s.runs_dir().name in copied]
+
+
+def copy_check(folder: Path, results: Path) -> List[Path]:
+    r"""Copies the GPU check's report (``gpu_check_*``) into
+    :obj:`results`."""
+    copied = []
+    for path in sorted(folder.glob('gpu_check_*')):
+        copied.append(Path(shutil.copy2(path, results / path.name)))
+    return copied
+
+
+def calibrate(runs: Path, config: Path) -> Dict[str, float]:
+    r"""Writes the seconds per unit of each GPU in the queue's record of
+    :obj:`runs` into ``calibration:`` of :obj:`config` (the newest last);
+    returns those written."""
+    measured = {name: entry['seconds'] / entry['units']
+                for name, entry in queue.read_record(runs).items()
+                if entry.get('device') == 'cuda' and entry.get('units')}
+    if not measured:
+        return {}
+    known = queue.read_config(config)['calibration']
+    for name in measured:
+        known.pop(name, None)
+    known.update(measured)
+    line = 'calibration: {' + ', '.join(
+        f'"{name}": {value:.4e}' for name, value in known.items()) + '}'
+    text = config.read_text()
+    config.write_text(re.sub(r'^calibration:.*$', line, text, flags=re.M))
+    return measured
+
+
+def bring_back(folder: Path, specs: Optional[Sequence] = None,
+               results: Path = RESULTS, config: Path = queue.CONFIG) -> int:
+    r"""Brings the window :obj:`folder` back (see the module's text)."""
+    from gnorm.study.cli import main as study
+    specs = list(specs or queue.load_specs())
+    with tempfile.TemporaryDirectory(prefix='gnorm-bring-back-') as tmp:
+        runs = runs_of(folder, Path(tmp))
+        status = 0
+        for spec in copy_runs(runs, specs):
+            ref = spec.experiment if spec.own else str(spec.source)
+            status = study([ref, '--report-only']) or status
+        for name, value in calibrate(runs, config).items():
+            print(f'{config}: calibration of {name}: {value:.3g} s per '
+                  f'unit')
+    for path in copy_check(folder, results):
+        print(f'copied {path}')
+    return status
+
+
+def main(argv: Optional[Sequence[str]] = None,
+         specs: Optional[Sequence] = None) -> int:
+    args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.bring_back is not None:
+        return bring_back(args.bring_back, specs)
+    if args.out is None:
+        parser().error('--out DIR is required (or --bring-back DIR)')
+    try:
+        status = window(args, specs)
+    except KeyboardInterrupt:
+        print('interrupted: what finished is kept', file=sys.stderr)
+        status = 130
+    print(f'bring the results back: python experiments/gpu_window.py '
+          f'--bring-back {args.out}', flush=True)
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,108 @@
+r"""experiments/gpu_window.py: the GPU check, then the GPU queue for the
+time left, into one folder as it goes; ``--bring-back`` copies the runs
+into the studies' runs folders, rewrites their reports, copies the
+check's report and writes the GPU's calibration."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import experiment, needs_mirror
+from gnorm.results import load_runs
+from gnorm.study import queue
+from gnorm.study.spec import load_spec
+from test_queue import NAME, tiny_spec
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+def test_a_window_packs_its_runs_and_they_come_back(tmp_path, monkeypatch,
+                                                    capsys):
+    window = experiment('gpu_window')
+    spec = load_spec(str(tiny_spec(tmp_path / 'study')))
+    checks = []
+
+    def check(args, seconds):  # the check's report, at once
+        checks.append(seconds)
+        (args.out / 'gpu_check_cpu.md').write_text('# gnorm GPU check\n')
+        return 0
+
+    monkeypatch.setattr(window, 'run_check', check)
+    (tmp_path / 'tmp').mkdir()
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))
+    out = tmp_path / 'window'
+    assert window.main(['--device', 'cpu', '--quick', '--work', 'gpu',
+                        '--pack', '--out', str(out), '--budget-s', '300',
+                        '--threads', '1'], [spec]) == 0
+    said = capsys.readouterr().out.strip().splitlines()
+    assert said[-1] == ('bring the results back: python '
+                        f'experiments/gpu_window.py --bring-back {out}')
+    assert 'trained 2 cells' in said[-2] and checks == [300]
+    # a device that sends back a few flat files gets them all
+    assert sorted(p.name for p in out.iterdir()) == ['gpu_check_cpu.md',
+                                                     'runs.tgz']
+    assert window.packed_runs(out).parent.parent == tmp_path / 'tmp'
+    results, config = tmp_path / 'results', tmp_path / 'queue.yaml'
+    results.mkdir()
+    shutil.copy(queue.CONFIG, config)
+    assert window.bring_back(out, [spec], results, config) == 0
+    runs = load_runs(spec.runs_dir())
+    assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
+    report = (spec.out_dir() / f'{NAME}.md').read_text()
+    assert '**2 of 4 cells complete**' in report
+    assert (results / 'gpu_check_cpu.md').is_file()
+    assert config.read_text() == queue.CONFIG.read_text()  # a CPU's: none
+    stamps = {r['_path']: Path(r['_path']).stat().st_mtime_ns for r in runs}
+    assert window.bring_back(out, [spec], results, config) == 0
+    assert {p: Path(p).stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_the_calibration_of_a_gpu_goes_into_the_config(tmp_path):
+    window = experiment('gpu_window')
+    config = tmp_path / 'queue.yaml'
+    shutil.copy(queue.CONFIG, config)
+    for name, seconds in (('GPU A', 20.0), ('GPU B', 5.0), ('GPU A', 40.0)):
+        (tmp_path / queue.RECORD).write_text(json.dumps({
+            name: dict(device='cuda', seconds=seconds, units=1e10),
+            'a CPU': dict(device='cpu', seconds=1.0, units=1.0)}))
+        assert window.calibrate(tmp_path, config) == {name: seconds / 1e10}
+    found = queue.read_config(config)
+    assert found['calibration'] == {'GPU B': 5e-10, 'GPU A': 4e-9}
+    assert queue.last_gpu(found['calibration']) == 'GPU A'
+    assert found['priority'] == queue.read_config(queue.CONFIG)['priority']
+
+
+def test_a_check_over_the_budget_is_cut_off(tmp_path):
+    window = experiment('gpu_window')
+    args = window.parser().parse_args(['--device', 'cpu', '--quick',
+                                       '--out', str(tmp_path)])
+    assert window.run_check(args, 0.5) == 124
+    assert window.run_check(args, 0) == 0  # no time: not started
+
+
+@pytest.mark.slow  # ~70 s on 2 busy cores: the quick GPU check, then the queue
+@needs_mirror
+def test_a_window_on_the_cpu(tmp_path):
+    spec = tiny_spec(tmp_path / 'study')
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO))
+    out = tmp_path / 'window'
+    proc = subprocess.run(
+        [sys.executable, 'experiments/gpu_window.py', '--device', 'cpu',
+         '--quick', '--out', str(out), '--budget-s', '500', '--studies',
+         str(spec), '--work', 'gpu', '--threads', '1'], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith(
+        'bring the results back: python experiments/gpu_window.py '
+        '--bring-back ')
+    steps = [json.loads(line) for line in
+             (out / 'gpu_check_cpu.jsonl').read_text().splitlines()[1:]]
+    assert [s['step'] for s in steps] == list('abcdef')
+    runs = load_runs(out / 'runs')
+    assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}

@@ -1,0 +1,223 @@
+r"""The GPU queue (``python -m gnorm.study queue``): it takes the cells a
+study marks as GPU work (or those selected), in the priority's order,
+trains what fits in the budget into run folders the study reads, keeps
+what finished when interrupted and trains nothing twice."""
+import json
+from pathlib import Path
+
+import pytest
+
+from gnorm.bench.report import cpu_name
+from gnorm.results import load_runs
+from gnorm.study import queue
+from gnorm.study.cli import main as study
+from gnorm.study.spec import load_spec
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+SPEC = '''# @package _global_
+collapse_metrics: false
+train:
+  epochs: 2
+dataset:
+  num_nodes: 60
+table:
+  name: {name}
+  kind: depth
+  datasets: [csbm]
+  depths: [1, 2]
+  seeds: [0, 1]
+  rows:
+    none: [norm=none]
+    layernorm: [norm=layernorm]
+  not_run:
+    - {{depths: [2], why: "GPU work (a test)"}}
+'''
+NAME = 'tiny_queue'
+
+
+def tiny_spec(folder: Path, name: str = NAME) -> Path:
+    r"""A depth study on csbm, 2 rows, depths 1 and 2, 2 seeds, 2 epochs,
+    its depth-2 cells marked as GPU work; returns its file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f'{name}.yaml'
+    path.write_text(SPEC.format(name=name))
+    return path
+
+
+@pytest.fixture(scope='module')
+def spec(tmp_path_factory):
+    return load_spec(str(tiny_spec(tmp_path_factory.mktemp('spec'))))
+
+
+def write_config(folder: Path, text: str = 'priority: []\n') -> Path:
+    path = folder / 'queue.yaml'
+    path.write_text(text)
+    return path
+
+
+def args(tmp_path, *more):
+    return ['--device', 'cpu', '--work', 'gpu', '--out',
+            str(tmp_path / 'out'), '--config', str(write_config(tmp_path)),
+            *more]
+
+
+def cells_of(items):
+    return [(i.cell['row'], i.cell['depth']) for i in items]
+
+
+def test_the_queue_takes_the_cells_marked_gpu_work(spec, tmp_path, capsys):
+    out = tmp_path / 'out'
+    items = queue.pending([spec], out, 'cuda', 'GPU work')
+    assert sorted(cells_of(items)) == [('layernorm', 2), ('none', 2)]
+    assert all(len(i.left) == 2 for i in items)
+    assert queue.pending([spec], out, 'cpu', 'CPU work') == []
+    chosen = queue.pending([spec], out, 'cpu', 'CPU work',
+                           dict(rows=['none'], depths=[1]))
+    assert cells_of(chosen) == [('none', 1)]
+    assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
+    said = capsys.readouterr().out
+    assert '2 cells pending (marked GPU work), 4 runs to train' in said
+    assert 'not calibrated yet' in said
+    assert 'last measured GPU: none' in said
+    listed = [line.split()[2:5] for line in said.splitlines()
+              if NAME in line]
+    assert sorted(listed) == [['csbm', 'layernorm', 'L=2'],
+                              ['csbm', 'none', 'L=2']]
+
+
+def test_the_priority_orders_the_cells_and_a_gpu_gives_seconds(
+        spec, tmp_path, capsys):
+    config = write_config(tmp_path, f'''priority:
+  - {{study: {NAME}, rows: [layernorm]}}
+calibration: {{"Some GPU": 1.0e-3}}
+''')
+    conf = queue.read_config(config, [NAME])
+    items = queue.order(queue.pending([spec], tmp_path, 'cpu', 'GPU work'),
+                        conf['priority'])
+    assert cells_of(items) == [('layernorm', 2), ('none', 2)]
+    assert [i.place for i in items] == [0, 1]
+    assert queue.main(['--list', '--device', 'cpu', '--work', 'gpu',
+                       '--config', str(config), '--out',
+                       str(tmp_path / 'out')], [spec]) == 0
+    said = capsys.readouterr().out
+    assert 'last measured GPU: Some GPU, 0.001 s per unit' in said
+    first, second = [line for line in said.splitlines() if NAME in line]
+    assert 'layernorm' in first and 'none' in second
+    seconds = 1e-3 * items[0].units
+    assert f'{seconds:.0f} s' in first or f'{seconds / 60:.1f} min' in first
+
+
+def test_studies_that_share_runs_train_them_once(spec, tmp_path):
+    r"""A study whose runs folder is another's (table3_fair and
+    filtered_heterophily): a run both hold trains once, for the cell
+    first in the queue."""
+    other = tiny_spec(tmp_path, 'tiny_queue_b')
+    other.write_text(other.read_text().replace(
+        'kind: depth', f'kind: depth\n  runs: {spec.runs_dir()}'))
+    other = load_spec(str(other))
+    config = write_config(tmp_path, 'priority: [{study: tiny_queue_b}]\n')
+    items = queue.claim(queue.order(
+        queue.pending([spec, other], tmp_path / 'out', 'cpu', 'GPU work'),
+        queue.read_config(config, [NAME, 'tiny_queue_b'])['priority']))
+    assert [i.study.spec.name for i in items] == ['tiny_queue_b'] * 2
+    assert sum(len(i.left) for i in items) == 4
+
+
+def test_the_budget_decides_how_many_cells_train(spec, tmp_path,
+                                                 monkeypatch, capsys):
+    now, trained = [0.0], []
+    monkeypatch.setattr(queue, 'clock', lambda: now[0])
+    real = queue.train_cell
+
+    def ten_seconds(item):  # every cell takes 10 s on the queue's clock
+        trained.append(item.label)
+        now[0] += 10
+        return real(item)
+
+    monkeypatch.setattr(queue, 'train_cell', ten_seconds)
+    out = tmp_path / 'out'
+    assert queue.main([*args(tmp_path), '--budget-s', '0'], [spec]) == 0
+    assert trained == [] and not load_runs(out)
+    assert queue.main([*args(tmp_path), '--budget-s', '15'], [spec]) == 0
+    said = capsys.readouterr().out
+    assert len(trained) == 1 and said.count(': skipped') == 1
+    assert 'trained 1 cells' in said
+    assert len(load_runs(out)) == 2  # the cell's two seeds
+    record = json.loads((out / '.queue.json').read_text())[cpu_name()]
+    assert record['seconds'] == 10 and len(record['cells']) == 1
+    # The record calibrates the next call: 10 s a cell fits in 12.
+    assert queue.main([*args(tmp_path), '--budget-s', '12'], [spec]) == 0
+    assert len(trained) == 2 and len(load_runs(out)) == 4
+    assert 'estimate 10 s' in capsys.readouterr().out
+
+
+def test_an_interrupt_keeps_the_finished_cell_and_a_rerun_goes_on(
+        spec, tmp_path, monkeypatch, capsys):
+    import gnorm.train
+    real, calls = gnorm.train.train_runs, []
+
+    def stop_at_second_cell(*a):
+        calls.append(a)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(gnorm.train, 'train_runs', stop_at_second_cell)
+    out = tmp_path / 'out'
+    assert queue.main(args(tmp_path), [spec]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f'interrupted: the 1 cells finished are kept in {out}; '
+                   f'run the same command again to go on']
+    assert len(load_runs(out)) == 2
+    assert queue.main(args(tmp_path), [spec]) == 0
+    assert len(calls) == 3  # only the second cell
+    assert queue.main(args(tmp_path), [spec]) == 0
+    assert len(calls) == 3  # a rerun trains nothing
+    runs = load_runs(out)
+    assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
+    assert {r['device'] for r in runs} == {'cpu'}
+    assert {r['machine']['cpu'] for r in runs} == {cpu_name()}
+    # <out>/<the study's runs folder>/<run>, named as the study names it
+    folders = {Path(r['_path']).parent.relative_to(out).as_posix()
+               for r in runs}
+    assert folders == {f'{NAME}/dataset=csbm,layers=2,norm={norm},'
+                       f'seed={seed},tag={norm}'
+                       for norm in ('none', 'layernorm') for seed in (0, 1)}
+    # Where the runs folders do not travel (a device), a list of digests.
+    listed = tmp_path / 'finished.txt'
+    assert queue.main([*args(tmp_path), '--write-finished', str(listed)],
+                      [spec]) == 0
+    assert len(listed.read_text().split()) == 4
+    capsys.readouterr()
+    assert queue.main([*args(tmp_path), '--out', str(tmp_path / 'bare'),
+                       '--finished', str(listed), '--list'], [spec]) == 0
+    assert '0 cells pending' in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    assert study(['queue', '--studies', 'nope', '--list']) == 2
+    assert capsys.readouterr().err.startswith("error: unknown study 'nope'")
+    assert study(['queue', '--budget-s', '-1']) == 2
+    assert capsys.readouterr().err == \
+        'error: --budget-s must be >= 0 seconds, got -1\n'
+    for text, says in (
+            ('priority: [{study: nope}]', 'a priority entry takes'),
+            ('priority: [{study: strong_depth, datasets: tolokers}]',
+             'optional lists datasets'),
+            ('calibration: {"a GPU": -1}', 'must be seconds per unit'),
+            ('order: []', "unknown key 'order'")):
+        with pytest.raises(queue.SpecError, match=says):
+            queue.read_config(write_config(tmp_path, text + '\n'))
+
+
+def test_a_selection_names_cells_of_the_studies(spec, tmp_path, capsys):
+    assert queue.main([*args(tmp_path), '--list', '--rows', 'mine'],
+                      [spec]) == 2
+    assert 'error: --rows mine: no study of the queue has it' in \
+        capsys.readouterr().err
+    assert queue.main(['--list', '--device', 'cpu', '--depths', '1',
+                       '--config', str(write_config(tmp_path)), '--out',
+                       str(tmp_path / 'out')], [spec]) == 0
+    said = capsys.readouterr().out
+    assert '2 cells pending (selected: depths 1), 4 runs' in said
