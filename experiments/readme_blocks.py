@@ -21,6 +21,9 @@ BLOCKS = {
     'filtered-heterophily-reading': ('filtered_heterophily.md',
                                      'Kept on the variants'),
     'sepnorm-reading': ('sepnorm_molhiv_cpu_long.md', '**In words**: '),
+    'heterophily-baselines-reading': ('heterophily_baselines.md',
+                                      'A complete cell reproduces'),
+    'strong-depth-in-words': ('strong_depth.md', 'In words'),
 }
 # Prefixes that are labels of the report, not words the README quotes.
 DROPPED = ('**In words**: ',)

@@ -73,8 +73,8 @@ def test_the_guides_study_runs_and_a_rerun_trains_nothing(tmp_path):
     assert 'flagged: still improving' in report
     assert 'corrected resampled t' in report
     assert 'Holm-adjusted over a family of 4' in report
-    assert '### mine against pairnorm and contranorm at equal budgets' \
-        in report
+    assert '### mine against pairnorm and contranorm, at equal budgets ' \
+        '(secondary view)' in report
     header = (results / 'my_study.csv').read_text().splitlines()[0]
     for other in ('pairnorm', 'contranorm'):
         for column in ('diff', 'lo', 'hi', 'n', 'p', 'p_adj', 'verdict',

@@ -329,7 +329,8 @@ def _cli(*args, cwd, env=None):
      'error: split_index=12 picks a Geom-GCN split, and split=public has '
      'one split only; leave split_index at 0 or pass split=geom_gcn'),
     (['dataset=cora', 'model=graphormer'], 2,
-     'error: dataset=cora is a node-level task and takes model=gcn, got '
+     'error: dataset=cora is a node-level task and takes model=gcn or '
+     'model=resgnn, got '
      'model=graphormer'),
     (['dataset=citeseer', 'data.mirror=EMPTY', 'data.root=ROOT'], 1,
      "error: dataset 'citeseer': the mirror lacks 8 raw file(s)"),
