@@ -194,7 +194,7 @@ PROTOCOL = (
     ('test_set', 'test set: {}'),
     ('model.hidden_channels', 'hidden {}'),
     ('model.dropout', 'dropout {}'),
-    ('train.lr', 'Adam lr {}'),
+    ('train.lr', '{optimizer} lr {}'),
     ('train.weight_decay', 'weight decay {}'),
 )
 WORDS = {'best_val': 'the best validation epoch', 'last': 'the last epoch',
@@ -228,8 +228,22 @@ def protocol_items(counted: List[Dict[str, Any]]) -> str:
                              and _get(counted[0]['config'], 'split')
                              == 'random'):
             continue
-        said.append(form.format(WORDS.get(found, found)))
+        said.append(form.format(WORDS.get(found, found),
+                                optimizer=optimizer_name(counted)))
     return '; '.join(said)
+
+
+# train.optimizer as a protocol names it (a run made before the key: Adam).
+OPTIMIZERS = {None: 'Adam', 'adam': 'Adam', 'adamw': 'AdamW'}
+
+
+def optimizer_name(counted: List[Dict[str, Any]]) -> str:
+    r"""The optimiser of the node runs :obj:`counted`
+    (``train.optimizer``), or each one's where they differ."""
+    names = sorted({OPTIMIZERS.get(_get(r.get('config', {}),
+                                        'train.optimizer'), 'Adam')
+                    for r in counted})
+    return ' or '.join(names)
 
 
 def protocol_text(counted: List[Dict[str, Any]]) -> str:
