@@ -20,9 +20,8 @@ BLOCKS = {
     'table3-fair-in-words': ('table3_fair.md', 'In words'),
     'filtered-heterophily-reading': ('filtered_heterophily.md',
                                      'Kept on the variants'),
-    'sepnorm-reading': ('sepnorm_molhiv_cpu_long.md', '**In words**: '),
     'heterophily-baselines-reading': ('heterophily_baselines.md',
-                                      'A complete cell reproduces'),
+                                      'Against the paper ('),
     'strong-depth-in-words': ('strong_depth.md', 'In words'),
 }
 # Prefixes that are labels of the report, not words the README quotes.
@@ -48,7 +47,8 @@ def refreshed(readme: str) -> str:
         match = pattern.search(readme)
         if match is None:
             continue
-        body = ('\n' + textwrap.fill(words, 76) + '\n'
+        body = ('\n' + textwrap.fill(words, 76, break_on_hyphens=False,
+                                        break_long_words=False) + '\n'
                 if '\n' in match.group(2) else words)
         readme = (readme[:match.start(2)] + body
                   + readme[match.end(2):])

@@ -149,14 +149,14 @@ def test_graphormer_page_ratio_ranges_come_from_the_committed_benchmarks(
 
 
 def test_readme_sepnorm_reading_is_the_reports():
-    r"""The README's reading of the long SepNorm comparison is the
+    r"""The results page's reading of the long SepNorm comparison is the
     report's in-words sentence, which follows its rows' readings."""
     report = (ROOT / 'experiments' / 'results' /
               'sepnorm_molhiv_cpu_long.md').read_text()
     (words, ) = [line.removeprefix('**In words**: ')
                  for line in report.splitlines()
                  if line.startswith('**In words**: ')]
-    assert _quoted('sepnorm-reading') == words
+    assert _quoted('sepnorm-reading', 'docs/results.rst') == words
     readings = [line.rsplit(' | ', 1)[-1].strip(' |')
                 for line in report.split('## Every row')[0].splitlines()
                 if line.startswith('| SepNorm')]
@@ -203,3 +203,17 @@ def test_readme_is_a_front_page():
     assert 'experiments/runs' not in readme
     for name in ('main_b2b073a', 'p5main', 'p4two', 'p3none', 'p2a'):
         assert name not in readme
+
+
+def test_every_readme_block_is_its_reports_reading():
+    r"""Every generated block of the README (experiments/readme_blocks.py:
+    the Table 3 readings, the filtered graphs, the residual baselines and
+    the depth question against them) holds its report's line word for
+    word; ``python experiments/readme_blocks.py`` rewrites them."""
+    blocks = experiment('readme_blocks')
+    readme = (ROOT / 'README.md').read_text()
+    for name, (report, prefix) in blocks.BLOCKS.items():
+        assert f'<!-- {name} -->' in readme, name
+        assert _quoted(name) == ' '.join(
+            blocks.reading(report, prefix).split()), name
+    assert blocks.main(['--check']) == 0

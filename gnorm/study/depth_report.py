@@ -211,14 +211,15 @@ def reproduction_lines(spec: Spec, records: List[Dict[str, Any]]
         said[reproduced(r, rule)].append(text)
     words = {True: 'reproduced', False: 'not reproduced',
              None: 'not complete yet'}
+    counts = ', '.join(f'{len(v)} {words[k]}' for k, v in said.items() if v)
     return ['', '## Against the paper', '',
             f"A complete cell reproduces the paper when its test mean lies "
             f"within {rule['paper_stds']:g} of the paper's standard "
             f"deviations of the paper's mean (accuracy), or within "
-            f"{rule['points']:g} points of it (ROC-AUC). "
-            + ' '.join(f'**{words[k].capitalize()}** '
-                       f"({len(v)}): {'; '.join(v)}."
-                       for k, v in said.items() if v)]
+            f"{rule['points']:g} points of it (ROC-AUC).", '',
+            f"Against the paper ({counts}): "
+            + '. '.join(f"{words[k].capitalize()}: {'; '.join(v)}"
+                        for k, v in said.items() if v) + '.']
 
 
 def per_dataset_lines(spec: Spec) -> List[str]:
