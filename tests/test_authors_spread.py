@@ -331,7 +331,9 @@ def test_report_times_work_matched_pairs_only(tmp_path):
     assert len(rows) == 1 + 2 * 4 + 1
     assert ("Time per run: at 1 work-matched pair (loop against loop, gnorm "
             "evaluating every epoch) the authors' code takes 4.00x gnorm's "
-            'time (2.50x-6.25x run by run; 2.03x its peak memory) at cora '
+            "time (3.48x-4.53x paired by seed (95 % interval, n=3); "
+            "2.50x-6.25x over every pair of runs, which mixes the "
+            "machine's loads; 2.03x its peak memory) at cora "
             'L=16 s=0.5 (speed/cora_L16_s0.5.json); of the 2 cells without '
             'a pair: gnorm batched at 1 cell; no loop time recorded at 1 '
             'cell; too few runs at 1 cell; no gnorm runs at 1 cell; not '
@@ -352,7 +354,8 @@ def test_speed_in_words_without_any_pair():
     assert speed.in_words([pair], []) == (
         "Time per run: at 1 work-matched pair (loop against loop, gnorm "
         "evaluating every epoch) the authors' code takes 1.25x gnorm's time "
-        '(0.50x-2.00x run by run; peak memory not recorded by both) at cora '
+        "(0.50x-2.00x over every pair of runs, which mixes the machine's "
+        'loads; peak memory not recorded by both) at cora '
         'L=16 s=0.5.')
 
 
@@ -363,3 +366,26 @@ def test_committed_report_is_generated_from_the_committed_records():
     text = spread.compare()
     committed = spread.OUT.read_text()
     assert committed.split('\n## On the same random numbers')[0] == text
+
+
+def test_the_speed_ratio_is_an_interval_paired_by_seed():
+    r"""The two runs of one seed ran side by side under one load: their
+    log ratio's t interval is the ratio's, not the range over every pair
+    of runs (which mixes loads)."""
+    import math
+    from scipy import stats as scipy_stats
+    cpu = ('cpu', 'AMD EPYC', 1)
+    authors = speed.Runs(cpu, (20.0, 44.0, 30.0, 9.0), (None, ) * 4,
+                         seeds=(0, 1, 2, 3))
+    gnorm = speed.Runs(cpu, (10.0, 20.0, 16.0, 5.0, 7.0), (None, ) * 5,
+                       seeds=(0, 1, 2, 3, 9))
+    low, high, n = speed.seed_interval(authors, gnorm)
+    logs = [math.log(a / g) for a, g in ((20, 10), (44, 20), (30, 16),
+                                         (9, 5))]
+    mean = sum(logs) / 4
+    half = scipy_stats.t.ppf(0.975, 3) * scipy_stats.sem(logs)
+    assert n == 4
+    assert (low, high) == pytest.approx((math.exp(mean - half),
+                                         math.exp(mean + half)))
+    assert speed.seed_interval(authors, speed.Runs(
+        cpu, (10.0, ), (None, ), seeds=(0, ))) is None

@@ -1029,6 +1029,8 @@ def test_a_study_hands_its_cells_to_a_hydra_launcher(tmp_path, launcher,
 
 
 @pytest.mark.parametrize('name', ['table3_paper', 'table3_fair',
+                                  'filtered_heterophily',
+                                  'heterophily_baselines', 'strong_depth',
                                   'sepnorm_molhiv_cpu',
                                   'sepnorm_molhiv_cpu_long'])
 def test_committed_reports_regenerate_byte_identically(tmp_path, name):

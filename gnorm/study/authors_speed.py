@@ -30,7 +30,7 @@ them.
 """
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
@@ -63,6 +63,7 @@ class Runs:
     eval_every: int = 1
     loop: bool = True
     together: bool = False
+    seeds: Tuple[Optional[int], ...] = field(default=(), compare=False)
 
 
 def authors_kind(machine: Dict[str, Any]) -> Kind:
@@ -102,14 +103,16 @@ def authors_times(path: Path, together: bool = False) -> List[Runs]:
     by side with gnorm's."""
     path = Path(path)
     record = json.loads(path.read_text())
-    found: Dict[Kind, List[Tuple[float, Optional[float]]]] = {}
-    for run in record['runs'].values():
+    found: Dict[Kind, List[Tuple[float, Optional[float], int]]] = {}
+    for seed, run in record['runs'].items():
         machine = run.get('made_by', {}).get('machine') or record['machine']
         found.setdefault(authors_kind(machine), []).append(
-            (run['seconds'], _authors_memory(run)))
+            (run['seconds'], _authors_memory(run), int(seed)))
     source = f'{path.parent.name}/{path.name}'
-    return [Runs(kind, tuple(s for s, _ in runs), tuple(m for _, m in runs),
-                 source, together=together) for kind, runs in found.items()]
+    return [Runs(kind, tuple(s for s, _, _ in runs),
+                 tuple(m for _, m, _ in runs), source, together=together,
+                 seeds=tuple(k for _, _, k in runs))
+            for kind, runs in found.items()]
 
 
 def gnorm_times(runs: Sequence[Dict[str, Any]],
@@ -122,7 +125,7 @@ def gnorm_times(runs: Sequence[Dict[str, Any]],
     (the process's: a batch's, and a later run of a process that trained
     several includes the earlier's); runs whose ``_path`` is in
     :obj:`together` were timed side by side with the authors' code."""
-    found: Dict[tuple, List[Tuple[float, Optional[float]]]] = {}
+    found: Dict[tuple, List[Tuple[float, Optional[float], Any]]] = {}
     for run in runs:
         batch, loop = run.get('batch_runs'), 'loop_s' in run
         seconds = run['loop_s'] if loop else run['runtime_s']
@@ -131,9 +134,11 @@ def gnorm_times(runs: Sequence[Dict[str, Any]],
                str(run.get('_path')) in together)
         found.setdefault(key, []).append((
             seconds / (batch or 1),
-            (run.get('peak_memory') or {}).get('host_rss_mib')))
-    return [Runs(kind, tuple(s for s, _ in times),
-                 tuple(m for _, m in times), '', batch, every, loop, side)
+            (run.get('peak_memory') or {}).get('host_rss_mib'),
+            value(run, 'seed')))
+    return [Runs(kind, tuple(s for s, _, _ in times),
+                 tuple(m for _, m, _ in times), '', batch, every, loop, side,
+                 tuple(k for _, _, k in times))
             for (kind, batch, every, loop, side), times in found.items()]
 
 
@@ -195,6 +200,26 @@ class Pair:
     low: float
     high: float
     memory: Optional[float]
+    by_seed: Optional[Tuple[float, float, int]] = None
+
+
+def seed_interval(authors: Runs, gnorm: Runs, level: float = 0.95
+                  ) -> Optional[Tuple[float, float, int]]:
+    r"""The ratio authors / gnorm paired by seed: the 95 % t interval of
+    the mean log ratio of the runs of one seed (both sides run side by
+    side, so that a seed's pair shared the machine's load), as ratios
+    ``(low, high, n)``; :obj:`None` with fewer than two seeds both sides
+    ran."""
+    import math
+    from gnorm.study.stats import mean_interval
+    mine = dict(zip(authors.seeds, authors.seconds))
+    theirs = dict(zip(gnorm.seeds, gnorm.seconds))
+    logs = [math.log(mine[k] / theirs[k]) for k in sorted(
+        k for k in mine if k is not None and k in theirs)]
+    _, lo, hi, _ = mean_interval(logs, level)
+    if lo is None:
+        return None
+    return math.exp(lo), math.exp(hi), len(logs)
 
 
 def _time(seconds: Sequence[float]) -> str:
@@ -254,7 +279,8 @@ def cell_rows(cell: Tuple[str, int, float], authors: Sequence[Runs],
                 pairs.append(Pair(
                     f'{_label(cell)} ({mine.source})',
                     ratio(mine.seconds, theirs.seconds),
-                    *ratio_range(mine.seconds, theirs.seconds), memory))
+                    *ratio_range(mine.seconds, theirs.seconds), memory,
+                    seed_interval(mine, theirs)))
                 compared = (f'{pairs[-1].time:.2f}x ({pairs[-1].low:.2f}x-'
                             f'{pairs[-1].high:.2f}x) | '
                             + (f'{memory:.2f}x' if memory is not None else
@@ -268,8 +294,12 @@ def cell_rows(cell: Tuple[str, int, float], authors: Sequence[Runs],
 def _pair_words(pair: Pair) -> str:
     memory = (f'{pair.memory:.2f}x its peak memory' if pair.memory is not
               None else 'peak memory not recorded by both')
-    return (f"{pair.time:.2f}x gnorm's time ({pair.low:.2f}x-"
-            f'{pair.high:.2f}x run by run; {memory}) at {pair.cell}')
+    paired = ('' if pair.by_seed is None else
+              f'{pair.by_seed[0]:.2f}x-{pair.by_seed[1]:.2f}x paired by seed '
+              f'(95 % interval, n={pair.by_seed[2]}); ')
+    return (f"{pair.time:.2f}x gnorm's time ({paired}{pair.low:.2f}x-"
+            f'{pair.high:.2f}x over every pair of runs, which mixes the '
+            f'machine\'s loads; {memory}) at {pair.cell}')
 
 
 # The order in which reasons are told (by their start).
@@ -333,9 +363,12 @@ INTRO = (
     'sides timed side by side (the timing folders: run at the same time on '
     'one machine, one process a side, one seed a process, so that what '
     'else the machine ran slowed both alike). Time: '
-    'the ratio of the mean times, in brackets the least and the greatest '
-    "ratio of one authors' run to one gnorm run (every pair of runs: a "
-    'range, not a confidence interval); memory: the ratio of the mean '
+    'the ratio of the mean times, in brackets its 95 % interval paired by '
+    'seed (the mean log ratio of the two runs of one seed, which ran side '
+    'by side under one load, with its t interval) and the least and the '
+    "greatest ratio of one authors' run to one gnorm run (every pair of "
+    'runs: a range that mixes loads, not a confidence interval); memory: '
+    'the ratio of the mean '
     'peaks. Every other row says why not. Pairs timed side by side shared '
     'the machine with other work (tests, other runs): their absolute times '
     'are slower than on an idle machine, their ratio is the measurement.')
