@@ -29,6 +29,7 @@ beside it the ratio of the mean peak memories where both sides record
 them.
 """
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.bench import ratio_range
 from gnorm.results import mean_std, plural, value
+from gnorm.study.stats import mean_interval
 
 # (device type, processor: GPU name or CPU model, torch threads)
 Kind = Tuple[str, str, int]
@@ -210,8 +212,6 @@ def seed_interval(authors: Runs, gnorm: Runs, level: float = 0.95
     side, so that a seed's pair shared the machine's load), as ratios
     ``(low, high, n)``; :obj:`None` with fewer than two seeds both sides
     ran."""
-    import math
-    from gnorm.study.stats import mean_interval
     mine = dict(zip(authors.seeds, authors.seconds))
     theirs = dict(zip(gnorm.seeds, gnorm.seconds))
     logs = [math.log(mine[k] / theirs[k]) for k in sorted(

@@ -26,7 +26,7 @@ from gnorm.study.compare import p_text, signed
 from gnorm.study.pairs import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
-from gnorm.study.select import split_ratio
+from gnorm.study.select import score_words, split_ratio
 from gnorm.study.stats import (compare, exact_p, larger_ratio,
                                family_verdict, holm, paired_interval,
                                placed, verdict)
@@ -343,10 +343,7 @@ def metric(spec: Spec, runs: Sequence[Dict[str, Any]] = ()) -> str:
     kinds = {_kind(r) for r in runs}
     if len(kinds) != 1:
         return 'metric'
-    kind = kinds.pop()
-    if kind == 'acc':
-        return 'accuracy'
-    return UNITS.get(kind, UNITS['metric'])[0]
+    return score_words(kinds.pop())
 
 
 def _holds(x: float, lo: float, hi: float, what: str) -> str:

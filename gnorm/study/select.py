@@ -31,7 +31,8 @@ SPLIT_OF = {'train_acc': 0, 'val_acc': 1, 'test_acc': 2}
 def score_words(metric: str) -> str:
     r"""A score :obj:`metric` in a report's words: ``accuracy``,
     ``ROC-AUC``."""
-    return 'accuracy' if metric == 'acc' else UNITS[metric][0]
+    return ('accuracy' if metric == 'acc'
+            else UNITS.get(metric, UNITS['metric'])[0])
 
 
 def scores_said(records: Sequence[Dict[str, Any]]) -> str:
