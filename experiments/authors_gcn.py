@@ -1,5 +1,5 @@
 r"""Runs the ContraNorm authors' published GCN code (GitHub PKU-ML/ContraNorm,
-folder ``gnn/``; :mod:`gnorm.study.authors_code`) on one cell of the
+folder ``gnn/``; :mod:`experiments.authors.code`) on one cell of the
 paper's Table 3 and writes its results to a JSON record, so that the
 report can cite their code's numbers: one run of their ``main.py`` loop
 body per seed of ``--seeds`` with their recipe (``run_baselines.sh``);
@@ -23,9 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gnorm.study.authors_code import (  # noqa: E402
+from gnorm.errors import one_line_errors  # noqa: E402
+from experiments.authors.code import (  # noqa: E402
     DATASETS, REPO, STAND_IN_CALLS, THEIR_MODULES, authors_commit,
-    load_their_data, machine, run_seeds, their_argv, their_code,
+    load_their_data, machine_record, run_seeds, their_argv, their_code,
     their_parser, train_seed)
 
 
@@ -101,7 +102,7 @@ def main(argv=None):
                   'test accuracy after the last epoch; test set = nodes '
                   'outside train and validation'),
         data=dict(mirror=str(args.mirror), raw=DATASETS[args.dataset][0]),
-        machine=machine(args.threads, args.device))
+        machine=machine_record(args.device))
     print(f'their code {code} ({meta["authors"]["commit"]}): '
           f'main.py {" ".join(targv)}; seeds {args.seeds}', flush=True)
     with their_code(code, args.dataset, args.mirror) as their:
@@ -141,4 +142,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    with one_line_errors():
+        main()

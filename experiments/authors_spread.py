@@ -1,5 +1,5 @@
 r"""Compares the authors' published GCN code and gnorm run by run
-(:mod:`gnorm.study.authors`: the permutation test of each cell, the time
+(:mod:`experiments.authors.report`: the permutation test of each cell, the time
 per run of work-matched pairs, the twins on the same random numbers), from
 the committed records and runs:
 
@@ -23,11 +23,12 @@ from typing import Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gnorm.errors import one_line_errors  # noqa: E402
 from gnorm.results import load_runs  # noqa: E402
-from gnorm.study.authors import (plot_twins, read_authors,  # noqa: E402
-                                 read_twins, report, twin_lines)
 from gnorm.study.inputs import relative  # noqa: E402
 from gnorm.study.plot import save_bytes  # noqa: E402
+from experiments.authors.report import (plot_twins, read_authors,  # noqa: E402
+                                        read_twins, report, twin_lines)
 
 AUTHORS = ROOT / 'experiments' / 'results' / 'authors_gcn'
 RUNS = [ROOT / 'experiments' / 'runs' / 'table3_paper',
@@ -81,4 +82,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    with one_line_errors():
+        sys.exit(main())

@@ -1,5 +1,5 @@
 r"""Trains the authors' DeepGCN and gnorm's side by side on the same random
-numbers (:mod:`gnorm.study.authors_twin`), recording every ``--every``
+numbers (:mod:`experiments.authors.twin`), recording every ``--every``
 epochs their training losses, test accuracies and the largest difference
 of their weights, into one JSON record (docs/table3.rst).
 
@@ -15,11 +15,12 @@ from typing import Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments import authors_gcn  # noqa: E402
-from gnorm.study import authors_code as ag  # noqa: E402
-from gnorm.study.authors_twin import (check_same_data,  # noqa: E402
-                                      gnorm_config, twin)
+from gnorm.errors import one_line_errors  # noqa: E402
 from gnorm.train.run import source  # noqa: E402
+from experiments import authors_gcn  # noqa: E402
+from experiments.authors import code as ag  # noqa: E402
+from experiments.authors.twin import (check_same_data,  # noqa: E402
+                                      gnorm_config, twin)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -51,9 +52,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         authors=dict(repo=ag.REPO, commit=ag.authors_commit(code)),
         script=dict(path='experiments/authors_twin.py', gnorm=source(),
                     argv=sys.argv[1:] if argv is None else list(argv)),
-        machine=ag.machine(args.threads, 'cpu')))
+        machine=ag.machine_record('cpu')))
     print(f'-> {args.out}')
 
 
 if __name__ == '__main__':
-    main()
+    with one_line_errors():
+        main()

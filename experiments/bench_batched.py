@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.bench import (Records, arguments, default_mirror,  # noqa: E402
-                         machine, markdown_table, parse, rotation, timed)
+                         markdown_table, parse, rotation, timed)
+from gnorm.machine import machine_words, this_machine  # noqa: E402
 
 CASES = {
     'gcn2': ['layers=2', 'norm=none'],
@@ -88,7 +89,7 @@ def measure(case, runs, epochs, device, repeats=1):
     acc, loss = _differences(one_by_one, together)
     floor_acc, floor_loss = _differences(one_by_one, again)
     return {'case': case, 'runs': runs, 'epochs': epochs, 'device': device,
-            'machine': machine(device), 'repeats': repeats,
+            'machine': machine_words(this_machine(device)), 'repeats': repeats,
             'sequential_s': statistics.median(sequential),
             'batched_s': statistics.median(batched),
             'speedup': statistics.median(sequential) /

@@ -1,7 +1,7 @@
 """Training throughput and peak memory of gnorm's Graphormer per batch size.
 
 Graphormer-slim's AdamW step, timed apart from its data
-(:mod:`gnorm.perf.graphormer`), median of ``--steps`` steps after a
+(:mod:`experiments.cases.graphormer`), median of ``--steps`` steps after a
 warm-up, per dataset (``zinc``, ``molhiv``), batch size, dtype and norm;
 on the CPU each in its own process. ``--baseline REV`` times git revision REV's whole package beside
 the working tree, alternating child processes ``--rounds`` times on the
@@ -33,17 +33,18 @@ sys.path.insert(0, str(ROOT))  # this checkout's gnorm, not an installed one
 
 from gnorm import bench  # noqa: E402
 from gnorm.bench import (ChildFailed, Records, code_at,  # noqa: E402
-                         line_plot, machine, markdown_table, profiled,
+                         line_plot, markdown_table, profiled,
                          read_jsonl, rotation, run_child, use_code,
                          write_report)
-from gnorm.perf import graphormer as cases  # noqa: E402
+from gnorm.machine import machine_words, this_machine  # noqa: E402
+from experiments.cases import graphormer as cases  # noqa: E402
 
 NORMS = ('layernorm', 'sepnorm')
 MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', '*')
 
 
 def measure(args, key: cases.Key) -> dict:
-    r""":func:`gnorm.perf.graphormer.measure` of the setting :obj:`key`
+    r""":func:`experiments.cases.graphormer.measure` of the setting :obj:`key`
     with the script's arguments (``--profile``: each step's operator
     table appended to the profile report)."""
     return cases.measure(
@@ -250,7 +251,8 @@ def main() -> None:
                 else measure(args, key))
         rows = [records.add(dict(cases.row(
             key, runs[v], v, args.baseline if v == 'before' else
-            'working tree', args.device), host=machine(args.device),
+            'working tree', args.device),
+            host=machine_words(this_machine(args.device)),
             steps=args.steps)) for v in codes]
         for row in rows:
             print(json.dumps(row), flush=True)

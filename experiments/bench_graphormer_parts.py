@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.bench import (CPU, alternate, arguments,  # noqa: E402
-                         machine, markdown_table, measure_into, medians,
+                         markdown_table, measure_into, medians,
                          parse, read_jsonl, write_report)
-from gnorm.perf.graphormer import MAX_DIST, graphs, loader, model  # noqa: E402
+from gnorm.machine import machine_words, this_machine  # noqa: E402
+from experiments.cases.graphormer import (  # noqa: E402
+    MAX_DIST, graphs, loader, model)
 
 PARTS = ('full', 'layers')
 
@@ -93,7 +95,8 @@ def measure(args, name: str, norm: str) -> list:
         rows += [{'dataset': name, 'norm': norm, 'part': part,
                   'dropout': dropout, 'batch_size': args.batch_size,
                   'cpu_ms': 1000 * t, 'steps': args.steps,
-                  'host': machine('cpu')} for part, t in times.items()]
+                  'host': machine_words(this_machine('cpu'))}
+                 for part, t in times.items()]
     return rows
 
 

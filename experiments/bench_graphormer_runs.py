@@ -25,10 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.bench import (CPU, alternate, arguments,  # noqa: E402
-                         machine, markdown_table, measure_into, medians,
+                         markdown_table, measure_into, medians,
                          parse, read_jsonl, write_report)
-from gnorm.perf.graphormer import (MAX_DIST, METRIC, graphs,  # noqa: E402
-                                   loader)
+from gnorm.machine import machine_words, this_machine  # noqa: E402
+from experiments.cases.graphormer import (MAX_DIST, METRIC, graphs,  # noqa: E402
+                                          loader)
 
 RECIPES = {
     'slim': dict(num_layers=12, hidden_channels=80, num_heads=8,
@@ -92,7 +93,8 @@ def measure(args, name: str, recipe: str, norm: str, runs: int) -> dict:
             'batch_size': args.batch_size, 'steps': args.steps,
             'separate_ms': 1000 * times['separate'],
             'stacked_ms': 1000 * times['stacked'],
-            'threads': torch.get_num_threads(), 'host': machine('cpu')}
+            'threads': torch.get_num_threads(),
+            'host': machine_words(this_machine('cpu'))}
 
 
 def report(path: Path) -> str:

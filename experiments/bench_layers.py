@@ -1,6 +1,6 @@
 """Time and peak memory of gnorm's layers beside a reference, side by side.
 
-For n nodes and d channels, the cases of :mod:`gnorm.perf.layers`
+For n nodes and d channels, the cases of :mod:`experiments.cases.layers`
 (forward+backward of one layer beside its reference on one random graph),
 median of ``--repeats`` after a warm-up; ``--models`` adds a 32-layer
 GCN's training epoch on Cora and Squirrel per norm. On the CPU each cell
@@ -23,11 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from gnorm.bench import (ChildFailed, Records, arguments,  # noqa: E402
-                         line_plot, machine, markdown_table, parse, ratio,
+                         line_plot, markdown_table, parse, ratio,
                          run_child, write_report)
-from gnorm.perf.layers import (LAYERS, QUADRATIC, REFERENCE,  # noqa: E402
-                               dense_gib, max_abs_difference, measure,
-                               model_epoch_seconds)
+from gnorm.machine import machine_words, this_machine  # noqa: E402
+from experiments.cases.layers import (LAYERS, QUADRATIC, REFERENCE,  # noqa: E402
+                                      dense_gib, max_abs_difference, measure,
+                                      model_epoch_seconds)
 
 MODEL_NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d')
 
@@ -66,7 +67,7 @@ def sweep(args, records):
         if row is None:
             row = dict(key=key, device=args.device, dtype=dtype, layer=layer,
                        impl='reference' if ref else 'gnorm', n=n, d=d,
-                       machine=machine(args.device))
+                       machine=machine_words(this_machine(args.device)))
             quadratic = layer in QUADRATIC
             prev = last_time.get((dtype, d, layer, ref))
             estimate = prev[1] * (n / prev[0])**(2 if quadratic else 1) * \
@@ -96,7 +97,9 @@ def sweep(args, records):
                                           args.repeats)
                 records.add(dict(key=key, device=args.device, kind='model',
                                  dataset=dataset, norm=norm, seconds=sec,
-                                 status='ok', machine=machine(args.device)))
+                                 status='ok',
+                                 machine=machine_words(
+                                     this_machine(args.device))))
 
 
 def cell_text(row):

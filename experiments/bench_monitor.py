@@ -1,7 +1,7 @@
 """Overhead of gnorm.monitor.CollapseMonitor beside training, side by side.
 
 On Cora (public split), one CPU thread, the cases of
-:mod:`gnorm.perf.monitor`: a 32-layer ``DeepGCN`` full batch (all 7
+:mod:`experiments.cases.monitor`: a 32-layer ``DeepGCN`` full batch (all 7
 metrics, and two alone) and PyG's ``GAT`` on neighbour-sampled batches,
 then each metric alone. Report: ``results/bench_monitor_cpu.{md,jsonl}`` and the table of
 docs/monitor.rst (docs/benchmarks.rst).
@@ -20,11 +20,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gnorm.bench import (machine, markdown_table, read_jsonl,  # noqa: E402
+from gnorm.bench import (markdown_table, read_jsonl,  # noqa: E402
                          write_jsonl)
-from gnorm.perf.monitor import (DEFAULT_SAMPLES, TWO_METRICS,  # noqa: E402
-                                deep_gcn_case, gat_case, load_cora,
-                                metric_costs, overheads)
+from gnorm.machine import machine_words, this_machine  # noqa: E402
+from experiments.cases.monitor import (DEFAULT_SAMPLES, TWO_METRICS,  # noqa: E402
+                                       deep_gcn_case, gat_case, load_cora,
+                                       metric_costs, overheads)
 
 OUT = ROOT / 'experiments' / 'results' / 'bench_monitor_cpu.md'
 
@@ -135,7 +136,8 @@ def main(argv=None):
              lambda d, r: deep_gcn_case(d, r, TWO_METRICS))
     for case in cases:
         row = overheads(case(data, args.repeats))
-        row.update(machine=machine('cpu'), date=str(date.today()),
+        row.update(machine=machine_words(this_machine('cpu')),
+                   date=str(date.today()),
                    max_samples=DEFAULT_SAMPLES)
         rows.append(row)
         print(json.dumps(row), flush=True)

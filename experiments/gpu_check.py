@@ -2,11 +2,11 @@ r"""The GPU check in one command: what a lent device computes and how fast.
 
 One process runs the steps of :data:`STEPS` in order, each within its own
 time budget (smaller under ``--quick``; :func:`gnorm.bench.run_steps`):
-a. the CUDA suite (``pytest -m cuda``); b. layers (:mod:`gnorm.perf.layers`) in
+a. the CUDA suite (``pytest -m cuda``); b. layers (:mod:`experiments.cases.layers`) in
 fp32 and bf16; c. a 32-layer DeepGCN step on Cora against its kernel time
 in ``torch.profiler``; d. Graphormer-slim (:mod:`bench_graphormer`),
 eager and compiled; e. the collapse monitor's overhead
-(:mod:`gnorm.perf.monitor`); f. one Table 3 cell end to end and the whole
+(:mod:`experiments.cases.monitor`); f. one Table 3 cell end to end and the whole
 table extrapolated. Report: ``<out>/gpu_check_<device>.{jsonl,md}``,
 rewritten after every step (docs/benchmarks.rst).
 
@@ -33,9 +33,10 @@ sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from gnorm import bench  # noqa: E402
 from gnorm.bench import Step  # noqa: E402
-from gnorm.perf import graphormer as graphormer_cases  # noqa: E402
-from gnorm.perf import layers as layer_cases  # noqa: E402
-from gnorm.perf.monitor import deep_gcn_case, load_cora, overheads  # noqa: E402
+from experiments.cases import graphormer as graphormer_cases  # noqa: E402
+from experiments.cases import layers as layer_cases  # noqa: E402
+from experiments.cases.monitor import (  # noqa: E402
+    deep_gcn_case, load_cora, overheads)
 
 OUT = ROOT / 'experiments' / 'results'
 
@@ -191,7 +192,7 @@ def graphormer(ctx, budget):
     rows, notes = [], [
         f'{"a tiny Graphormer (1 layer, hidden 16)" if ctx.quick else "Graphormer-slim (12 layers, hidden 80)"}, '
         f'LayerNorm, batch {batch_size}, median of {steps} AdamW steps '
-        f'after a warm-up (gnorm.perf.graphormer.measure); graphs/s counts data '
+        f'after a warm-up (experiments.cases.graphormer.measure); graphs/s counts data '
         f'(collation, copy) + model, model-only graphs/s the model alone; '
         f'compiled = torch.compile(fullgraph=True, dynamic=True), as '
         f'train.compile=true, its first (compiling) step not timed.']
@@ -246,7 +247,7 @@ def monitor(ctx, budget):
             'forward_s', 'record_s', 'first_record_s', 'eval_every_1',
             'eval_every_10', 'every_1', 'every_10')
     return dict(rows=[{k: row[k] for k in keep}], notes=[
-        f'gnorm.perf.monitor\'s DeepGCN case on Cora, {num_layers} layers, all '
+        f'experiments.cases.monitor\'s DeepGCN case on Cora, {num_layers} layers, all '
         f'metrics, medians of {repeats} rotating rounds after a warm-up; '
         f'*_s in seconds. eval_every_k: (record - forward) / (k x (train + '
         f'forward)), every_k: record / (k x train) (docs/monitor.rst).'])

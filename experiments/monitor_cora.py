@@ -172,7 +172,7 @@ def main(argv=None) -> int:
     if not args.plot_only:
         import torch
 
-        from gnorm.perf.monitor import load_cora
+        from experiments.cases.monitor import load_cora
         torch.set_num_threads(1)
         with tempfile.TemporaryDirectory() as tmp:
             data = load_cora(args.data_root or tmp)

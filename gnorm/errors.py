@@ -1,12 +1,15 @@
 r"""Errors that the command line reports as one line (``error: ...``) and a
 non-zero exit status, without a traceback. Their message names the problem
-and the fix."""
+and the fix; and :func:`renamed`, a former public name kept for one
+release."""
 import contextlib
 import difflib
+import functools
 import signal
 import sys
+import warnings
 from pathlib import Path
-from typing import Iterable, Iterator, List
+from typing import Callable, Iterable, Iterator, List
 
 # sys.argv[0] while `python -m gnorm.train` imports its package, and the
 # console script's name.
@@ -72,3 +75,31 @@ def closest(key: str, keys: Iterable[str]) -> List[str]:
         if score >= 0.75:
             scored.append((-score, other))
     return [other for _, other in sorted(scored)[:3]]
+
+
+def renamed(function: Callable, old: str) -> Callable:
+    r""":obj:`function` under its former name :obj:`old`, kept for one
+    release: a call warns (:class:`DeprecationWarning`) with the new name,
+    then calls it."""
+    new = f'{function.__module__}.{function.__name__}'
+
+    @functools.wraps(function)
+    def alias(*args, **kwargs):
+        warnings.warn(f'{old} is deprecated: use {new}', DeprecationWarning,
+                      stacklevel=2)
+        return function(*args, **kwargs)
+    alias.__doc__ = f'Deprecated alias of :func:`{new}`.'
+    alias.__name__ = alias.__qualname__ = old.rsplit('.', 1)[-1]
+    return alias
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    r"""A script's main block: a :class:`GnormError` inside it is printed
+    as one line (``error: ...``) on stderr and ends the process with its
+    exit status, instead of a traceback."""
+    try:
+        yield
+    except GnormError as e:
+        print(f'error: {e}', file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)

@@ -1,4 +1,4 @@
-r"""``gnorm.study.authors_code`` (``experiments/authors_gcn.py``): the
+r"""``experiments.authors.code`` (``experiments/authors_gcn.py``): the
 stand-ins for torch_sparse and torch_scatter against dense torch, the JSON
 record and its resume logic, and (when their code is here: ``AUTHORS_GCN_CODE=<ContraNorm>/gnn``) that
 the script's run of a seed equals their ``main.py``'s first run."""
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from conftest import MIRROR, experiment, needs_mirror
-from gnorm.study import authors_code as ag
+from gnorm.errors import DataError
+from experiments.authors import code as ag
 
 script = experiment('authors_gcn')
 
@@ -144,7 +145,7 @@ def test_record_is_written_after_each_seed_and_resumed(tmp_path):
     assert last['std_ddof1'] == pytest.approx(1)
     assert s['test_acc_best_val_pct']['mean'] == pytest.approx(61)
     # A record of another configuration is never extended.
-    with pytest.raises(SystemExit, match='another configuration'):
+    with pytest.raises(DataError, match='another configuration'):
         ag.run_seeds(path, dict(config, scale=0.5), [3], _fake(calls))
     assert calls == [0, 2, 1]
 

@@ -1,9 +1,9 @@
-r"""``gnorm.study.authors`` (``experiments/authors_spread.py``'s report):
+r"""``experiments.authors.report`` (``experiments/authors_spread.py``'s report):
 the permutation test against hand counts, the pairing of the authors'
 records with gnorm's runs of the same cell, and its refusal to pool runs
 whose configs differ; the smallest p a cell's numbers of runs allow, and a
 verdict that never reads a cell without power as "no difference"; its
-section "Time per run" (``gnorm.study.authors_speed``): only work-matched
+section "Time per run" (``experiments.authors.speed``): only work-matched
 pairs get a ratio."""
 import json
 import random
@@ -12,8 +12,10 @@ import pytest
 
 from conftest import experiment
 
-from gnorm.study import authors, stats
-from gnorm.study import authors_speed as speed
+from gnorm.errors import DataError
+from gnorm.study import stats
+from experiments.authors import report as authors
+from experiments.authors import speed
 
 
 def test_permutation_p_counts_every_split():
@@ -117,10 +119,10 @@ def test_gnorm_runs_of_the_cell_only(tmp_path):
                                                status='interrupted')]
     assert authors.gnorm_runs(runs, 'cora', 16, 0.5) == pytest.approx(
         {0: 30.0, 1: 40.0})
-    with pytest.raises(SystemExit, match='differ in more than the seed'):
+    with pytest.raises(DataError, match='differ in more than the seed'):
         authors.gnorm_runs(runs + [_run('f', 5, 0.3, weight_decay=0.0)],
                           'cora', 16, 0.5)
-    with pytest.raises(SystemExit, match='seed 1 .* twice'):
+    with pytest.raises(DataError, match='seed 1 .* twice'):
         authors.gnorm_runs(runs + [_run('g', 1, 0.3)], 'cora', 16, 0.5)
 
 
@@ -163,13 +165,20 @@ def test_twin_records_are_tabled_and_plotted(tmp_path):
 
 def test_verdict_names_what_chance_does_not_explain():
     assert authors.verdict([('a', 0.5, 0.01), ('b', 0.001, 0.0001)]) == (
-        '2 tests: a p below 0.05 / 2 = 0.0250 (Bonferroni) marks a '
-        'difference that chance does not explain at the 5 % level. 2 of 2 '
-        'cells have the runs to reach it at all (smallest p below it). '
-        'Beyond chance: b. Not distinguishable with these runs: a.')
+        '2 tests, one family: a Holm-adjusted p below 0.05 marks a '
+        'difference that chance does not explain at 95 % confidence; the '
+        "smallest p must pass Holm's first threshold 0.05 / 2 = 0.0250. "
+        '2 of 2 cells have the runs to pass it at all (smallest p below '
+        'it). Beyond chance: b. Not distinguishable with these runs: a.')
     said = authors.verdict([('a', 0.04, 0.001), ('b', 0.3, 0.001)])
-    assert 'Not distinguishable with these runs: a, b. Below 0.05 but not ' \
-        'beyond chance (by chance alone about one test in 20 is): a.' in said
+    assert 'Not distinguishable with these runs: a, b. p below 0.05 before ' \
+        'the adjustment, not after (by chance alone about one test in 20 ' \
+        'is): a.' in said
+    # Holm, not Bonferroni: 0.02 and 0.03 of 2 tests both pass (0.04, 0.03).
+    said = authors.verdict([('a', 0.02, 0.001), ('b', 0.03, 0.001)])
+    assert 'Beyond chance: a, b.' in said
+    # level is the confidence.
+    assert 'below 0.1 marks' in authors.verdict([('a', 0.5, 0.01)], 0.9)
 
 
 def test_verdict_reads_nothing_into_cells_without_power():
@@ -178,13 +187,13 @@ def test_verdict_reads_nothing_into_cells_without_power():
               for i, p in enumerate([1 / 56] + [0.5] * 8)]
     said = authors.verdict(tested + [('big', 0.2, stats.smallest_p(8, 11))])
     assert 'No cell differs' not in said
-    assert '1 of 10 cells has the runs to reach it at all' in said
+    assert '1 of 10 cells has the runs to pass it at all' in said
     assert 'Not distinguishable with these runs: big.' in said
     assert ('Without power (smallest p 0.0179: not below 0.0050 whatever '
             'the runs): c0, c1, c2, c3, c4, c5, c6, c7, c8; a cell without '
             'power shows nothing either way.') in said
     said = authors.verdict(tested)
-    assert 'No cell has the runs to reach it at all' in said
+    assert 'No cell has the runs to pass it at all' in said
     assert 'Beyond chance' not in said and 'Not distinguishable' not in said
 
 
@@ -202,7 +211,7 @@ def test_report_without_power_says_so(tmp_path):
                if line.startswith('| cora | 16 | 0.5 '))
     assert row.endswith('| 0.018 | 0.018 |')  # all below: p = 1 / 56
     assert 'No cell differs' not in text
-    assert 'No cell has the runs to reach it at all (smallest p).' in text
+    assert 'No cell has the runs to pass it at all (smallest p).' in text
     assert 'a cell without power shows nothing either way' in text
 
 
@@ -235,8 +244,8 @@ def test_a_pair_is_work_matched(gnorm, why):
 
 
 def test_ratio_is_the_authors_mean_time_over_gnorms():
-    assert speed.ratio([10.0, 30.0], [5.0, 5.0, 5.0]) == 4.0
-    assert speed.ratio([3.0], [6.0]) == 0.5
+    assert speed.mean_ratio([10.0, 30.0], [5.0, 5.0, 5.0]) == 4.0
+    assert speed.mean_ratio([3.0], [6.0]) == 0.5
     assert speed.ratio_range([10.0, 30.0], [5.0, 2.0]) == (2.0, 15.0)
 
 

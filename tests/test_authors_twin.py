@@ -1,4 +1,4 @@
-r"""``gnorm.study.authors_twin`` (when their code is here:
+r"""``experiments.authors.twin`` (when their code is here:
 ``AUTHORS_GCN_CODE=<ContraNorm>/gnn``): their DeepGCN and gnorm's, trained
 on the same random numbers in float64, take the same steps."""
 import os
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import MIRROR, needs_mirror
 
-from gnorm.study import authors_twin as twin
+from experiments.authors import twin
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 CODE = os.environ.get('AUTHORS_GCN_CODE')
@@ -19,7 +19,7 @@ CODE = os.environ.get('AUTHORS_GCN_CODE')
 @needs_mirror
 @pytest.mark.parametrize('layers,scale', [(3, 0.5), (4, 1.0)])
 def test_their_model_and_gnorms_take_the_same_steps(layers, scale):
-    from gnorm.study import authors_code as ag
+    from experiments.authors import code as ag
     targs = ag.their_parser(CODE).parse_args(
         ag.their_argv('cora', layers, scale, 3))
     cfg = twin.gnorm_config('cora', layers, scale, MIRROR)

@@ -111,9 +111,17 @@ def test_write_report_ends_with_one_newline(tmp_path):
     assert (tmp_path / 'r.md').read_text() == text
 
 
-def test_machine_names_the_cpu_and_torch():
-    said = bench.machine('cpu')
-    assert bench.cpu_name() in said and torch.__version__ in said
+def test_machine_is_one_dict_rendered_in_words():
+    from gnorm.machine import cpu_name, machine_words, this_machine
+    info = this_machine('cpu')
+    assert info['cpu'] == cpu_name() and info['torch'] == torch.__version__
+    assert 'gpu' not in info and info['threads'] == torch.get_num_threads()
+    said = machine_words(info)
+    assert cpu_name() in said and torch.__version__ in said
+    assert machine_words(dict(info, gpu='NVIDIA H200')) == \
+        f'NVIDIA H200 (torch {torch.__version__})'
+    with pytest.warns(DeprecationWarning, match='machine_words'):
+        assert bench.machine('cpu') == said
 
 
 CHILD = """

@@ -108,7 +108,7 @@ def test_the_suite_step_fails_with_its_failing_tests_and_messages():
 
 def test_a_failing_graphormer_setting_is_recorded_and_the_others_run(
         monkeypatch):
-    from gnorm.perf import graphormer as cases
+    from experiments.cases import graphormer as cases
     check = experiment('gpu_check')
     measured = []
 

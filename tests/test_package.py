@@ -4,6 +4,7 @@ one way."""
 import ast
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -132,6 +133,12 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
     _run(sys.executable, '-m', 'pip', 'wheel', '--no-deps',
          '--no-build-isolation', '-w', tmp_path / 'dist', src, cwd=tmp_path)
     wheel, = (tmp_path / 'dist').glob('gnorm-*.whl')
+    # The wheel holds what a user imports: no reproduction tooling (the
+    # authors' code runners, the benchmarks' cases), nothing of experiments/.
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert not [n for n in names if re.search(
+        r'(^|/)(authors\w*|perf|cases|experiments)(/|\.py$)', n)], names
 
     python, site = _fresh_environment(tmp_path / 'venv', wheel)
     assert (site / 'gnorm' / 'conf' / 'train.yaml').is_file()
@@ -172,17 +179,16 @@ TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
                 'epoch_log', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
                 'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it: the
-# errors, the benchmarks' harness (torch alone), layers and metrics, data,
-# the run records (gnorm.results: keys, folders, the summary), models, the
-# monitor, training, the studies and the benchmarks' cases (experiments/
-# above them all).
-PACKAGE_LAYERS = ('__init__', 'errors', 'bench', 'nn', 'metrics', 'data',
-                  'results', 'models', 'monitor', 'train', 'study', 'perf')
+# errors, the machine's description, the benchmarks' harness (torch alone),
+# layers and metrics, data, the run records (gnorm.results: keys, folders,
+# the summary), models, the monitor, training and the studies; experiments/
+# (this repository's measurements) above them all.
+PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
+                  'data', 'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
                 'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
-                'plot', 'authors_code', 'authors_twin', 'authors_speed',
-                'authors', 'recipe', 'depth_report', 'paired_report',
+                'plot', 'recipe', 'depth_report', 'paired_report',
                 'engine', 'queue', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
@@ -192,7 +198,6 @@ INNER_LAYERS = {
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
     'monitor': ('measure', 'table', 'onset', 'plot', 'hooks'),
     'results': ('keys', 'folders', 'summary'),
-    'perf': ('layers', 'monitor', 'graphormer'),
 }
 
 
@@ -221,6 +226,7 @@ def test_imports_run_one_way():
         part = rel.parts[0].removesuffix('.py')
         mine = PACKAGE_LAYERS.index(part)
         for module in _imports(path):
+            assert module.split('.')[0] != 'experiments', (rel, module)
             other = _part(module, 'gnorm.')
             if other in PACKAGE_LAYERS:
                 assert PACKAGE_LAYERS.index(other) <= mine, (rel, module)
@@ -308,3 +314,31 @@ def test_hydra_internals_only_in_the_adapter():
              for path in (REPO / folder).rglob('*.py')
              if any(m.startswith('hydra._internal') for m in _imports(path))}
     assert users == {'gnorm/train/hydra_adapter.py'}
+
+
+# One name per concept: the machine (one dict, rendered in words), a run's
+# identity (of a config, of a record, flattened), a ratio.
+CONCEPTS = ('machine', 'identity', 'ratio')
+
+
+def _top_level_functions():
+    r"""(name, module path) of every function defined at the top of a
+    module of gnorm."""
+    for path in (REPO / 'gnorm').rglob('*.py'):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield node.name, path.relative_to(REPO).as_posix()
+
+
+def test_one_function_per_concept_and_no_test_names():
+    r"""A function whose name holds one of :data:`CONCEPTS` is defined
+    once across gnorm (a former name stays as an alias, not a second
+    definition), and none is named ``test_*`` (pytest would collect it
+    where a test module imports it)."""
+    seen = {}
+    for name, path in _top_level_functions():
+        assert not name.startswith('test_'), (path, name)
+        if any(concept in name for concept in CONCEPTS):
+            assert name not in seen, (name, seen.get(name), path)
+            seen[name] = path
+    assert seen['this_machine'] == seen['machine_words'] == 'gnorm/machine.py'

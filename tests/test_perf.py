@@ -4,7 +4,7 @@ case runs, and the monitor's overheads are the stated fractions."""
 import pytest
 import torch
 
-from gnorm.perf import layers, monitor
+from experiments.cases import layers, monitor
 
 
 @pytest.mark.parametrize('layer', list(layers.QUADRATIC))

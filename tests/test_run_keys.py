@@ -7,7 +7,7 @@ import gnorm.train.graph as graph
 import gnorm.train.node as node
 from gnorm.errors import ConfigError
 from gnorm.results import aggregate, load_runs, main, repeat_keys
-from gnorm.results.keys import (batch_key, check_resume, identity,
+from gnorm.results.keys import (batch_key, check_resume, config_identity,
                                 is_finished, record_identity)
 from gnorm.train.common import finished_run
 from gnorm.train.run import train_runs
@@ -25,18 +25,18 @@ GRAPH = ['dataset=zinc_fixture', 'model=graphormer', 'norm=sepnorm',
 
 # (a) identity: what changes the numbers, the number of processes too.
 def test_identity_counts_the_processes():
-    assert identity(CONFIG) == identity(CONFIG, 1)
-    assert identity(CONFIG, 2) != identity(CONFIG, 1)
-    assert identity(CONFIG, 2)['world_size'] == 2
+    assert config_identity(CONFIG) == config_identity(CONFIG, 1)
+    assert config_identity(CONFIG, 2) != config_identity(CONFIG, 1)
+    assert config_identity(CONFIG, 2)['world_size'] == 2
     # A record without world_size was made by one process.
-    assert record_identity({'config': CONFIG}) == identity(CONFIG)
+    assert record_identity({'config': CONFIG}) == config_identity(CONFIG)
     assert record_identity({'config': CONFIG, 'world_size': 2}) == \
-        identity(CONFIG, 2)
+        config_identity(CONFIG, 2)
     # Logs do not change a result; the learning rate does.
     logs = dict(CONFIG, train=dict(CONFIG['train'], log_every=0))
-    assert identity(logs) == identity(CONFIG)
+    assert config_identity(logs) == config_identity(CONFIG)
     lr = dict(CONFIG, train=dict(CONFIG['train'], lr=0.1))
-    assert identity(lr) != identity(CONFIG)
+    assert config_identity(lr) != config_identity(CONFIG)
 
 
 # (b) finished: a finished run of the config asked for, by as many
@@ -70,7 +70,7 @@ def test_batch_key_ignores_only_the_stacked_keys():
     assert batch_key(CONFIG, ['seed']) == \
         batch_key(dict(CONFIG, seed=3), ['seed'])
     logs = dict(CONFIG, train=dict(CONFIG['train'], log_every=0))
-    assert identity(logs) == identity(CONFIG)
+    assert config_identity(logs) == config_identity(CONFIG)
     assert batch_key(logs, ['seed']) != batch_key(CONFIG, ['seed'])
 
 

@@ -18,7 +18,8 @@ import torch
 
 from gnorm.bench.process import child_env
 from gnorm.bench.records import Records
-from gnorm.bench.report import machine, records_table
+from gnorm.bench.report import records_table
+from gnorm.machine import machine_words, this_machine
 
 Record = Dict[str, Any]
 
@@ -139,7 +140,8 @@ def environment(device: str, command: Sequence[str],
     cuda = device == 'cuda'
     return dict(
         device=device,
-        device_name=torch.cuda.get_device_name() if cuda else machine('cpu'),
+        device_name=(torch.cuda.get_device_name() if cuda
+                     else machine_words(this_machine('cpu'))),
         torch=torch.__version__, cuda=torch.version.cuda or 'none (CPU build)',
         python=platform.python_version(), threads=torch.get_num_threads(),
         commit=commit, command=shlex.join(command),

@@ -1,35 +1,20 @@
-r"""What a benchmark report is made of: the machine in words, Markdown
+r"""What a benchmark report is made of: Markdown
 tables, and line plots of time against size, each a pure function of the
 measurements (the same rows give the same bytes)."""
-import os
-import platform
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-import torch
-
-
-def cpu_name() -> str:
-    r"""The CPU's model name (``/proc/cpuinfo``), else what
-    :mod:`platform` knows."""
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from gnorm.machine import cpu_name, machine_words, this_machine  # noqa: F401
 
 
 def machine(device: Any = 'cpu') -> str:
-    r"""The machine in words for a report's head: the GPU for a CUDA
-    :obj:`device`, else the CPU, its cores and torch's threads; with
-    torch's version."""
-    if torch.device(device).type == 'cuda':
-        return f'{torch.cuda.get_device_name()} (torch {torch.__version__})'
-    return (f'{cpu_name()}, {os.cpu_count()} cores, '
-            f'{torch.get_num_threads()} threads (torch {torch.__version__})')
+    r"""Deprecated: :func:`gnorm.machine.machine_words` of
+    :func:`gnorm.machine.this_machine`."""
+    warnings.warn('gnorm.bench.machine is deprecated: use gnorm.machine.'
+                  'machine_words(gnorm.machine.this_machine(device))',
+                  DeprecationWarning, stacklevel=2)
+    return machine_words(this_machine(device))
 
 
 def cell(value: Any) -> str:

@@ -18,7 +18,8 @@ in ``results.json`` (``test_acc``, ``val_loss``) or a layer's value of its
 values as tidy records). Without ``--by``, runs are grouped by
 every key their command lines set except ``--over`` (default: ``seed``).
 Runs whose configs differ elsewhere (apart from ``--over`` and the keys
-that cannot change a result, :func:`gnorm.results.keys.identity`; the number
+that cannot change a result,
+:func:`gnorm.results.keys.config_identity`; the number
 of processes counts) never share a row: the keys that tell their rows
 apart become columns (the ``experiment`` if it does), with a note on
 stderr when ``--by`` named the columns. A key or metric that no run has is
@@ -51,7 +52,11 @@ run starts).
 from gnorm.results.summary import (  # noqa: F401
     CLASS_GROUPS, DERIVED, METRICS, MISSING, NOT_CONFIG_KEYS, SPLITS,
     STD_NOTE, UNITS, aggregate, check_keys, chosen, code, column, counts,
-    default_keys, differing_keys, identity, label, load_runs, machines, main,
-    mean_std, metric_columns, metric_name, metric_value, overrides, plural,
+    default_keys, differing_keys, flat_identity, label, load_runs, machines,
+    main, mean_std, metric_columns, metric_name, metric_value, overrides, plural,
     repeat_keys, repeated, score_field, split_keys, to_markdown, unit, value,
     write_csv, write_records)
+from gnorm.errors import renamed as _renamed
+
+# The former name, for one release.
+identity = _renamed(flat_identity, 'gnorm.results.identity')

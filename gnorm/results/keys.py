@@ -1,7 +1,7 @@
 r"""What makes two runs the same: one declared rule per question
 (``docs/training.rst``, "What makes two runs the same").
 
-(a) :func:`identity`: which runs are one result (one row of
+(a) :func:`config_identity`: which runs are one result (one row of
     :mod:`gnorm.results`, one cell of a table): everything that changes
     the numbers, the number of processes (``world_size``) included, and
     nothing else (:data:`NOT_RESULT_KEYS`, :data:`ADDED_KEYS`,
@@ -25,7 +25,7 @@ import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from gnorm.errors import ConfigError
+from gnorm.errors import ConfigError, renamed
 
 # Config keys that do not change what a run computes: where data comes
 # from, the device and its threads, resuming, batching runs together,
@@ -86,7 +86,7 @@ def world_size() -> int:
 
 
 def result_config(config: dict) -> dict:
-    r"""The part of :func:`identity` a config holds: the nested dict
+    r"""The part of :func:`config_identity` a config holds: the nested dict
     :obj:`config` without :data:`NOT_RESULT_KEYS`, without the
     :data:`ADDED_KEYS` that hold the value runs made before them computed
     with, and, for a run that tests its last epoch (``select: last``),
@@ -97,7 +97,7 @@ def result_config(config: dict) -> dict:
     return drop_keys(drop_keys(config), same)
 
 
-def identity(config: dict, world_size: int = 1) -> dict:
+def config_identity(config: dict, world_size: int = 1) -> dict:
     r"""(a) What identifies a result: :func:`result_config` of the nested
     dict :obj:`config` and, when it is not 1, the number of processes
     :obj:`world_size` (``train.batch_size`` counts per process: more
@@ -109,11 +109,11 @@ def identity(config: dict, world_size: int = 1) -> dict:
 
 
 def record_identity(record: Dict[str, Any]) -> dict:
-    r""":func:`identity` of a run's record (``results.json``, or a
+    r""":func:`config_identity` of a run's record (``results.json``, or a
     checkpoint): its ``config`` and ``world_size`` (1 when not
     recorded)."""
     config = record.get('config')
-    return identity(config if isinstance(config, dict) else {},
+    return config_identity(config if isinstance(config, dict) else {},
                     record.get('world_size') or RECORD_KEYS['world_size'])
 
 
@@ -133,7 +133,8 @@ def differences(a: dict, b: dict, prefix: str = '') -> List[str]:
 def _differ(record: Dict[str, Any], config: dict, world: int) -> str:
     r"""Where the record :obj:`record` and the run asked for differ, for
     an error message: ``world_size 1 vs 2``, ``train.lr, seed``."""
-    keys = differences(record_identity(record), identity(config, world))
+    keys = differences(record_identity(record),
+                       config_identity(config, world))
     if keys == ['world_size']:
         return (f"world_size {record.get('world_size') or 1} vs {world}: "
                 f"another number of processes")
@@ -147,10 +148,10 @@ def is_finished(record: Optional[Dict[str, Any]], config: dict, world: int,
     or :obj:`None`) is a finished run (``status: ok``) of :obj:`config`
     trained by :obj:`world` processes; :obj:`False` for a missing or
     unfinished one. Raises :class:`ConfigError` if it is a finished run of
-    another :func:`identity`."""
+    another :func:`config_identity`."""
     if not isinstance(record, dict) or record.get('status') != 'ok':
         return False
-    if record_identity(record) != identity(config, world):
+    if record_identity(record) != config_identity(config, world):
         raise ConfigError(f"{where} holds a finished run of another config "
                           f"({_differ(record, config, world)}); pass "
                           f"resume=false or another output folder")
@@ -161,8 +162,8 @@ def check_resume(state: Dict[str, Any], config: dict, world: int,
                  where: Any) -> None:
     r"""(c) Raises :class:`ConfigError` unless the checkpoint
     :obj:`state` (saved at :obj:`where`) continues a run of :obj:`config`
-    trained by :obj:`world` processes: the same :func:`identity`."""
-    if record_identity(state) != identity(config, world):
+    trained by :obj:`world` processes: the same :func:`config_identity`."""
+    if record_identity(state) != config_identity(config, world):
         raise ConfigError(f"{where} belongs to another config "
                           f"({_differ(state, config, world)}); pass "
                           f"resume=false or another output folder")
@@ -174,3 +175,7 @@ def batch_key(config: dict, stacked: Sequence[str]) -> str:
     every run of a batch its own value of; every other key must be
     equal."""
     return json.dumps(drop_keys(config, stacked), sort_keys=True)
+
+
+# The former name, for one release.
+identity = renamed(config_identity, 'gnorm.results.keys.identity')

@@ -313,7 +313,7 @@ def mean_std(values: Sequence[float]) -> Tuple[Optional[float],
                            / len(values))
 
 
-def identity(run: Dict[str, Any], over: Sequence[str] = ('seed', ),
+def flat_identity(run: Dict[str, Any], over: Sequence[str] = ('seed', ),
              ) -> Dict[str, Any]:
     r"""What :obj:`run` computes, apart from the keys :obj:`over`: the
     identity of its record (:func:`gnorm.results.keys.record_identity`, the
@@ -353,7 +353,7 @@ def differing_keys(runs: Sequence[Dict[str, Any]], by: Sequence[str],
     change a result: the rows they split."""
     keys = set()
     for group in _groups(runs, by).values():
-        flats = [identity(run, over) for run in group]
+        flats = [flat_identity(run, over) for run in group]
         for key in set().union(*flats):
             if len({flat.get(key, '<missing>') for flat in flats}) > 1:
                 keys.add(key)
@@ -406,7 +406,7 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
               metrics: Sequence[str] = METRICS,
               over: Sequence[str] = ('seed', )) -> List[Dict[str, Any]]:
     r"""One row per configuration (distinct :func:`label` of :obj:`by` and
-    distinct :func:`identity` apart from :obj:`over`: runs of different
+    distinct :func:`flat_identity` apart from :obj:`over`: runs of different
     configs never share a row; :func:`split_keys` names the keys that tell
     such rows apart), sorted by the labels (numbers by value): the labels,
     ``runs`` (finished), ``seeds`` (distinct values of :obj:`over` among
@@ -424,7 +424,7 @@ def aggregate(runs: Iterable[Dict[str, Any]], by: Sequence[str],
             continue
         labels = {k: label(run, k) for k in by}
         key = tuple(json.dumps(v, sort_keys=True) for v in labels.values())
-        key += (json.dumps(identity(run, over), sort_keys=True), )
+        key += (json.dumps(flat_identity(run, over), sort_keys=True), )
         group = groups.setdefault(key, {**labels, 'runs': 0, 'failed': 0,
                                         '_values': {}, '_seeds': set(),
                                         'paths': []})

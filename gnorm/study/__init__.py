@@ -27,11 +27,9 @@ dataset and its variant), :mod:`~gnorm.study.paired` (the readings),
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
 :mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),
 :mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command),
-:mod:`~gnorm.study.queue` (the cells left for a GPU, in a time budget);
-:mod:`~gnorm.study.authors_code` runs the authors' published code,
-:mod:`~gnorm.study.authors_twin` beside gnorm's model on the same random
-numbers, and :mod:`~gnorm.study.authors` and
-:mod:`~gnorm.study.authors_speed` set its runs beside gnorm's, run by run.
+:mod:`~gnorm.study.queue` (the cells left for a GPU, in a time budget).
+The reproduction of the ContraNorm authors' code lives in this
+repository's ``experiments/authors/``, outside the package.
 """
 from gnorm.study.spec import Spec, SpecError, load_spec
 from gnorm.study.stats import (Interval, corrected_interval, holm,

@@ -23,7 +23,7 @@ from gnorm.study.sanity import AT_CHANCE, MEANING, meaning
 from gnorm.study.select import scores_said
 from gnorm.study.stats import (CORRECTED_T, PAIRED_T, WELCH, Interval,
                                compare, exact_floor, exact_p, family_verdict,
-                               holm, larger_ratio, paired_interval,
+                               holm, pair_test_train, paired_interval,
                                seeds_for_exact, spread_verdict)
 
 NOT_COMPARED = 'not compared'
@@ -136,15 +136,6 @@ def interval_text(found: Interval) -> str:
             f'{signed(found.hi)}], n={found.n}')
 
 
-def pair_ratio(ours: Dict[str, Any], other: Dict[str, Any]
-               ) -> Optional[float]:
-    r""":math:`n_\mathrm{test}/n_\mathrm{train}` of two cells whose seeds
-    resample their split from one pool (``split: random``), for the
-    corrected resampled t (:func:`gnorm.study.stats.larger_ratio` of their
-    ``test_train``); :obj:`None` for a fixed split."""
-    return larger_ratio(ours.get('test_train'), other.get('test_train'))
-
-
 def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
           level: float) -> Found:
     r""":obj:`ours` against :obj:`other` (two records of one dataset and
@@ -161,7 +152,9 @@ def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
         other.get('fingerprint_by_seed') or {})
     if mismatch:
         return Found(None, f'{NOT_COMPARED}, {SPLITS_DIFFER}: {mismatch}')
-    ratio = pair_ratio(ours, other) if pairing == 'seed' else None
+    ratio = (pair_test_train(ours.get('test_train'),
+                             other.get('test_train'))
+             if pairing == 'seed' else None)
     found = compare(other['test_by_seed'], ours['test_by_seed'], pairing,
                     level, ratio)
     if found.p is not None and math.isnan(found.p):

@@ -3,13 +3,13 @@ Hydra multirun ``python -m gnorm.train -m <spec> dataset=... layers=...
 tag=<row> <row's overrides> seed=... <grid>``, composed here as that
 command composes its jobs (:class:`Composer`: the same overrides, configs,
 group choices and run folders), and the finished runs found by their
-identity (:func:`gnorm.results.keys.identity`)."""
+identity (:func:`gnorm.results.keys.config_identity`)."""
 import copy
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.results.keys import identity, record_identity
+from gnorm.results.keys import config_identity, record_identity
 from gnorm.study.spec import Spec, compose, grid, setting_label, settings
 
 # Nodes and symmetrised edges, only to run cheap cells first and to
@@ -90,7 +90,8 @@ def command(spec: Spec, cell: Dict[str, Any], runs_dir: Path,
 
 
 def run_key(found: Dict[str, Any]) -> str:
-    r"""The identity :obj:`found` of a run (:func:`gnorm.results.keys.identity`
+    r"""The identity :obj:`found` of a run
+    (:func:`gnorm.results.keys.config_identity`
     of a composed config, :func:`gnorm.results.keys.record_identity` of a
     record) as text."""
     return json.dumps(found, sort_keys=True)
@@ -189,7 +190,7 @@ class Composer:
                     dir=runs_dir / str(full.hydra.sweep.subdir),
                     info={'choices': dict(choices), 'names': names,
                           'overrides': [o.input_line for o in own]},
-                    key=run_key(identity(config)))
+                    key=run_key(config_identity(config)))
 
     def config(self, run: Dict[str, Any]):
         r"""The config of :obj:`run` (a :class:`DictConfig` of its own)."""

@@ -26,8 +26,8 @@ from gnorm.study.compare import p_text, signed
 from gnorm.study.pairs import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
-from gnorm.study.select import score_words, split_ratio
-from gnorm.study.stats import (compare, exact_p, larger_ratio,
+from gnorm.study.select import score_words, split_test_train
+from gnorm.study.stats import (compare, exact_p, pair_test_train,
                                family_verdict, holm, paired_interval,
                                placed, verdict)
 
@@ -132,16 +132,6 @@ def row_record(spec: Spec, runs: List[Dict[str, Any]],
         paper=(spec.table.get('paper') or {}).get(row), runs_list=ok)
 
 
-def resampled_ratio(base: Dict[str, Any], record: Dict[str, Any]
-                    ) -> Optional[float]:
-    r""":math:`n_\mathrm{test}/n_\mathrm{train}` of two rows whose seeds
-    resample their split from one pool (every run ``split: random``;
-    the larger of the two rows'), for the corrected resampled t;
-    :obj:`None` for rows on a fixed split."""
-    return larger_ratio(*(split_ratio(r['runs_list'])
-                          for r in (base, record)))
-
-
 def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
             unpaired: Optional[str] = None) -> None:
     r"""Adds :obj:`record`'s paired differences to :obj:`base` (test and
@@ -153,7 +143,8 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
     reading; none where the two rows' runs are no pairs, for the reason
     :obj:`unpaired`."""
     ours = [] if unpaired else record['runs_list']
-    ratio = None if unpaired else resampled_ratio(base, record)
+    ratio = None if unpaired else pair_test_train(
+        split_test_train(base['runs_list']), split_test_train(ours))
     for key in ('test', 'val', 'test_last'):
         a, b = by_seed(base['runs_list'], key), by_seed(ours, key)
         found = compare(a, b, 'seed', spec.level, ratio)

@@ -71,7 +71,7 @@ def _paired_row(spec: Spec, r: Dict[str, Any], paper: bool) -> str:
                              + [r['verdict']]) + ' |'
 
 
-def test_words(records: List[Dict[str, Any]]) -> str:
+def design_test_words(records: List[Dict[str, Any]]) -> str:
     r"""The test of the rows' differences in words (the design chose it:
     :func:`gnorm.study.stats.design_test`)."""
     methods = sorted({r['method'] for r in records if r.get('method')})
@@ -92,7 +92,7 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         f'Δ = the row − {base} of the same seed (runs of one seed share '
         f'the seed of initialisation and data order), over the seeds both '
         f'finished; mean, {level} confidence interval (each row alone, '
-        f'unadjusted) and two-sided p by ' + test_words(records[1:])
+        f'unadjusted) and two-sided p by ' + design_test_words(records[1:])
         + f'. Test {name} (%) at '
         f"each run's best validation epoch (the weights the runs select) "
         f'and at its last epoch, validation {name} at the best. '

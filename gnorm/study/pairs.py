@@ -7,7 +7,7 @@ record)."""
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import value
-from gnorm.results.keys import identity
+from gnorm.results.keys import config_identity
 from gnorm.study.compose import index, run_key
 from gnorm.study.runner import run_overrides
 from gnorm.study.spec import Spec, compose
@@ -50,7 +50,7 @@ def _key(cfg, seed: int) -> str:
     from omegaconf import OmegaConf
     from gnorm.train.common import json_safe
     cfg.seed = seed
-    return run_key(identity(json_safe(OmegaConf.to_container(
+    return run_key(config_identity(json_safe(OmegaConf.to_container(
         cfg, resolve=True))))
 
 

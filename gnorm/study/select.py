@@ -238,7 +238,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 fingerprint_by_seed={
                     value(r, 'seed'): r.get('dataset', {}).get(
                         'split_fingerprint') for r in chosen},
-                test_train=split_ratio(chosen),
+                test_train=split_test_train(chosen),
                 erank=_curve(erank, _mean), erank_min=_curve(erank, min),
                 erank_max=_curve(erank, max),
             ))
@@ -249,7 +249,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
     return records
 
 
-def split_ratio(runs: Sequence[Dict[str, Any]]) -> Optional[float]:
+def split_test_train(runs: Sequence[Dict[str, Any]]) -> Optional[float]:
     r"""The mean :math:`n_\mathrm{test}/n_\mathrm{train}` of :obj:`runs`
     whose seeds resample their split from one pool (``split: random``),
     for the corrected resampled t; :obj:`None` for a fixed split or

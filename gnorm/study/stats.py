@@ -162,8 +162,8 @@ def welch_interval(a: Sequence[float], b: Sequence[float],
                     p=float(test.pvalue), method=WELCH)
 
 
-def larger_ratio(a: Optional[float], b: Optional[float]
-                 ) -> Optional[float]:
+def pair_test_train(a: Optional[float], b: Optional[float]
+                    ) -> Optional[float]:
     r"""The :math:`n_\mathrm{test}/n_\mathrm{train}` of a pair of rows
     whose splits are resampled: the larger of the two rows' (the wider
     corrected interval); :obj:`None` unless both are resampled."""

@@ -35,8 +35,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import gnorm
-from gnorm.bench import cpu_name
 from gnorm.errors import ConfigError, GnormError, TrainingError
+from gnorm.machine import this_machine
 from gnorm.results.keys import result_config
 from gnorm.train.locks import hold, release
 from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
@@ -141,16 +141,6 @@ def hydra_info(cfg: DictConfig) -> Dict[str, Any]:
             'overrides': list(hc.overrides.task)}
 
 
-def machine(device: torch.device) -> Dict[str, Any]:
-    r"""What ran the job: the CPU model, torch's thread count and the GPU
-    (for CUDA devices)."""
-    info = {'cpu': cpu_name(), 'cpu_count': os.cpu_count(),
-            'threads': torch.get_num_threads()}
-    if device.type == 'cuda':
-        info['gpu'] = torch.cuda.get_device_name(device)
-    return info
-
-
 @functools.lru_cache(maxsize=None)
 def source() -> Optional[Dict[str, Any]]:
     r"""The git commit of the gnorm checkout this process runs and whether
@@ -227,7 +217,7 @@ def base_results(cfg: DictConfig, device: torch.device, path: Path,
         'config': OmegaConf.to_container(cfg, resolve=True),
         **(hydra_info(cfg) if info is None else info),
         'device': str(device),
-        'machine': machine(device),
+        'machine': this_machine(device),
         'batch_runs': batch_runs,
         'path': str(path),
         'versions': {'gnorm': gnorm.__version__, 'torch': torch.__version__,

@@ -1,6 +1,6 @@
 r"""The time per run and peak memory of the authors' GCN code and of gnorm
 at the same Table 3 cell, for the section "Time per run" of
-``experiments/results/authors_vs_gnorm.md`` (:mod:`gnorm.study.authors`,
+``experiments/results/authors_vs_gnorm.md`` (:mod:`experiments.authors.report`,
 written by ``experiments/authors_spread.py``).
 
 What each side records: ``experiments/authors_gcn.py`` keeps, per seed,
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.bench import ratio_range
+from gnorm.bench import ratio, ratio_range
 from gnorm.results import mean_std, plural, value
 from gnorm.study.stats import mean_interval
 
@@ -177,10 +177,11 @@ def why_apart(authors: Runs, gnorm: Runs) -> List[str]:
     return why
 
 
-def ratio(authors: Sequence[float], gnorm: Sequence[float]) -> float:
-    r"""The authors' mean over gnorm's (time: above 1, gnorm is
-    faster)."""
-    return mean_std(authors)[0] / mean_std(gnorm)[0]
+def mean_ratio(authors: Sequence[float], gnorm: Sequence[float]
+               ) -> Optional[float]:
+    r"""The authors' mean over gnorm's (:func:`gnorm.bench.ratio`; time:
+    above 1, gnorm is faster)."""
+    return ratio(mean_std(authors)[0], mean_std(gnorm)[0])
 
 
 def memory_ratio(authors: Runs, gnorm: Runs) -> Optional[float]:
@@ -188,7 +189,7 @@ def memory_ratio(authors: Runs, gnorm: Runs) -> Optional[float]:
     :obj:`None` unless both sides have some."""
     mine = [m for m in authors.memory if m is not None]
     theirs = [m for m in gnorm.memory if m is not None]
-    return ratio(mine, theirs) if mine and theirs else None
+    return mean_ratio(mine, theirs) if mine and theirs else None
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ def cell_rows(cell: Tuple[str, int, float], authors: Sequence[Runs],
                 memory = memory_ratio(mine, theirs)
                 pairs.append(Pair(
                     f'{_label(cell)} ({mine.source})',
-                    ratio(mine.seconds, theirs.seconds),
+                    mean_ratio(mine.seconds, theirs.seconds),
                     *ratio_range(mine.seconds, theirs.seconds), memory,
                     seed_interval(mine, theirs)))
                 compared = (f'{pairs[-1].time:.2f}x ({pairs[-1].low:.2f}x-'
@@ -381,7 +382,7 @@ def speed_lines(cells: Sequence[Tuple[Tuple[str, int, float], Sequence[Path],
     r"""The section "Time per run": for each cell ((dataset, layers,
     scale), the paths of the authors' records, gnorm's runs of the cell),
     its rows (:func:`cell_rows`), then the outcome in words
-    (:func:`in_words`); :obj:`sources`: a sentence naming where the
+    (:func:`machine_words`); :obj:`sources`: a sentence naming where the
     records and runs come from; :obj:`together`: the paths of the
     records and runs timed side by side (the timing folders)."""
     lines = ['', '## Time per run', '',

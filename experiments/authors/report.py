@@ -13,7 +13,7 @@ The authors' side is the records of ``experiments/authors_gcn.py``
 the seed, and the keys that change no result, are an error, never
 averaged). The two sides draw other random numbers, so a seed of one is no
 match for the same seed of the other: only the distributions compare. The
-section "Time per run" is :mod:`gnorm.study.authors_speed`'s; the last,
+section "Time per run" is :mod:`experiments.authors.speed`'s; the last,
 "On the same random numbers", tables the records of
 ``experiments/authors_twin.py`` (:func:`twin_lines`, :func:`plot_twins`).
 :func:`report` is a pure function of the records and runs;
@@ -24,12 +24,14 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from gnorm.errors import DataError
 from gnorm.results import mean_std, plural, value
 from gnorm.results.keys import drop_keys, record_identity
-from gnorm.study.authors_speed import speed_lines
 from gnorm.study.inputs import read_records, relative
 from gnorm.study.plot import save_figure
-from gnorm.study.stats import permutation_p, smallest_p
+from gnorm.study.stats import LEVEL, holm, permutation_p, smallest_p
+
+from experiments.authors.speed import speed_lines
 
 
 def read_authors(folder: Path) -> List[Dict[str, Any]]:
@@ -57,15 +59,15 @@ def gnorm_runs(runs: List[Dict[str, Any]], dataset: str, layers: int,
     configs = {json.dumps(drop_keys(record_identity(r), ['seed']),
                           sort_keys=True) for r in found}
     if len(configs) > 1:
-        raise SystemExit(
-            f'error: gnorm runs of {dataset} L={layers} s={scale:g} differ '
+        raise DataError(
+            f'gnorm runs of {dataset} L={layers} s={scale:g} differ '
             f'in more than the seed: ' + ', '.join(r['_path'] for r in found))
     by_seed: Dict[int, float] = {}
     for run in found:
         seed = value(run, 'seed')
         if seed in by_seed:
-            raise SystemExit(f'error: gnorm has seed {seed} of {dataset} '
-                             f'L={layers} s={scale:g} twice: {run["_path"]}')
+            raise DataError(f'gnorm has seed {seed} of {dataset} '
+                            f'L={layers} s={scale:g} twice: {run["_path"]}')
         by_seed[seed] = 100 * run['test_acc']
     return dict(sorted(by_seed.items()))
 
@@ -84,26 +86,35 @@ def _cells(cells: List[str]) -> str:
 
 
 def verdict(tested: List[Tuple[str, float, float]],
-            level: float = 0.05) -> str:
+            level: float = LEVEL) -> str:
     r"""In words, which of the :obj:`tested` cells (cell, p, the smallest
     p its numbers of runs allow: :func:`smallest_p`) differ beyond chance:
-    p below :obj:`level` over the number of tests (Bonferroni). A cell
-    whose smallest p is not below that bound has no power: it can show no
-    difference, so it shows nothing either way; only a cell with power
-    that stays above the bound is not distinguishable with these runs."""
-    bound = level / len(tested)
-    powered = [(cell, p) for cell, p, least in tested if least < bound]
+    a Holm-adjusted p (:func:`gnorm.study.stats.holm`, the family of the
+    tests) below :math:`\alpha = 1 - \mathrm{level}` (:obj:`level`: the
+    confidence, as everywhere in gnorm.study). A cell whose smallest p is
+    not below Holm's first threshold :math:`\alpha / m` has no power: it
+    can show no difference, so it shows nothing either way; only a cell
+    with power whose adjusted p stays above :math:`\alpha` is not
+    distinguishable with these runs."""
+    alpha = 1 - level
+    bound = alpha / len(tested)
+    adjusted = holm([p for _, p, _ in tested])
+    powered = [(cell, q) for (cell, _, least), q in zip(tested, adjusted)
+               if least < bound]
     weak = [(cell, least) for cell, _, least in tested if least >= bound]
-    beyond = [cell for cell, p in powered if p < bound]
-    quiet = [cell for cell, p in powered if p >= bound]
-    below = [cell for cell, p, _ in tested if bound <= p < level]
-    said = (f'{plural(len(tested), "test")}: a p below {level:g} / '
-            f'{len(tested)} = {bound:.4f} (Bonferroni) marks a difference '
-            f'that chance does not explain at the {100 * level:g} % level. ')
+    beyond = [cell for cell, q in powered if q < alpha]
+    quiet = [cell for cell, q in powered if q >= alpha]
+    below = [cell for (cell, p, _), q in zip(tested, adjusted)
+             if p < alpha <= q]
+    said = (f'{plural(len(tested), "test")}, one family: a Holm-adjusted '
+            f'p below {alpha:.2g} marks a difference that chance does not '
+            f'explain at {100 * level:g} % confidence; the smallest p must '
+            f'pass Holm\'s first threshold {alpha:.2g} / {len(tested)} = '
+            f'{bound:.4f}. ')
     said += (f"{len(powered)} of {len(tested)} cells "
-             f"{'has' if len(powered) == 1 else 'have'} the runs to reach "
+             f"{'has' if len(powered) == 1 else 'have'} the runs to pass "
              'it at all (smallest p below it).' if powered else
-             'No cell has the runs to reach it at all (smallest p).')
+             'No cell has the runs to pass it at all (smallest p).')
     if beyond:
         said += f" Beyond chance: {_cells(beyond)}."
     if quiet:
@@ -117,9 +128,9 @@ def verdict(tested: List[Tuple[str, float, float]],
                  f"{_cells([cell for cell, _ in weak])}; a cell without "
                  'power shows nothing either way.')
     if below:
-        said += (f" Below {level:g} but not beyond chance (by chance alone "
-                 f"about one test in {round(1 / level)} is): "
-                 f"{_cells(below)}.")
+        said += (f" p below {alpha:.2g} before the adjustment, not after "
+                 f"(by chance alone about one test in {round(1 / alpha)} "
+                 f"is): {_cells(below)}.")
     return said
 
 

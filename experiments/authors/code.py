@@ -10,7 +10,7 @@ that the machine lacks (:func:`stand_in_modules`: ``torch_sparse``,
 from a temporary copy of the offline mirror's raw files. A cell's runs
 go to one JSON record (:func:`run_seeds`), rewritten after every seed,
 resumable and shared by processes under a lock, which
-:func:`gnorm.study.authors.read_authors` reads for the reports."""
+:func:`experiments.authors.report.read_authors` reads for the reports."""
 import argparse
 import ast
 import contextlib
@@ -28,6 +28,8 @@ import tempfile
 import time
 import types
 from pathlib import Path
+
+from gnorm.errors import DataError
 
 REPO = 'PKU-ML/ContraNorm'
 # Their modules, imported from --code under these top-level names.
@@ -277,7 +279,7 @@ def load_record(path, config):
     if path.exists():
         record = json.loads(path.read_text())
         if record['config'] != config:
-            raise SystemExit(
+            raise DataError(
                 f'{path} holds runs of another configuration:\n'
                 f'  theirs: {record["config"]}\n  now:    {config}\n'
                 'choose another --out or remove the file')
@@ -368,16 +370,13 @@ def authors_commit(code):
     return commit
 
 
-def machine(threads, device):
-    r"""What runs their code: the CPU (:func:`gnorm.bench.cpu_name`),
-    threads, device and versions."""
-    import torch
+def machine_record(device):
+    r"""What runs their code: :func:`gnorm.machine.this_machine` of
+    :obj:`device` (torch's threads as ``threads``), the device and the
+    versions of PyG and Python."""
     import torch_geometric
 
-    from gnorm.bench import cpu_name
-    return dict(cpu=cpu_name(), threads=threads,
-                torch_threads=torch.get_num_threads(), device=device,
-                gpu=torch.cuda.get_device_name() if device == 'cuda' else None,
-                torch=torch.__version__,
+    from gnorm.machine import this_machine
+    return dict(this_machine(device), device=device,
                 torch_geometric=torch_geometric.__version__,
                 python=platform.python_version())

@@ -1,5 +1,5 @@
 r"""The authors' DeepGCN (their published GCN code, PKU-ML/ContraNorm
-``gnn/``, run as :mod:`gnorm.study.authors_code` runs it) and gnorm's
+``gnn/``, run as :mod:`experiments.authors.code` runs it) and gnorm's
 DeepGCN (``experiment=table3_paper``) side by side on the same random
 numbers, recording every few epochs their training losses, test
 accuracies and the largest difference of their weights (docs/table3.rst).
@@ -14,10 +14,11 @@ numbers in other orders: a difference that grows from rounding (float32
 ~1e-7, ``--dtype float64`` ~1e-16) is the training's own sensitivity.
 
 Command: ``experiments/authors_twin.py``; reader:
-:func:`gnorm.study.authors.read_twins`."""
+:func:`experiments.authors.report.read_twins`."""
 import time
 from typing import Any, Dict
 
+from gnorm.errors import DataError
 from gnorm.train import CONF_DIR
 
 
@@ -42,8 +43,8 @@ def check_same_data(theirs, ours) -> None:
                     for m in ('train_mask', 'val_mask', 'test_mask'))
             and torch.allclose(theirs.x, ours.x, atol=1e-6))
     if not same:
-        raise SystemExit('error: their data and gnorm\'s differ (labels, '
-                         'splits or features)')
+        raise DataError('their data and gnorm\'s differ (labels, '
+                        'splits or features)')
 
 
 def gnorm_dropout():
@@ -72,7 +73,7 @@ def adjacency_in(adj, dtype):
     count = torch.bincount(row, minlength=adj.size(0)).to(dtype)
     values = 1.0 / count[row]
     if not torch.allclose(adj.values().to(dtype), values, rtol=1e-6):
-        raise SystemExit("error: their adjacency is not D^-1 (A + I)")
+        raise DataError("their adjacency is not D^-1 (A + I)")
     return torch.sparse_coo_tensor(adj.indices(), values, adj.shape)
 
 
