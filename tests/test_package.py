@@ -187,8 +187,8 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
                   'data', 'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
-                'budget', 'inputs', 'pairs', 'compare', 'variants', 'paired',
-                'plot', 'recipe', 'depth_report', 'paired_report',
+                'budget', 'inputs', 'pairing', 'compare', 'variants',
+                'paired_findings', 'paired_words', 'plot', 'recipe', 'depth_report', 'paired_report',
                 'engine', 'queue', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).

@@ -9,7 +9,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from gnorm.study import compare as study_compare
-from gnorm.study import paired as study_paired
+from gnorm.study import paired_findings as study_paired
+from gnorm.study.paired_words import verdict_words
 from gnorm.study import stats
 from gnorm.study.sanity import AT_CHANCE, MEANING
 from gnorm.study.spec import load_spec
@@ -61,14 +62,14 @@ def test_a_paired_study_on_resampled_splits_uses_the_corrected_t():
     assert (row['test_naive_lo'], row['test_naive_p']) == \
         pytest.approx((naive.lo, naive.p))
     assert naive.p < 0.05 < corrected.p  # the design decides the verdict
-    assert row['verdict'].startswith('not distinguishable')
+    assert verdict_words(row, 'none').startswith('not distinguishable')
 
 
 def test_a_paired_study_on_a_fixed_split_keeps_the_paired_t():
     spec, (_, row) = _paired_records('public')
     assert row['method'] == stats.PAIRED_T and row['test_train'] is None
     assert row['test_naive_p'] is None
-    assert row['verdict'] == 'better than none'
+    assert verdict_words(row, 'none') == 'better than none'
 
 
 @pytest.mark.parametrize('pairing,ratio,method', [

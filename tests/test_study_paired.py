@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from gnorm.results import load_runs
-from gnorm.study import paired as study_paired
+from gnorm.study import paired_findings as study_paired
+from gnorm.study import paired_words
 from gnorm.study import runner as study_runner
 from gnorm.study import plot as study_plot
 from gnorm.study import stats
 from gnorm.study.cli import main as study
 from gnorm.study.compare import signed
-from gnorm.study.pairs import check_fingerprints
+from gnorm.study.pairing import check_fingerprints
 from gnorm.study.spec import compose, load_spec
 
 
@@ -255,9 +256,9 @@ def test_t_interval_needs_two_values():
     assert stats.mean_interval([]) == (None, None, None, None)
     assert stats.mean_interval([1.5]) == (1.5, None, None, None)
     assert stats.mean_interval([2.0, 2.0]) == (2.0, 2.0, 2.0, 0.0)  # no spread
-    assert study_paired.interval(1.5, None, None, 1) == \
+    assert paired_words.interval(1.5, None, None, 1) == \
         '+1.50 (n=1, no interval)'
-    assert study_paired.interval(1.234, -0.4, 2.857, 5) == \
+    assert paired_words.interval(1.234, -0.4, 2.857, 5) == \
         '+1.23 [\u22120.40, +2.86] (n=5)'
 
 
@@ -278,7 +279,9 @@ def test_only_seeds_both_rows_finished_are_paired(tmp_path):
     assert row['paired_seeds'] == [1, 2] and row['pairs'] == 2
     assert row['test_diffs'] == pytest.approx([4.0, 3.0])
     assert row['test_diff'] == pytest.approx(3.5)  # not 75 - mean(70..72)
-    assert row['verdict'] == 'not enough seeds to decide'
+    assert row['why_not'] == study_paired.FEW_SEEDS
+    assert paired_words.verdict_words(row, 'ShareNorm') == \
+        'not enough seeds to decide'
 
 
 def _row(diff, lo, hi, pairs=5, paper=None, last=None):
@@ -286,19 +289,21 @@ def _row(diff, lo, hi, pairs=5, paper=None, last=None):
     it: Δ at the best validation epoch (:obj:`diff`, :obj:`lo`,
     :obj:`hi`) and at the last (:obj:`last`, default the same), read
     alone (no family: p unknown)."""
+    decides = pairs >= 5 and lo is not None
     record = {'label': 'SepNorm BN+LN (graph token BN, nodes LN)',
               'pairs': pairs, 'paper_diff': paper, 'higher': True,
-              'decides': pairs >= 5 and lo is not None}
+              'decides': decides,
+              'why_not': None if decides else study_paired.FEW_SEEDS,
+              'test_alone': None if lo is None else stats.verdict(lo, hi)}
     for key, (d, low, high) in (('test', (diff, lo, hi)),
                                 ('test_last', last or (diff, lo, hi))):
-        said = study_paired.reading(stats.verdict(low, high), 'ShareNorm')
         record.update({f'{key}_diff': d, f'{key}_lo': low,
                        f'{key}_hi': high, f'{key}_p': None,
-                       f'{key}_verdict': said})
+                       f'{key}_found': (None if low is None
+                                        else stats.verdict(low, high))})
         record['paper_place' + key[4:]] = (
             None if paper is None or low is None
             else stats.placed(paper, low, high))
-    record['verdict'] = record['test_verdict']
     return record
 
 
@@ -308,7 +313,7 @@ def _row(diff, lo, hi, pairs=5, paper=None, last=None):
     (-1.0, 2.0, 'not distinguishable from ShareNorm at this recipe.'),
 ])
 def test_sentence_reads_the_interval_against_zero(lo, hi, reading):
-    text = study_paired.sentence(_spec(), _row((lo + hi) / 2, lo, hi),
+    text = paired_words.sentence(_spec(), _row((lo + hi) / 2, lo, hi),
                                  'ShareNorm')
     assert text.startswith('**SepNorm BN+LN** \u2212 ShareNorm, test '
                            'ROC-AUC: ')
@@ -318,7 +323,7 @@ def test_sentence_reads_the_interval_against_zero(lo, hi, reading):
 
 
 def test_sentence_says_when_the_last_epoch_reads_otherwise():
-    text = study_paired.sentence(
+    text = paired_words.sentence(
         _spec(), _row(0.3, -1.0, 1.6, last=(1.1, 0.2, 2.0)), 'ShareNorm')
     assert text.endswith(
         '+1.10 [+0.20, +2.00] (n=5) at the last epoch: not distinguishable '
@@ -332,7 +337,7 @@ def test_sentence_says_when_the_last_epoch_reads_otherwise():
     (-2.0, 'below the interval'),
 ])
 def test_sentence_places_the_papers_difference(paper, where):
-    text = study_paired.sentence(_spec(), _row(1.5, 0.5, 3.0, paper=paper),
+    text = paired_words.sentence(_spec(), _row(1.5, 0.5, 3.0, paper=paper),
                                  'ShareNorm')
     assert text.endswith(
         f"The paper's {signed(paper)} (with the paper's own recipe, not this "
@@ -341,12 +346,12 @@ def test_sentence_places_the_papers_difference(paper, where):
 
 
 def test_sentence_with_too_few_seeds_does_not_decide():
-    text = study_paired.sentence(
+    text = paired_words.sentence(
         _spec(), _row(1.5, 0.5, 3.0, pairs=4, paper=2.28), 'ShareNorm')
     assert ': not enough seeds to decide (4 paired seeds, 5 needed); the ' \
         'interval of these 4 alone reads "better than ShareNorm".' in text
     assert text.endswith('and inside the interval at the last epoch.')
-    text = study_paired.sentence(
+    text = paired_words.sentence(
         _spec(), _row(1.5, None, None, pairs=1, paper=2.28), 'ShareNorm')
     assert text.endswith("5 needed). The paper's +2.28 (with the paper's "
                          "own recipe, not this study's) cannot be placed.")
@@ -455,7 +460,7 @@ def test_sepnorm_in_words_places_0_and_the_papers_difference(lo, hi, says):
     base = {'label': 'ShareNorm (LayerNorm)'}
     row = _row((lo + hi) / 2, lo, hi, pairs=32, paper=2.28)
     few = {**_row(0.0, -1.0, 1.0, pairs=3), 'label': 'SepNorm LN+LN (x)'}
-    words = study_paired.in_words(_spec(), [base, row, few])
+    words = paired_words.in_words(_spec(), [base, row, few])
     assert words.startswith('SepNorm BN+LN − ShareNorm, test ROC-AUC: ')
     assert f'(n=32) at the best validation epoch, which {says}; ' in words
     assert f'(n=32) at the last epoch, which {says} (the paper' in words
@@ -542,11 +547,13 @@ def test_a_row_on_other_splits_is_not_compared(tmp_path):
     why = "seed 0: the runs' splits differ (split fingerprints random0 and " \
         'public)'
     assert row['pairs'] == 0 and row['test_diff'] is None
-    assert row['verdict'] == f'not compared: {why}'
+    assert row['why_not'] == study_paired.UNPAIRED
+    assert paired_words.verdict_words(row, 'ShareNorm') == \
+        f'not compared: {why}'
     assert row['runs'] == 5  # its seeds, shown without a difference
-    assert study_paired.sentence(spec, row, 'ShareNorm').endswith(
+    assert paired_words.sentence(spec, row, 'ShareNorm').endswith(
         f'not compared: {why}.')
-    assert study_paired.in_words(spec, records) == (
+    assert paired_words.in_words(spec, records) == (
         f'SepNorm BN+LN: not compared: {why}.')
 
 

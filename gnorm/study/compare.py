@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.study.pairs import split_mismatch
+from gnorm.study.pairing import split_mismatch
 from gnorm.study.sanity import AT_CHANCE, MEANING, meaning
 from gnorm.study.select import scores_said
 from gnorm.study.stats import (CORRECTED_T, PAIRED_T, WELCH, Interval,

@@ -105,9 +105,9 @@ class PairedPlan:
                           args.threads, args.dry_run)
 
     def report(self) -> Path:
-        from gnorm.study.paired import summarise
+        from gnorm.study.paired_findings import summarise
         from gnorm.study.paired_report import write_report
-        from gnorm.study.pairs import study_runs
+        from gnorm.study.pairing import study_runs
         spec = self.spec
         runs = study_runs(spec, _found(self.places.runs), self.args.set)
         records = summarise(spec, runs, list(spec.table['rows']))

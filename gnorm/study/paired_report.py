@@ -9,9 +9,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, write_records
 from gnorm.study.compare import METHODS, signed
-from gnorm.study.paired import (correction, in_words, interval, metric,
-                                min_seeds, p_words, paper_recipe, sentence,
-                                short)
+from gnorm.study.paired_findings import correction, min_seeds, short
+from gnorm.study.paired_words import (in_words, interval, metric, p_words,
+                                      paper_recipe, sentence, verdict_words,
+                                      worded)
 from gnorm.study.plot import plot_curves, save_bytes
 from gnorm.study.recipe import (epochs_note, data_note, protocol_items,
                                 recipe_lines, recipes)
@@ -60,7 +61,8 @@ def _paper(r: Dict[str, Any]) -> str:
                if any(places) else ''))
 
 
-def _paired_row(spec: Spec, r: Dict[str, Any], paper: bool) -> str:
+def _paired_row(spec: Spec, r: Dict[str, Any], base: str,
+                paper: bool) -> str:
     per_seed = ' '.join(signed(d) for d in r['test_diffs'])
     seeds = (f"{r['pairs']}: {' '.join(map(str, r['paired_seeds']))}"
              if r['pairs'] else '0')
@@ -68,7 +70,7 @@ def _paired_row(spec: Spec, r: Dict[str, Any], paper: bool) -> str:
              p_words(spec, r), _interval(r, 'test_last'),
              _interval(r, 'val')]
     return '| ' + ' | '.join(cells + ([_paper(r)] if paper else [])
-                             + [r['verdict']]) + ' |'
+                             + [verdict_words(r, base)]) + ' |'
 
 
 def design_test_words(records: List[Dict[str, Any]]) -> str:
@@ -111,7 +113,7 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         f'[{level} CI, unadjusted] | Δ val [{level} CI, unadjusted] | ' + ('paper Δ | ' if paper else '')
         + 'reading |', '|---|---|---|---|---|---|---|' + (
             '---|' if paper else '') + '---|',
-        *[_paired_row(spec, r, paper) for r in records[1:]]]
+        *[_paired_row(spec, r, base, paper) for r in records[1:]]]
 
 
 def _pm(mean: Optional[float], std: Optional[float]) -> str:
@@ -196,7 +198,7 @@ def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
     :obj:`sets`) and returns the path of the ``.md``."""
     report = set_name(spec.name, sets)
     out.mkdir(parents=True, exist_ok=True)
-    write_records(out / f'{report}.csv', records, COLUMNS)
+    write_records(out / f'{report}.csv', worded(records), COLUMNS)
     ok = [run for r in records for run in r['runs_list']]
     title = spec.table.get('title', 'rows against the first, paired by seed')
     lines = [

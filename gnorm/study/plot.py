@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 from gnorm.results import plural, score_field
 from gnorm.study.compare import partial, shown
 from gnorm.study.select import scores_said
-from gnorm.study.paired import factor, score, short
+from gnorm.study.paired_findings import factor, score, short
 
 
 def save_bytes(path: Path, data: bytes) -> None:

@@ -1,5 +1,5 @@
-r"""A paired study: every row against the first (the baseline) seed by
-seed, where runs of one seed share the seed of initialisation and data
+r"""A paired study's findings, as data: every row against the first (the
+baseline) seed by seed, where runs of one seed share the seed of initialisation and data
 order. Per row: the metric at the best validation epoch, mean ± std over
 its finished seeds; per row after the first: the differences to the
 baseline over the seeds both finished, their mean and t interval
@@ -7,7 +7,8 @@ baseline over the seeds both finished, their mean and t interval
 paper's difference (``table.paper``: row -> value) lies. A row after the
 first shows the seeds of its differences only (its mean is over the seeds
 its Δ is); a row whose runs of one seed trained on another split than the
-baseline's (:func:`gnorm.study.pairs.check_fingerprints`) is not compared.
+baseline's (:func:`gnorm.study.pairing.check_fingerprints`) is not compared.
+:mod:`gnorm.study.paired_words` says the findings in words.
 A reading needs ``table.min_seeds`` paired seeds (default 5).
 
 The rows after the first are one family: their test p-values are
@@ -22,18 +23,20 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import (UNITS, mean_std, metric_name, plural,
                            score_field, value)
-from gnorm.study.compare import p_text, signed
-from gnorm.study.pairs import check_fingerprints
+from gnorm.study.pairing import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
-from gnorm.study.select import score_words, split_test_train
-from gnorm.study.stats import (compare, exact_p, pair_test_train,
-                               family_verdict, holm, paired_interval,
-                               placed, verdict)
+from gnorm.study.select import split_test_train
+from gnorm.study.stats import (compare, exact_p, family_verdict, holm,
+                               pair_test_train, paired_interval, placed,
+                               verdict)
 
 MIN_SEEDS = 5
 # Metrics whose lower values are the better ones.
 LOWER_IS_BETTER = ('mae', 'loss')
+# Why a row has no family verdict (``why_not``): its runs are no pairs of
+# the baseline's (``unpaired`` says why), or too few seeds are.
+UNPAIRED, FEW_SEEDS = 'unpaired', 'few seeds'
 
 
 def label(spec: Spec, row: str) -> str:
@@ -50,14 +53,14 @@ def min_seeds(spec: Spec) -> int:
     return int(spec.table.get('min_seeds', MIN_SEEDS))
 
 
-def _kind(run: Dict[str, Any]) -> str:
+def kind(run: Dict[str, Any]) -> str:
     return (metric_name(run) or 'metric') if 'test_metric' in run else 'acc'
 
 
 def factor(run: Dict[str, Any]) -> float:
     r"""What :obj:`run`'s metric is multiplied by in the report: 100 for
     accuracies and ROC-AUC (shown in %), 1 for an MAE."""
-    return UNITS.get(_kind(run), UNITS['metric'])[2]
+    return UNITS.get(kind(run), UNITS['metric'])[2]
 
 
 def score(run: Dict[str, Any], split: str) -> float:
@@ -70,7 +73,7 @@ def higher_is_better(spec: Spec, runs: Sequence[Dict[str, Any]]) -> bool:
     (MAE, a loss) is better lower, an accuracy or ROC-AUC higher."""
     if 'higher_is_better' in spec.table:
         return bool(spec.table['higher_is_better'])
-    return not any(_kind(r) in LOWER_IS_BETTER for r in runs)
+    return not any(kind(r) in LOWER_IS_BETTER for r in runs)
 
 
 def runs_by_seed(record: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
@@ -96,16 +99,6 @@ def last_score(run: Dict[str, Any]) -> Optional[float]:
     report shows it; :obj:`None` for a run whose curve lacks it."""
     values = (run.get('curve') or {}).get(score_field(run, 'test'))
     return factor(run) * values[-1] if values else None
-
-
-def interval(mean: Optional[float], lo: Optional[float],
-             hi: Optional[float], n: int) -> str:
-    r"""``+1.23 [−0.40, +2.86] (n=5)``."""
-    if mean is None:
-        return 'no paired seeds'
-    if lo is None:
-        return f'{signed(mean)} (n={n}, no interval)'
-    return f'{signed(mean)} [{signed(lo)}, {signed(hi)}] (n={n})'
 
 
 def _last(run: Dict[str, Any]) -> int:
@@ -139,9 +132,9 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
     (:func:`gnorm.study.stats.compare`: the corrected resampled t where
     the seeds resample the split, with the plain paired t's bounds and p
     beside it as ``..._naive_...``, else the paired t), the exact
-    sign-flip p (``test_exact_p``), the paper's difference and the
-    reading; none where the two rows' runs are no pairs, for the reason
-    :obj:`unpaired`."""
+    sign-flip p (``test_exact_p``), the paper's difference and where it
+    lies; none where the two rows' runs are no pairs, for the reason
+    :obj:`unpaired` (``why_not``)."""
     ours = [] if unpaired else record['runs_list']
     ratio = None if unpaired else pair_test_train(
         split_test_train(base['runs_list']), split_test_train(ours))
@@ -169,8 +162,12 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
         spec, base['runs_list'] + record['runs_list'])
     record['unpaired'] = unpaired
     record['decides'] = not unpaired and record['pairs'] >= min_seeds(spec)
-    record['verdict'] = (f'not compared: {unpaired}' if unpaired else
-                         'not enough seeds to decide')
+    record['why_not'] = (UNPAIRED if unpaired else
+                         None if record['decides'] else FEW_SEEDS)
+    record['test_alone'] = (oriented(verdict(record['test_lo'],
+                                             record['test_hi']),
+                                     record['higher'])
+                            if record['test_lo'] is not None else None)
     for key in ('test', 'test_last'):
         record[f'paper_place{key[4:]}'] = (
             placed(record['paper_diff'], record[f'{key}_lo'],
@@ -186,11 +183,11 @@ def summarise(spec: Spec, runs: List[Dict[str, Any]],
     epochs run and selected, the paper's value; every row after the first
     also gets its differences to the first row seed by seed (the seeds
     both finished, which its record then keeps alone: :func:`compared`),
-    their mean and t interval, and the reading."""
+    their mean and t interval, and the family's verdict."""
     records = [row_record(spec, runs, row) for row in rows]
     records = records[:1] + [compared(spec, r, records[0])
                              for r in records[1:]]
-    read_family(spec, records[1:], short(records[0]))
+    read_family(spec, records[1:])
     return records
 
 
@@ -199,32 +196,30 @@ def correction(spec: Spec) -> str:
     return str(spec.table.get('correction', 'holm'))
 
 
-def read_family(spec: Spec, records: List[Dict[str, Any]],
-                base: str) -> None:
+def read_family(spec: Spec, records: List[Dict[str, Any]]) -> None:
     r"""Adjusts the test p of the rows that decide (enough paired seeds)
     together (:func:`gnorm.study.stats.holm`, unless ``table.correction``
-    is ``none``) and sets each one's ``test_p_adj`` and ``verdict``, at the
-    best validation epoch and (``test_last_...``) at the last epoch."""
+    is ``none``) and sets each one's ``test_p_adj`` and ``test_found``
+    (:func:`oriented`), at the best validation epoch and
+    (``test_last_...``) at the last epoch."""
     deciding = [r for r in records if r['decides']]
     for key in ('test', 'test_last'):
         raw = [r[f'{key}_p'] for r in deciding]
         adjusted = holm(raw) if correction(spec) == 'holm' else raw
         for r, p in zip(deciding, adjusted):
             r[f'{key}_p_adj'] = p
-            said = family_verdict(r[f'{key}_diff'], p, spec.level)
-            r[f'{key}_verdict'] = reading(said, base, r['higher'])
-    for r in deciding:
-        r['verdict'] = r['test_verdict']
+            r[f'{key}_found'] = oriented(
+                family_verdict(r[f'{key}_diff'], p, spec.level), r['higher'])
 
 
-def reading(said: Optional[str], base: str, higher: bool = True) -> str:
-    r"""A family verdict of a difference to :obj:`base` in words; above 0
-    is better when :obj:`higher` is."""
+def oriented(said: Optional[str], higher: bool = True) -> Optional[str]:
+    r"""A verdict on a difference (``beats``, ``loses``, ``not
+    distinguishable``; :obj:`None` without an interval) of a row against
+    the baseline, where a difference above 0 is better when :obj:`higher`
+    is, else worse."""
     if said in ('beats', 'loses') and not higher:
-        said = 'loses' if said == 'beats' else 'beats'
-    return {None: 'no interval', 'beats': f'better than {base}',
-            'loses': f'worse than {base}'}.get(
-        said, f'not distinguishable from {base} at this recipe')
+        return 'loses' if said == 'beats' else 'beats'
+    return said
 
 
 def compared(spec: Spec, record: Dict[str, Any],
@@ -243,135 +238,3 @@ def compared(spec: Spec, record: Dict[str, Any],
     return record
 
 
-def p_words(spec: Spec, record: Dict[str, Any], key: str = 'test') -> str:
-    r"""``p=0.0123, Holm 0.0369`` of a row's difference (its raw p and, in
-    a Holm family, the adjusted one)."""
-    raw, adjusted = record.get(f'{key}_p'), record.get(f'{key}_p_adj')
-    if raw is None:
-        return ''
-    text = f'p={p_text(raw)}'
-    if correction(spec) == 'holm' and adjusted is not None:
-        text += f', Holm {p_text(adjusted)}'
-    return text
-
-
-def rules(spec: Spec, record: Dict[str, Any]) -> str:
-    r"""The difference at both epoch rules: ``+0.27 [−1.08, +1.61] (n=32,
-    p=…) at the best validation epoch; +1.07 [−0.12, +2.26] (…) at the
-    last epoch``."""
-    parts = []
-    for key, rule in (('test', 'at the best validation epoch'),
-                      ('test_last', 'at the last epoch')):
-        text = interval(record[f'{key}_diff'], record[f'{key}_lo'],
-                        record[f'{key}_hi'], record['pairs'])
-        p = p_words(spec, record, key)
-        if p:
-            text = text[:-1] + f', {p})'
-        parts.append(f'{text} {rule}')
-    return '; '.join(parts)
-
-
-def paper_recipe(spec: Spec) -> str:
-    r"""Whose recipe the paper's values come from, in words."""
-    return ('with this study\'s recipe'
-            if spec.table.get('paper_recipe') == 'same' else
-            "with the paper's own recipe, not this study's")
-
-
-def paper_words(spec: Spec, record: Dict[str, Any]) -> str:
-    r"""Where the paper's difference lies against the intervals at both
-    epoch rules, and whose recipe it comes from; empty without one."""
-    paper = record.get('paper_diff')
-    if paper is None:
-        return ''
-    head = f"The paper's {signed(paper)} ({paper_recipe(spec)})"
-    places = [(record.get(f'paper_place{k}'), rule) for k, rule in
-              (('', 'best validation epoch'), ('_last', 'last epoch'))]
-    if all(where is None for where, _ in places):
-        return f'{head} cannot be placed.'
-    return head + ' lies ' + ' and '.join(
-        ('inside' if where == 'inside' else where) + f' the interval at the '
-        f'{rule}' for where, rule in places if where) + '.'
-
-
-def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
-    r"""The plain reading of a row's paired difference in the test metric
-    to :obj:`base` at both epoch rules, the verdict (family-wise, at the
-    best validation epoch; and at the last epoch where it reads
-    otherwise), and the paper's difference placed in the intervals where
-    the paper has one."""
-    n = record['pairs']
-    if record.get('unpaired'):
-        return (f"**{short(record)}** − {base}, test "
-                f"{metric(spec, record.get('runs_list', ()))}: "
-                f"{record['verdict']}.")
-    head = (f"**{short(record)}** − {base}, test "
-            f"{metric(spec, record.get('runs_list', ()))}: ")
-    need = min_seeds(spec)
-    if record['test_lo'] is None or not record.get('decides'):
-        alone = reading(verdict(record['test_lo'], record['test_hi']), base,
-                        record.get('higher', True))
-        text = (f"{head}{rules(spec, record)}: not enough seeds to decide "
-                f"({plural(n, 'paired seed')}, {need} needed)"
-                + (f'; the interval of these {n} alone reads "{alone}".'
-                   if record['test_lo'] is not None else '.'))
-    else:
-        text = f"{head}{rules(spec, record)}: {record['verdict']}"
-        if record['test_last_verdict'] != record['verdict']:
-            text += (f" (at the last epoch: "
-                     f"{record['test_last_verdict']})")
-        text += '.'
-    paper = paper_words(spec, record)
-    return f'{text} {paper}' if paper else text
-
-
-def metric(spec: Spec, runs: Sequence[Dict[str, Any]] = ()) -> str:
-    r"""The metric's name in the report: ``table.metric``, else the score
-    of :obj:`runs` (``accuracy``, ``ROC-AUC``, ``MAE``), else
-    ``metric``."""
-    if spec.table.get('metric'):
-        return str(spec.table['metric'])
-    kinds = {_kind(r) for r in runs}
-    if len(kinds) != 1:
-        return 'metric'
-    return score_words(kinds.pop())
-
-
-def _holds(x: float, lo: float, hi: float, what: str) -> str:
-    return f"{'holds' if lo <= x <= hi else 'excludes'} {what}"
-
-
-def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
-    r"""The report's reading in one sentence (a README may quote it): for
-    each row with the paper's difference, its interval at both epoch
-    rules and whether each holds 0 and the paper's value (from its own
-    recipe); then the other rows' readings (family-wise)."""
-    base = short(records[0])
-    need = min_seeds(spec)
-    parts, others = [], {}
-    for r in records[1:]:
-        if r.get('unpaired'):
-            others.setdefault(r['verdict'], []).append(short(r))
-        elif not r.get('decides') or r['test_lo'] is None:
-            others.setdefault(f'fewer than {need} paired seeds, not '
-                              f'enough to decide', []).append(short(r))
-        elif r['paper_diff'] is None:
-            others.setdefault(r['verdict'], []).append(short(r))
-        else:
-            paper = f"the paper's {signed(r['paper_diff'])}"
-            said = [f"{interval(r[f'{k}_diff'], r[f'{k}_lo'], r[f'{k}_hi'], r['pairs'])}"
-                    f" {rule}, which {_holds(0.0, r[f'{k}_lo'], r[f'{k}_hi'], '0')}"
-                    f" and {_holds(r['paper_diff'], r[f'{k}_lo'], r[f'{k}_hi'], paper)}"
-                    for k, rule in (('test', 'at the best validation epoch'),
-                                    ('test_last', 'at the last epoch'))
-                    if r[f'{k}_lo'] is not None]
-            parts.append(f"{short(r)} − {base}, test "
-                         f"{metric(spec, r.get('runs_list', ()))}: "
-                         + '; '.join(said)
-                         + f" ({paper} comes {paper_recipe(spec)})")
-    parts += [f"{', '.join(rows)}: {said}" for said, rows in others.items()]
-    family = sum(bool(r.get('decides')) for r in records[1:])
-    how = ('' if correction(spec) != 'holm' or not family else
-           f" (readings Holm-adjusted over the {plural(family, 'row')} "
-           'compared)')
-    return '; '.join(parts) + how + '.'

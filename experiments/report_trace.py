@@ -1,0 +1,112 @@
+r"""The modules of gnorm a study's report writing passes through, in call
+order: the module that runs at each call and return inside the report
+writer (``gnorm.study.depth_report.write_report`` or the paired one),
+consecutive repeats collapsed, code outside gnorm counted as its caller's,
+a loop over cells read as one pass (:func:`without_loops`).
+It measures how far computing and wording are apart: each visit to a
+module is one pass, a pass to a module left before is a return.
+
+    python experiments/report_trace.py table3_fair
+"""
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _module(frame) -> str:
+    r"""The gnorm module :obj:`frame` runs in, else ``''``."""
+    name = frame.f_globals.get('__name__', '')
+    return name if name.startswith('gnorm.') else ''
+
+
+def trace(writer, *args, **kwargs) -> List[str]:
+    r"""Runs ``writer(*args, **kwargs)`` and returns the gnorm modules it
+    passed through, in order, consecutive repeats collapsed."""
+    visits: List[str] = []
+    stack: List[str] = []
+
+    def visit(module: str) -> None:
+        if module and (not visits or visits[-1] != module):
+            visits.append(module)
+
+    def profile(frame, event, arg):
+        if event == 'call':
+            module = _module(frame) or (stack[-1] if stack else '')
+            stack.append(module)
+            visit(module)
+        elif event == 'return' and stack:
+            stack.pop()
+            visit(stack[-1] if stack else '')
+
+    sys.setprofile(profile)
+    try:
+        writer(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return visits
+
+
+def without_loops(visits: List[str], longest: int = 8) -> List[str]:
+    r""":obj:`visits` with every immediately repeated run of up to
+    :obj:`longest` modules kept once (a loop over cells that calls the
+    same modules in the same order each time reads as one pass)."""
+    found = list(visits)
+    changed = True
+    while changed:
+        changed = False
+        for k in range(1, longest + 1):
+            i = 0
+            while i + 2 * k <= len(found):
+                if found[i:i + k] == found[i + k:i + 2 * k]:
+                    del found[i + k:i + 2 * k]
+                    changed = True
+                else:
+                    i += 1
+    return found
+
+
+def summary(visits: List[str]) -> str:
+    r"""``N modules, P passes, R returns`` of :func:`trace`'s list."""
+    seen, returns = set(), 0
+    for module in visits:
+        returns += module in seen
+        seen.add(module)
+    return (f'{len(seen)} modules, {len(visits)} passes, {returns} returns '
+            f'to a module left before')
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('spec', help="a study: one of gnorm's or a file")
+    parser.add_argument('--all', action='store_true',
+                        help='every pass of every gnorm module, loops '
+                        'included (default: gnorm.study\'s, loops once)')
+    args = parser.parse_args(argv)
+    from gnorm.study import depth_report, paired_report
+    from gnorm.study.cli import main as study_main
+    found = {}
+    for module in (depth_report, paired_report):
+        original = module.write_report
+
+        def traced(*a, _original=original, **k):
+            found['visits'] = trace(_original, *a, **k)
+            return _original(*a, **k)
+        module.write_report = traced
+    with tempfile.TemporaryDirectory() as out:
+        study_main([args.spec, '--report-only', '--out', out])
+    visits = found['visits']
+    if not args.all:
+        study = [m for m in visits if m.startswith('gnorm.study.')]
+        visits = without_loops([m for i, m in enumerate(study)
+                                if i == 0 or study[i - 1] != m])
+    print(' -> '.join(m.removeprefix('gnorm.study.') for m in visits))
+    print(summary(visits))
+
+
+if __name__ == '__main__':
+    main()
