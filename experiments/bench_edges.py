@@ -26,19 +26,24 @@ from gnorm.bench import (alternate, markdown_table,  # noqa: E402
                          medians, ratio, write_report)
 from gnorm.machine import machine_words, this_machine  # noqa: E402
 from gnorm.nn import contra_norm  # noqa: E402
-from gnorm.nn._sparse import CSREdges, IndexEdges  # noqa: E402
 
 GRAPHS = {'cora-sized': (2708, 10556), 'chameleon-sized': (2277, 62792)}
 HEADER = ['graph', 'n', 'pairs', 'runs', 'index ops', 'CSR kernels',
           'speed-up', 'max abs diff']
-EDGES = {'index': lambda src, dst, like, order=None: IndexEdges(src, dst),
-         'csr': lambda src, dst, like, order: CSREdges(src, dst, order,
-                                                       like.size(-2))}
+# The two ways, as pair_edges' csr argument.
+EDGES = {'index': False, 'csr': True}
+PAIR_EDGES = contra_norm.pair_edges
 
 
-def step(x, pairs, make):
-    """Forward+backward of the negatives with edge operations from make."""
-    contra_norm.edges = make
+def _edges(csr):
+    r"""contra_norm.pair_edges held to one way."""
+    return lambda pairs, like, _=None: PAIR_EDGES(pairs, like, csr=csr)
+
+
+def step(x, pairs, csr):
+    """Forward+backward of the negatives with CSR kernels (csr) or index
+    ops."""
+    contra_norm.pair_edges = _edges(csr)
     x = x.detach().requires_grad_()
     xn = torch.nn.functional.normalize(x, dim=-1)
     out = contra_norm.contrastive_negatives(x, xn, 1.0, edge_index=pairs)
@@ -68,7 +73,7 @@ def main(argv=None):
     parser.add_argument('--out', default=str(
         Path(__file__).resolve().parent / 'results'))
     args = parser.parse_args(argv)
-    chosen, rows = contra_norm.edges, []
+    rows = []
     try:
         for name, (n, e) in GRAPHS.items():
             gen = torch.Generator().manual_seed(0)
@@ -84,7 +89,7 @@ def main(argv=None):
                              f'{diff:.1e}'])
                 print(markdown_table(HEADER, rows[-1:])[-1], flush=True)
     finally:
-        contra_norm.edges = chosen
+        contra_norm.pair_edges = PAIR_EDGES
     out = Path(args.out) / 'bench_edges_cpu.md'
     write_report(out, [
         '# Masked pairs of ContraNorm: index ops vs CSR kernels (cpu)', '',

@@ -16,14 +16,16 @@ rewritten after every step (docs/benchmarks.rst).
 """
 import argparse
 import functools
+import hashlib
 import os
+import re
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -65,9 +67,44 @@ def commit() -> str:
     return found['commit'] + ('+modified' if found['modified'] else '')
 
 
+# The code a GPU runs: a change here since the last committed report asks
+# for the full check (experiments/gpu_window.py decides).
+GPU_PATHS = ('gnorm/nn', 'gnorm/models', 'gnorm/train', 'gnorm/bench',
+             'experiments/cases', 'experiments/gpu_check.py')
+DIGEST = 'GPU-path code digest'
+
+
+def gpu_code_digest(root: Path = ROOT) -> str:
+    r"""The sha256 (first 16 hex digits) of the Python files under
+    :data:`GPU_PATHS` of :obj:`root`, their paths and bytes in path order:
+    equal digests, equal GPU-path code (no git needed on the device)."""
+    digest = hashlib.sha256()
+    files = sorted(p for name in GPU_PATHS for p in
+                   ([root / name] if name.endswith('.py')
+                    else (root / name).rglob('*.py')))
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b'\0')
+        digest.update(path.read_bytes() + b'\0')
+    return digest.hexdigest()[:16]
+
+
+def reported_digest(report: Path) -> Optional[str]:
+    r"""The :func:`gpu_code_digest` a check's report records; :obj:`None`
+    for a report without one (or no report)."""
+    if not report.is_file():
+        return None
+    found = re.search(rf'^\* {DIGEST}: ([0-9a-f]+)', report.read_text(),
+                      re.M)
+    return found and found.group(1)
+
+
 def environment(ctx: argparse.Namespace, argv: List[str]) -> Dict[str, Any]:
-    return bench.environment(
+    env = bench.environment(
         ctx.device, ['python', 'experiments/gpu_check.py', *argv], commit())
+    why = getattr(ctx, 'why', '')
+    env['notes'] = [f'{DIGEST}: {gpu_code_digest()}'] + (
+        [f'why {"quick" if ctx.quick else "full"}: {why}'] if why else [])
+    return env
 
 
 def cuda_suite(ctx, budget):
@@ -336,6 +373,8 @@ def main(argv=None) -> int:
     parser.add_argument('--quick', action='store_true',
                         help='every step at tiny sizes')
     parser.add_argument('--out', default=str(OUT))
+    parser.add_argument('--why', default='', help='why this check is full '
+                        'or quick, for its report (gpu_window.py says)')
     parser.add_argument('--steps', default=''.join(s.key for s in STEPS),
                         help='the steps to run, by letter (default: all), '
                         'e.g. "ad" to rerun the suite and the Graphormer')

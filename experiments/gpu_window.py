@@ -1,12 +1,16 @@
 r"""A lent GPU window in one command: the GPU check, then the GPU queue for
 the time left, each written into one folder as it goes.
 
-    python experiments/gpu_window.py --quick --out DIR --budget-s 540   # on the GPU
+    python experiments/gpu_window.py --out DIR --budget-s 540   # on the GPU
     python experiments/gpu_window.py --bring-back DIR                     # here, after
 
-It runs ``experiments/gpu_check.py`` (``--quick``: every step at tiny
-sizes; ``--check-steps``: only those, ``''`` for none) into DIR within the
-budget, then ``python -m gnorm.study queue`` (:mod:`gnorm.study.queue`:
+It runs ``experiments/gpu_check.py`` into DIR within the budget: the
+full check where the GPU-path code changed since the last committed
+report (its digest, :func:`gpu_check.gpu_code_digest`, differs from the
+one ``experiments/results/gpu_check_<device>.md`` records), else the
+quick one (every step at tiny sizes); ``--quick`` or ``--full`` decides
+instead, ``--check-steps`` runs only those steps (``''`` for none). The
+check's report says which it ran and why. Then it runs then ``python -m gnorm.study queue`` (:mod:`gnorm.study.queue`:
 the cells gnorm's studies leave for a GPU, most wanted first) for the
 seconds left, its runs into ``DIR/runs``; with ``--pack`` into a folder
 of its own and ``DIR/runs.tgz`` rewritten after every cell (for a device
@@ -30,12 +34,14 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from gnorm.study import queue  # noqa: E402
+
+from experiments import gpu_check  # noqa: E402
 
 RESULTS = ROOT / 'experiments' / 'results'
 ARCHIVE = 'runs.tgz'
@@ -46,8 +52,13 @@ def parser() -> argparse.ArgumentParser:
         description=' '.join(__doc__.split('\n\n')[0].split()))
     found.add_argument('--device', choices=('cuda', 'cpu'),
                        help='default: cuda when visible, else cpu')
-    found.add_argument('--quick', action='store_true',
-                       help='the GPU check at tiny sizes')
+    how = found.add_mutually_exclusive_group()
+    how.add_argument('--quick', action='store_true', default=None,
+                     help='the GPU check at tiny sizes (default: quick '
+                     'unless the GPU-path code changed since the last '
+                     'committed report)')
+    how.add_argument('--full', dest='quick', action='store_false',
+                     help='the full GPU check')
     found.add_argument('--check-steps', metavar='LETTERS', help='the GPU check\'s steps '
                        '(its --steps; default: all, \'\' for none)')
     found.add_argument('--out', type=Path, help='the folder of the window')
@@ -74,6 +85,27 @@ def parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- window
 
 
+def check_kind(args: argparse.Namespace,
+               results: Path = RESULTS) -> Tuple[bool, str]:
+    r"""Whether the check is quick, and why: as ``--quick`` or ``--full``
+    say, else quick where the GPU-path code is the code of the last
+    committed report on this device (equal digests), full where it
+    changed or no report records a digest."""
+    if args.quick is not None:
+        return args.quick, '--quick' if args.quick else '--full'
+    report = results / f'gpu_check_{args.device}.md'
+    now, then = gpu_check.gpu_code_digest(), gpu_check.reported_digest(
+        report)
+    if then is None:
+        return False, (f'{report.name} records no GPU-path code digest: '
+                       'the full check')
+    if now != then:
+        return False, (f'the GPU-path code changed since {report.name} '
+                       f'({then} -> {now}): the full check')
+    return True, (f'the GPU-path code is that of {report.name} ({now}): '
+                  'the quick check')
+
+
 def run_check(args: argparse.Namespace, seconds: float) -> int:
     r"""``experiments/gpu_check.py`` into ``--out`` for at most
     :obj:`seconds`; its exit status (124 when cut off: its report keeps
@@ -81,9 +113,11 @@ def run_check(args: argparse.Namespace, seconds: float) -> int:
     from gnorm.bench import child_env
     if args.check_steps == '' or seconds <= 0:
         return 0
+    quick, why = check_kind(args)
+    print(f'GPU check: {why}', flush=True)
     cmd = [sys.executable, str(ROOT / 'experiments' / 'gpu_check.py'),
-           '--device', args.device, '--out', str(args.out),
-           *(['--quick'] if args.quick else []),
+           '--device', args.device, '--out', str(args.out), '--why', why,
+           *(['--quick'] if quick else []),
            *(['--steps', args.check_steps] if args.check_steps else [])]
     try:
         return subprocess.run(cmd, cwd=ROOT, env=child_env(ROOT),

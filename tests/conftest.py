@@ -125,3 +125,22 @@ def data_root(tmp_path_factory):
     r"""One data folder for a test module: each dataset is processed once
     per module."""
     return tmp_path_factory.mktemp('data')
+
+
+def comparison_lines(records, row, against, pairing, level,
+                     spread_rule=False, correction='holm', view='val'):
+    r"""A depth report's comparison section of :obj:`row` against
+    :obj:`against` over :obj:`records`, its family alone: the findings
+    (:func:`gnorm.study.findings.family`, then
+    :func:`~gnorm.study.findings.section`), then their words
+    (:func:`gnorm.study.verdict_words.comparison`)."""
+    from gnorm.study import findings, verdict_words
+    cells = (findings.chosen_by_validation(records) if view == 'val'
+             else findings.at_default(records))
+    rows = {r['row'] for r in cells}
+    present = [o for o in against if o in rows]
+    found = findings.family(cells, [(row, present)], pairing, level,
+                            correction)
+    return verdict_words.comparison(
+        findings.section(records, row, against, found, level, correction,
+                         view, spread_rule), level, correction)

@@ -82,6 +82,9 @@ def test_a_failing_step_is_recorded_and_the_check_goes_on(tmp_path):
     _, found = _records(tmp_path / 'gpu_check_cpu.jsonl')
     assert [r['status'] for r in found.values()] == [
         r['status'] for r in records]
+    # The report records the digest of the GPU-path code it checked.
+    assert check.reported_digest(tmp_path / 'gpu_check_cpu.md') == \
+        check.gpu_code_digest()
     report = (tmp_path / 'gpu_check_cpu.md').read_text()
     assert '## b. breaks: failed' in report
     assert 'RuntimeError: the device fell over second line' in report

@@ -106,3 +106,45 @@ def test_a_window_on_the_cpu(tmp_path):
     assert [s['step'] for s in steps] == list('abcdef')
     runs = load_runs(out / 'runs')
     assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
+
+
+def test_the_window_runs_the_full_check_where_gpu_code_changed(tmp_path):
+    gpu_window = experiment('gpu_window')
+    check = experiment('gpu_check')
+    args = gpu_window.parser().parse_args(['--out', str(tmp_path)])
+    args.device = 'cuda'
+    report = tmp_path / 'gpu_check_cuda.md'
+    quick, why = gpu_window.check_kind(args, tmp_path)
+    assert not quick and 'records no GPU-path code digest' in why
+    digest = check.gpu_code_digest()
+    report.write_text(f'# gnorm GPU check (cuda)\n\n* {check.DIGEST}: '
+                      f'{digest}\n')
+    assert check.reported_digest(report) == digest
+    assert gpu_window.check_kind(args, tmp_path) == (
+        True, f'the GPU-path code is that of gpu_check_cuda.md ({digest}): '
+        'the quick check')
+    report.write_text(f'* {check.DIGEST}: 0000000000000000\n')
+    quick, why = gpu_window.check_kind(args, tmp_path)
+    assert not quick and 'changed since gpu_check_cuda.md' in why
+    forced = gpu_window.parser().parse_args(['--out', str(tmp_path),
+                                             '--quick'])
+    forced.device = 'cuda'
+    assert gpu_window.check_kind(forced, tmp_path) == (True, '--quick')
+
+
+def test_the_digest_follows_the_gpu_path_code(tmp_path):
+    check = experiment('gpu_check')
+    for name in check.GPU_PATHS:
+        path = tmp_path / name
+        if name.endswith('.py'):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text('x = 1\n')
+        else:
+            path.mkdir(parents=True)
+            (path / 'a.py').write_text('x = 1\n')
+    before = check.gpu_code_digest(tmp_path)
+    (tmp_path / 'gnorm' / 'nn' / 'a.py').write_text('x = 2\n')
+    assert check.gpu_code_digest(tmp_path) != before
+    (tmp_path / 'gnorm' / 'nn' / 'a.py').write_text('x = 1\n')
+    (tmp_path / 'gnorm' / 'study.py').write_text('not GPU code\n')
+    assert check.gpu_code_digest(tmp_path) == before

@@ -187,8 +187,8 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
                   'data', 'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
-                'budget', 'inputs', 'pairing', 'compare', 'variants',
-                'paired_findings', 'paired_words', 'plot', 'recipe', 'depth_report', 'paired_report',
+                'budget', 'inputs', 'pairing', 'findings', 'verdict_words',
+                'variants', 'paired_findings', 'paired_words', 'plot', 'recipe', 'depth_report', 'paired_report',
                 'engine', 'queue', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
@@ -342,3 +342,45 @@ def test_one_function_per_concept_and_no_test_names():
             assert name not in seen, (name, seen.get(name), path)
             seen[name] = path
     assert seen['this_machine'] == seen['machine_words'] == 'gnorm/machine.py'
+
+
+# A study computes its findings as data, then renders them: these modules
+# compute (statistics, comparisons, pairing) and these render (words,
+# reports, plots).
+COMPUTING = ('stats', 'pairing', 'findings', 'paired_findings')
+RENDERING = ('verdict_words', 'variants', 'paired_words', 'plot', 'recipe',
+             'depth_report', 'paired_report')
+
+
+def _sentences(tree):
+    r"""The string constants of :obj:`tree`'s function bodies with two or
+    more spaces (words, not a key or a code), apart from docstrings and the
+    messages of raised errors."""
+    skip = set()
+    for node in ast.walk(tree):
+        body = getattr(node, 'body', None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant):
+            skip.add(id(body[0].value))
+        if isinstance(node, ast.Raise):
+            skip |= {id(n) for n in ast.walk(node)}
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Constant) and isinstance(
+                        node.value, str) and node.value.count(' ') >= 2 \
+                        and id(node) not in skip:
+                    yield function.name, node.value
+
+
+def test_statistics_compute_and_never_word():
+    r"""The rule: a module that computes a study's findings imports no
+    module that renders them, and none of its functions builds a sentence
+    (its verdicts and reasons are codes, worded by the renderers)."""
+    study = REPO / 'gnorm' / 'study'
+    for name in COMPUTING:
+        tree = ast.parse((study / f'{name}.py').read_text())
+        imported = {_part(m, 'gnorm.study.') for m in _imports(study /
+                                                               f'{name}.py')}
+        assert not imported & set(RENDERING), (name, imported)
+        assert not list(_sentences(tree)), (name, list(_sentences(tree)))

@@ -19,39 +19,39 @@ TINY = ['dataset=csbm', 'dataset.num_nodes=60', 'train.epochs=3',
 
 def test_a_folder_is_held_by_one_holder_at_a_time(tmp_path):
     folder = tmp_path / 'run'
-    first = locks.hold(folder)
+    first = locks.lock_folder(folder)
     assert first is not None and folder.is_dir()
-    assert locks.hold(folder) is None  # another open file
+    assert locks.lock_folder(folder) is None  # another open file
     locks.release(first)
     assert not folder.exists()  # nothing written: no folder left
-    again = locks.hold(folder)
+    again = locks.lock_folder(folder)
     (folder / 'results.json').touch()
     locks.release(again)
     assert folder.is_dir()
     (folder / 'results.json').unlink()  # a folder it did not make stays
-    locks.release(locks.hold(folder))
+    locks.release(locks.lock_folder(folder))
     assert folder.is_dir()
 
 
 def test_torchruns_processes_train_their_runs_together(tmp_path,
                                                       monkeypatch):
     monkeypatch.setenv('WORLD_SIZE', '2')
-    first, second = (locks.hold(tmp_path / 'run') for _ in range(2))
+    first, second = (locks.lock_folder(tmp_path / 'run') for _ in range(2))
     assert first.fd == second.fd == -1
     locks.release(first)
 
 
 def test_a_waiting_holder_takes_the_folder_made_anew(tmp_path):
     folder = tmp_path / 'run'
-    first, taken = locks.hold(folder), []
+    first, taken = locks.lock_folder(folder), []
     waiter = threading.Thread(target=lambda: taken.append(
-        locks.hold(folder, wait=True)))
+        locks.lock_folder(folder, wait=True)))
     waiter.start()
     time.sleep(0.2)
     locks.release(first)  # the folder, empty, is removed
     waiter.join(10)
     lock, = taken
-    assert folder.is_dir() and locks.hold(folder) is None
+    assert folder.is_dir() and locks.lock_folder(folder) is None
     locks.release(lock)
 
 
@@ -138,7 +138,7 @@ def test_a_folder_named_twice_and_held_elsewhere_is_waited_for(tmp_path):
     test's own) that lets go after 2 s: the call waits, trains it once and
     returns."""
     folder = tmp_path / 'run'
-    other = locks.hold(folder)
+    other = locks.lock_folder(folder)
     cfgs = [compose_train(*TINY[:-1], 'seed=0') for _ in range(2)]
     thread, out = _train_in_thread(cfgs, [folder] * 2)
     time.sleep(2)

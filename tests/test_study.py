@@ -14,15 +14,17 @@ import pytest
 from gnorm.results import label, load_runs
 from gnorm.results import overrides as run_overrides
 from gnorm.results.keys import NOT_RESULT_KEYS, record_identity
-from gnorm.study import compare as study_compare
+from gnorm.study import findings as study_compare
+from gnorm.study import verdict_words
 from gnorm.study import plot as study_plot
+from gnorm.study import stats
 from gnorm.study.cli import main as study
 from gnorm.study.compose import cells, compose_cells, run_key, setting_label
 from gnorm.study.depth_report import _cell as cell_text, completeness, tie_rule
 from gnorm.study.inputs import read_authors, read_notes, with_authors_runs
 from gnorm.study.select import summarise
 from gnorm.study.spec import Spec, load_spec, settings as spec_settings
-from conftest import USER_NORM, compose_train, needs_mirror
+from conftest import USER_NORM, compose_train, needs_mirror, comparison_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
@@ -470,12 +472,12 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
     diffs = [OURS[s] - OTHER[s] for s in OURS]
     mean = sum(diffs) / 3
     half = _t_half(diffs)
-    paired = study_compare.compare(OTHER, OURS, 'seed')
+    paired = stats.compare(OTHER, OURS, 'seed')
     assert paired.diff == pytest.approx(mean)
     assert (paired.lo, paired.hi) == pytest.approx((mean - half,
                                                     mean + half))
     assert paired.verdict == 'beats' and paired.n == '3'
-    welch = study_compare.compare(OTHER, OURS, 'none')
+    welch = stats.compare(OTHER, OURS, 'none')
     half = _welch_half(list(OTHER.values()), list(OURS.values()))
     assert (welch.lo, welch.hi) == pytest.approx((mean - half, mean + half))
     assert welch.verdict == 'not distinguishable' and welch.n == '3+3'
@@ -486,7 +488,7 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
                _record('contranorm', 4, OURS),
                _record('pairnorm', 4, OURS),
                _record('layernorm', 4, OTHER, complete=False)]
-    lines = study_compare.comparison(records, 'contranorm',
+    lines = comparison_lines(records, 'contranorm',
                                      ['pairnorm', 'layernorm'], 'seed',
                                      0.95, spread_rule=True)
     assert 'per-seed differences' in ' '.join(lines)
@@ -508,13 +510,13 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
         'incomplete: cora L=4).')
     assert lines[-1].endswith('reads every compared cell as the verdict '
                               'does.')
-    welch_lines = study_compare.comparison(
+    welch_lines = comparison_lines(
         records, 'contranorm', ['pairnorm'], 'none', 0.95, spread_rule=True)
     assert "Welch's" in ' '.join(welch_lines)
     assert welch_lines[-1].endswith(
         'reads 1 compared cell otherwise: cora L=2 vs pairnorm: beats, the '
         'verdict: not distinguishable.')
-    assert study_compare.comparison(
+    assert comparison_lines(
         [r for r in records if r['row'] != 'contranorm'], 'contranorm',
         ['pairnorm'], 'seed', 0.95) == []
 
@@ -1050,7 +1052,7 @@ def test_in_words_groups_depths_and_names_cells_left_for_a_gpu():
                 'not_run': 'GPU work', 'cell_runs': 0},
                {**_record('pairnorm', 64, {}, complete=False),
                 'not_run': 'GPU work', 'cell_runs': 0}]
-    lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
+    lines = comparison_lines(records, 'contranorm', ['pairnorm'],
                                      'seed', 0.95)
     assert '| cora | 64 | not run here: contranorm, GPU work |' in lines
     assert next(x for x in lines if x.startswith('In words')) == (

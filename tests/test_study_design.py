@@ -6,9 +6,12 @@ import math
 
 import numpy as np
 import pytest
+
+from conftest import comparison_lines
 from scipy import stats as scipy_stats
 
-from gnorm.study import compare as study_compare
+from gnorm.study import findings as study_compare
+from gnorm.study import verdict_words as depth_words
 from gnorm.study import paired_findings as study_paired
 from gnorm.study.paired_words import verdict_words
 from gnorm.study import stats
@@ -108,7 +111,7 @@ def test_a_verdict_over_a_row_at_chance_is_its_own_kind(ours, other, kind):
     found = study_compare.family(records, [('contranorm', ['layernorm'])],
                                  'none', 0.95)
     assert found['cora', 'contranorm', 'layernorm', 2].verdict == kind
-    lines = study_compare.comparison(records, 'contranorm', ['layernorm'],
+    lines = comparison_lines(records, 'contranorm', ['layernorm'],
                                      'none', 0.95)
     words = next(x for x in lines if x.startswith('In words'))
     counts = next(x for x in lines if x.startswith('Verdicts: '))
@@ -153,7 +156,8 @@ def test_a_comparison_not_run_counts_in_the_family_as_p_1():
     assert study_compare.planned(fixed) == 3
     assert study_compare.tested(fixed) == 1
     assert fixed[key].p_adj == pytest.approx(min(1, 3 * alone[key].p_adj))
-    assert study_compare.family_words(fixed, 'holm') == \
+    assert depth_words.family_words(study_compare.family_size(fixed),
+                                    'holm') == \
         'Holm-adjusted over a family of 3 planned, 1 run'
 
 
@@ -210,7 +214,8 @@ def test_a_report_says_when_its_verdicts_rest_on_normality():
         records += [_cell('layernorm', [x + depth for x in TRAINED], depth)]
     found = study_compare.family(
         records, [('contranorm', ['pairnorm', 'layernorm'])], 'none', 0.95)
-    words = study_compare.exact_words(found, 0.95, 'holm')
+    words = depth_words.exact_words(
+        study_compare.exact_power(found, 0.95, 'holm'), 0.95, 'holm')
     assert 'cannot give a p below 0.007937, above Holm\'s first threshold ' \
         '0.00125 (α = 0.05 over 40)' in words
     assert 'rests on the t test\'s assumption' in words

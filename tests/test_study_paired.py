@@ -19,7 +19,7 @@ from gnorm.study import runner as study_runner
 from gnorm.study import plot as study_plot
 from gnorm.study import stats
 from gnorm.study.cli import main as study
-from gnorm.study.compare import signed
+from gnorm.study.verdict_words import signed
 from gnorm.study.pairing import check_fingerprints
 from gnorm.study.spec import compose, load_spec
 
@@ -303,7 +303,7 @@ def _row(diff, lo, hi, pairs=5, paper=None, last=None):
                                         else stats.verdict(low, high))})
         record['paper_place' + key[4:]] = (
             None if paper is None or low is None
-            else stats.placed(paper, low, high))
+            else stats.where_in(paper, low, high))
     return record
 
 
@@ -526,7 +526,8 @@ def test_check_fingerprints_names_a_seed_of_two_splits():
     assert check_fingerprints({0: run('aa'), 1: {}}, {0: run('aa'),
                                                       1: run('xx')}) is None
     assert check_fingerprints({0: run('aa'), 3: run('bb')},
-                              {3: run('cc'), 0: run('aa')}) == (
+                              {3: run('cc'), 0: run('aa')}) == (3, 'bb', 'cc')
+    assert paired_words.mismatch_words((3, 'bb', 'cc')) == (
         "seed 3: the runs' splits differ (split fingerprints bb and cc)")
 
 

@@ -6,7 +6,10 @@ their code and their memory."""
 import numpy as np
 import pytest
 
-from gnorm.study import compare as study_compare
+from conftest import comparison_lines
+
+from gnorm.study import findings as study_compare
+from gnorm.study import verdict_words
 from gnorm.study import sanity
 from gnorm.study import select as study_select
 from gnorm.study.budget import default_setting, defaults
@@ -95,7 +98,7 @@ def test_random_splits_use_the_corrected_resampled_t():
 def test_pairs_on_other_splits_are_not_compared():
     records = [_cell('contranorm', OURS, fingerprints={0: 'aa', 1: 'bb'}),
                _cell('pairnorm', OTHER, fingerprints={0: 'aa', 1: 'cc'})]
-    lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
+    lines = comparison_lines(records, 'contranorm', ['pairnorm'],
                                      'seed', 0.95)
     row = next(x for x in lines if x.startswith('| chameleon | 2 |'))
     assert "not compared, splits differ: seed 1: the runs' splits differ" \
@@ -107,7 +110,7 @@ def test_pairs_on_other_splits_are_not_compared():
 def test_a_verdict_against_a_flagged_row_is_flagged():
     records = [_cell('contranorm', OURS),
                _cell('none', OTHER, flags=[sanity.AT_CHANCE])]
-    lines = study_compare.comparison(records, 'contranorm', ['none'],
+    lines = comparison_lines(records, 'contranorm', ['none'],
                                      'seed', 0.95)
     assert '; flagged: none at chance |' in \
         next(x for x in lines if x.startswith('| chameleon | 2 |'))
@@ -119,7 +122,7 @@ def test_a_verdict_against_a_flagged_row_is_flagged():
 
 def test_correction_none_reads_each_comparison_alone():
     records = [_cell('contranorm', OURS), _cell('pairnorm', OTHER)]
-    lines = study_compare.comparison(records, 'contranorm', ['pairnorm'],
+    lines = comparison_lines(records, 'contranorm', ['pairnorm'],
                                      'seed', 0.95, correction='none')
     text = '\n'.join(lines)
     assert 'Holm' not in text and 'unadjusted p' in text
@@ -198,14 +201,14 @@ def test_variant_words_say_which_verdicts_hold_on_the_variant():
     for depth, (orig, var) in {2: ('beats', 'beats'),
                                4: ('beats', 'not distinguishable'),
                                8: ('not distinguishable', 'loses')}.items():
-        found['cham', 'cn', 'ln', depth] = study_compare.Found(None,
+        found['cham', 'cn', 'ln', depth] = study_compare.Comparison(None,
                                                                verdict=orig)
-        found['cham_f', 'cn', 'ln', depth] = study_compare.Found(
+        found['cham_f', 'cn', 'ln', depth] = study_compare.Comparison(
             None, verdict=var)
-    found['cham', 'cn', 'pn', 2] = study_compare.Found(
+    found['cham', 'cn', 'pn', 2] = study_compare.Comparison(
         None, verdict='not distinguishable')
-    found['cham_f', 'cn', 'pn', 2] = study_compare.Found(
-        None, why='not compared: incomplete')
+    found['cham_f', 'cn', 'pn', 2] = study_compare.Comparison(
+        None, why=study_compare.PARTIAL)
     words = variant_words('cn', found, {'cham': 'cham_f'},
                           'Holm-adjusted over a family of 8')
     assert words == (
@@ -215,7 +218,7 @@ def test_variant_words_say_which_verdicts_hold_on_the_variant():
         'cham_f: 1 of its 2 verdicts on cham holds on cham_f; against pn, '
         'cn is not distinguishable at L=2 on cham and is not compared yet '
         '(incomplete) at L=2 on cham_f (no verdict on cham to keep).')
-    found['cham', 'cn', 'pn', 4] = study_compare.Found(None,
+    found['cham', 'cn', 'pn', 4] = study_compare.Comparison(None,
                                                        verdict='loses')
     assert variant_summary('cn', found, {'cham': 'cham_f'}) == (
         'Kept on the variants: cn has 3 verdicts on cham (beats ln at cham '

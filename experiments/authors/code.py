@@ -315,10 +315,10 @@ def write_record(path, record):
 @contextlib.contextmanager
 def locked_folder(path):
     r"""Holds the lock of the folder of :obj:`path`
-    (:func:`gnorm.train.locks.hold`: ``flock`` on the folder itself, so no
+    (:func:`gnorm.train.locks.lock_folder`: ``flock`` on the folder itself, so no
     lock file is left beside the records)."""
-    from gnorm.train.locks import hold, release
-    held = hold(Path(path).parent, wait=True)
+    from gnorm.train.locks import lock_folder, release
+    held = lock_folder(Path(path).parent, wait=True)
     try:
         yield
     finally:

@@ -151,7 +151,8 @@ def environment(device: str, command: Sequence[str],
 def check_report(title: str, env: Dict[str, Any],
                  records: List[Record]) -> str:
     r"""The Markdown report of a check: :obj:`title` and its
-    :func:`environment`, then :func:`steps_report`."""
+    :func:`environment` (with the lines of its ``notes``, if any), then
+    :func:`steps_report`."""
     return '\n'.join([
         f'# {title} ({env["device"]})', '',
         f'* device: {env["device_name"]}',
@@ -159,7 +160,8 @@ def check_report(title: str, env: Dict[str, Any],
         f'Python {env["python"]}, {env["threads"]} torch threads',
         f'* gnorm commit: {env["commit"]}',
         f'* command: `{env["command"]}`',
-        f'* started: {env["started"]}', '',
+        f'* started: {env["started"]}',
+        *(f'* {note}' for note in env.get('notes', ())), '',
         *steps_report(records)]) + '\n'
 
 

@@ -9,7 +9,8 @@ from torch_geometric.typing import OptTensor
 from torch_geometric.utils import scatter
 
 from gnorm.nn._inputs import check_batch, check_edge_index
-from gnorm.nn._sparse import edge_dot, edge_sum, edges
+from gnorm.nn._sparse import (CSREdges, IndexEdges, as_dtype, csr_patterns,
+                              edge_sum, masked_sums, uses_csr)
 from gnorm.nn.stacked import layer_norm
 
 NEGATIVES = ('all', 'non_neighbors')
@@ -29,13 +30,16 @@ class MaskedPairs(NamedTuple):
     once, or, when :obj:`keep` is given, as often as :obj:`edge_index`
     lists it, :obj:`keep` (:obj:`[pairs]`, boolean) marking one copy of
     each. Built once per graph by :func:`masked_pairs` and reused by every
-    layer and every epoch."""
+    layer and every epoch, with the CSR :obj:`patterns` of the pairs
+    (:func:`gnorm.nn._sparse.csr_patterns`) when built once."""
     src: Tensor
     dst: Tensor
     valid: Tensor
     col_valid: Tensor
     dst_order: Tensor  # sorts the pairs by dst, then src
     keep: OptTensor = None
+    patterns: Optional[Tuple[Tuple[Tensor, Tensor],
+                             Tuple[Tensor, Tensor]]] = None
 
 
 def masked_pairs(edge_index: Tensor, num_nodes: int,
@@ -44,9 +48,10 @@ def masked_pairs(edge_index: Tensor, num_nodes: int,
                  compact: bool = True) -> MaskedPairs:
     r"""The :class:`MaskedPairs` of :obj:`edge_index` (not checked: check
     it first, e.g. with :func:`gnorm.nn._inputs.check_edge_index`), its
-    repeated pairs dropped (:obj:`compact`: a host read, once per graph) or
-    marked by :obj:`keep` (shapes that depend on the sizes only, for a
-    forward pass without host reads)."""
+    repeated pairs dropped (:obj:`compact`: a host read, once per graph;
+    the CSR patterns of the pairs are then derived too) or marked by
+    :obj:`keep` (shapes that depend on the sizes only, for a forward pass
+    without host reads)."""
     loop = torch.arange(num_nodes, device=edge_index.device)
     key = torch.cat([edge_index[0].long() * num_nodes + edge_index[1],
                      loop * (num_nodes + 1)]).sort().values  # src, then dst
@@ -61,26 +66,23 @@ def masked_pairs(edge_index: Tensor, num_nodes: int,
             graph_places(batch)[1])  # each node's graph size
     valid = size > scatter(ones, dst, 0, dim_size=num_nodes)
     col_valid = size > scatter(ones, src, 0, dim_size=num_nodes)
+    dst_order = torch.argsort(dst * num_nodes + src)
+    patterns = csr_patterns(src, dst, dst_order, num_nodes) if compact \
+        else None
     return MaskedPairs(src, dst, valid.unsqueeze(-1), col_valid.unsqueeze(-1),
-                       torch.argsort(dst * num_nodes + src), keep)
+                       dst_order, keep, patterns)
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, temperature: float,
-          keys: OptTensor = None) -> Tensor:
-    r""":func:`~torch.nn.functional.scaled_dot_product_attention` of one
-    head, :obj:`[B, N, c]` each, with queries, keys and values zero-padded to
-    a head dimension of a multiple of :obj:`_HEAD_MULTIPLE` (the same scores
-    and outputs, and the fused kernels of every precision take it); only
-    the keys where the boolean :obj:`keys` :obj:`[B, N]` is true, if
-    given, take part (the others get weight zero at every temperature)."""
-    c = v.size(-1)
-    pad = [F.pad(t, (0, -t.size(-1) % _HEAD_MULTIPLE)).unsqueeze(1)
-           for t in (q, k, v)]  # [B, 1, N, padded c]
-    mask = None if keys is None else keys[:, None, None, :].expand(
-        -1, 1, q.size(-2), -1)  # [B, 1, N, N]: a view, no memory
-    out = F.scaled_dot_product_attention(*pad, attn_mask=mask,
-                                         scale=1.0 / temperature)
-    return out.squeeze(1)[..., :c]  # [B, N, c]
+def pair_edges(pairs: MaskedPairs, like: Tensor,
+               csr: Optional[bool] = None) -> IndexEdges:
+    r"""The edge operations along :obj:`pairs` for inputs like
+    :obj:`like`: sparse CSR kernels (on the patterns :obj:`pairs` holds,
+    else derived here) where :func:`gnorm.nn._sparse.uses_csr` says so (or
+    :obj:`csr`), index gathers and scatters otherwise."""
+    if not (uses_csr(like) if csr is None else csr):
+        return IndexEdges(pairs.src, pairs.dst)
+    return CSREdges(pairs.src, pairs.dst, pairs.dst_order, like.size(-2),
+                    pairs.patterns)
 
 
 def graph_places(batch: Tensor) -> Tuple[Tensor, Tensor]:
@@ -100,7 +102,7 @@ def graph_places(batch: Tensor) -> Tuple[Tensor, Tensor]:
 
 
 def dense_index(batch: Tensor, batch_size: Optional[int],
-                 ) -> Tuple[Tensor, Tensor]:
+                ) -> Tuple[Tensor, Tensor]:
     r"""The place of every node in a dense batch :obj:`[B, M]` (:obj:`M`
     the largest graph; the nodes of a graph in their order in
     :obj:`batch`, which may be in any order), as flat indices
@@ -127,58 +129,153 @@ def to_dense(x: Tensor, index: Tensor, mask: Tensor) -> Tensor:
     return out.view(*mask.shape, x.size(-1))
 
 
-def _dense_keys(xn: Tensor, batch: OptTensor, batch_size: Optional[int],
-                ) -> Tuple[Tensor, Tensor, Optional[Tuple[Tensor, Tensor]]]:
-    r"""Queries and keys of the similarity attention of every graph.
-
-    Both carry one extra coordinate. Queries end in :obj:`1`, keys in
-    :obj:`0` (so a real logit is :math:`\hat{x}_i^\top \hat{x}_j`), and
-    one *anchor* key
-    :math:`(0, \ldots, 0, 1)` is appended to every graph. With softmax scale
-    :math:`1/\tau` the anchor's logit is :math:`m = 1/\tau`, the largest
-    logit a real pair can have, and its attention weight
-    :math:`a_i = e^{m} / (e^{m} + \sum_j e^{S_{ij}})` reveals the row's
-    normaliser, which scaled dot-product attention does not return.
-    Padded keys are masked out in :func:`_attend` (after the scaling), so
-    graphs of a dense batch never see each other at any :math:`\tau`.
-    """
-    if batch is None:  # [1 or runs, nodes, d]
-        xn_d, layout = xn.reshape(-1, *xn.shape[-2:]), None
-    else:
-        layout = dense_index(batch, batch_size)
-        xn_d = to_dense(xn, *layout)  # [B, M, d]
-    B, N, d = xn_d.shape
-    q = torch.cat([xn_d, xn_d.new_ones(B, N, 1)], dim=-1)  # [B, N, d + 1]
-    tail = xn_d.new_zeros(B, N, 1)
-    anchor = xn_d.new_zeros(B, 1, d + 1)
-    anchor[..., -1] = 1.0
-    k = torch.cat([torch.cat([xn_d, tail], dim=-1), anchor], dim=1)  # [B, N + 1, d + 1]
-    return q, k, layout
+def _width(columns: int) -> int:
+    r"""The head dimension of the attention for :obj:`columns` columns:
+    the next multiple of :obj:`_HEAD_MULTIPLE`."""
+    return -(-columns // _HEAD_MULTIPLE) * _HEAD_MULTIPLE
 
 
-def _attend(q: Tensor, k: Tensor,
-            layout: Optional[Tuple[Tensor, Tensor]], v: Tensor,
-            temperature: float) -> Tensor:
-    r"""Returns, for every node :math:`i` (``[(runs,) num_nodes, d + 1]``),
-    :math:`\big(\sum_j e^{S_{ij}} v_j,\; e^{m}\big) / (e^{m} + \sum_j e^{S_{ij}})`
-    with :math:`j` over the nodes of :math:`i`'s graph, in :math:`O(n d)`
-    memory through :func:`torch.nn.functional.scaled_dot_product_attention`.
-    """
-    B, N, _ = q.shape
+def _pad(t: Tensor, width: int) -> Tensor:
+    r""":obj:`t` with zero columns up to :obj:`width` (itself if it has
+    them)."""
+    return t if t.size(-1) == width else F.pad(t, (0, width - t.size(-1)))
+
+
+def _heads(t: Tensor) -> Tensor:
+    r""":obj:`[(runs,) nodes, c]` as one head of attention
+    :obj:`[runs or 1, 1, nodes, c]` (a view)."""
+    return t.view(-1, 1, *t.shape[-2:])
+
+
+def _softmax_product(xn: Tensor, x: Tensor, temperature: float) -> Tensor:
+    r""":math:`\mathrm{softmax}(\hat{\mathbf{X}} \hat{\mathbf{X}}^{\top} /
+    \tau) \mathbf{X}` of one graph (or runs of one graph,
+    :obj:`[(runs,) n, d]`): scaled dot-product attention, queries = keys =
+    :obj:`xn`, one head padded to a multiple of :obj:`_HEAD_MULTIPLE`
+    columns (the same scores and outputs)."""
+    d = x.size(-1)
+    q = _pad(_heads(xn), _width(d))
+    v = q if x is xn else _pad(_heads(x), _width(d))
+    out = F.scaled_dot_product_attention(q, q, v, scale=1.0 / temperature)
+    if out.size(-1) != d:
+        return out[..., :d].reshape(x.shape)
+    return out.view(x.shape)  # [(runs,) n, d]
+
+
+class _AnchoredKeys(torch.autograd.Function):
+    r"""Queries :math:`(\hat{x}, 1, \ldots, 1)` :obj:`[B, 1, N, D]` and
+    keys :math:`(\hat{x}, 0, \ldots, 0)` with the anchor :math:`e_d`
+    appended, :obj:`[B, 1, N + 1, D]`, of :obj:`xn` :obj:`[(B,) N, d]`;
+    built outside autograd, whose backward pass is two slices."""
+    @staticmethod
+    def forward(ctx, xn: Tensor, width: int) -> Tuple[Tensor, Tensor]:
+        ctx.shape, d = xn.shape, xn.size(-1)
+        xn = _heads(xn)  # [B, 1, N, d]
+        q = F.pad(xn, (0, width - d), value=1.0)  # [B, 1, N, D]
+        k = F.pad(xn, (0, width - d, 0, 1))  # [B, 1, N + 1, D]
+        k[..., -1, d].fill_(1.0)  # the anchor: e_d
+        return q, k
+
+    @staticmethod
+    def backward(ctx, grad_q: Tensor, grad_k: Tensor):
+        d = ctx.shape[-1]
+        grad = grad_q[..., :d] + grad_k[..., :-1, :d]  # [B, 1, N, d]
+        return grad.view(ctx.shape), None
+
+
+class _AnchoredValues(torch.autograd.Function):
+    r"""Values :math:`(v, [1,] 0, \ldots, 0)` with the anchor's value
+    :math:`e_{c [+ 1]}` appended, :obj:`[B, 1, N + 1, D]`, of :obj:`v`
+    :obj:`[(B,) N, c]` (the bracketed column of ones if :obj:`ones`)."""
+    @staticmethod
+    def forward(ctx, v: Tensor, width: int, ones: bool) -> Tensor:
+        ctx.shape, c = v.shape, v.size(-1)
+        out = F.pad(v, (0, 1), value=1.0) if ones else v
+        out = F.pad(_heads(out), (0, width - out.size(-1), 0, 1))
+        out[..., -1, c + ones].fill_(1.0)  # the anchor
+        return out  # [B, 1, N + 1, D]
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad[..., :-1, :ctx.shape[-1]].reshape(ctx.shape), None, None
+
+
+def _dense(t: Tensor, layout: Optional[Tuple[Tensor, Tensor]]) -> Tensor:
+    r""":obj:`t` :obj:`[(runs,) nodes, c]` itself for one graph
+    (:obj:`layout` :obj:`None`), else its zero-padded dense batch
+    :obj:`[B, M, c]` of :func:`dense_index`'s layout."""
+    return t if layout is None else to_dense(t, *layout)
+
+
+def _anchored_keys(xn: Tensor, layout: Optional[Tuple[Tensor, Tensor]],
+                   ) -> Tuple[Tensor, Tensor, OptTensor]:
+    r"""Queries :obj:`[B, 1, N, D]`, keys :obj:`[B, 1, N + 1, D]` and key
+    mask (:obj:`None` for one graph) of :func:`_anchored_attention` for
+    the normalised rows :obj:`xn` :obj:`[(runs,) nodes, d]` in the dense
+    :obj:`layout` of :func:`dense_index` (:obj:`None` for one graph);
+    :obj:`D` is the multiple of :obj:`_HEAD_MULTIPLE` above :obj:`d + 1`."""
+    q, k = _AnchoredKeys.apply(_dense(xn, layout), _width(xn.size(-1) + 2))
+    keys = None
+    if layout is not None:  # [B, 1, N, N + 1]: a view, no memory
+        keys = F.pad(layout[1], (0, 1), value=True)[:, None, None, :]
+        keys = keys.expand(-1, 1, q.size(-2), -1)
+    return q, k, keys
+
+
+def _anchored_attention(queries: Tuple[Tensor, Tensor, OptTensor],
+                        v: Tensor, layout: Optional[Tuple[Tensor, Tensor]],
+                        temperature: float, ones: bool) -> Tensor:
+    r"""For values :obj:`v` :obj:`[(runs,) nodes, c]`, the attention
+    :obj:`[(runs,) nodes, D]` of every node :math:`i` on the nodes
+    :math:`j` of its graph and one *anchor*: columns :obj:`:c` hold
+    :math:`\sum_j e^{S_{ij}} v_j`, then (if :obj:`ones`) one column
+    :math:`\sum_j e^{S_{ij}}`, then one column :math:`e^{m}`, all divided
+    by :math:`e^{m} + \sum_j e^{S_{ij}}` (:math:`m = 1/\tau`); the
+    remaining columns are zero padding.
+
+    The :obj:`queries` (of :func:`_anchored_keys`) are :math:`(\hat{x}_i,
+    1, \ldots, 1)`, the keys :math:`(\hat{x}_j, 0, \ldots, 0)` and the
+    anchor key :math:`e_d`, so a real logit is :math:`\hat{x}_i^\top
+    \hat{x}_j / \tau` and the anchor's is :math:`m`, the largest a real
+    pair can have: its weight reveals the row's normaliser, which scaled
+    dot-product attention does not return. In a mini-batch, padded keys
+    are masked out (after the scaling), so graphs never see each other at
+    any :math:`\tau`."""
+    q, k, keys = queries
+    width = q.size(-1)
+    v_d = _AnchoredValues.apply(_dense(v, layout), width, ones)
+    out = F.scaled_dot_product_attention(q, k, v_d, attn_mask=keys,
+                                         scale=1.0 / temperature)
     if layout is None:
-        v_d = v.reshape(-1, *v.shape[-2:])  # [1 or runs, nodes, d]
-    else:
-        v_d = to_dense(v, *layout)  # [B, M, d]
-    d = v_d.size(-1)
-    v_d = torch.cat([v_d, v_d.new_zeros(B, N, 1)], dim=-1)  # [B, N, d + 1]
-    anchor = v_d.new_zeros(B, 1, d + 1)
-    anchor[..., -1] = 1.0
-    v_d = torch.cat([v_d, anchor], dim=1)  # [B, N + 1, d + 1]
-    keys = None if layout is None else F.pad(layout[1], (0, 1), value=True)
-    out = _sdpa(q, k, v_d, temperature, keys)  # [B, N, d + 1]
-    if layout is None:
-        return out.view(*v.shape[:-1], d + 1)
-    return out.reshape(-1, d + 1).index_select(0, layout[0])  # [nodes, d + 1]
+        return out.view(*v.shape[:-1], width)  # [(runs,) n, D]
+    return out.reshape(-1, width).index_select(0, layout[0])
+
+
+class _Normalize(torch.autograd.Function):
+    r""":func:`normalize`: the rows of :obj:`x` divided by their clamped
+    norms, and a backward pass of a few ops (autograd's takes ~15)."""
+    @staticmethod
+    def forward(ctx, x: Tensor, eps: float) -> Tensor:
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        scale = norm.clamp_min(eps)
+        xn = x / scale
+        ctx.save_for_backward(xn, norm, scale)
+        return xn
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        xn, norm, scale = ctx.saved_tensors
+        # (grad - xn (xn . grad)) / |x|, and grad / eps where |x| < eps
+        dot = (xn * grad).sum(-1, keepdim=True)
+        dot = dot.masked_fill_(scale > norm, 0.0)
+        return (grad - xn * dot) / scale, None
+
+
+def normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
+    r""":func:`torch.nn.functional.normalize` of the rows of :obj:`x`
+    (:math:`x / \max(\lVert x \rVert_2, \epsilon)`), the same values and
+    gradients, by one autograd node with a short backward pass."""
+    return _Normalize.apply(x, eps)
 
 
 def each_run(negatives: Callable[..., Tensor], x: Tensor, xn: Tensor,
@@ -228,54 +325,50 @@ def contrastive_negatives(
         return each_run(contrastive_negatives, x, xn, temperature, batch,
                         batch_size, edge_index, symmetric)
     if edge_index is None and not symmetric and batch is None:
-        q, v = (t.reshape(-1, *t.shape[-2:]) for t in (xn, x))
-        return _sdpa(q, q, v, temperature).view_as(x)  # [1 or runs, n, d]
+        return _softmax_product(xn, x, temperature)
 
     d = x.size(-1)
-    q, k, layout = _dense_keys(xn, batch, batch_size)
-    out = _attend(q, k, layout, x, temperature)
-    # Scaled by e^{-m} with m = 1 / temperature:
-    #   row_sum[i] = sum_j exp(S_ij - m) x_j = out[i, :d] / a[i],
-    #   z[i]       = sum_j exp(S_ij - m)     = 1 / a[i] - 1.
-    a = out[..., d:]
-    num, den = out[..., :d], 1.0 - a  # both multiplied by a[i]
-    col_den = 1.0 / a - 1.0
+    # [sum_j exp(S_ij) x_j, Z_i, e^m] / (e^m + Z_i), Z_i = sum_j exp(S_ij)
+    layout = None if batch is None else dense_index(batch, batch_size)
+    queries = _anchored_keys(xn, layout)
+    out = _anchored_attention(queries, x, layout, temperature, True)
+    num_den, a, _ = out.split([d + 1, 1, out.size(-1) - d - 2], dim=-1)
     valid = None
 
     if edge_index is not None:
         pairs = edge_index if isinstance(edge_index, MaskedPairs) else \
             masked_pairs(edge_index, x.size(-2), batch, batch_size,
                          compact=False)
-        src, dst = pairs.src, pairs.dst  # `dst` does not contrast `src`
+        ops = pair_edges(pairs, x)
+        # Memory O(edges) per layer: no [edges, d] tensor is kept. The
+        # masked pairs' [sum_j w_ij x_j, sum_j w_ij], w = exp(S - m).
+        sums, w = masked_sums(xn, x, ops, 1.0 / temperature, pairs.keep)
+        num_den = num_den - a * sums
         valid, col_valid = pairs.valid, pairs.col_valid
-        n = x.size(-2)
-        ops = edges(src, dst, x, pairs.dst_order)
-        # Memory O(edges) per layer: no [edges, d] tensor is kept.
-        w = torch.exp((edge_dot(xn, ops) - 1.0) / temperature)
-        if pairs.keep is not None:  # repeated pairs count once
-            w = w * pairs.keep
-        row_w = scatter(w, dst, -1, dim_size=n, reduce='sum').unsqueeze(-1)
-        row_wx = edge_sum(w, x, ops)
-        num = num - a * row_wx
-        den = den - a * row_w
-        col_den = col_den - scatter(w, src, -1, dim_size=n,
-                                    reduce='sum').unsqueeze(-1)
-        den = torch.where(valid, den, torch.ones_like(den))
-        col_den = torch.where(col_valid, col_den, torch.ones_like(col_den))
+    num, den = num_den.split([d, 1], dim=-1)
+    if valid is not None:  # rows without negatives: divided by 1, zeroed
+        den = den + valid.logical_not()
 
     x_neg = num / den
     if symmetric:
+        # Column sums divided by e^m: Z_j / e^m (S is symmetric), less
+        # the masked pairs' column sums.
+        col_den = out[..., d:d + 1] / a
+        if edge_index is not None:
+            col_den = col_den - scatter(w, pairs.src, -1, dim_size=x.size(-2),
+                                        reduce='sum').unsqueeze(-1)
+            col_den = torch.where(col_valid, col_den, 1.0)
         v = (x / col_den).to(x.dtype)  # the edge sums' type back to x's
         if edge_index is not None:
-            v = torch.where(col_valid, v, torch.zeros_like(v))
-        out = _attend(q, k, layout, v, temperature)
-        col = out[..., :d] / out[..., d:]
+            v = torch.where(col_valid, v, 0.0)
+        out = _anchored_attention(queries, v, layout, temperature, False)
+        col = out[..., :d] / out[..., d:d + 1]
         if edge_index is not None:
             col = col - edge_sum(w, v, ops)
         x_neg = x_neg + col
     if valid is not None:
-        x_neg = torch.where(valid, x_neg, torch.zeros_like(x_neg))
-    return x_neg.to(x.dtype)  # the edge sums run in sum_dtype (float32 at least)
+        x_neg = x_neg * valid
+    return as_dtype(x_neg, x.dtype)  # edge sums run in sum_dtype (>= float32)
 
 
 class ContraNorm(torch.nn.Module):
@@ -440,7 +533,7 @@ class ContraNorm(torch.nn.Module):
                              f"negatives='all'")
 
         if self.scale_param is not None or contrasts(self.scale):
-            xn = F.normalize(x, dim=-1)
+            xn = normalize(x)
             value = xn if self.pre_norm else x
             x_neg = contrastive_negatives(
                 value, xn, self.temperature, batch, batch_size,
@@ -451,8 +544,7 @@ class ContraNorm(torch.nn.Module):
                 s = self.scale_param.unsqueeze(-2)  # [(runs,) 1, channels]
                 if self.positive_scale:
                     s = s.exp()
-            x = (1 + s) * value - s * x_neg if self.identity else \
-                value - s * x_neg
+            x = _combine(value, x_neg, s, self.identity)
 
         if self.norm is not None:
             x = layer_norm(x, self.norm)
@@ -469,6 +561,18 @@ class ContraNorm(torch.nn.Module):
         if self.norm is None:
             args.append('layer_norm=False')
         return f'{self.__class__.__name__}({", ".join(args)})'
+
+
+def _combine(value: Tensor, x_neg: Tensor, s: Union[float, Tensor],
+             identity: bool) -> Tensor:
+    r""":math:`(1 + s) \, \mathbf{V} - s \, \mathbf{X}_{\text{neg}}` (as
+    :math:`\mathbf{V} + s (\mathbf{V} - \mathbf{X}_{\text{neg}})`), or
+    :math:`\mathbf{V} - s \, \mathbf{X}_{\text{neg}}` without
+    :obj:`identity`, for a number or a tensor :obj:`s`."""
+    if not torch.is_tensor(s):
+        return torch.add(value, value - x_neg, alpha=s) if identity else \
+            torch.sub(value, x_neg, alpha=s)
+    return value + s * (value - x_neg) if identity else value - s * x_neg
 
 
 def contrasts(scale) -> bool:

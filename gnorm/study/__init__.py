@@ -22,7 +22,8 @@ depth study), :mod:`~gnorm.study.runner` (train what is missing),
 :mod:`~gnorm.study.sanity` (cells at chance or still improving),
 :mod:`~gnorm.study.stats` (intervals, p-values, Holm's family),
 :mod:`~gnorm.study.pairing` (which runs a paired study may pair),
-:mod:`~gnorm.study.compare`, :mod:`~gnorm.study.variants` (verdicts on a
+:mod:`~gnorm.study.findings` (a depth study's comparisons as data),
+:mod:`~gnorm.study.verdict_words` (them in words), :mod:`~gnorm.study.variants` (verdicts on a
 dataset and its variant), :mod:`~gnorm.study.paired_findings` (a paired study as data),
 :mod:`~gnorm.study.paired_words` (its readings in words),
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,

@@ -5,18 +5,20 @@ call, so the same runs give the same bytes, and a file that would not
 change is not rewritten."""
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.data import leakage_summary
 from gnorm.results import code, machines, plural, write_records
-from gnorm.study.compare import (annotate, at_default, comparison, family,
-                                 family_words, shown)
+from gnorm.study.findings import (Section, annotate, at_default,
+                                  chosen_by_validation, family)
+from gnorm.study.findings import section as findings_section
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING, meaning
 from gnorm.study.select import REPRODUCED, TIE, reproduced, scores_said
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
 from gnorm.study.variants import variant_summary, variant_words
+from gnorm.study.verdict_words import comparison, family_words
 
 
 def _label(record: Dict[str, Any]) -> str:
@@ -86,7 +88,7 @@ def _cell(r: Dict[str, Any]) -> str:
 def completeness(records: List[Dict[str, Any]]) -> str:
     r"""How many cells are complete (every setting of the grid with every
     seed), partial and missing, and how many runs of the grid are done."""
-    cells = shown(records)
+    cells = chosen_by_validation(records)
     complete = sum(r['complete'] for r in cells)
     missing = sum(r['cell_runs'] == 0 for r in cells)
     later = sum(bool(r.get('not_run')) for r in cells)
@@ -202,7 +204,7 @@ def reproduction_lines(spec: Spec, records: List[Dict[str, Any]]
         return []
     rule = {**REPRODUCED, **(rule if isinstance(rule, dict) else {})}
     said: Dict[Optional[bool], List[str]] = {True: [], False: [], None: []}
-    for r in shown(records):
+    for r in chosen_by_validation(records):
         if r['paper_mean'] is None:
             continue
         text = (f"{r['dataset']} {r['row']} L={r['layers']}"
@@ -335,7 +337,7 @@ def families(spec: Spec, records: List[Dict[str, Any]]) -> Dict[str, Dict]:
     correction = spec.table.get('correction', 'holm')
     return {view: family(cells, _compared(spec), spec.pairing, spec.level,
                          correction)
-            for view, cells in (('val', shown(records)),
+            for view, cells in (('val', chosen_by_validation(records)),
                                 ('default', at_default(records)))}
 
 
@@ -346,12 +348,15 @@ def primary(spec: Spec) -> str:
     return 'default' if spec.table.get('primary') == 'budget' else 'val'
 
 
-def comparisons(spec: Spec, records: List[Dict[str, Any]],
-                found: Dict[str, Dict]) -> List[str]:
-    r"""A comparison section per row of ``table.compare.rows``: the primary
-    view (``table.primary``), then the other, labelled secondary, where
-    the compared rows' budgets differ (else the two views are one)."""
-    lines: List[str] = []
+def sections(spec: Spec, records: List[Dict[str, Any]],
+             found: Dict[str, Dict]) -> List[Tuple[str, bool, Section]]:
+    r"""The comparison sections of ``table.compare.rows`` as data, in the
+    order the report gives them: (role, whether it is the primary view,
+    section) per row,
+    its primary view (``table.primary``) first, then the other, labelled
+    secondary, where the compared rows' budgets differ (else the two views
+    are one); the role is empty for a row read in one view."""
+    found_sections = []
     correction = spec.table.get('correction', 'holm')
     first = primary(spec)
     for row, against in _compared(spec):
@@ -361,20 +366,30 @@ def comparisons(spec: Spec, records: List[Dict[str, Any]],
                 continue
             role = ('' if not both else 'primary' if view == first
                     else 'secondary')
-            section = comparison(records, row, against, spec.pairing,
-                                 spec.level, bool(spec.table.get(
-                                     'spread_rule')), correction,
-                                 found[view], view, role)
-            if section:
-                lines += [''] + section
-            if section and view == first and spec.table.get('variants'):
-                mine = {k: f for k, f in found[view].items()
-                        if k[1] == row and k[2] in against}
-                how = family_words(found[view], correction)
-                lines += ['', variant_summary(row, mine,
-                                              spec.table['variants'], how),
-                          '', variant_words(row, mine,
-                                            spec.table['variants'], how)]
+            section = findings_section(records, row, against, found[view],
+                                       spec.level, correction, view,
+                                       bool(spec.table.get('spread_rule')))
+            if section is not None:
+                found_sections.append((role, view == first, section))
+    return found_sections
+
+
+def comparisons(spec: Spec,
+                found_sections: List[Tuple[str, bool, Section]]
+                ) -> List[str]:
+    r"""The comparison sections (:func:`sections`) in words, each primary
+    one followed by what its verdicts say on the datasets' variants
+    (``table.variants``)."""
+    lines: List[str] = []
+    correction = spec.table.get('correction', 'holm')
+    for role, first, section in found_sections:
+        lines += [''] + comparison(section, spec.level, correction, role)
+        if first and spec.table.get('variants'):
+            how = family_words(section.size, correction)
+            lines += ['', variant_summary(section.row, section.mine,
+                                          spec.table['variants'], how),
+                      '', variant_words(section.row, section.mine,
+                                        spec.table['variants'], how)]
     return lines
 
 
@@ -385,9 +400,9 @@ def _unequal(spec: Spec, row: str, against: Sequence[str]) -> bool:
 def interval_columns(records: List[Dict[str, Any]],
                      found: Dict[str, Dict]) -> List[str]:
     r"""Adds the compared rows' comparisons to :obj:`records`
-    (:func:`gnorm.study.compare.annotate`: tuned, and budget-matched with
+    (:func:`gnorm.study.findings.annotate`: tuned, and budget-matched with
     ``default_`` in the column names); returns their columns."""
-    columns = annotate(shown(records), found['val'])
+    columns = annotate(chosen_by_validation(records), found['val'])
     return columns + annotate(at_default(records), found['default'],
                               'default_')
 
@@ -407,15 +422,16 @@ def write_report(spec: Spec, records: List[Dict[str, Any]],
     found = families(spec, records)
     scores = ['metric'] if any(r['metric'] != 'acc' for r in records) \
         else []  # which score test_mean is, where it is not accuracy
-    write_records(scratch, records,
-                  COLUMNS + scores + interval_columns(records, found))
+    columns = interval_columns(records, found)
+    found_sections = sections(spec, records, found)
+    write_records(scratch, records, COLUMNS + scores + columns)
     save_bytes(out / f'{name}.csv', scratch.read_bytes())
     scratch.unlink()
     lines = header(spec, records, counted, sets, command, runs_dir,
                    defaults)
     table_lines, footnotes = tables(records)
     lines += table_lines + reproduction_lines(spec, records)
-    lines += comparisons(spec, records, found)
+    lines += comparisons(spec, found_sections)
     if footnotes:
         lines += [''] + footnotes
     lines += ['', f'![{scores_said(records)} vs depth]({name}_depth.png)',

@@ -28,7 +28,7 @@ from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
 from gnorm.study.select import split_test_train
 from gnorm.study.stats import (compare, exact_p, family_verdict, holm,
-                               pair_test_train, paired_interval, placed,
+                               pair_test_train, paired_interval, where_in,
                                verdict)
 
 MIN_SEEDS = 5
@@ -170,7 +170,7 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
                             if record['test_lo'] is not None else None)
     for key in ('test', 'test_last'):
         record[f'paper_place{key[4:]}'] = (
-            placed(record['paper_diff'], record[f'{key}_lo'],
+            where_in(record['paper_diff'], record[f'{key}_lo'],
                    record[f'{key}_hi'])
             if record['paper_diff'] is not None
             and record[f'{key}_lo'] is not None else None)

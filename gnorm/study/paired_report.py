@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, write_records
-from gnorm.study.compare import METHODS, signed
+from gnorm.study.verdict_words import METHODS, signed
 from gnorm.study.paired_findings import correction, min_seeds, short
 from gnorm.study.paired_words import (in_words, interval, metric, p_words,
                                       paper_recipe, sentence, verdict_words,

@@ -6,11 +6,11 @@ computes a statistic: every number and verdict comes from the records."""
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import plural
-from gnorm.study.compare import p_text, signed
 from gnorm.study.paired_findings import (FEW_SEEDS, UNPAIRED, correction,
                                          kind, min_seeds, short)
 from gnorm.study.select import score_words
 from gnorm.study.spec import Spec
+from gnorm.study.verdict_words import mismatch_words, p_text, signed
 
 
 def interval(mean: Optional[float], lo: Optional[float],
@@ -170,7 +170,7 @@ def verdict_words(record: Dict[str, Any], base: str) -> str:
     why), not enough seeds, or the family's verdict at the best
     validation epoch (:func:`reading`)."""
     if record.get('why_not') == UNPAIRED:
-        return f"not compared: {record['unpaired']}"
+        return f"not compared: {mismatch_words(record['unpaired'])}"
     if record.get('why_not') == FEW_SEEDS:
         return 'not enough seeds to decide'
     return reading(record.get('test_found'), base)

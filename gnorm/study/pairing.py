@@ -4,7 +4,7 @@ spec asks for (:func:`study_runs`, by the identity of
 seed by seed, two runs that trained and were tested on one split
 (:func:`check_fingerprints`, from the ``split_fingerprint`` node runs
 record)."""
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.results import value
 from gnorm.results.keys import config_identity
@@ -22,21 +22,27 @@ def fingerprint(run: Run) -> Optional[str]:
     return (run.get('dataset') or {}).get('split_fingerprint')
 
 
+# Two rows' runs of one seed on different splits: (seed, the fingerprint
+# of one row's run, the other's).
+Mismatch = Tuple[int, str, str]
+
+
 def split_mismatch(a: Dict[int, Optional[str]],
-                   b: Dict[int, Optional[str]]) -> Optional[str]:
+                   b: Dict[int, Optional[str]]) -> Optional[Mismatch]:
     r"""Why two rows whose runs have the split fingerprints :obj:`a` and
     :obj:`b` (seed -> fingerprint) are no pairs: the first seed of both
-    whose fingerprints differ, in one line; :obj:`None` when none does (a
-    run that records no fingerprint passes)."""
+    whose fingerprints differ, with the two (:data:`Mismatch`);
+    :obj:`None` when none does (a run that records no fingerprint
+    passes)."""
     for seed in sorted(set(a) & set(b)):
         if a[seed] and b[seed] and a[seed] != b[seed]:
-            return (f"seed {seed}: the runs' splits differ (split "
-                    f'fingerprints {a[seed]} and {b[seed]})')
+            return seed, a[seed], b[seed]
     return None
 
 
 def check_fingerprints(a_runs_by_seed: Dict[int, Run],
-                       b_runs_by_seed: Dict[int, Run]) -> Optional[str]:
+                       b_runs_by_seed: Dict[int, Run]
+                       ) -> Optional[Mismatch]:
     r""":func:`split_mismatch` of two rows' runs (seed -> run)."""
     return split_mismatch(
         {s: fingerprint(r) for s, r in a_runs_by_seed.items()},

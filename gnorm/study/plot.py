@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from gnorm.results import plural, score_field
-from gnorm.study.compare import partial, shown
-from gnorm.study.select import scores_said
+from gnorm.study.findings import chosen_by_validation
 from gnorm.study.paired_findings import factor, score, short
+from gnorm.study.select import scores_said
+from gnorm.study.verdict_words import partial
 
 
 def save_bytes(path: Path, data: bytes) -> None:
@@ -71,7 +72,7 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    drawn = shown(records)
+    drawn = chosen_by_validation(records)
     datasets = list(dict.fromkeys(r['dataset'] for r in drawn
                                   if r['cell_runs']))
     empty = [d for d in dict.fromkeys(r['dataset'] for r in drawn)
@@ -172,11 +173,11 @@ def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
     from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,
                                    NullFormatter)
 
-    drawn = [r for r in shown(records) if r['erank']]
+    drawn = [r for r in chosen_by_validation(records) if r['erank']]
     datasets = list(dict.fromkeys(r['dataset'] for r in drawn))
     if not datasets:
         return False
-    row_names = list(dict.fromkeys(r['row'] for r in shown(records)))
+    row_names = list(dict.fromkeys(r['row'] for r in chosen_by_validation(records)))
     fig, axes = _panels(len(datasets))
     for ax, dataset in zip(axes, datasets):
         deepest = max(r['layers'] for r in drawn if r['dataset'] == dataset)

@@ -45,6 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from scipy import stats
 
+from gnorm.errors import renamed
 from gnorm.results import mean_std
 
 LEVEL = 0.95
@@ -208,7 +209,7 @@ def holm(pvalues: Sequence[Optional[float]]) -> List[Optional[float]]:
     :math:`\max_{j \le i} \min(1, (m - j + 1)\, p_{(j)})`. Rejecting
     where the adjusted p is below :math:`\alpha` holds the probability of
     any false rejection in the family at :math:`\alpha`. A comparison
-    planned but not run yet enters as p = 1 (:func:`gnorm.study.compare.
+    planned but not run yet enters as p = 1 (:func:`gnorm.study.findings.
     family`): it counts in :math:`m` and can reject nothing."""
     order = sorted((p, k) for k, p in enumerate(pvalues)
                    if p is not None and not math.isnan(p))
@@ -246,7 +247,7 @@ def verdict(lo: Optional[float], hi: Optional[float]) -> Optional[str]:
     return 'not distinguishable'
 
 
-def placed(x: float, lo: float, hi: float) -> str:
+def where_in(x: float, lo: float, hi: float) -> str:
     r"""Where :obj:`x` lies relative to [:obj:`lo`, :obj:`hi`]:
     ``inside``, ``above`` or ``below``."""
     return 'above' if x > hi else 'below' if x < lo else 'inside'
@@ -389,3 +390,7 @@ def seeds_for_exact(method: str, threshold: float, limit: int = 64
         if exact_floor(method, n) < threshold:
             return n
     return None
+
+
+# The former name, for one release.
+placed = renamed(where_in, 'gnorm.study.stats.placed')

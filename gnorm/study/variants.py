@@ -5,9 +5,9 @@ both graphs side by side and how many of the dataset's verdicts (beats or
 loses) the variant gives again, in words; the README quotes it."""
 from typing import Dict, List, Tuple
 
-from gnorm.study.compare import (KINDS, NOT_COMPARED, NOT_RUN, SPLITS_DIFFER,
-                                 STRONG, Found, Pair, cells_text, said,
-                                 said_of)
+from gnorm.study.findings import (KINDS, NOT_COMPARED, NOT_RUN, SPLITS_DIFFER,
+                                  STRONG, Comparison, Pair, verdict_or_reason)
+from gnorm.study.verdict_words import cells_text, said_of
 
 # How a comparison without a verdict reads.
 NO_VERDICT = {NOT_RUN: 'is not run here', NOT_COMPARED: 'is not compared '
@@ -36,13 +36,13 @@ def held(original: Dict[int, str], variant: Dict[int, str]) -> List[int]:
             if v in STRONG and variant.get(d) == v]
 
 
-def pair_words(row: str, other: str, found: Dict[Pair, Found],
+def pair_words(row: str, other: str, found: Dict[Pair, Comparison],
                original: str, variant: str) -> str:
     r"""One comparison (:obj:`row` against :obj:`other`) on
     :obj:`original` and :obj:`variant`, in words."""
     depths = sorted({k[3] for k in found if k[2] == other
                      and k[0] in (original, variant)})
-    verdicts = {d: {depth: said(found.get((d, row, other, depth)))
+    verdicts = {d: {depth: verdict_or_reason(found.get((d, row, other, depth)))
                     for depth in depths} for d in (original, variant)}
     strong = [d for d, v in verdicts[original].items()
               if v in STRONG]
@@ -69,7 +69,7 @@ def _listed(row: str, cells: List[Tuple[str, str, str, int]]) -> str:
                      for (v, other), found in by.items())
 
 
-def variant_summary(row: str, found: Dict[Pair, Found],
+def variant_summary(row: str, found: Dict[Pair, Comparison],
                     variants: Dict[str, str], how: str = '') -> str:
     r"""One sentence: how many of :obj:`row`'s verdicts (beats or loses)
     on the datasets of :obj:`variants` hold on their variants (and how
@@ -80,14 +80,14 @@ def variant_summary(row: str, found: Dict[Pair, Found],
         for (dataset, r, other, depth), f in found.items():
             if r != row or dataset != original:
                 continue
-            there = said(found.get((variant, row, other, depth)))
+            there = verdict_or_reason(found.get((variant, row, other, depth)))
             if f.verdict in STRONG:
                 (kept if there == f.verdict else pending
                  if there in NO_VERDICT else lost).append(
                     (f.verdict, other, dataset, depth))
         for (dataset, r, other, depth), f in found.items():
             if r == row and dataset == variant and f.verdict in \
-                    STRONG and said(found.get(
+                    STRONG and verdict_or_reason(found.get(
                         (original, row, other, depth))) != f.verdict:
                 new.append((f.verdict, other, dataset, depth))
     originals, variant_names = ', '.join(variants), ', '.join(
@@ -107,7 +107,7 @@ def variant_summary(row: str, found: Dict[Pair, Found],
     return f"Kept on the variants{f' ({how})' if how else ''}: {text}."
 
 
-def variant_words(row: str, found: Dict[Pair, Found],
+def variant_words(row: str, found: Dict[Pair, Comparison],
                   variants: Dict[str, str], how: str = '') -> str:
     r"""The paragraph of :obj:`row`'s comparisons in :obj:`found` on each
     dataset and its variant (:obj:`variants`), depth by depth;

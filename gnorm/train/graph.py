@@ -73,7 +73,7 @@ from gnorm.train.graph_config import (  # noqa: F401 (check_config: the task's)
 import gnorm.train.collapse as collapse
 from gnorm.train.epoch_log import CURVE, EpochLog
 from gnorm.train.graph_batches import LayoutCollater, Loaders, build_loaders
-from gnorm.train.progress import Progress, on_one_line, shown
+from gnorm.train.progress import Progress, on_one_line, in_reading
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +204,8 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
         f"{cfg.dataset.name} graphormer L={cfg.model.num_layers} {norm} "
         f"seed={cfg.seed}",
         f"epoch {results['selected_epoch']} ({cfg.select})",
-        f"{metric} val {shown(metric, results['val_metric'])} test "
-        f"{shown(metric, results['test_metric'])}",
+        f"{metric} val {in_reading(metric, results['val_metric'])} test "
+        f"{in_reading(metric, results['test_metric'])}",
         f"{results['runtime_s']:.1f}s {results['device']}",
         str(results['path'])])
 

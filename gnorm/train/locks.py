@@ -13,12 +13,13 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from gnorm.errors import renamed
 from gnorm.results.keys import world_size
 
 
-class Held(NamedTuple):
+class RunLock(NamedTuple):
     r"""The lock of a run folder: its file descriptor ``fd`` (-1: no lock
-    taken, under ``torchrun``), the ``folder``, and whether :func:`hold`
+    taken, under ``torchrun``), the ``folder``, and whether :func:`lock_folder`
     ``made`` it (:func:`release` then removes it if it is still empty: a
     run refused before training writes nothing)."""
     fd: int
@@ -35,13 +36,13 @@ def _same(fd: int, folder: Path) -> bool:
         return False
 
 
-def hold(folder: Path, wait: bool = False) -> Optional[Held]:
+def lock_folder(folder: Path, wait: bool = False) -> Optional[RunLock]:
     r"""Takes the lock of the run folder :obj:`folder` (made if missing),
     for :func:`release`. When another holder has it: :obj:`None`, or,
     with :obj:`wait`, the lock once that holder releases it. On a file
     system without such locks the run goes on unlocked."""
     if world_size() > 1:
-        return Held(-1, folder, False)
+        return RunLock(-1, folder, False)
     while True:
         made = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
@@ -52,14 +53,14 @@ def hold(folder: Path, wait: bool = False) -> Optional[Held]:
             os.close(fd)
             return None
         except OSError:  # e.g. no locks on this file system
-            return Held(fd, folder, made)
+            return RunLock(fd, folder, made)
         if _same(fd, folder):
-            return Held(fd, folder, made)
+            return RunLock(fd, folder, made)
         os.close(fd)  # removed meanwhile: lock the folder made anew
 
 
-def release(held: Held) -> None:
-    r"""Releases the lock :obj:`held` (:func:`hold`)."""
+def release(held: RunLock) -> None:
+    r"""Releases the lock :obj:`held` (:func:`lock_folder`)."""
     if held.fd < 0:
         return
     if held.made:
@@ -68,3 +69,8 @@ def release(held: Held) -> None:
         except OSError:  # not empty, or gone
             pass
     os.close(held.fd)
+
+
+# The former names, for one release.
+Held = RunLock
+hold = renamed(lock_folder, 'gnorm.train.locks.hold')

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 PERCENT = ('acc', 'rocauc')
 
 
-def shown(name: str, value: float) -> str:
+def in_reading(name: str, value: float) -> str:
     r""":obj:`value` of metric :obj:`name` as a person reads it:
     ``79.80%`` for an accuracy or ROC-AUC (:data:`PERCENT`, a fraction),
     else four decimals (``0.6931``)."""
@@ -73,11 +73,11 @@ class Progress:
         :obj:`metrics` (e.g. :obj:`loss`, :obj:`val_acc`)."""
         if self.bar is not None:
             self.bar.update(epoch - self.bar.n)
-            self.bar.set_postfix({k: shown(k, v) for k, v in metrics.items()},
+            self.bar.set_postfix({k: in_reading(k, v) for k, v in metrics.items()},
                                  refresh=False)
         if epoch == self.total or (self.every > 0 and epoch % self.every == 0):
             parts = [f'{self.desc} epoch {epoch}/{self.total}']
-            parts += [f'{k} {shown(k, v)}' for k, v in metrics.items()]
+            parts += [f'{k} {in_reading(k, v)}' for k, v in metrics.items()]
             parts.append(f'{time.perf_counter() - self.start:.1f}s')
             log.info(' | '.join(parts))
 

@@ -38,7 +38,7 @@ import gnorm
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.machine import this_machine
 from gnorm.results.keys import result_config
-from gnorm.train.locks import hold, release
+from gnorm.train.locks import lock_folder, release
 from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
     CONF_DIR,
     check_config,
@@ -439,7 +439,7 @@ def _train_held(cfgs: List[DictConfig], paths: List[Path],
     the order of their paths) into :obj:`done` and :obj:`failures`; a run
     finished meanwhile by another process is taken as it is. Returns the
     runs another process holds (none with :obj:`wait`)."""
-    held = {i: hold(paths[i].parent, wait)
+    held = {i: lock_folder(paths[i].parent, wait)
             for i in sorted(indices, key=lambda i: paths[i])}
     busy = [i for i in indices if held[i] is None]
     for i in busy:

@@ -509,3 +509,25 @@ def test_contra_norm_never_holds_an_n_by_n_matrix():
     n = 8000
     grown = run_child(['-c', PEAK_CHILD, str(n)])['grown']
     assert grown < n * n * 4 / 2**30 / 2
+
+
+def test_normalize_equals_functional_normalize():
+    # Values and gradients of F.normalize, rows below eps (and zero rows)
+    # included: those are divided by eps, without the projection.
+    from gnorm.nn.contra_norm import normalize
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 6, 5, generator=gen, dtype=torch.float64)
+    x[0, 1] = 0.0
+    x[1, 2] *= 1e-14
+    x.requires_grad_()
+    grad = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+    out = normalize(x)
+    expected = F.normalize(x, dim=-1)
+    assert torch.equal(out, expected)
+    for eps in (1e-12, 0.5):  # 0.5: some rows clamped, some not
+        got = torch.autograd.grad((grad * normalize(x, eps)).sum(), x)[0]
+        want = torch.autograd.grad(
+            (grad * F.normalize(x, dim=-1, eps=eps)).sum(), x)[0]
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda x: normalize(x, eps),
+                                        (x[2:], ))

@@ -86,3 +86,45 @@ def test_bfloat16_edge_sums_are_the_sparse_product(autocast):
         torch.testing.assert_close(out, other_kernel)
     by_edges.sum().backward()
     assert x.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize('runs', [None, 3])
+@pytest.mark.parametrize('duplicates', [False, True])
+def test_masked_sums_equal_the_loop(runs, duplicates):
+    # w_e = exp(s (x_s . x_d - 1)) and sum_{e: d_e = i} w_e (v_s, 1), by
+    # index ops and by CSR kernels, against one edge at a time; repeated
+    # pairs (keep) count once; gradients through both outputs.
+    from gnorm.nn._sparse import masked_sums
+    n, scale = 30, 1.7
+    gen = torch.Generator().manual_seed(2)
+    edge_index = torch.randint(0, n, (2, 120), generator=gen)
+    pairs = contra_norm.masked_pairs(edge_index, n, compact=not duplicates)
+    shape = (n, 4) if runs is None else (runs, n, 4)
+    x = torch.nn.functional.normalize(  # as ContraNorm's similarities
+        torch.randn(shape, generator=gen, dtype=torch.float64), dim=-1)
+    v = torch.randn(shape, generator=gen, dtype=torch.float64)
+    keep = pairs.keep
+    copies = torch.ones(pairs.src.numel(), dtype=torch.bool) if keep is None \
+        else keep
+    dots = torch.stack([(x[..., s, :] * x[..., d, :]).sum(-1) for s, d in
+                        zip(pairs.src.tolist(), pairs.dst.tolist())], -1)
+    w = (scale * (dots - 1)).exp() * copies
+    ones = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+    total = torch.zeros_like(ones)
+    for e, (s, d) in enumerate(zip(pairs.src.tolist(), pairs.dst.tolist())):
+        total[..., d, :] += w[..., e, None] * ones[..., s, :]
+    ops = [IndexEdges(pairs.src, pairs.dst),
+           contra_norm.pair_edges(pairs, x, csr=True)]
+    assert type(ops[1]) is CSREdges
+    x.requires_grad_(), v.requires_grad_()
+    grads = []
+    for op in ops:
+        sums, weights = masked_sums(x, v, op, scale, keep)
+        torch.testing.assert_close(sums, total)
+        torch.testing.assert_close(weights, w)
+        grads.append(torch.autograd.grad(
+            sums.sin().sum() + weights.cos().sum(), (x, v)))
+        assert torch.autograd.gradcheck(
+            lambda x, v: masked_sums(x, v, op, scale, keep), (x, v))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)

@@ -1,0 +1,364 @@
+r"""A depth study's comparisons (:mod:`gnorm.study.findings`) in words:
+does a row beat the others? Per (dataset, depth), the verdict with its
+difference, interval and p (:func:`cell_text`), the section's rule, the
+table, the paragraph the README quotes (:func:`in_words`), the counts of
+each kind of verdict, what the exact tests can say and the flagged
+cells. The family is read twice: with each row's setting chosen by
+validation (tuned: a row with a larger grid had more tries), and with
+every row at its default setting (budget-matched: one setting each).
+Nothing here computes a statistic: every number and verdict comes from
+the findings."""
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, KINDS, LOSES, MISSING,
+                                  NOT_A_NUMBER, NOT_COMPARED, NOT_RUN, OVER_CHANCE, PARTIAL,
+                                  SAME, SPLITS_DIFFER, STRONG, UNDER_CHANCE,
+                                  ExactPower, FamilySize, Comparison, Pair,
+                                  Section)
+from gnorm.study.pairing import Mismatch
+from gnorm.study.sanity import MEANING, meaning
+from gnorm.study.stats import CORRECTED_T, PAIRED_T, WELCH, Interval
+
+# A verdict as the in-words paragraph says it of a row; {other}: the row
+# it is compared with.
+SAID = {BEATS: 'beats', LOSES: 'loses', SAME: 'is not distinguishable',
+        OVER_CHANCE: 'trains where {other} collapsed (at chance)',
+        UNDER_CHANCE: 'collapsed (at chance) where {other} trains',
+        BOTH_AT_CHANCE: 'is at chance, as {other} is'}
+
+
+def said_of(verdict: str, other: str, named: bool = False) -> str:
+    r"""The words of :obj:`verdict` against :obj:`other`; with
+    :obj:`named`, the other row is named even where the words do not
+    (``beats layernorm``)."""
+    words = SAID[verdict]
+    if '{other}' in words:
+        return words.format(other=other)
+    return f'{words} {other}' if named else words
+
+
+def partial(r: Dict[str, Any]) -> str:
+    r"""``1 of 12 settings`` (or ``3 of 5 runs``) for a partial cell."""
+    if r['settings_run'] < r['settings']:
+        return f"{r['settings_run']} of {r['settings']} settings"
+    return f"{r['cell_runs']} of {r['cell_expected']} runs"
+
+
+def signed(x: float) -> str:
+    return f'{x:+.2f}'.replace('-', '\u2212')
+
+
+def p_text(p: float) -> str:
+    r"""A p-value in four decimals, or ``<0.0001``."""
+    return '<0.0001' if p < 0.0001 else f'{p:.4f}'
+
+
+def interval_text(found: Interval) -> str:
+    r"""``Δ +1.23 [−0.40, +2.86], n=5`` (paired: n seeds; unpaired:
+    ``n=5+5``)."""
+    if found.diff is None:
+        return 'no runs'
+    if found.lo is None:
+        return f'Δ {signed(found.diff)}, n={found.n}, no interval'
+    return (f'Δ {signed(found.diff)} [{signed(found.lo)}, '
+            f'{signed(found.hi)}], n={found.n}')
+
+
+def mismatch_words(mismatch: Mismatch) -> str:
+    r"""Two rows' runs on different splits
+    (:func:`gnorm.study.pairing.split_mismatch`) in one line."""
+    seed, a, b = mismatch
+    return (f"seed {seed}: the runs' splits differ (split fingerprints {a} "
+            f'and {b})')
+
+
+def why_text(f: Comparison) -> str:
+    r"""Why a comparison has no interval, in words
+    (:data:`gnorm.study.findings.REASONS`)."""
+    d = f.detail
+    if f.why == NOT_RUN:
+        return f"{NOT_RUN} here: {d['row']}, {d['reason']}"
+    if f.why == MISSING:
+        return f"{NOT_COMPARED}: {d['row']} missing"
+    if f.why == PARTIAL:
+        return f"{NOT_COMPARED}: {d['row']} partial ({partial(d)})"
+    if f.why == SPLITS_DIFFER:
+        return (f'{NOT_COMPARED}, {SPLITS_DIFFER}: '
+                f"{mismatch_words(d['mismatch'])}")
+    if f.why == NOT_A_NUMBER:
+        return f'{NOT_COMPARED}: a score is not a number'
+    return f.why or NOT_COMPARED
+
+
+def cell_text(f: Comparison, correction: str) -> str:
+    r"""A comparison's cell of the table: the verdict (in bold when it
+    holds family-wise), Δ, interval, p and adjusted p, flags."""
+    if f.interval is None:
+        return why_text(f)
+    said = f.verdict or NOT_COMPARED
+    if said in STRONG:
+        said = f'**{said}**'
+    text = f'{said} ({interval_text(f.interval)}'
+    if f.interval.p is not None:
+        text += f', p={p_text(f.interval.p)}'
+        if correction == 'holm':
+            text += f', Holm {p_text(f.p_adj)}'
+    text += ')'
+    if said == SAME and _excludes_zero(f.interval):
+        text += '; the interval, unadjusted, excludes 0 alone'
+    return text + (f'; flagged: {f.flags}' if f.flags else '')
+
+
+def _excludes_zero(found: Interval) -> bool:
+    return found.lo is not None and (found.lo > 0 or found.hi < 0)
+
+
+METHODS = {
+    PAIRED_T: 'the paired t interval of the per-seed differences (seed k '
+              'of every row trains and tests on the same fixed split)',
+    CORRECTED_T: 'paired by seed over splits resampled from one pool of '
+                 'nodes, whose training sets overlap: the corrected '
+                 'resampled t interval of the per-seed differences '
+                 '(Nadeau & Bengio 2003: the variance of the mean '
+                 '(1/k + n_test/n_train) s², not s²/k; the plain paired t '
+                 'interval is in the CSV)',
+    WELCH: "unpaired: the split is fixed and seeds draw only the "
+           "initialisation, Welch's interval (n = the seeds of each row)",
+}
+
+
+def rule_text(row: str, family: FamilySize, level: float,
+              correction: str, said: str = 'accuracy') -> str:
+    r"""The section's rule in words: the test, the :obj:`family` and its
+    correction, the kinds of verdict, for cells scored by :obj:`said`."""
+    methods = family.methods or [PAIRED_T]
+    size, run = family.planned, family.tested
+    how = ('Holm-adjusted p (Holm\'s step-down over the family: the '
+           f'chance of any false "beats" or "loses" among its '
+           f'{size} comparisons is at most {1 - level:.0%})'
+           if correction == 'holm' else
+           'unadjusted p (`table.correction: none`: each comparison read '
+           'alone; among many, some will pass by chance)')
+    return (f'Rule: {row} beats a row at a (dataset, depth) when the '
+            f'{how} of Δ = {row} − that row (test {said}, %) is below '
+            f'{1 - level:.2f} and Δ > 0, loses when it is below and '
+            f'Δ < 0, and is otherwise not distinguishable from it with '
+            f'these seeds. Where a row is at chance (no better than '
+            f'predicting the majority class), the verdict says so: '
+            f'"{OVER_CHANCE}" (a difference over a row that learned '
+            f'nothing, not a win over a baseline), "{UNDER_CHANCE}", '
+            f'"{BOTH_AT_CHANCE}". Interval ({level:.0%}, each comparison '
+            f'alone, unadjusted) and p: '
+            + '; '.join(METHODS[m] for m in methods) + '. '
+            f'The family, fixed in advance: the {size} comparisons the '
+            f'spec plans, of which {run} have run; a comparison not run '
+            f'yet counts as p = 1, so that cells added later can add '
+            f'verdicts and never remove one. Bold: a verdict that holds '
+            f'family-wise. Only complete cells (every setting with every '
+            f'seed) are compared.')
+
+
+VIEWS = {'val': 'setting chosen by validation',
+         'default': "every row at its default setting (one setting each: "
+                    "equal tuning budgets)"}
+
+
+def comparison(section: Optional[Section], level: float,
+               correction: str = 'holm', role: str = '') -> List[str]:
+    r"""The section saying, per dataset and depth, whether a row beats
+    each of the others (:class:`gnorm.study.findings.Section`: each row
+    with its setting chosen by validation, or at its default);
+    :obj:`role`: ``primary`` or ``secondary`` where the report reads both
+    views (``table.primary`` says which decides). Then :func:`in_words`,
+    the counts of each kind of verdict, what the exact tests can say, the
+    flagged cells and, where the section has them, the cells the rule of
+    earlier reports reads otherwise. No lines without a section."""
+    if section is None:
+        return []
+    row, against, view = section.row, section.against, section.view
+    found, mine = section.found, section.mine
+    others = " and ".join(against)
+    heading = (f'## Does {row} beat {others}?' if role != 'secondary' else
+               f'### {row} against {others}, {HEADINGS[view]} (secondary '
+               f'view)')
+    lines = [heading, '', f'Each row: {VIEWS[view]}. ' + ROLES.get(role, '')
+             + rule_text(row, section.size, level, correction,
+                         section.score), '']
+    lines += verdict_table(mine, against, correction)
+    lead = 'Secondary view, in words' if role == 'secondary' else 'In words'
+    lines += ['', in_words(row, section.verdicts,
+                           family_words(section.size, correction), lead),
+              '', kind_counts(mine)]
+    exact = exact_words(section.power, level, correction)
+    if exact:
+        lines += ['', exact]
+    flagged = flagged_text(mine, section.score)
+    if flagged:
+        lines += ['', flagged]
+    if section.differ is not None:
+        lines += ['', disagreements(section.differ)]
+    return lines
+
+
+HEADINGS = {'val': 'each row tuned by validation',
+            'default': 'at equal budgets'}
+ROLES = {'primary': 'This is the primary view (`table.primary`): its '
+                    'verdicts are the study\'s. ',
+         'secondary': 'A secondary view, shown for the record: its '
+                      'verdicts are not the study\'s (the primary view, '
+                      'above, decides). '}
+
+
+def family_words(family: FamilySize, correction: str) -> str:
+    r"""How a family's verdicts were read, in words: ``Holm-adjusted over
+    a family of 48 planned, 32 run``."""
+    if correction != 'holm':
+        return 'each comparison alone'
+    size, run = family.planned, family.tested
+    return (f'Holm-adjusted over a family of {size}'
+            + (f' planned, {run} run' if run < size else ''))
+
+
+def kind_counts(found: Dict[Pair, Comparison]) -> str:
+    r"""How many verdicts of each kind :obj:`found` holds, in words:
+    ``Verdicts: 3 beats, 7 trains where the other is at chance, 30 not
+    distinguishable; 16 not compared``."""
+    counts = {k: sum(f.verdict == k for f in found.values()) for k in KINDS}
+    none = sum(f.verdict is None for f in found.values())
+    said = ', '.join(f'{n} {k}' for k, n in counts.items() if n)
+    return (f"Verdicts: {said or 'none yet'}"
+            + (f'; {none} not compared' if none else '') + '.')
+
+
+def exact_words(power: Optional[ExactPower], level: float,
+                correction: str) -> str:
+    r"""What the exact tests beside the t tests say of a family
+    (:func:`gnorm.study.findings.exact_power`): whether they can reach
+    Holm's first threshold (:math:`\alpha / m`) with these seeds at all,
+    and how many verdicts they give; where they cannot, the verdicts rest
+    on the t test's normality assumption and the words say how many seeds
+    an exact verdict needs."""
+    if power is None:
+        return ''
+    alpha = 1 - level
+    threshold = power.threshold
+    exact = ' and '.join('the sign-flip test of the per-seed differences'
+                         if m != WELCH else 'the permutation test of the '
+                         'two rows\' seeds' for m in power.methods)
+    head = (f'Exact tests: beside each t test, {exact} (no normality '
+            f'assumed; CSV: `exact_p`, `exact_p_adj`). ')
+    where = ('Holm\'s first threshold' if correction == 'holm'
+             else 'the threshold')
+    if not power.reachable:
+        method, n = power.least
+        floor, need = power.floors[power.least], power.need
+        return (head + f'With {_seeds_text(method, n)} it cannot give a p '
+                f'below {floor:.4g}, above {where} {threshold:.4g} '
+                f'(α = {alpha:.2f} over {power.planned}): every verdict '
+                f'here rests on the t test\'s assumption that the '
+                f'differences are normal. An exact verdict would need '
+                + (f'{_seeds_text(method, need)}.' if need else
+                   'more seeds than 64.'))
+    read = ('Holm-adjusted the same way' if correction == 'holm'
+            else 'each read alone')
+    held = power.held
+    return (head + f'{power.reachable} of the {power.tests} tested '
+            f'comparisons can reach {where} {threshold:.4g}; the exact '
+            f'tests, {read}, hold {held} difference'
+            f"{'s' if held != 1 else ''} where the t tests hold "
+            f'{power.strong}.')
+
+
+def _seeds_text(method: str, n: int) -> str:
+    return (f'{n} seeds per row' if method == WELCH
+            else f'{n} paired seeds')
+
+
+def verdict_table(found: Dict[Pair, Comparison], against: Sequence[str],
+                  correction: str) -> List[str]:
+    r"""A line per (dataset, depth), a column per compared row."""
+    lines = ['| dataset | layers | ' + ' | '.join(
+        f'vs {o}' for o in against) + ' |', '|---|---|' + '---|' * len(
+        against)]
+    row = next(iter(found))[1]
+    for dataset, depth in dict.fromkeys((k[0], k[3]) for k in found):
+        texts = [cell_text(found[dataset, row, o, depth], correction)
+                 if (dataset, row, o, depth) in found else 'no such cell'
+                 for o in against]
+        lines.append(f'| {dataset} | {depth} | ' + ' | '.join(texts) + ' |')
+    return lines
+
+
+
+def flagged_text(found: Dict[Pair, Comparison], said: str = 'accuracy') -> str:
+    r"""The compared cells whose runs are flagged (sanity), in words, for
+    cells scored by :obj:`said`; empty without any."""
+    named = {}
+    for (dataset, _, _, depth), f in found.items():
+        if f.flags:
+            named.setdefault(f.flags, []).append((dataset, depth))
+    if not named:
+        return ''
+    meanings = sorted({m for flags in named for m in MEANING
+                       if m in flags})
+    return ('Flagged, at chance or undertrained (a verdict against such a '
+            'row says little about the norms): ' + '; '.join(f'{flags} at {cells_text(cells)}'
+                                   for flags, cells in named.items())
+            + '. ' + ' '.join(f'"{m}": {meaning(m, said)}.'
+                              for m in meanings))
+
+
+def _old(verdict: str) -> str:
+    return 'within the spread' if verdict == 'not distinguishable' \
+        else verdict
+
+
+def disagreements(differ: List[Tuple[Pair, str, str]]) -> str:
+    r"""Where the rule of earlier reports (beats or loses when Δ exceeds
+    the larger of the two stds, ddof=0) reads a compared cell otherwise
+    than the family's verdict
+    (:func:`gnorm.study.findings.old_rule_differs`)."""
+    differ = [f'{dataset} L={depth} vs {other}: {_old(old)}, the verdict: '
+              f'{new}' for (dataset, _, other, depth), old, new in differ]
+    rule = ('The rule of earlier reports (beats or loses when |Δ| exceeds '
+            'the larger of the two seeds\' stds, else within the spread)')
+    if not differ:
+        return f'{rule} reads every compared cell as the verdict does.'
+    return (f'{rule} reads {len(differ)} compared '
+            f"cell{'s' if len(differ) > 1 else ''} otherwise: "
+            + '; '.join(differ) + '.')
+
+
+def cells_text(cells: Sequence[Tuple[str, int]]) -> str:
+    r"""``cora L=2/4/32, citeseer L=8``: (dataset, depth) cells, the
+    depths of a dataset together, in the order given."""
+    by: Dict[str, List[str]] = {}
+    for dataset, depth in cells:
+        by.setdefault(dataset, []).append(str(depth))
+    return ', '.join(f"{d} L={'/'.join(depths)}" for d, depths in by.items())
+
+
+def in_words(row: str, verdicts: Dict[str, Dict[str, list]],
+             how: str = '', lead: str = 'In words') -> str:
+    r"""The comparison's table in one paragraph (the README quotes it):
+    per other row, the cells where :obj:`row` beats it, loses, or is not
+    distinguishable from it, and which cells are not compared yet, not
+    compared because their splits differ, or not run here
+    (``table.not_run``); :obj:`how`: how the verdicts were read (e.g.
+    ``Holm-adjusted over a family of 32``)."""
+    parts = []
+    for other, found in verdicts.items():
+        said = [f"{said_of(verdict, other)} at {cells_text(found[verdict])}"
+                for verdict in KINDS if found.get(verdict)]
+        left = [f"{why}: {cells_text(found[key])}"
+                for key, why in ((NOT_COMPARED, 'not compared yet, '
+                                  'incomplete'),
+                                 (SPLITS_DIFFER, 'not compared, the '
+                                  'splits differ'),
+                                 (NOT_RUN, 'not run here'))
+                if found.get(key)]
+        parts.append(f"against {other}, {row} "
+                     + ('; '.join(said) if said else 'has no complete cell')
+                     + (f" ({'; '.join(left)})" if left else ''))
+    return f"{lead}{f' ({how})' if how else ''}: " + '. '.join(
+        p[0].upper() + p[1:] if i else p for i, p in enumerate(parts)) + '.'
