@@ -12,7 +12,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import List
+from typing import Any, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -24,9 +24,10 @@ def _module(frame) -> str:
     return name if name.startswith('gnorm.') else ''
 
 
-def trace(writer, *args, **kwargs) -> List[str]:
-    r"""Runs ``writer(*args, **kwargs)`` and returns the gnorm modules it
-    passed through, in order, consecutive repeats collapsed."""
+def trace(writer, *args, **kwargs) -> Tuple[List[str], Any]:
+    r"""Runs ``writer(*args, **kwargs)`` once and returns the gnorm
+    modules it passed through, in order, consecutive repeats collapsed,
+    and what it returned."""
     visits: List[str] = []
     stack: List[str] = []
 
@@ -45,10 +46,10 @@ def trace(writer, *args, **kwargs) -> List[str]:
 
     sys.setprofile(profile)
     try:
-        writer(*args, **kwargs)
+        result = writer(*args, **kwargs)
     finally:
         sys.setprofile(None)
-    return visits
+    return visits, result
 
 
 def without_loops(visits: List[str], longest: int = 8) -> List[str]:
@@ -94,8 +95,8 @@ def main(argv=None) -> None:
         original = module.write_report
 
         def traced(*a, _original=original, **k):
-            found['visits'] = trace(_original, *a, **k)
-            return _original(*a, **k)
+            found['visits'], result = trace(_original, *a, **k)
+            return result
         module.write_report = traced
     with tempfile.TemporaryDirectory() as out:
         study_main([args.spec, '--report-only', '--out', out])

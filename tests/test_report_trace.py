@@ -20,5 +20,5 @@ def test_the_trace_follows_calls_and_returns_into_gnorm():
     def writer():
         stats.holm([0.01, 0.02])
         return stats.where_in(1.0, 0.0, 2.0)
-    visits = trace.trace(writer)
-    assert visits == ['gnorm.study.stats']
+    visits, result = trace.trace(writer)
+    assert visits == ['gnorm.study.stats'] and result == 'inside'
