@@ -197,12 +197,46 @@ def deep_gcn(ctx, budget):
             F.cross_entropy(out[train], data.y[train]).backward()
             opt.step()
 
-        step_ms = 1e3 * statistics.median(bench.alternate(
-            {'step': step}, repeats, device=ctx.device)['step'])
-        prof = bench.kernel_time(step, device=ctx.device)
-        rows.append(dict(norm=name, layers=num_layers, step_ms=step_ms,
-                         **prof, kernel_share=prof['kernel_ms'] / step_ms))
+        steps = {'hand-written': step,
+                 **gnorm_steps(model, data, ctx.device, graphed=False)}
+        if ctx.device == 'cuda':
+            steps.update(gnorm_steps(model, data, ctx.device, graphed=True))
+        for kind, fn in steps.items():
+            step_ms = 1e3 * statistics.median(bench.alternate(
+                {'step': fn}, repeats, device=ctx.device)['step'])
+            prof = bench.kernel_time(fn, device=ctx.device)
+            rows.append(dict(norm=name, layers=num_layers, step=kind,
+                             step_ms=step_ms, **prof,
+                             kernel_share=prof['kernel_ms'] / step_ms))
+    notes.append('step: hand-written = forward, backward, Adam as above; '
+                 'gnorm = gnorm.train.node.Step (the training update and '
+                 'the evaluation pass of every epoch, AdamW); gnorm, CUDA '
+                 'graphs = the same step replayed as two CUDA graphs '
+                 '(train.cuda_graph, gnorm.train.graphed.GraphedStep), '
+                 'timed after its capture.')
     return dict(rows=rows, notes=notes)
+
+
+def gnorm_steps(model, data, device: str, graphed: bool):
+    r"""{name: one epoch of :obj:`model` on :obj:`data`} through gnorm's
+    training step (:class:`gnorm.train.node.Step`, as ``gnorm.train``
+    runs it), replayed as CUDA graphs with :obj:`graphed`; the graphs are
+    captured before it is returned, so that a timing sees replays only."""
+    from gnorm.train.graphed import GraphedStep
+    from gnorm.train.node import Step, make_optimizer
+    data = data.clone()
+    for split in ('train', 'val', 'test'):  # one run: masks [1, nodes]
+        data[f'{split}_mask'] = data[f'{split}_mask'].unsqueeze(0)
+    generators = [torch.Generator(device).manual_seed(0)]
+    optimizer = make_optimizer(model, 'adamw', 0.005, 5e-4)
+    step = Step(model, data, generators, static=graphed)
+    alive = torch.ones(1, dtype=torch.bool, device=device)
+    if graphed:
+        step = GraphedStep(step)
+        for _ in range(step.warmup + 1):  # warm-up epochs, then capture
+            step(optimizer, alive)
+    return {'gnorm, CUDA graphs' if graphed else 'gnorm':
+            lambda: step(optimizer, alive)}
 
 
 # ---------------------------------------------------------- d. Graphormer

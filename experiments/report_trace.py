@@ -24,11 +24,13 @@ def _module(frame) -> str:
     return name if name.startswith('gnorm.') else ''
 
 
-def trace(writer, *args, **kwargs) -> Tuple[List[str], Any]:
+def trace(writer, *args, **kwargs) -> Tuple[List[str], List[str], Any]:
     r"""Runs ``writer(*args, **kwargs)`` once and returns the gnorm
-    modules it passed through, in order, consecutive repeats collapsed,
-    and what it returned."""
+    modules it passed through, in order, consecutive repeats collapsed;
+    the modules it entered by a call from another module, in order; and
+    what it returned."""
     visits: List[str] = []
+    entries: List[str] = []
     stack: List[str] = []
 
     def visit(module: str) -> None:
@@ -38,6 +40,8 @@ def trace(writer, *args, **kwargs) -> Tuple[List[str], Any]:
     def profile(frame, event, arg):
         if event == 'call':
             module = _module(frame) or (stack[-1] if stack else '')
+            if module and (not stack or stack[-1] != module):
+                entries.append(module)
             stack.append(module)
             visit(module)
         elif event == 'return' and stack:
@@ -49,7 +53,7 @@ def trace(writer, *args, **kwargs) -> Tuple[List[str], Any]:
         result = writer(*args, **kwargs)
     finally:
         sys.setprofile(None)
-    return visits, result
+    return visits, entries, result
 
 
 def without_loops(visits: List[str], longest: int = 8) -> List[str]:
@@ -81,6 +85,24 @@ def summary(visits: List[str]) -> str:
             f'to a module left before')
 
 
+def entered(entries: List[str]) -> str:
+    r"""How often each module was entered by a call from another module
+    (:func:`trace`'s second list, a loop over cells read once), in order
+    of first entry: ``depth_report 1, findings 2``."""
+    counts = {}
+    for module in without_loops(entries):
+        counts[module] = counts.get(module, 0) + 1
+    return ', '.join(f'{m} {n}' for m, n in counts.items())
+
+
+def _study(modules: List[str]) -> List[str]:
+    r"""The gnorm.study modules of :obj:`modules`, prefix dropped,
+    consecutive repeats collapsed."""
+    study = [m.removeprefix('gnorm.study.') for m in modules
+             if m.startswith('gnorm.study.')]
+    return [m for i, m in enumerate(study) if i == 0 or study[i - 1] != m]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('spec', help="a study: one of gnorm's or a file")
@@ -95,18 +117,19 @@ def main(argv=None) -> None:
         original = module.write_report
 
         def traced(*a, _original=original, **k):
-            found['visits'], result = trace(_original, *a, **k)
+            found['visits'], found['entries'], result = trace(
+                _original, *a, **k)
             return result
         module.write_report = traced
     with tempfile.TemporaryDirectory() as out:
         study_main([args.spec, '--report-only', '--out', out])
     visits = found['visits']
     if not args.all:
-        study = [m for m in visits if m.startswith('gnorm.study.')]
-        visits = without_loops([m for i, m in enumerate(study)
-                                if i == 0 or study[i - 1] != m])
+        visits = without_loops(_study(visits))
     print(' -> '.join(m.removeprefix('gnorm.study.') for m in visits))
     print(summary(visits))
+    print('entered by a call from another module: '
+          + entered(_study(found['entries'])))
 
 
 if __name__ == '__main__':

@@ -367,3 +367,116 @@ def test_a_graph_seed_alone_equals_the_seed_among_others(tmp_path, device):
         for key in ('loss', 'val_metric', 'test_metric'):
             assert b['curve'][key] == pytest.approx(a['curve'][key],
                                                     rel=1e-4, abs=1e-5)
+
+
+# --- the node step as CUDA graphs (train.cuda_graph) ------------------------
+
+def _recorded(fn):
+    r"""A stand-in for :func:`gnorm.train.graphed.cuda_capture` on the CPU:
+    it runs :obj:`fn` at capture (where a CUDA graph would only record it)
+    and skips the first replay, so the work runs exactly once per epoch as
+    with a real graph; each later replay runs :obj:`fn` again into the
+    captured output."""
+    output, first = fn(), [True]
+
+    def replay():
+        if first[0]:
+            first[0] = False
+            return
+        output.copy_(fn())
+    return replay, output
+
+
+def _fit_runs(device, cuda_graph, *overrides, epochs=8):
+    from gnorm.train.node import build_model, fit, load_runs
+    cfgs = [compose_train(*NODE, f'device={device}', 'model.dropout=0.3',
+                          'train.eval_every=2', f'seed={s}', *overrides)
+            for s in (0, 1)]
+    data = load_runs(cfgs, torch.device('cpu'))
+    model = build_model(cfgs[0], data.num_features, int(data.y.max()) + 1,
+                        runs=cfgs)
+    model.reset_parameters([torch.Generator().manual_seed(c.seed)
+                            for c in cfgs])
+    data, model = data.to(device), model.to(device)
+    generators = [torch.Generator(device).manual_seed(c.seed) for c in cfgs]
+    results = [{}, {}]
+    best = fit(model, data, results, epochs, 0.01, 5e-4, generators,
+               progress=False, eval_every=2, cuda_graph=cuda_graph)
+    return results, best
+
+
+@pytest.mark.parametrize('device', DEVICES)
+def test_graphed_node_training_equals_eager(device, monkeypatch):
+    r"""``train.cuda_graph``: two runs as one model, with dropout (each
+    run's generator registered with the graphs) and an evaluation every
+    other epoch, train as the eager step does through the warm-up epochs,
+    the capture and the replays: same curves, same best epochs, same
+    weights. On the CPU a stand-in capture (:func:`_recorded`) runs the
+    step's logic; CUDA captures real graphs."""
+    if device == 'cpu':
+        from gnorm.train import graphed
+        monkeypatch.setattr(graphed, 'cuda_capture',
+                            lambda generators=None: _recorded)
+    eager, eager_best = _fit_runs(device, False)
+    graphs, graphs_best = _fit_runs(device, True)
+    for a, b in zip(eager, graphs):
+        assert b['best_epoch'] == a['best_epoch']
+        for key, values in a['curve'].items():
+            assert b['curve'][key] == pytest.approx(
+                values, rel=1e-4, abs=1e-5, nan_ok=True), key
+    for key, value in eager_best.items():
+        torch.testing.assert_close(graphs_best[key], value, rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_graphed_step_reads_alive_and_skips_evaluation_at_each_replay():
+    r"""After the capture, each replay reads the ``alive`` of its epoch
+    (copied into the captured input), returns outputs that the next
+    replay does not overwrite, and an epoch without evaluation gets NaN
+    metrics without running the evaluation."""
+    from gnorm.train.graphed import GraphedStep
+    from gnorm.train.node import Step
+
+    class Counting:
+        data = type('Data', (), {'x': torch.zeros(1)})()
+        generators, evaluations = None, 0
+
+        def train(self, optimizer, alive):
+            return alive.float() * 2
+
+        def evaluate(self):
+            Counting.evaluations += 1
+            return torch.full((2, 4), float(Counting.evaluations))
+
+        skipped = staticmethod(Step.skipped)
+
+        def __call__(self, optimizer, alive, evaluate=True):
+            losses = self.train(optimizer, alive)
+            return losses, (self.evaluate() if evaluate
+                            else self.skipped(losses))
+
+    step = GraphedStep(Counting(), warmup=1, capture=_recorded)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1)
+    step(optimizer, torch.tensor([True, True]))           # eager
+    losses, metrics = step(optimizer, torch.tensor([True, False]))
+    assert losses.tolist() == [2.0, 0.0]                  # captured
+    kept = losses
+    losses, metrics = step(optimizer, torch.tensor([False, True]),
+                           evaluate=False)
+    assert losses.tolist() == [0.0, 2.0] and kept.tolist() == [2.0, 0.0]
+    assert torch.isnan(metrics).all() and Counting.evaluations == 2
+    losses, metrics = step(optimizer, torch.tensor([True, True]))
+    assert losses.tolist() == [2.0, 2.0] and metrics[0, 0] == 3.0
+
+
+def test_cuda_graph_needs_cuda_and_excludes_compile(tmp_path):
+    r"""Bad input, one line: ``train.cuda_graph`` on the CPU, or with
+    ``train.compile``."""
+    from gnorm.errors import ConfigError
+    with pytest.raises(ConfigError, match='train.cuda_graph=true needs a '
+                       'CUDA device, got device=cpu'):
+        _node_run(tmp_path, 'cpu', 'cpu', 'train.cuda_graph=true')
+    with pytest.raises(ConfigError, match='train.cuda_graph and '
+                       'train.compile are two ways'):
+        _node_run(tmp_path, 'both', 'cpu', 'train.cuda_graph=true',
+                  'train.compile=true')

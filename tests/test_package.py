@@ -176,7 +176,7 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 
 # gnorm.train's modules, each importing only those before it.
 TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
-                'epoch_log', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
+                'epoch_log', 'graphed', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
                 'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it: the
 # errors, the machine's description, the benchmarks' harness (torch alone),
@@ -187,8 +187,10 @@ PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
                   'data', 'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
 STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
-                'budget', 'inputs', 'pairing', 'findings', 'verdict_words',
-                'variants', 'paired_findings', 'paired_words', 'plot', 'recipe', 'depth_report', 'paired_report',
+                'budget', 'inputs', 'pairing', 'findings', 'depth_findings',
+                'verdict_words', 'variants', 'paired_findings',
+                'paired_words', 'plot', 'recipe', 'depth_report',
+                'paired_report',
                 'engine', 'queue', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
@@ -347,7 +349,8 @@ def test_one_function_per_concept_and_no_test_names():
 # A study computes its findings as data, then renders them: these modules
 # compute (statistics, comparisons, pairing) and these render (words,
 # reports, plots).
-COMPUTING = ('stats', 'pairing', 'findings', 'paired_findings')
+COMPUTING = ('stats', 'pairing', 'findings', 'depth_findings',
+             'paired_findings')
 RENDERING = ('verdict_words', 'variants', 'paired_words', 'plot', 'recipe',
              'depth_report', 'paired_report')
 

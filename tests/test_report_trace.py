@@ -20,5 +20,7 @@ def test_the_trace_follows_calls_and_returns_into_gnorm():
     def writer():
         stats.holm([0.01, 0.02])
         return stats.where_in(1.0, 0.0, 2.0)
-    visits, result = trace.trace(writer)
+    visits, entries, result = trace.trace(writer)
     assert visits == ['gnorm.study.stats'] and result == 'inside'
+    assert entries == ['gnorm.study.stats', 'gnorm.study.stats']
+    assert trace.entered(['a', 'b', 'a', 'b', 'c', 'b']) == 'a 1, b 2, c 1'

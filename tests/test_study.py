@@ -15,6 +15,7 @@ from gnorm.results import label, load_runs
 from gnorm.results import overrides as run_overrides
 from gnorm.results.keys import NOT_RESULT_KEYS, record_identity
 from gnorm.study import findings as study_compare
+from gnorm.study.findings import chosen_by_validation
 from gnorm.study import verdict_words
 from gnorm.study import plot as study_plot
 from gnorm.study import stats
@@ -426,7 +427,8 @@ def test_the_erank_plot_draws_a_partial_cell_at_the_deepest_depth(
                     erank=[8.0, 4.0], erank_min=[7.0, 3.0],
                     erank_max=[9.0, 5.0])
                for row, complete in (('none', True), ('contranorm', False))]
-    assert study_plot.plot_erank(records, tmp_path / 'erank.png')
+    assert study_plot.plot_erank(chosen_by_validation(records),
+                                 tmp_path / "erank.png")
     ax, = figures[0].axes
     assert [line.get_linestyle() for line in ax.lines] == ['-', ':']
     assert 'partial cell, dotted: contranorm (1 of 2 settings)' in \
@@ -542,7 +544,8 @@ def test_partial_cells_are_counted_and_not_points_of_the_curve(
     figures = []
     monkeypatch.setattr(study_plot, 'save_figure',
                         lambda fig, path: figures.append(fig))
-    study_plot.plot_depth(records, tmp_path / 'depth.png', paper_lines=False)
+    study_plot.plot_depth(chosen_by_validation(records), tmp_path / 'depth.png',
+                          paper_lines=False)
     ax, = figures[0].axes
     curve = next(line for line in ax.lines if line.get_linestyle() == '-')
     y = list(curve.get_ydata())
@@ -557,7 +560,8 @@ def test_partial_cells_are_counted_and_not_points_of_the_curve(
     figures.clear()
     authors = {('cora', 'contranorm', 16): [
         dict(scale=1.0, mean=51.0), dict(scale=0.2, mean=26.0)]}
-    study_plot.plot_depth(records, tmp_path / 'depth.png', paper_lines=True,
+    study_plot.plot_depth(chosen_by_validation(records), tmp_path / 'depth.png',
+                          paper_lines=True,
                       authors=authors)
     ax, = figures[0].axes
     diamond, = [line for line in ax.lines if line.get_marker() == 'D']

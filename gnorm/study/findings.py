@@ -360,12 +360,14 @@ class Section:
 def section(records: List[Dict[str, Any]], row: str,
             against: Sequence[str], found: Dict[Pair, Comparison], level: float,
             correction: str = 'holm', view: str = 'val',
-            spread_rule: bool = False) -> Optional[Section]:
+            spread_rule: bool = False,
+            score: Optional[str] = None) -> Optional[Section]:
     r"""The :class:`Section` of :obj:`row` against :obj:`against` over the
     cells of :obj:`records` in :obj:`view`, from the family :obj:`found`
     (:func:`family`); :obj:`None` where :obj:`row` or all of
     :obj:`against` have no cell. With :obj:`spread_rule`, in the ``val``
-    view, it holds :func:`old_rule_differs` too."""
+    view, it holds :func:`old_rule_differs` too. :obj:`score`: the cells'
+    score in words (default: :func:`gnorm.study.select.scores_said`)."""
     cells = chosen_by_validation(records) if view == 'val' else at_default(records)
     by = {(r['dataset'], r['row'], r['layers']): r for r in cells}
     against = [o for o in against if any(k[1] == o for k in by)]
@@ -376,5 +378,52 @@ def section(records: List[Dict[str, Any]], row: str,
               else None)
     return Section(row, against, view, found, mine,
                    exact_power(found, level, correction), differ,
-                   scores_said(cells), family_size(found),
+                   score or scores_said(cells), family_size(found),
                    by_other(mine, against))
+
+
+@dataclass
+class Views:
+    r"""A depth table's comparisons in its two views (:func:`views`): the
+    families (``val``: each row's setting chosen by validation;
+    ``default``: every row at its default), the columns
+    :func:`annotate` added to the cells, and the sections in the report's
+    order as (role, whether it is the primary view, :class:`Section`)."""
+    found: Dict[str, Dict[Pair, Comparison]]
+    columns: List[str]
+    sections: List[Tuple[str, bool, Section]]
+
+
+def views(records: List[Dict[str, Any]],
+          compared: Sequence[Tuple[str, Sequence[str]]],
+          budgets: Dict[str, int], primary: str, pairing: str, level: float,
+          correction: str = 'holm', spread_rule: bool = False,
+          score: Optional[str] = None) -> Views:
+    r"""The :class:`Views` of :obj:`records` (every record of a depth
+    table) for :obj:`compared` ((row, the rows it is compared with)
+    pairs). Each compared row gets its :obj:`primary` view (``val`` or
+    ``default``) and, where the settings its comparison's rows try
+    (:obj:`budgets`) differ, the other view too, labelled ``secondary``
+    (its role is empty where the two views are one). It adds the
+    comparison columns to :obj:`records` (``default_`` in the names of
+    the budget-matched view's)."""
+    cells = {'val': chosen_by_validation(records),
+             'default': at_default(records)}
+    found = {view: family(cells[view], compared, pairing, level, correction)
+             for view in ('val', 'default')}
+    columns = (annotate(cells['val'], found['val'])
+               + annotate(cells['default'], found['default'], 'default_'))
+    out = []
+    for row, against in compared:
+        both = len({budgets[r] for r in (row, *against)}) > 1
+        for view in (primary, 'default' if primary == 'val' else 'val'):
+            if view != primary and not both:
+                continue
+            role = ('' if not both else 'primary' if view == primary
+                    else 'secondary')
+            found_section = section(records, row, against, found[view],
+                                    level, correction, view, spread_rule,
+                                    score)
+            if found_section is not None:
+                out.append((role, view == primary, found_section))
+    return Views(found, columns, out)

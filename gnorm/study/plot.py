@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from gnorm.results import plural, score_field
-from gnorm.study.findings import chosen_by_validation
 from gnorm.study.paired_findings import factor, score, short
 from gnorm.study.select import scores_said
 from gnorm.study.verdict_words import partial
@@ -57,10 +56,15 @@ def _rows(rows: List[str], every: List[str]) -> str:
         else ', '.join(rows)
 
 
-def plot_depth(records: List[Dict[str, Any]], path: Path,
+def plot_depth(cells: List[Dict[str, Any]], path: Path,
                paper_lines: bool, authors: Optional[Dict] = None,
-               figure_title: Optional[str] = None) -> None:
-    r"""Test accuracy vs depth, a panel per dataset: per row a line with a
+               figure_title: Optional[str] = None,
+               scores: Optional[Dict[str, str]] = None) -> None:
+    r"""Test accuracy vs depth of :obj:`cells` (one record per cell: the
+    setting chosen by validation,
+    :func:`gnorm.study.findings.chosen_by_validation`), a panel per
+    dataset, its axis named by :obj:`scores` (dataset → score in words;
+    default: :func:`gnorm.study.select.scores_said` of its cells): per row a line with a
     std band through its complete cells only; a partial cell is an open
     marker labelled ``k of n settings``; a missing cell is not drawn and
     is listed under the panel. :obj:`paper_lines`: the paper's values too
@@ -72,7 +76,7 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    drawn = chosen_by_validation(records)
+    drawn = cells
     datasets = list(dict.fromkeys(r['dataset'] for r in drawn
                                   if r['cell_runs']))
     empty = [d for d in dict.fromkeys(r['dataset'] for r in drawn)
@@ -128,7 +132,8 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
         ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
         ax.set_title(dataset)
         ax.set_xlabel('layers')
-        scored = scores_said([r for r in drawn if r['dataset'] == dataset])
+        scored = (scores[dataset] if scores else
+                  scores_said([r for r in drawn if r['dataset'] == dataset]))
         ax.set_ylabel(f'test {scored} (%)')
         ax.grid(alpha=0.3)
         _notes(ax, [f'{_rows(rows, row_names)}: {said}'
@@ -164,20 +169,21 @@ def plot_depth(records: List[Dict[str, Any]], path: Path,
     save_figure(fig, path)
 
 
-def plot_erank(records: List[Dict[str, Any]], path: Path) -> bool:
+def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
     r"""Effective rank vs layer of each dataset's deepest models with
-    effective ranks (mean over seeds, band: min to max), a panel per
+    effective ranks (mean over seeds, band: min to max) among :obj:`cells`
+    (one record per cell, as :func:`plot_depth` takes), a panel per
     dataset that has them; returns whether there was any to plot (no file
     otherwise)."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,
                                    NullFormatter)
 
-    drawn = [r for r in chosen_by_validation(records) if r['erank']]
+    drawn = [r for r in cells if r['erank']]
     datasets = list(dict.fromkeys(r['dataset'] for r in drawn))
     if not datasets:
         return False
-    row_names = list(dict.fromkeys(r['row'] for r in chosen_by_validation(records)))
+    row_names = list(dict.fromkeys(r['row'] for r in cells))
     fig, axes = _panels(len(datasets))
     for ax, dataset in zip(axes, datasets):
         deepest = max(r['layers'] for r in drawn if r['dataset'] == dataset)

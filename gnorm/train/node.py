@@ -29,6 +29,7 @@ from gnorm.errors import ConfigError
 from gnorm.monitor import CollapseMonitor
 from gnorm.results.keys import batch_key as runs_key
 import gnorm.train.collapse as collapse
+from gnorm.train.graphed import GraphedStep
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
 from gnorm.train.scores import SCORES, accuracy, roc_auc
@@ -109,6 +110,13 @@ def check_config(cfg: DictConfig) -> None:
     if not isinstance(cfg.train.compile, bool):
         raise ConfigError(f"train.compile must be true or false, got "
                           f"{cfg.train.compile!r}")
+    graphed = cfg.train.get('cuda_graph', False)
+    if not isinstance(graphed, bool):
+        raise ConfigError(f"train.cuda_graph must be true or false, got "
+                          f"{graphed!r}")
+    if graphed and cfg.train.compile:
+        raise ConfigError("train.cuda_graph and train.compile are two ways "
+                          "to run the step; pass one of them")
     eval_every = cfg.train.get('eval_every', 1)
     if not is_int(eval_every) or eval_every < 1:
         raise ConfigError(f"train.eval_every must be an integer >= 1, got "
@@ -118,6 +126,17 @@ def check_config(cfg: DictConfig) -> None:
                           "the others and needs model=graphormer on a "
                           "graph-level dataset (molhiv, zinc); pass another "
                           "norm for node classification")
+
+
+def cuda_graph(cfg: DictConfig, device: torch.device) -> bool:
+    r"""Whether the step runs as CUDA graphs (``train.cuda_graph``); on a
+    device other than CUDA, a :class:`ConfigError`."""
+    graphed = cfg.train.get('cuda_graph', False)
+    if graphed and device.type != 'cuda':
+        raise ConfigError(f"train.cuda_graph=true needs a CUDA device, got "
+                          f"device={device.type}; pass device=cuda or "
+                          f"train.cuda_graph=false")
+    return graphed
 
 
 @contextlib.contextmanager
@@ -340,14 +359,18 @@ class Step:
     see docs/gpu.rst); dropout masks then
     come from the compiled graph's generator, not :obj:`generators`.
     :obj:`precision` ``bf16`` runs them under bfloat16 autocast. The
-    score is :obj:`metric` (:data:`~gnorm.train.scores.SCORES`)."""
+    score is :obj:`metric` (:data:`~gnorm.train.scores.SCORES`). With
+    :obj:`static` (a step to be captured:
+    :class:`~gnorm.train.graphed.GraphedStep`), as with :obj:`compile`, the
+    graph's edges are not a sparse CSR matrix but index lists."""
     def __init__(self, model: torch.nn.Module, data,
                  generators: Sequence[torch.Generator],
                  precision: str = 'fp32', compile: bool = False,
-                 metric: str = 'acc'):
+                 metric: str = 'acc', static: bool = False):
         self.model, self.data, self.metric = model, data, metric
         self.generators = None if compile else generators
-        self.graph = model.prepare(data.x, data.edge_index, csr=not compile)
+        self.graph = model.prepare(data.x, data.edge_index,
+                                   csr=not (compile or static))
         self.train_index = mask_index(data.train_mask)
         self.val_index = mask_index(data.val_mask)
         self.autocast = torch.autocast(data.x.device.type,
@@ -369,22 +392,38 @@ class Step:
             return _metrics(self.model(x, self.graph), self.data,
                             self.val_index, self.metric)
 
-    def __call__(self, optimizer: torch.optim.Optimizer,
-                 alive: torch.Tensor, evaluate: bool = True):
-        r"""Trains one epoch; returns the losses :obj:`[runs]` and the
-        metrics :obj:`[runs, 4]` after the update (with :obj:`evaluate`,
-        else NaN: no evaluation pass)."""
+    def train(self, optimizer: torch.optim.Optimizer,
+              alive: torch.Tensor) -> torch.Tensor:
+        r"""The update of one epoch; returns the losses :obj:`[runs]`
+        (a run not :obj:`alive` gets no gradient)."""
         self.model.train()
         optimizer.zero_grad()
         losses = self.losses(self.data.x)
         torch.where(torch.isfinite(losses) & alive, losses,
                     0.0).sum().backward()
         optimizer.step()
+        return losses
+
+    def evaluate(self) -> torch.Tensor:
+        r"""The metrics :obj:`[runs, 4]` in evaluation mode."""
         self.model.eval()
+        return self.metrics(self.data.x)
+
+    @staticmethod
+    def skipped(losses: torch.Tensor) -> torch.Tensor:
+        r"""The metrics of an epoch without evaluation: NaN."""
+        return losses.new_full((losses.numel(), len(METRICS)), math.nan)
+
+    def __call__(self, optimizer: torch.optim.Optimizer,
+                 alive: torch.Tensor, evaluate: bool = True):
+        r"""Trains one epoch; returns the losses :obj:`[runs]` and the
+        metrics :obj:`[runs, 4]` after the update (with :obj:`evaluate`,
+        else NaN: no evaluation pass)."""
+        losses = self.train(optimizer, alive)
         if not evaluate:
-            return losses, losses.new_full((alive.numel(), len(METRICS)),
-                                           math.nan)
-        return losses, self.metrics(self.data.x)
+            self.model.eval()
+            return losses, self.skipped(losses)
+        return losses, self.evaluate()
 
 
 def no_decay(model: torch.nn.Module, param: torch.Tensor) -> bool:
@@ -427,7 +466,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         log_every: int = 10, precision: str = 'fp32',
         compile: bool = False, eval_every: int = 1,
         logs: Optional[Sequence[EpochLog]] = None, metric: str = 'acc',
-        optimizer: str = 'adam') -> Dict[str, torch.Tensor]:
+        optimizer: str = 'adam',
+        cuda_graph: bool = False) -> Dict[str, torch.Tensor]:
     r"""Full-batch Adam (or :obj:`optimizer`, :func:`make_optimizer`) of
     the runs of :obj:`model` (one per entry of
     :obj:`results`), each on its own training nodes (the masks of
@@ -448,7 +488,9 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     (one :class:`~gnorm.train.epoch_log.EpochLog` per run) each run's
     ``metrics.csv`` rows as they reach the host. Returns the weights of
     every run's best epoch. A run whose loss stops being finite gets
-    ``status: failed`` and stops counting."""
+    ``status: failed`` and stops counting. With :obj:`cuda_graph`, the
+    step is replayed as CUDA graphs after its warm-up epochs
+    (:class:`~gnorm.train.graphed.GraphedStep`)."""
     runs, device = len(results), data.y.device
     optimizer = make_optimizer(model, optimizer, lr, weight_decay)
     names = metric_names(metric)
@@ -460,7 +502,10 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     best = torch.full((runs, len(METRICS)), math.nan, device=device)
     best[:, 1] = -math.inf  # the validation score
     best_epoch = torch.zeros(runs, dtype=torch.long, device=device)
-    step = Step(model, data, generators, precision, compile, metric)
+    step = Step(model, data, generators, precision, compile, metric,
+                static=cuda_graph)
+    if cuda_graph:
+        step = GraphedStep(step)
     pending = []  # per epoch [runs, 2 + len(METRICS)]: alive, loss, metrics
     desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
     with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
@@ -695,7 +740,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                          cfg.train.progress, cfg.train.log_every,
                          cfg.train.precision, cfg.train.compile,
                          cfg.train.get('eval_every', 1), logs, metric,
-                         optimizer_name(cfg))
+                         optimizer_name(cfg), cuda_graph(cfg, device))
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     loop_s = time.perf_counter() - start  # the epochs alone (all runs)
