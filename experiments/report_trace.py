@@ -12,7 +12,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -85,22 +85,45 @@ def summary(visits: List[str]) -> str:
             f'to a module left before')
 
 
-def entered(entries: List[str]) -> str:
-    r"""How often each module was entered by a call from another module
-    (:func:`trace`'s second list, a loop over cells read once), in order
-    of first entry: ``depth_report 1, findings 2``."""
-    counts = {}
-    for module in without_loops(entries):
-        counts[module] = counts.get(module, 0) + 1
-    return ', '.join(f'{m} {n}' for m, n in counts.items())
-
-
 def _study(modules: List[str]) -> List[str]:
     r"""The gnorm.study modules of :obj:`modules`, prefix dropped,
     consecutive repeats collapsed."""
     study = [m.removeprefix('gnorm.study.') for m in modules
              if m.startswith('gnorm.study.')]
     return [m for i, m in enumerate(study) if i == 0 or study[i - 1] != m]
+
+
+def trace_study(spec: str) -> Tuple[List[str], List[str]]:
+    r""":func:`trace`'s two lists for the report writer of the study
+    :obj:`spec` (``python -m gnorm.study SPEC --report-only`` into a
+    temporary folder)."""
+    from gnorm.study import depth_report, paired_report
+    from gnorm.study.cli import main as study_main
+    found = {}
+    originals = {module: module.write_report
+                 for module in (depth_report, paired_report)}
+    for module, original in originals.items():
+        def traced(*a, _original=original, **k):
+            found['visits'], found['entries'], result = trace(
+                _original, *a, **k)
+            return result
+        module.write_report = traced
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            study_main([spec, '--report-only', '--out', out])
+    finally:
+        for module, original in originals.items():
+            module.write_report = original
+    return found['visits'], found['entries']
+
+
+def entry_counts(entries: List[str]) -> Dict[str, int]:
+    r"""How often each gnorm.study module was entered by a call from
+    another (:func:`trace`'s second list, a loop over cells read once)."""
+    counts: Dict[str, int] = {}
+    for module in without_loops(_study(entries)):
+        counts[module] = counts.get(module, 0) + 1
+    return counts
 
 
 def main(argv=None) -> None:
@@ -110,26 +133,13 @@ def main(argv=None) -> None:
                         help='every pass of every gnorm module, loops '
                         'included (default: gnorm.study\'s, loops once)')
     args = parser.parse_args(argv)
-    from gnorm.study import depth_report, paired_report
-    from gnorm.study.cli import main as study_main
-    found = {}
-    for module in (depth_report, paired_report):
-        original = module.write_report
-
-        def traced(*a, _original=original, **k):
-            found['visits'], found['entries'], result = trace(
-                _original, *a, **k)
-            return result
-        module.write_report = traced
-    with tempfile.TemporaryDirectory() as out:
-        study_main([args.spec, '--report-only', '--out', out])
-    visits = found['visits']
+    visits, entries = trace_study(args.spec)
     if not args.all:
         visits = without_loops(_study(visits))
     print(' -> '.join(m.removeprefix('gnorm.study.') for m in visits))
     print(summary(visits))
-    print('entered by a call from another module: '
-          + entered(_study(found['entries'])))
+    print('entered by a call from another module: ' + ', '.join(
+        f'{m} {n}' for m, n in entry_counts(entries).items()))
 
 
 if __name__ == '__main__':

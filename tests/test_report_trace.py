@@ -23,4 +23,19 @@ def test_the_trace_follows_calls_and_returns_into_gnorm():
     visits, entries, result = trace.trace(writer)
     assert visits == ['gnorm.study.stats'] and result == 'inside'
     assert entries == ['gnorm.study.stats', 'gnorm.study.stats']
-    assert trace.entered(['a', 'b', 'a', 'b', 'c', 'b']) == 'a 1, b 2, c 1'
+    assert trace.entry_counts(['gnorm.study.a', 'gnorm.study.b',
+                               'gnorm.study.a', 'gnorm.study.b',
+                               'gnorm.study.c', 'gnorm.study.b']) == \
+        {'a': 1, 'b': 2, 'c': 1}
+
+
+def test_a_depth_report_enters_each_module_once_or_twice():
+    r"""A depth report computes its findings first, then renders them: its
+    writing enters each gnorm.study module once or twice (a loop over
+    cells read once), the writer itself once."""
+    trace = experiment('report_trace')
+    visits, entries = trace.trace_study('heterophily_baselines')
+    counts = trace.entry_counts(entries)
+    assert counts['depth_report'] == counts['depth_findings'] == 1
+    assert {'findings', 'stats', 'plot', 'verdict_words'} <= set(counts)
+    assert max(counts.values()) <= 2, counts

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.study.findings import Section, chosen_by_validation, views
+from gnorm.study.findings import Section, views
 from gnorm.study.select import REPRODUCED, reproduced, scores_said
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
 
@@ -168,18 +168,18 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     source = (os.path.relpath(spec.source, REPO) if spec.own
               else spec.source.name)
     runs = os.path.relpath(runs_dir, spec.home())
-    # the cells, their scores, the paper
+    # the cells and their comparisons
     not_run(spec, records)
-    cells = chosen_by_validation(records)
     score = scores_said(records)
-    scores = {d: scores_said([r for r in cells if r['dataset'] == d])
-              for d in dict.fromkeys(r['dataset'] for r in cells)}
-    reproduction = _reproduction(spec, cells)
-    # the comparisons
     found = views(records, pairs, {r.row: r.budget for r in rows}, first,
                   pairing, level, correction,
                   bool(spec.table.get('spread_rule')), score)
+    cells = found.cells['val']
+    # their scores and the paper
+    scores = {d: scores_said([r for r in cells if r['dataset'] == d])
+              for d in dict.fromkeys(r['dataset'] for r in cells)}
     return DepthFindings(
         name, source, runs, _whole(spec, records), records, cells,
         found.columns, found.sections, rows, _equal_budget(rows, pairs),
-        reproduction, counts(cells), score, scores, level, correction)
+        _reproduction(spec, cells), counts(cells), score, scores, level,
+        correction)

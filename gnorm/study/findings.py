@@ -388,7 +388,9 @@ class Views:
     families (``val``: each row's setting chosen by validation;
     ``default``: every row at its default), the columns
     :func:`annotate` added to the cells, and the sections in the report's
-    order as (role, whether it is the primary view, :class:`Section`)."""
+    order as (role, whether it is the primary view, :class:`Section`);
+    :obj:`cells`, one record per cell in each view."""
+    cells: Dict[str, List[Dict[str, Any]]]
     found: Dict[str, Dict[Pair, Comparison]]
     columns: List[str]
     sections: List[Tuple[str, bool, Section]]
@@ -426,4 +428,4 @@ def views(records: List[Dict[str, Any]],
                                     score)
             if found_section is not None:
                 out.append((role, view == primary, found_section))
-    return Views(found, columns, out)
+    return Views(cells, found, columns, out)
