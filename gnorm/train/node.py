@@ -373,9 +373,12 @@ class Step:
                                    csr=not (compile or static))
         self.train_index = mask_index(data.train_mask)
         self.val_index = mask_index(data.val_mask)
+        # a step to be captured runs autocast without its cache of casts
+        # (PyTorch's rule for autocast inside CUDA graphs)
         self.autocast = torch.autocast(data.x.device.type,
                                        dtype=torch.bfloat16,
-                                       enabled=precision == 'bf16')
+                                       enabled=precision == 'bf16',
+                                       cache_enabled=not static)
         self.losses, self.metrics = self._losses, self._metrics
         if compile:
             self.losses = torch.compile(self._losses, fullgraph=True)
