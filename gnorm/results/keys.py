@@ -28,10 +28,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 from gnorm.errors import ConfigError, renamed
 
 # Config keys that do not change what a run computes: where data comes
-# from, the device and its threads, resuming, batching runs together,
-# progress output and logs, and the ``table:`` spec of a table's
-# experiment (which runs a table has, not what one run computes).
-NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
+# from, the device and its threads, replaying the step as CUDA graphs (the
+# same kernels and dropout masks as eager; the GPU suite checks it),
+# resuming, batching runs together, progress output and logs, and the
+# ``table:`` spec of a table's experiment (which runs a table has, not what
+# one run computes).
+NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads',
+                   'train.cuda_graph', 'resume',
                    'batch_runs', 'batch_file', 'train.progress',
                    'train.log_every', 'train.log_steps', 'train.tensorboard',
                    'table')
@@ -40,8 +43,7 @@ NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads', 'resume',
 # without the key (committed runs stay finished runs of their config).
 ADDED_KEYS = {'train.precision': 'fp32', 'train.compile': False,
               'train.data_seed': None, 'train.eval_every': 1,
-              'dataset.metric': 'acc', 'train.optimizer': 'adam',
-              'train.cuda_graph': False}
+              'dataset.metric': 'acc', 'train.optimizer': 'adam'}
 # Keys that change nothing a run selects when its ``select`` is ``last``:
 # how often it evaluates (evaluation draws no random number and changes no
 # weight or statistic; the last epoch is always evaluated).
