@@ -125,15 +125,12 @@ def _rows(spec: Spec, defaults: Dict[str, str]) -> List[RowSettings]:
             for row, overrides in spec.table['rows'].items()]
 
 
-def _equal_budget(rows: List[RowSettings],
+def _equal_budget(budgets: Dict[str, int],
                   pairs: List[tuple]) -> Optional[int]:
-    r"""The settings each compared row tries, where that is one number for
-    every comparison; :obj:`None` otherwise or without comparisons."""
-    size = {r.row: r.budget for r in rows}
-    if not pairs or any(len({size[r] for r in (row, *against)}) > 1
-                        for row, against in pairs):
-        return None
-    found = {size[r] for row, against in pairs for r in (row, *against)}
+    r"""The settings each compared row tries (:obj:`budgets`, row ->
+    settings), where that is one number for every row of every comparison;
+    :obj:`None` otherwise or without comparisons."""
+    found = {budgets[r] for row, against in pairs for r in (row, *against)}
     return found.pop() if len(found) == 1 else None
 
 
@@ -171,7 +168,8 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     # the cells and their comparisons
     not_run(spec, records)
     score = scores_said(records)
-    found = views(records, pairs, {r.row: r.budget for r in rows}, first,
+    budgets = {r.row: r.budget for r in rows}
+    found = views(records, pairs, budgets, first,
                   pairing, level, correction,
                   bool(spec.table.get('spread_rule')), score)
     cells = found.cells['val']
@@ -180,6 +178,6 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
               for d in dict.fromkeys(r['dataset'] for r in cells)}
     return DepthFindings(
         name, source, runs, _whole(spec, records), records, cells,
-        found.columns, found.sections, rows, _equal_budget(rows, pairs),
+        found.columns, found.sections, rows, _equal_budget(budgets, pairs),
         _reproduction(spec, cells), counts(cells), score, scores, level,
         correction)
