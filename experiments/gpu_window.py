@@ -23,6 +23,11 @@ and cell. The last line says how to bring the results back:
 reports of the studies it touched (``--report-only``), copies the check's
 report into ``experiments/results`` and the GPU's seconds per cost unit
 into ``conf/queue.yaml``.
+
+On CUDA the queue replays its node steps as CUDA graphs (``--cuda-graph``,
+:mod:`gnorm.train.graphed`) where this window's check ran the CUDA suite
+and it passed: the suite holds the test that the graphed step equals the
+eager one on this GPU. ``--eager`` keeps the queue eager.
 """
 import argparse
 import hashlib
@@ -72,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
                        help='the queue\'s cells: marked GPU or CPU work '
                        '(default: the device\'s)')
     found.add_argument('--threads', type=int, help='CPU threads of the runs')
+    found.add_argument('--eager', action='store_true', help='the queue '
+                       'trains eagerly even where the CUDA suite passed '
+                       '(default: CUDA graphs then)')
     found.add_argument('--finished', type=Path, metavar='FILE',
                        help='the queue\'s --finished: runs finished where the '
                        'runs folders are (python -m gnorm.study queue '
@@ -128,6 +136,26 @@ def run_check(args: argparse.Namespace, seconds: float) -> int:
         return 124
 
 
+def graphed(args: argparse.Namespace) -> Tuple[bool, str]:
+    r"""Whether the queue replays its steps as CUDA graphs, and why: on
+    CUDA, without ``--eager``, where this window's check ran the CUDA suite
+    (step a of ``<out>/gpu_check_cuda.jsonl``) and it passed."""
+    import json
+    if args.device != 'cuda' or args.eager:
+        return False, ('--eager' if args.eager else 'not on CUDA')
+    path = args.out / 'gpu_check_cuda.jsonl'
+    records = ([json.loads(line) for line in path.read_text().splitlines()
+                if line.strip()] if path.is_file() else [])
+    suite = next((r for r in records if r.get('step') == 'a'), None)
+    if suite is None:
+        return False, 'this window ran no CUDA suite: eager steps'
+    if suite.get('status') != 'ok':
+        return False, (f"the CUDA suite {suite.get('status')}: eager "
+                       f"steps")
+    return True, ('the CUDA suite passed (the graphed step equals the eager '
+                  'one here): the steps replay as CUDA graphs')
+
+
 def packed_runs(out: Path) -> Path:
     r"""The runs folder of a window into :obj:`out` with ``--pack``: a
     folder of its own under the temporary folder."""
@@ -145,11 +173,11 @@ def pack(runs: Path, archive: Path) -> None:
     tmp.replace(archive)
 
 
-def queue_args(args: argparse.Namespace, runs: Path,
-               seconds: float) -> List[str]:
+def queue_args(args: argparse.Namespace, runs: Path, seconds: float,
+               cuda_graph: bool = False) -> List[str]:
     r"""The queue's command line for :obj:`seconds` into :obj:`runs`."""
     found = ['--device', args.device, '--budget-s', f'{max(seconds, 0):.1f}',
-             '--out', str(runs)]
+             '--out', str(runs), *(['--cuda-graph'] if cuda_graph else [])]
     for key in ('studies', 'work', 'threads', 'finished'):
         value = getattr(args, key)
         if value is not None:
@@ -172,7 +200,9 @@ def window(args: argparse.Namespace,
     left = args.budget_s - (time.monotonic() - start)
     runs = packed_runs(args.out) if args.pack else args.out / 'runs'
     after = (lambda: pack(runs, args.out / ARCHIVE)) if args.pack else None
-    status = queue.main(queue_args(args, runs, left), specs, after)
+    replay, why = graphed(args)
+    print(f'GPU queue: {why}', flush=True)
+    status = queue.main(queue_args(args, runs, left, replay), specs, after)
     if args.pack:
         pack(runs, args.out / ARCHIVE)
     return status or int(checked not in (0, 124))

@@ -148,3 +148,29 @@ def test_the_digest_follows_the_gpu_path_code(tmp_path):
     (tmp_path / 'gnorm' / 'nn' / 'a.py').write_text('x = 1\n')
     (tmp_path / 'gnorm' / 'study.py').write_text('not GPU code\n')
     assert check.gpu_code_digest(tmp_path) == before
+
+
+def test_the_queue_replays_cuda_graphs_where_the_cuda_suite_passed(
+        tmp_path):
+    r"""The window's queue replays its steps as CUDA graphs on CUDA where
+    this window's CUDA suite (which holds the graphed step's equality test)
+    ran and passed; else, or with ``--eager``, it trains eagerly."""
+    window = experiment('gpu_window')
+    args = window.parser().parse_args(['--out', str(tmp_path)])
+    args.device = 'cuda'
+    assert window.graphed(args) == (
+        False, 'this window ran no CUDA suite: eager steps')
+    record = tmp_path / 'gpu_check_cuda.jsonl'
+    for status, replay in (('ok', True), ('failed: 1 tests', False)):
+        record.write_text(json.dumps(dict(step='environment')) + '\n'
+                          + json.dumps(dict(step='a', status=status)) + '\n')
+        assert window.graphed(args)[0] is replay
+    assert 'the CUDA suite failed: 1 tests' in window.graphed(args)[1]
+    record.write_text(json.dumps(dict(step='a', status='ok')) + '\n')
+    assert '--cuda-graph' in window.queue_args(args, tmp_path, 60.0,
+                                               *window.graphed(args)[:1])
+    args.eager = True
+    assert window.graphed(args) == (False, '--eager')
+    args.eager, args.device = False, 'cpu'
+    assert window.graphed(args) == (False, 'not on CUDA')
+    assert '--cuda-graph' not in window.queue_args(args, tmp_path, 60.0)

@@ -221,3 +221,77 @@ def test_a_selection_names_cells_of_the_studies(spec, tmp_path, capsys):
                        str(tmp_path / 'out')], [spec]) == 0
     said = capsys.readouterr().out
     assert '2 cells pending (selected: depths 1), 4 runs' in said
+
+
+def test_a_failing_cell_is_counted_and_the_queue_goes_on(
+        spec, tmp_path, monkeypatch, capsys):
+    r"""An error of one cell (out of memory, a failed capture) is one line;
+    the cells after it train."""
+    import gnorm.train
+    real, calls = gnorm.train.train_runs, []
+
+    def out_of_memory_first(*a):
+        calls.append(a)
+        if len(calls) == 1:
+            raise RuntimeError('CUDA out of memory.\nTried to allocate 2 GiB')
+        return real(*a)
+
+    monkeypatch.setattr(gnorm.train, 'train_runs', out_of_memory_first)
+    assert queue.main(args(tmp_path), [spec]) == 1
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines()
+              if line.startswith('error: ')]
+    assert len(errors) == 1 and errors[0].startswith(f'error: {NAME} csbm ')
+    assert errors[0].endswith(' L=2: CUDA out of memory. Tried to allocate '
+                              '2 GiB')
+    assert 'trained 1 cells' in captured.out and '1 failed' in captured.out
+    assert len(load_runs(tmp_path / 'out')) == 2
+
+
+def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
+                                                           capsys):
+    r"""``--cuda-graph``: a cell whose graphed runs fail (here: the CPU
+    refuses ``train.cuda_graph``, as a failed capture would fail) trains
+    again eagerly, and so does every cell after it; the runs are those an
+    eager call trains (same folders), recorded under the eager rate."""
+    import gnorm.train
+    out = tmp_path / 'out'
+    items = queue.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    assert [i.graphed for i in items] == [True, True]
+    first = items[0]
+    assert first.study.composer.config(first.left[0]).train.cuda_graph
+    graphed, eager = queue.Rate('cpu (CUDA graphs)'), queue.Rate('cpu')
+    folders = sorted(str(r['dir']) for i in items for r in i.left)
+    calls = []
+    real = gnorm.train.train_runs
+
+    def counted(*a):
+        calls.append(a)
+        return real(*a)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(gnorm.train, 'train_runs', counted)
+        counts = queue.train(items, graphed, queue.INF, out, 'cpu',
+                             eager=eager)
+    assert counts == dict(trained=2, failed=0, skipped=0, unreached=0)
+    said = capsys.readouterr()
+    assert said.out.count('failed as CUDA graphs; it and the cells after '
+                          'it train eagerly') == 1
+    assert 'train.cuda_graph=true needs a CUDA device' in said.err
+    assert len(calls) == 3  # the first cell twice, the second eagerly
+    runs = load_runs(out)
+    assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
+    assert sorted(str(Path(r['_path']).parent) for r in runs) == folders
+    assert not any(r['config']['train'].get('cuda_graph') for r in runs)
+    record = queue.read_record(out)
+    assert set(record) == {'cpu'} and graphed.cells == []
+    assert [c['cuda_graph'] for c in record['cpu']['cells']] == [False] * 2
+    with pytest.raises(ValueError, match='need the eager rate'):
+        queue.train(items, graphed, queue.INF, out, 'cpu')
+
+
+def test_cuda_graphs_need_cuda(tmp_path, spec, capsys):
+    assert queue.main([*args(tmp_path), '--cuda-graph'], [spec]) == 2
+    assert capsys.readouterr().err == (
+        'error: --cuda-graph replays the steps as CUDA graphs and needs '
+        '--device cuda, got cpu\n')

@@ -219,6 +219,8 @@ def test_lr_warmup_then_decay():
     (['dataset=zinc', 'model=graphormer', 'train.compile=true',
       'norm=contranorm'],
      r'train.compile=true compiles .* norm=contranorm cannot join'),
+    (['dataset=zinc', 'model=graphormer', 'train.cuda_graph=true'],
+     r'train.cuda_graph replays the full-batch node step'),
     (['dataset=zinc', 'model=graphormer', 'train.compile=maybe'],
      r'train.compile must be true or false'),
     (['dataset=zinc', 'model=graphormer', 'norm=sepnorm',

@@ -30,7 +30,16 @@ trains first and gives it. A cell whose estimate exceeds the time left of
 ``--budget-s`` (counted from the start) is skipped, a cheaper one after it
 may run. Runs go to ``<out>/<runs folder>/<run>``, as in
 ``experiments/runs``; ``<out>/.queue.json`` records each cell's seconds.
-Ctrl-C or SIGTERM keeps every finished cell; the same command goes on.
+Ctrl-C or SIGTERM keeps every finished cell; the same command goes on. A
+cell that fails (an error, out of memory) is counted and the queue goes
+on with the next.
+
+CUDA graphs: with ``--cuda-graph`` the cells' node steps replay as CUDA
+graphs (``train.cuda_graph=true``, :mod:`gnorm.train.graphed`; not part of
+a run's identity: the runs and their folders are those of an eager call).
+Their seconds per unit are a rate of their own (``<GPU> (CUDA graphs)``),
+the eager one its prior until a cell gives it. A cell that fails as CUDA
+graphs trains again eagerly, and so do the cells after it.
 """
 import argparse
 import hashlib
@@ -88,6 +97,10 @@ def parser() -> argparse.ArgumentParser:
                        help='the priority and calibration (default: '
                        'conf/queue.yaml)')
     found.add_argument('--threads', type=int, help='CPU threads of the runs')
+    found.add_argument('--cuda-graph', action='store_true',
+                       help='replay the node steps as CUDA graphs '
+                       '(train.cuda_graph=true); a cell failing so trains '
+                       'again eagerly, and so do the cells after it')
     found.add_argument('--finished', type=Path, metavar='FILE',
                        help='count the runs this file lists as finished '
                        '(for a device without the runs folders)')
@@ -105,10 +118,13 @@ def parser() -> argparse.ArgumentParser:
 class Study:
     r"""A depth study in the queue: its spec, the
     :class:`~gnorm.study.compose.Composer` of its cells' runs (into
-    ``<out>/<runs folder>``) and its finished runs by key."""
+    ``runs``: ``<out>/<runs folder>``), its finished runs by key, and
+    whether the runs replay their steps as CUDA graphs."""
     spec: Spec
     composer: Any
     found: Dict[str, Any]
+    runs: Path
+    graphed: bool = False
 
 
 @dataclass
@@ -120,6 +136,10 @@ class Pending:
     left: List[Dict[str, Any]]
     units: float
     place: int = 0
+
+    @property
+    def graphed(self) -> bool:
+        return self.study.graphed
 
     @property
     def label(self) -> str:
@@ -208,9 +228,16 @@ class Finished:
         return key in found or digest(key) in self.digests
 
 
+def overrides(device: str, graphed: bool) -> List[str]:
+    r"""The overrides the queue adds to every run: its device, and
+    ``train.cuda_graph=true`` where :obj:`graphed`."""
+    return [f'device={device}', *(['train.cuda_graph=true'] if graphed
+                                  else [])]
+
+
 def study_pending(spec: Spec, out: Path, device: str, work: str,
-                  selection: Dict[str, Any],
-                  done: Finished) -> List[Pending]:
+                  selection: Dict[str, Any], done: Finished,
+                  graphed: bool = False) -> List[Pending]:
     r"""The cells of :obj:`spec` the queue takes that have unfinished
     runs, their runs composed into ``<out>/<runs folder>``."""
     from gnorm.study.compose import cells, compose_cells
@@ -222,11 +249,13 @@ def study_pending(spec: Spec, out: Path, device: str, work: str,
         return []
     runs = out.resolve() / spec.runs_dir().name
     try:
-        composer = compose_cells(spec, todo, [f'device={device}'], runs)
+        composer = compose_cells(spec, todo, overrides(device, graphed),
+                                 runs)
     except Exception as e:
         raise SpecError(f"{spec.name}: cannot compose the study's runs: "
                         f"{' '.join(str(e).split())}") from e
-    study = Study(spec, composer, done.below([spec.runs_dir(), runs]))
+    study = Study(spec, composer, done.below([spec.runs_dir(), runs]), runs,
+                  graphed)
     found = []
     for cell in todo:
         left = [r for r in cell['runs'] if not done.holds(study.found,
@@ -239,12 +268,28 @@ def study_pending(spec: Spec, out: Path, device: str, work: str,
 
 def pending(specs: Sequence[Spec], out: Path, device: str, work: str,
             selection: Optional[Dict[str, Any]] = None,
-            digests: Sequence[str] = ()) -> List[Pending]:
+            digests: Sequence[str] = (),
+            graphed: bool = False) -> List[Pending]:
     r"""The pending cells of :obj:`specs` (see the module's text);
-    :obj:`digests`: of runs finished elsewhere (:func:`digest`)."""
+    :obj:`digests`: of runs finished elsewhere (:func:`digest`);
+    :obj:`graphed`: their steps replayed as CUDA graphs."""
     done = Finished(digests)
     return [item for spec in specs for item in study_pending(
-        spec, out, device, work, selection or {}, done)]
+        spec, out, device, work, selection or {}, done, graphed)]
+
+
+def eagerly(item: Pending, device: str) -> Pending:
+    r"""The cell of :obj:`item` composed without ``train.cuda_graph``: the
+    same unfinished runs (keys and folders), trained eagerly."""
+    from gnorm.study.compose import compose_cells
+    study = item.study
+    cell = {k: v for k, v in item.cell.items() if k != 'runs'}
+    composer = compose_cells(study.spec, [cell], overrides(device, False),
+                             study.runs)
+    keys = {r['key'] for r in item.left}
+    return Pending(Study(study.spec, composer, study.found, study.runs),
+                   cell, [r for r in cell['runs'] if r['key'] in keys],
+                   item.units, item.place)
 
 
 def finished_digests(specs: Sequence[Spec], out: Path) -> List[str]:
@@ -382,13 +427,23 @@ def read_record(out: Path) -> Dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def rate_of(out: Path, name: Optional[str],
-            calibration: Dict[str, float]) -> Rate:
-    r"""The :class:`Rate` of the device :obj:`name`: :obj:`out`'s record,
-    the committed :obj:`calibration` as its prior."""
-    had = read_record(out).get(name) or {}
-    return Rate(name, calibration.get(name), had.get('seconds', 0.0),
-                had.get('units', 0.0), list(had.get('cells', [])))
+def rate_name(name: Optional[str], graphed: bool) -> Optional[str]:
+    r"""The name of a device's rate: :obj:`name`, with `` (CUDA graphs)``
+    where the steps replay as CUDA graphs."""
+    return f'{name} (CUDA graphs)' if graphed and name else name
+
+
+def rate_of(out: Path, name: Optional[str], calibration: Dict[str, float],
+            graphed: bool = False) -> Rate:
+    r"""The :class:`Rate` of the device :obj:`name` (its steps replayed as
+    CUDA graphs where :obj:`graphed`): :obj:`out`'s record, the committed
+    :obj:`calibration` as its prior (a graphed rate without one: the
+    eager one's, which overestimates it)."""
+    key = rate_name(name, graphed)
+    had = read_record(out).get(key) or {}
+    prior = calibration.get(key, calibration.get(name) if graphed else None)
+    return Rate(key, prior, had.get('seconds', 0.0), had.get('units', 0.0),
+                list(had.get('cells', [])))
 
 
 def write_record(out: Path, device: str, rate: Rate) -> None:
@@ -474,50 +529,85 @@ def first_cheapest(items: List[Pending], rate: Rate) -> List[Pending]:
 
 def train_cell(item: Pending) -> bool:
     r"""Trains the unfinished runs of :obj:`item`'s cell in this process
-    (as one model where they may be); returns whether it succeeded."""
+    (as one model where they may be); returns whether it succeeded. An
+    error of the cell (out of memory, a failed CUDA graph capture) is
+    printed in one line, not raised: the queue goes on."""
     from gnorm.study.runner import train_here
+    from gnorm.train.common import one_line
     study = item.study
-    return train_here(item.cell, item.left, study.composer, study.found)
+    try:
+        return train_here(item.cell, item.left, study.composer, study.found)
+    except Exception as e:  # one cell's failure, not the queue's
+        print(f'error: {item.label}: {one_line(e)}', file=sys.stderr,
+              flush=True)
+        return False
 
 
 def cell_fields(item: Pending) -> Dict[str, Any]:
     c = item.cell
     return dict(study=item.study.spec.name, dataset=c['dataset'],
-                row=c['row'], depth=c['depth'], runs=len(item.left))
+                row=c['row'], depth=c['depth'], runs=len(item.left),
+                cuda_graph=item.graphed)
+
+
+def fits(item: Pending, rate: Rate, deadline: float,
+         tag: str) -> Optional[str]:
+    r"""Why :obj:`item` does not train now (``unreached``: no time left,
+    ``skipped``: its estimate exceeds the time left, said in a line), or
+    :obj:`None`."""
+    left_s, estimate = deadline - clock(), rate.estimate(item.units)
+    if left_s <= 0:
+        return 'unreached'
+    if estimate is not None and estimate > left_s:
+        print(f'{tag}, estimate {duration(estimate)}, {duration(left_s)} '
+              f'left: skipped', flush=True)
+        return 'skipped'
+    print(f'{tag}, estimate {duration(estimate)}'
+          + (f', {duration(left_s)} left' if left_s < INF else '')
+          + (': training as CUDA graphs' if item.graphed
+             else ': training'), flush=True)
+    return None
 
 
 def train(items: List[Pending], rate: Rate, deadline: float, out: Path,
-          device: str, after_cell: Optional[Callable[[], Any]] = None
-          ) -> Dict[str, int]:
+          device: str, after_cell: Optional[Callable[[], Any]] = None,
+          eager: Optional[Rate] = None) -> Dict[str, int]:
     r"""Trains :obj:`items` in order while :func:`clock` is before
     :obj:`deadline`, skipping a cell whose estimate exceeds the time left;
     after every cell writes ``<out>/.queue.json`` and calls
-    :obj:`after_cell`. Returns the numbers of cells ``trained``,
-    ``failed``, ``skipped`` (over the time left) and ``unreached``."""
+    :obj:`after_cell`. A cell failing as CUDA graphs trains again eagerly
+    (:func:`eagerly`, the :obj:`eager` rate), and so do the cells after
+    it. Returns the numbers of cells ``trained``, ``failed``, ``skipped``
+    (over the time left) and ``unreached``."""
+    if eager is None and any(i.graphed for i in items):
+        raise ValueError('train: cells replayed as CUDA graphs need the '
+                         'eager rate to fall back to')
     counts = dict(trained=0, failed=0, skipped=0, unreached=0)
-    items = first_cheapest(items, rate)
+    items, fell_back = first_cheapest(items, rate), False
     for k, item in enumerate(items, start=1):
-        left_s, estimate = deadline - clock(), rate.estimate(item.units)
-        tag = (f'[{k}/{len(items)}] {item.label}: {len(item.left)} runs, '
-               f'estimate {duration(estimate)}'
-               + (f', {duration(left_s)} left' if left_s < INF else ''))
-        if left_s <= 0:
+        if fell_back and item.graphed:
+            item = eagerly(item, device)
+        tag = f'[{k}/{len(items)}] {item.label}: {len(item.left)} runs'
+        why = fits(item, rate, deadline, tag)
+        if why is None:
+            began = clock()
+            ok = train_cell(item)
+            if not ok and item.graphed:
+                print(f'{tag}: failed as CUDA graphs; it and the cells '
+                      f'after it train eagerly', flush=True)
+                rate, fell_back, item = eager, True, eagerly(item, device)
+                why, began = fits(item, rate, deadline, tag), clock()
+                ok = why is None and train_cell(item)
+            if ok:
+                rate.add(clock() - began, item.units, cell_fields(item))
+            write_record(out, device, rate)
+            if after_cell is not None:
+                after_cell()
+            why = why or ('trained' if ok else 'failed')
+        if why == 'unreached':
             counts['unreached'] = len(items) - k + 1
             break
-        if estimate is not None and estimate > left_s:
-            print(f'{tag}: skipped', flush=True)
-            counts['skipped'] += 1
-            continue
-        print(f'{tag}: training', flush=True)
-        began = clock()
-        if train_cell(item):
-            rate.add(clock() - began, item.units, cell_fields(item))
-            counts['trained'] += 1
-        else:
-            counts['failed'] += 1
-        write_record(out, device, rate)
-        if after_cell is not None:
-            after_cell()
+        counts[why] += 1
     return counts
 
 
@@ -569,6 +659,11 @@ class Plan:
     calibration: Dict[str, float]
     device: str
     what: str
+    eager: Optional[Rate] = None  # after a cell failed as CUDA graphs
+
+    def trained(self) -> int:
+        r"""The cells the record holds as trained."""
+        return sum(len(r.cells) for r in (self.rate, self.eager) if r)
 
 
 def prepare(args: argparse.Namespace,
@@ -583,16 +678,22 @@ def prepare(args: argparse.Namespace,
     if name is None and not args.list:
         raise SpecError('--device cuda: torch sees no CUDA device; pass '
                         '--device cpu')
+    if args.cuda_graph and device != 'cuda':
+        raise SpecError(f'--cuda-graph replays the steps as CUDA graphs and '
+                        f'needs --device cuda, got {device}')
     specs = list(specs or load_specs(args.studies))
     selection = selection_of(args, specs)
     work = WORK[args.work or ('gpu' if device == 'cuda' else 'cpu')]
     config = read_config(args.config, [s.name for s in specs])
     check_folder(args.out, f'--out {args.out}', write=not args.list)
     items = claim(order(pending(specs, args.out, device, work, selection,
-                                read_digests(args.finished)),
-                        config['priority']))
-    return Plan(items, rate_of(args.out, name, config['calibration']),
-                config['calibration'], device, in_words(selection, work))
+                                read_digests(args.finished),
+                                args.cuda_graph), config['priority']))
+    calibration = config['calibration']
+    return Plan(items, rate_of(args.out, name, calibration, args.cuda_graph),
+                calibration, device, in_words(selection, work),
+                rate_of(args.out, name, calibration) if args.cuda_graph
+                else None)
 
 
 def head(plan: Plan, budget_s: float) -> str:
@@ -612,13 +713,13 @@ def _run(plan: Plan, args: argparse.Namespace, start: float,
     r"""Trains :obj:`plan`; returns the exit status (0, 1 when a cell
     failed, 130 when interrupted: Ctrl-C, SIGTERM)."""
     from gnorm.study.runner import sigterm_interrupts
-    done = len(plan.rate.cells)
+    done = plan.trained()
     try:
         with sigterm_interrupts():
             counts = train(plan.items, plan.rate, start + args.budget_s,
-                           args.out, plan.device, after_cell)
+                           args.out, plan.device, after_cell, plan.eager)
     except KeyboardInterrupt:
-        print(f'interrupted: the {len(plan.rate.cells) - done} cells '
+        print(f'interrupted: the {plan.trained() - done} cells '
               f'finished are kept in {args.out}; run the same command '
               f'again to go on', file=sys.stderr, flush=True)
         return 130

@@ -81,6 +81,11 @@ def check_config(cfg: DictConfig) -> None:
     if not isinstance(t.get('compile', False), bool):
         raise ConfigError(f"train.compile must be true or false, got "
                           f"{t.compile!r}")
+    if t.get('cuda_graph', False):
+        raise ConfigError("train.cuda_graph replays the full-batch node step "
+                          "(one shape); a graph task's batches change shape, "
+                          "so pass train.cuda_graph=false (train.compile "
+                          "serves graph tasks)")
     if t.get('compile', False) and cfg.norm.get('_target_') in _HOST_NORMS:
         raise ConfigError(f"train.compile=true compiles the Graphormer in one "
                           f"graph, which {option('norm', cfg.norm)} cannot "
