@@ -13,11 +13,42 @@ _MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 if "GNORM_DATA_MIRROR" not in os.environ and _MIRROR.is_dir():
     os.environ["GNORM_DATA_MIRROR"] = str(_MIRROR)
 
+# Where pytest-xdist is installed (the test extras) the tests run in
+# parallel processes (pytest_cmdline_main below): each worker and each
+# process a test starts gets one torch thread, so that the workers share
+# the cores instead of oversubscribing them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    torch.set_num_threads(1)
+
 MIRROR = os.environ.get("GNORM_DATA_MIRROR")
 # Tests that read real datasets: `from conftest import MIRROR, needs_mirror`.
 needs_mirror = pytest.mark.skipif(
     not MIRROR or not Path(MIRROR).is_dir(),
     reason="needs the offline dataset mirror (GNORM_DATA_MIRROR)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    r"""With pytest-xdist installed, ``-n auto`` unless ``-n`` is given
+    (``-n 0``: one process), and a test module's tests in one worker
+    (``--dist loadscope``: its module fixtures are built once)."""
+    if not config.pluginmanager.hasplugin("xdist") or \
+            hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is None:
+        config.option.numprocesses = "auto"
+    if config.option.dist == "no":
+        config.option.dist = "loadscope"  # xdist sets "no" again for -n 0
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, if installed
+def pytest_xdist_auto_num_workers(config):
+    r"""``-n auto``: a worker per core this process may run on, at most 4
+    (each holds torch and its datasets in memory)."""
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
+    return max(1, min(cores, 4))
 
 
 def experiment(name):

@@ -132,3 +132,19 @@ def test_a_failing_graphormer_setting_is_recorded_and_the_others_run(
     assert statuses[:2] == ['failed: AssertionError: expected stride 36 '
                             'second line', 'ok']
     assert found['status'] == 'failed: 1 of 8 settings'
+
+
+@pytest.mark.parametrize('plugin', ['no:xdist', 'xdist'])
+def test_the_cuda_suite_collects_with_and_without_pytest_xdist(plugin):
+    r"""The GPU machine may lack pytest-xdist (tests/conftest.py runs the
+    tests in parallel only where it is installed): the CUDA suite the check
+    runs collects either way."""
+    if plugin == 'xdist':
+        pytest.importorskip('xdist')
+    proc = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-p', plugin, '-m', 'cuda',
+         '--collect-only', '-q', '-p', 'no:cacheprovider',
+         'tests/test_cuda.py'], cwd=REPO, capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert 'test_graphed_node_training_equals_eager[cuda]' in proc.stdout
