@@ -166,6 +166,32 @@ def test_composed_runs_are_those_of_the_committed_multirun():
     assert all('train.epochs=5' in r['dir'].name for r in cell['runs'])
 
 
+def test_each_runs_key_is_that_of_composing_it_alone(tmp_path):
+    r"""The composer resolves a config once per fixed overrides and sets
+    the varying values after, with the values that are exactly their
+    interpolation (strong_depth's ``split_index: ${seed}``): each run's key
+    is that of its own composition."""
+    from omegaconf import OmegaConf
+    from gnorm.results.keys import config_identity
+    from gnorm.study.compose import late_paths
+    for name, dataset in (('strong_depth', 'chameleon_filtered'),
+                          ('table3_fair', 'cora')):
+        spec = load_spec(name)
+        todo = cells(spec, [dataset], list(spec.table['rows']), [2, 4],
+                     spec.table['seeds'][:2])
+        compose_cells(spec, todo, [], tmp_path)
+        runs = [r for c in todo for r in c['runs']]
+        for run in runs[::7] + runs[-1:]:
+            alone = OmegaConf.to_container(
+                compose_train(*run['info']['overrides']), resolve=True)
+            assert run['key'] == run_key(config_identity(alone)), run['dir']
+    spec = {'seed': 0, 'split_index': '${seed}', 'model': {'layers': 2}}
+    assert late_paths(spec, 'seed') == [('seed',), ('split_index',)]
+    assert late_paths(spec, 'model.layers') == [('model', 'layers')]
+    for other in ('run_${seed}', '${split_index}'):  # read another way
+        assert late_paths(dict(spec, name=other), 'seed') is None
+
+
 def test_table_resumes_without_redoing_finished_runs(tmp_path):
     runs, out = tmp_path / 'runs', tmp_path / 'out'
     args = ['table3_paper', '--datasets', 'csbm', '--rows', 'none',

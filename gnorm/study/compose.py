@@ -102,8 +102,10 @@ class Composer:
     its jobs: the jobs' overrides from Hydra's basic sweeper, each job's
     config, group choices and run folder (``hydra.sweep.subdir``). Configs
     that differ only in ``layers``, ``seed`` and grid keys (plain values)
-    are composed once and the values set (the tests check that this equals
-    composing each)."""
+    are composed and resolved once and the values set, with the values
+    that are exactly ``${key}`` of one of them (``split_index: ${seed}``);
+    a key interpolated any other way is set before resolving (the tests
+    check that this equals composing each)."""
 
     def __init__(self, varying: Sequence[str]):
         from hydra.core.override_parser.overrides_parser import \
@@ -134,10 +136,14 @@ class Composer:
                        if not k.startswith('hydra/') and k != 'hydra'}
             task = OmegaConf.masked_copy(cfg, [k for k in cfg
                                                if k != 'hydra'])
-            text = json.dumps(OmegaConf.to_container(task))
-            # Values set after resolving unless something interpolates them.
-            late = [k for k in self.varying
-                    if k != 'layers' and '${' + k not in text]
+            container = OmegaConf.to_container(task)
+            # Values set after resolving, each with the values that are
+            # exactly its interpolation, unless something else reads it.
+            late = {}
+            for k in self.varying:
+                found = late_paths(container, k.lstrip('+'))
+                if found is not None:
+                    late[k] = found
             self.composed[fixed] = (cfg, task, choices, late)
         return self.composed[fixed]
 
@@ -162,8 +168,7 @@ class Composer:
                 cfg, resolve=True)
         config = copy.deepcopy(self.resolved[fixed, early])
         for k, v in values.items():
-            if k in late:
-                *path, last = k.lstrip('+').split('.')
+            for *path, last in late.get(k, ()):
                 node = config
                 for part in path:
                     node = node[part]
@@ -198,6 +203,32 @@ class Composer:
         for k, v in run['values'].items():
             _set(cfg, k, v)
         return cfg
+
+
+def late_paths(container: Dict[str, Any], key: str
+               ) -> Optional[List[Tuple[str, ...]]]:
+    r"""Where the value of :obj:`key` (dotted) goes in the unresolved
+    :obj:`container`: its own path and those of the values that are
+    exactly ``${key}``; :obj:`None` where anything else interpolates it
+    (in a longer string, or by reading a value that is ``${key}``), so
+    that it must be set before resolving."""
+    whole, found = '${' + key + '}', [tuple(key.split('.'))]
+
+    def walk(node, path):
+        items = (node.items() if isinstance(node, dict) else
+                 enumerate(node) if isinstance(node, list) else ())
+        for name, value in items:
+            if value == whole:
+                found.append((*path, name))
+            else:
+                walk(value, (*path, name))
+    walk(container, ())
+    text = json.dumps(container)
+    readers = ['${' + key, *('${' + '.'.join(map(str, p)) for p in found[1:])]
+    if text.count('${' + key) != len(found) - 1 or any(
+            r in text for r in readers[1:]):
+        return None
+    return found
 
 
 def _set(cfg, key: str, value: Any) -> None:
