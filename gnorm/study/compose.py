@@ -224,9 +224,9 @@ def late_paths(container: Dict[str, Any], key: str
                 walk(value, (*path, name))
     walk(container, ())
     text = json.dumps(container)
-    readers = ['${' + key, *('${' + '.'.join(map(str, p)) for p in found[1:])]
+    copies = ['${' + '.'.join(map(str, p)) for p in found[1:]]
     if text.count('${' + key) != len(found) - 1 or any(
-            r in text for r in readers[1:]):
+            c in text for c in copies):
         return None
     return found
 
