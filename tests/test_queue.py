@@ -254,6 +254,7 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     refuses ``train.cuda_graph``, as a failed capture would fail) trains
     again eagerly, and so does every cell after it; the runs are those an
     eager call trains (same folders), recorded under the eager rate."""
+    import gnorm.study.compose
     import gnorm.train
     out = tmp_path / 'out'
     items = queue.pending([spec], out, 'cpu', 'GPU work', graphed=True)
@@ -262,18 +263,28 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     assert first.study.composer.config(first.left[0]).train.cuda_graph
     graphed, eager = queue.Rate('cpu (CUDA graphs)'), queue.Rate('cpu')
     folders = sorted(str(r['dir']) for i in items for r in i.left)
-    calls = []
+    calls, composed = [], []
     real = gnorm.train.train_runs
+    real_compose = gnorm.study.compose.compose_cells
 
     def counted(*a):
         calls.append(a)
         return real(*a)
 
+    def compose_counted(*a):
+        composed.append(a)
+        return real_compose(*a)
+
     with pytest.MonkeyPatch.context() as m:
         m.setattr(gnorm.train, 'train_runs', counted)
+        m.setattr(gnorm.study.compose, 'compose_cells', compose_counted)
         counts = queue.train(items, graphed, queue.INF, out, 'cpu',
                              eager=eager)
     assert counts == dict(trained=2, failed=0, skipped=0, unreached=0)
+    # the study's remaining cells composed eagerly at once; the caller's
+    # list is left as it was
+    assert len(composed) == 1 and len(composed[0][1]) == 2
+    assert [i.graphed for i in items] == [True, True]
     said = capsys.readouterr()
     assert said.out.count('failed as CUDA graphs; it and the cells after '
                           'it train eagerly') == 1

@@ -48,7 +48,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.errors import GnormError
 from gnorm.study.spec import Spec, SpecError, load_spec, studies
@@ -278,18 +278,30 @@ def pending(specs: Sequence[Spec], out: Path, device: str, work: str,
         spec, out, device, work, selection or {}, done, graphed)]
 
 
-def eagerly(item: Pending, device: str) -> Pending:
-    r"""The cell of :obj:`item` composed without ``train.cuda_graph``: the
-    same unfinished runs (keys and folders), trained eagerly."""
+def eagerly(items: Sequence[Pending], device: str) -> List[Pending]:
+    r""":obj:`items`, those replayed as CUDA graphs composed again without
+    ``train.cuda_graph`` (one compose per study): the same unfinished runs
+    (keys and folders), trained eagerly."""
     from gnorm.study.compose import compose_cells
-    study = item.study
-    cell = {k: v for k, v in item.cell.items() if k != 'runs'}
-    composer = compose_cells(study.spec, [cell], overrides(device, False),
-                             study.runs)
-    keys = {r['key'] for r in item.left}
-    return Pending(Study(study.spec, composer, study.found, study.runs),
-                   cell, [r for r in cell['runs'] if r['key'] in keys],
-                   item.units, item.place)
+    by_study: Dict[Tuple[str, Path], List[int]] = {}
+    for k, item in enumerate(items):
+        if item.graphed:
+            study = item.study
+            by_study.setdefault((study.spec.name, study.runs), []).append(k)
+    found = list(items)
+    for ks in by_study.values():
+        study = items[ks[0]].study
+        cells = [{k: v for k, v in items[i].cell.items() if k != 'runs'}
+                 for i in ks]
+        eager = Study(study.spec, compose_cells(
+            study.spec, cells, overrides(device, False), study.runs),
+            study.found, study.runs)
+        for i, cell in zip(ks, cells):
+            keys = {r['key'] for r in items[i].left}
+            found[i] = Pending(eager, cell, [r for r in cell['runs']
+                                             if r['key'] in keys],
+                               items[i].units, items[i].place)
+    return found
 
 
 def finished_digests(specs: Sequence[Spec], out: Path) -> List[str]:
@@ -583,11 +595,10 @@ def train(items: List[Pending], rate: Rate, deadline: float, out: Path,
         raise ValueError('train: cells replayed as CUDA graphs need the '
                          'eager rate to fall back to')
     counts = dict(trained=0, failed=0, skipped=0, unreached=0)
-    items, fell_back = first_cheapest(items, rate), False
-    for k, item in enumerate(items, start=1):
-        if fell_back and item.graphed:
-            item = eagerly(item, device)
-        tag = f'[{k}/{len(items)}] {item.label}: {len(item.left)} runs'
+    items = list(first_cheapest(items, rate))
+    for k in range(len(items)):
+        item = items[k]
+        tag = f'[{k + 1}/{len(items)}] {item.label}: {len(item.left)} runs'
         why = fits(item, rate, deadline, tag)
         if why is None:
             began = clock()
@@ -595,7 +606,8 @@ def train(items: List[Pending], rate: Rate, deadline: float, out: Path,
             if not ok and item.graphed:
                 print(f'{tag}: failed as CUDA graphs; it and the cells '
                       f'after it train eagerly', flush=True)
-                rate, fell_back, item = eager, True, eagerly(item, device)
+                items[k:] = eagerly(items[k:], device)
+                rate, item = eager, items[k]
                 why, began = fits(item, rate, deadline, tag), clock()
                 ok = why is None and train_cell(item)
             if ok:
@@ -605,7 +617,7 @@ def train(items: List[Pending], rate: Rate, deadline: float, out: Path,
                 after_cell()
             why = why or ('trained' if ok else 'failed')
         if why == 'unreached':
-            counts['unreached'] = len(items) - k + 1
+            counts['unreached'] = len(items) - k
             break
         counts[why] += 1
     return counts
