@@ -44,6 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
+from gnorm.bench import read_jsonl  # noqa: E402
 from gnorm.study import queue  # noqa: E402
 
 from experiments import gpu_check  # noqa: E402
@@ -140,13 +141,10 @@ def graphed(args: argparse.Namespace) -> Tuple[bool, str]:
     r"""Whether the queue replays its steps as CUDA graphs, and why: on
     CUDA, without ``--eager``, where this window's check ran the CUDA suite
     (step a of ``<out>/gpu_check_cuda.jsonl``) and it passed."""
-    import json
     if args.device != 'cuda' or args.eager:
         return False, ('--eager' if args.eager else 'not on CUDA')
-    path = args.out / 'gpu_check_cuda.jsonl'
-    records = ([json.loads(line) for line in path.read_text().splitlines()
-                if line.strip()] if path.is_file() else [])
-    suite = next((r for r in records if r.get('step') == 'a'), None)
+    suite = next((r for r in read_jsonl(args.out / 'gpu_check_cuda.jsonl')
+                  if r.get('step') == 'a'), None)
     if suite is None:
         return False, 'this window ran no CUDA suite: eager steps'
     if suite.get('status') != 'ok':
