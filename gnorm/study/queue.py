@@ -284,10 +284,10 @@ def eagerly(items: Sequence[Pending], device: str) -> List[Pending]:
     (keys and folders), trained eagerly."""
     from gnorm.study.compose import compose_cells
     by_study: Dict[Tuple[str, Path], List[int]] = {}
-    for k, item in enumerate(items):
+    for i, item in enumerate(items):
         if item.graphed:
             study = item.study
-            by_study.setdefault((study.spec.name, study.runs), []).append(k)
+            by_study.setdefault((study.spec.name, study.runs), []).append(i)
     found = list(items)
     for ks in by_study.values():
         study = items[ks[0]].study
