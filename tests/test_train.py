@@ -49,6 +49,8 @@ def test_train_writes_results(tmp_path):
     assert results['config']['split'] == 'random'
     assert results['device'] == 'cpu' and results['runtime_s'] > 0
     assert results['dataset']['split_sizes'] == [120, 39, 41]
+    counts = results['test_predictions']
+    assert sum(counts['class_counts']) == sum(counts['label_counts']) == 41
 
     curve = results['curve']
     assert curve['epoch'] == [1, 2, 3, 4, 5]
@@ -129,6 +131,40 @@ def test_collapse_values_are_those_of_the_float64_formulas(runs):
             for key, value in old.items():
                 assert field[key][i] == pytest.approx(float(value),
                                                       rel=1e-12), key
+
+
+@pytest.mark.parametrize('runs,metric', [(None, 'acc'), (3, 'acc'),
+                                         (2, 'rocauc')])
+def test_test_predictions_count_each_runs_test_nodes(runs, metric):
+    r"""evaluate's ``test_predictions``, per run: the test nodes predicted
+    in each class and labelled with each, counted node by node from the
+    logits of that run alone; the positive rate where ROC-AUC scores."""
+    from torch_geometric.data import Data
+    g = torch.Generator().manual_seed(1)
+    n, classes = 70, 2 if metric == 'rocauc' else 4
+    data = Data(x=torch.randn(n, 5, generator=g),
+                edge_index=torch.randint(0, n, (2, 200), generator=g),
+                y=torch.randint(0, classes, (n, ), generator=g))
+    for split in ('train', 'val', 'test'):
+        data[f'{split}_mask'] = torch.rand(runs or 1, n, generator=g) < 0.4
+    torch.manual_seed(0)
+    model = DeepGCN(5, classes, num_layers=3, hidden_channels=8, runs=runs)
+    found = evaluate(model, data, metric=metric)['test_predictions']
+    assert len(found) == (runs or 1)
+    with torch.no_grad():
+        out = model(data.x, data.edge_index).view(runs or 1, n, classes)
+    for r, record in enumerate(found):
+        pred, true = [0] * classes, [0] * classes
+        for node in range(n):
+            if data.test_mask[r, node]:
+                pred[int(out[r, node].argmax())] += 1
+                true[int(data.y[node])] += 1
+        assert record['class_counts'] == pred
+        assert record['label_counts'] == true
+        if metric == 'rocauc':
+            assert record['positive_rate'] == pred[1] / sum(pred)
+        else:
+            assert 'positive_rate' not in record
 
 
 def test_select_last(tmp_path):

@@ -32,7 +32,7 @@ import gnorm.train.collapse as collapse
 from gnorm.train.graphed import GraphedStep
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
-from gnorm.train.scores import SCORES, accuracy, roc_auc
+from gnorm.train.scores import SCORES, accuracy, class_counts, roc_auc
 from gnorm.train.common import (free_memory, is_int, one_line, option,
                                  run_name, unknown_norm_keys)
 
@@ -332,7 +332,31 @@ def evaluate(model: torch.nn.Module, data,
         out = model(data.x, graph)
     values = _metrics(out, data, mask_index(data.val_mask),
                       metric).T.tolist()
-    return dict(zip(metric_names(metric), values))
+    return {**dict(zip(metric_names(metric), values)),
+            'test_predictions': test_predictions(out, data, metric)}
+
+
+def test_predictions(out: torch.Tensor, data, metric: str = 'acc'
+                     ) -> List[Dict[str, Any]]:
+    r"""Per run, what the logits :obj:`out` predict on its test nodes: the
+    number of test nodes predicted in each class (``class_counts``, by the
+    largest logit), the number whose label is each class
+    (``label_counts``), and for a dataset scored by ROC-AUC the share
+    predicted positive (``positive_rate``). A chance screen reads them
+    (:mod:`gnorm.study.sanity`): a run that puts nearly every test node in
+    one class has collapsed, whatever its accuracy."""
+    out = out.view(-1, *out.shape[-2:])  # [runs, nodes, classes]
+    num_classes = out.size(-1)
+    mask = data.test_mask
+    predicted = class_counts(out.argmax(dim=-1), mask, num_classes).tolist()
+    labels = class_counts(data.y, mask, num_classes).tolist()
+    found = []
+    for pred, true in zip(predicted, labels):
+        record = {'class_counts': pred, 'label_counts': true}
+        if metric == 'rocauc':
+            record['positive_rate'] = pred[1] / max(sum(pred), 1)
+        found.append(record)
+    return found
 
 
 def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
@@ -764,6 +788,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
             selected_epoch=(res['best_epoch'] if cfg.select == 'best_val'
                             else cfg.train.epochs),
             **{k: final[k][r] for k in (train, val, test, val_loss)},
+            test_predictions=final['test_predictions'][r],
         )
         if monitor is not None:
             records = collapse.run_records(

@@ -1,7 +1,9 @@
 r"""Scores of node predictions for many runs at once, on the device, with
 no value read back to the host: accuracy (:func:`accuracy`) and, for
 binary labels, ROC-AUC (:func:`roc_auc`), each over a node mask per run.
-A node dataset's config names its score (``metric``: :data:`SCORES`)."""
+A node dataset's config names its score (``metric``: :data:`SCORES`).
+:func:`class_counts` counts predicted classes and labels of a mask, the
+record a chance screen reads (a run predicting one class everywhere)."""
 from typing import Optional
 
 import torch
@@ -77,3 +79,22 @@ def roc_auc(score: Tensor, y: Tensor, mask: Optional[Tensor] = None,
     wins = (twice * positive).sum(-1)  # [...]
     pairs = 2 * positive.sum(-1) * negative.sum(-1)  # [...]
     return wins.double() / pairs.double()
+
+
+def class_counts(values: Tensor, mask: Tensor, num_classes: int) -> Tensor:
+    r"""How many nodes of :obj:`mask` have each class of :obj:`values`
+    (predicted classes or labels), per run.
+
+    Args:
+        values (torch.Tensor): Classes :obj:`[runs, nodes]` (or
+            :obj:`[nodes]`, shared by the runs).
+        mask (torch.Tensor): The nodes counted, :obj:`[runs, nodes]`
+            (boolean).
+        num_classes (int): The number of classes.
+
+    Returns:
+        torch.Tensor: :obj:`[runs, num_classes]` (int64).
+    """
+    values = values.expand_as(mask)
+    one_hot = F.one_hot(values.long(), num_classes)  # [runs, nodes, C]
+    return (one_hot * mask.unsqueeze(-1).long()).sum(-2)
