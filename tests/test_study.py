@@ -527,13 +527,15 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
     assert two == ('| cora | 2 | **beats** (Δ +1.83 [+1.12, +2.55], n=3, '
                    'p=0.0082, Holm 0.0245) | **loses** (Δ \u221210.00 '
                    '[\u221212.48, \u22127.52], n=3, p=0.0033, Holm 0.0133) |')
-    assert four == ('| cora | 4 | not distinguishable (Δ +0.00 [+0.00, '
-                    '+0.00], n=3, p=1.0000, Holm 1.0000) | not compared: '
-                    'layernorm partial (1 of 4 settings) |')
+    # equal on every seed: equivalent within the margin, family-wise
+    assert four == ('| cora | 4 | equivalent (Δ +0.00 [+0.00, +0.00], n=3, '
+                    'p=1.0000, Holm 1.0000; within ±1: p=<0.0001, Holm '
+                    '<0.0001) | not compared: layernorm partial (1 of 4 '
+                    'settings) |')
     assert next(x for x in lines if x.startswith('In words')) == (
         'In words (Holm-adjusted over a family of 4 planned, 3 run): '
         'against pairnorm, '
-        'contranorm beats at cora L=2; is not distinguishable at cora L=4. '
+        'contranorm beats at cora L=2; is equivalent within ±1 at cora L=4. '
         'Against layernorm, contranorm loses at cora L=2 (not compared yet, '
         'incomplete: cora L=4).')
     assert lines[-1].endswith('reads every compared cell as the verdict '
@@ -543,7 +545,7 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
     assert "Welch's" in ' '.join(welch_lines)
     assert welch_lines[-1].endswith(
         'reads 1 compared cell otherwise: cora L=2 vs pairnorm: beats, the '
-        'verdict: not distinguishable.')
+        'verdict: undecided.')
     assert comparison_lines(
         [r for r in records if r['row'] != 'contranorm'], 'contranorm',
         ['pairnorm'], 'seed', 0.95) == []
@@ -1128,7 +1130,7 @@ def test_a_depth_study_of_a_rocauc_dataset_selects_and_reports_rocauc(
     report = (out / f'{name}.md').read_text()
     assert 'Each cell: test ROC-AUC (%)' in report
     assert 'by mean validation ROC-AUC' in report
-    assert "scored by ROC-AUC, within two standard errors of a random " \
+    assert "the seeds' test ROC-AUC, pooled, is not shown above a random " \
         "ranking's 0.5" in report
     assert 'accuracy (%)' not in report and \
         'validation accuracy' not in report

@@ -15,7 +15,7 @@ from gnorm.study import verdict_words as depth_words
 from gnorm.study import paired_findings as study_paired
 from gnorm.study.paired_words import verdict_words
 from gnorm.study import stats
-from gnorm.study.sanity import AT_CHANCE, MEANING
+from gnorm.study.sanity import MEANING, NO_BETTER
 from gnorm.study.spec import load_spec
 
 
@@ -35,7 +35,8 @@ def _node_run(row, seed, test, split='random'):
         'selected_epoch': 5, 'best_epoch': 5, 'runtime_s': 1.0,
         'curve': {'epoch': [1, 2, 3, 4, 5], 'test_acc': [test] * 5},
         'dataset': {'split_sizes': [300, 100, 100],
-                    'split_fingerprint': f'{split}{seed}'},
+                    'split_fingerprint': (f'{split}{seed}' if split == 'random'
+                                          else split)},
         'config': {'seed': seed, 'split': split, 'tag': row}}
 
 
@@ -65,7 +66,7 @@ def test_a_paired_study_on_resampled_splits_uses_the_corrected_t():
     assert (row['test_naive_lo'], row['test_naive_p']) == \
         pytest.approx((naive.lo, naive.p))
     assert naive.p < 0.05 < corrected.p  # the design decides the verdict
-    assert verdict_words(row, 'none').startswith('not distinguishable')
+    assert verdict_words(row, 'none').startswith('undecided against none')
 
 
 def test_a_paired_study_on_a_fixed_split_keeps_the_paired_t():
@@ -100,9 +101,9 @@ ONE_CLASS_ELSEWHERE = [30.19, 30.19, 30.2, 30.19, 30.18]
 
 @pytest.mark.parametrize('ours,other,kind', [
     ((TRAINED, ()), ([50.0, 51.0, 49.0, 50.5, 50.2], ()), 'beats'),
-    ((TRAINED, ()), (COLLAPSED, (AT_CHANCE,)), study_compare.OVER_CHANCE),
-    ((COLLAPSED, (AT_CHANCE,)), (TRAINED, ()), study_compare.UNDER_CHANCE),
-    ((COLLAPSED, (AT_CHANCE,)), (ONE_CLASS_ELSEWHERE, (AT_CHANCE,)),
+    ((TRAINED, ()), (COLLAPSED, (NO_BETTER,)), study_compare.OVER_CHANCE),
+    ((COLLAPSED, (NO_BETTER,)), (TRAINED, ()), study_compare.UNDER_CHANCE),
+    ((COLLAPSED, (NO_BETTER,)), (ONE_CLASS_ELSEWHERE, (NO_BETTER,)),
      study_compare.BOTH_AT_CHANCE),
 ])
 def test_a_verdict_over_a_row_at_chance_is_its_own_kind(ours, other, kind):
@@ -117,22 +118,29 @@ def test_a_verdict_over_a_row_at_chance_is_its_own_kind(ours, other, kind):
     counts = next(x for x in lines if x.startswith('Verdicts: '))
     assert f'1 {kind}' in counts
     if kind == study_compare.OVER_CHANCE:
-        assert 'contranorm trains where layernorm collapsed (at chance) ' \
-            'at cora L=2' in words and 'beats' not in words
+        assert 'contranorm trains where layernorm is no better than ' \
+            'chance at cora L=2' in words and 'beats' not in words
 
 
-def test_at_chance_is_worded_as_no_better_than_the_majority_class():
-    words = MEANING[AT_CHANCE]
-    assert 'no better than predicting the majority class' in words
-    assert 'above it or below' not in words and 'one-sided' in words
+def test_no_better_than_chance_is_worded_as_a_pooled_one_sided_test():
+    words = MEANING[NO_BETTER]
+    assert 'pooled' in words and 'one-sided' in words
+    assert 'the test nodes the seeds\' splits share' in words
+    assert 'two binomial standard errors' not in words
 
 
-def test_a_split_row_shows_how_many_seeds_are_at_chance():
+def test_a_flagged_cell_shows_its_pooled_z_and_its_one_class_seeds():
     from gnorm.study.depth_report import _cell as cell_text
     record = dict(runs=10, expected=10, test_mean=23.14, test_std=9.0,
-                  setting=None, ties='', flags=[], chance_seeds=4,
-                  paper_mean=None, not_run=None)
-    assert '4 of 10 seeds at chance' in cell_text(record)
+                  setting=None, ties='', flags=[NO_BETTER], paper_mean=None,
+                  not_run=None, one_class_seeds=4, chance_z=0.41,
+                  chance_share=35.07)
+    text = cell_text(record)
+    assert 'flagged: no better than the majority class' in text
+    assert 'pooled z 0.41 against chance 35.07' in text
+    assert '4 of 10 seeds predict one class' in text
+    record['one_class_seeds'] = None  # runs older than the record
+    assert 'the flag rests on the pooled test alone' in cell_text(record)
 
 
 # --- the family is fixed in advance ----------------------------------------

@@ -404,8 +404,7 @@ def test_report_decides_from_five_paired_seeds(tmp_path):
     assert '\u22125.00 [\u22125.20, \u22124.80] (n=5, p=' in \
         lines['- **SepNorm LN+LN**']
     assert lines['- **SepNorm BN+BN**'].endswith(
-        'at the last epoch: not distinguishable from ShareNorm at this '
-        'recipe.')
+        'at the last epoch: undecided against ShareNorm at ±1.')
     assert 'not enough seeds to decide (3 paired seeds, 5 needed)' in \
         lines['- **SepNorm LN+BN**']
     assert '| SepNorm LN+BN (graph token LN, nodes BN) | 3/5 (too few to ' \
@@ -422,7 +421,7 @@ def test_report_decides_from_five_paired_seeds(tmp_path):
     assert float(rows['sepnorm_bn_ln']['val_lo']) == pytest.approx(0.8)
     assert rows['sepnorm_bn_ln']['paper_place'] == 'below'
     assert rows['sepnorm_bn_bn']['verdict'] == \
-        'not distinguishable from ShareNorm at this recipe'
+        'undecided against ShareNorm at ±1'
     assert rows['sharenorm']['test_diff'] == ''
 
 

@@ -368,6 +368,10 @@ def _cli(*args, cwd, env=None):
      'error: dataset=cora is a node-level task and takes model=gcn or '
      'model=resgnn, got '
      'model=graphormer'),
+    (['dataset=cora', 'norm._target_=mynorm.HalfLN'], 2,
+     "error: norm._target_=mynorm.HalfLN does not import "
+     "(ModuleNotFoundError: No module named 'mynorm'); is its module on "
+     "PYTHONPATH?"),
     (['dataset=citeseer', 'data.mirror=EMPTY', 'data.root=ROOT'], 1,
      "error: dataset 'citeseer': the mirror lacks 8 raw file(s)"),
     pytest.param(['device=cuda'], 2, 'error: device=cuda but no CUDA device',
@@ -567,6 +571,10 @@ def test_summary_line_gives_accuracies_in_percent():
         'cora L=2 none seed=0 | epoch 7 (best_val) | acc train 98.57% val '
         '15.80% test 81.60% | erank last 7.18 hidden 6.44 | 1.2s cpu | '
         'out/results.json')
+    # runs trained as one model share the batch's time, and say so
+    results['batch_runs'] = 3
+    assert '| 1.2s for 3 runs as one model cpu |' in node.summary(
+        results, compose_train('layers=2'))
 
 
 @pytest.mark.parametrize('choice,target,name', [

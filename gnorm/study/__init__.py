@@ -19,8 +19,10 @@ compose and check a spec), :mod:`~gnorm.study.compose` (the runs of a
 depth study), :mod:`~gnorm.study.runner` (train what is missing),
 :mod:`~gnorm.study.select` (selection by validation, ties by counts),
 :mod:`~gnorm.study.budget` (each row's settings and default),
-:mod:`~gnorm.study.sanity` (cells at chance or still improving),
-:mod:`~gnorm.study.stats` (intervals, p-values, Holm's family),
+:mod:`~gnorm.study.sanity` (cells that predict one class, are no better
+than chance pooled over their seeds, or still improve),
+:mod:`~gnorm.study.stats` (intervals, p-values, Holm's family,
+equivalence within a margin, the difference a design detects),
 :mod:`~gnorm.study.pairing` (which runs a paired study may pair),
 :mod:`~gnorm.study.findings` (a depth study's comparisons as data),
 :mod:`~gnorm.study.verdict_words` (them in words), :mod:`~gnorm.study.variants` (verdicts on a
@@ -34,10 +36,10 @@ The reproduction of the ContraNorm authors' code lives in this
 repository's ``experiments/authors/``, outside the package.
 """
 from gnorm.study.spec import Spec, SpecError, load_spec
-from gnorm.study.stats import (Interval, corrected_interval, holm,
-                               paired_interval, verdict,
+from gnorm.study.stats import (Interval, corrected_interval, detectable,
+                               equivalence_p, holm, paired_interval, verdict,
                                welch_interval)
 
 __all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'corrected_interval',
-           'holm', 'paired_interval',
+           'detectable', 'equivalence_p', 'holm', 'paired_interval',
            'welch_interval', 'verdict']

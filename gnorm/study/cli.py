@@ -173,7 +173,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         torch.set_num_threads(args.threads)
     status = _run(plan, args)
     if not args.dry_run:  # interrupted too: the report of what finished
-        path = plan.report()
+        try:
+            path = plan.report()
+        except GnormError as e:  # e.g. runs whose data does not load
+            print(f'error: no report: {e}', file=sys.stderr)
+            return 2
         print(f'report: {os.path.relpath(path)}', flush=True)
     return status
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.study.findings import Section, views
+from gnorm.study.findings import UNCOMMITTED, Section, views
 from gnorm.study.select import REPRODUCED, reproduced, scores_said
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
+from gnorm.study.stats import MARGIN
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,10 @@ class Counts:
 class Reproduction:
     r"""The cells with a paper value by :func:`gnorm.study.select.reproduced`
     under :obj:`rule`: ``True`` reproduced, ``False`` not, ``None`` not
-    complete yet."""
+    complete yet, :data:`~gnorm.study.findings.UNCOMMITTED` complete but
+    resting on runs of uncommitted code (not quoted)."""
     rule: Dict[str, float]
-    cells: Dict[Optional[bool], List[Dict[str, Any]]]
+    cells: Dict[Any, List[Dict[str, Any]]]
 
 
 @dataclass
@@ -140,11 +142,13 @@ def _reproduction(spec: Spec, cells: List[Dict[str, Any]]
     if not rule:
         return None
     rule = {**REPRODUCED, **(rule if isinstance(rule, dict) else {})}
-    by: Dict[Optional[bool], List[Dict[str, Any]]] = {True: [], False: [],
-                                                      None: []}
+    by: Dict[Any, List[Dict[str, Any]]] = {True: [], False: [], None: [],
+                                           UNCOMMITTED: []}
     for r in cells:
         if r['paper_mean'] is not None:
-            by[reproduced(r, rule)].append(r)
+            said = reproduced(r, rule)
+            by[UNCOMMITTED if said is not None and r.get('modified_runs')
+               else said].append(r)
     return Reproduction(rule, by)
 
 
@@ -171,7 +175,8 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     budgets = {r.row: r.budget for r in rows}
     found = views(records, pairs, budgets, first,
                   pairing, level, correction,
-                  bool(spec.table.get('spread_rule')), score)
+                  bool(spec.table.get('spread_rule')), score,
+                  float(spec.table.get('margin', MARGIN)))
     cells = found.cells['val']
     # their scores and the paper
     scores = {d: scores_said([r for r in cells if r['dataset'] == d])

@@ -10,10 +10,10 @@ from gnorm.data import leakage_summary
 from gnorm.results import code, machines, plural, write_records
 from gnorm.study.depth_findings import (Counts, DepthFindings, RowSettings,
                                         counts, depth_findings, primary)
-from gnorm.study.findings import chosen_by_validation
+from gnorm.study.findings import UNCOMMITTED, chosen_by_validation
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
-from gnorm.study.sanity import MEANING, meaning
+from gnorm.study.sanity import CHANCE_FLAGS, MEANING, meaning
 from gnorm.study.select import TIE
 from gnorm.study.spec import Spec
 from gnorm.study.variants import variant_summary, variant_words
@@ -59,15 +59,82 @@ def _cell(r: Dict[str, Any]) -> str:
             ours += f"<br>tie, not chosen: {r['ties']}"
         if r.get('flags'):
             ours += f"<br>flagged: {', '.join(r['flags'])}"
-        if r.get('chance_seeds'):
-            ours += (f"<br>{r['chance_seeds']} of {r['runs']} seeds at "
-                     f"chance")
+        ours += chance_text(r)
+        if r.get('modified_runs'):
+            ours += (f"<br>{r['modified_runs']} of {r['runs']} runs from "
+                     f"uncommitted code")
     if r['paper_mean'] is None:
         return ours
     paper = f"paper {r['paper_mean']:.2f} ± {r['paper_std']:.2f}"
     if r['diff'] is None:
         return f'{ours}<br>{paper}'
     return f"{ours}<br>{paper}, Δ {r['diff']:+.2f}"
+
+
+def chance_text(r: Dict[str, Any]) -> str:
+    r"""What a cell's chance screen found, where it is flagged or some of
+    its seeds predict one class: the pooled score against chance with its
+    z, and how many seeds predict one class (or that its runs record no
+    predictions, so that the flag rests on the pooled test alone)."""
+    chance = [f for f in r.get('flags', ()) if f in CHANCE_FLAGS]
+    if not chance and not r.get('one_class_seeds'):
+        return ''
+    parts = []
+    if r.get('chance_z') is not None and chance:
+        parts.append(f"pooled z {r['chance_z']:.2f} against chance "
+                     f"{r['chance_share']:.2f}")
+    if r.get('one_class_seeds') is None:
+        parts.append('no predictions recorded: the flag rests on the '
+                     'pooled test alone')
+    else:
+        parts.append(f"{r['one_class_seeds']} of {r['runs']} seeds predict "
+                     f"one class")
+    return '<br>' + '; '.join(parts)
+
+
+def chance_lines(cells: List[Dict[str, Any]], said: str) -> List[str]:
+    r"""Per dataset, the share of its test nodes in the majority class (a
+    random ranking's 50 for ROC-AUC) and the pooled score a complete cell
+    of its splits must pass not to be flagged (the first complete cell
+    with a screen gives it), then the flagged cells, or that no cell is
+    flagged."""
+    parts = []
+    for dataset in dict.fromkeys(r['dataset'] for r in cells):
+        screened = [r for r in cells if r['dataset'] == dataset
+                    and r.get('chance_share') is not None]
+        if not screened:
+            continue
+        first = next((r for r in screened if r['complete']), screened[0])
+        share = ('a random ranking 50.00' if first['metric'] == 'rocauc'
+                 else f"majority class {first['chance_share']:.2f} % of the "
+                      "test nodes (pooled over the splits)")
+        parts.append(f"{dataset}: {share}; a cell of {first['runs']} seeds "
+                     f"is flagged below {first['chance_threshold']:.2f} %")
+    if not parts:
+        return []
+    flagged = [f"{r['dataset']} {r['row']} L={r['layers']}"
+               for r in cells if any(f in CHANCE_FLAGS
+                                     for f in r.get('flags', ()))]
+    return ['', f'**Chance** (the screen of each cell\'s seeds pooled, '
+            f'test {said}): ' + '; '.join(parts) + '. '
+            + (f"Flagged: {', '.join(flagged)}." if flagged
+               else 'No cell flagged.')]
+
+
+def modified_lines(cells: List[Dict[str, Any]]) -> List[str]:
+    r"""The cells whose runs include runs of uncommitted code (their
+    ``source.modified``): marked, and their verdicts left out of the
+    paragraph the README quotes; nothing where there is none."""
+    marked = [f"{r['dataset']} {r['row']} L={r['layers']} "
+              f"({r['modified_runs']} of {r['runs']})"
+              for r in cells if r.get('modified_runs')]
+    if not marked:
+        return []
+    return ['', '**Uncommitted code**: runs made by code with changes '
+            'not committed (`source.modified`) at ' + ', '.join(marked)
+            + '. A verdict of such a cell is shown in its table but not '
+            'in the paragraph in words (the README quotes that paragraph); '
+            're-running the runs from a commit lifts the mark.']
 
 
 def completeness(records: List[Dict[str, Any]]) -> str:
@@ -103,7 +170,9 @@ COLUMNS = ['dataset', 'row', 'layers', 'selection', 'setting',
            'settings_run', 'settings', 'runs', 'expected', 'cell_runs',
            'cell_expected', 'complete', 'test_mean', 'test_std', 'val_mean',
            'paper_mean', 'paper_std', 'diff', 'diff_paper_stds', 'note',
-           'ties', 'flags', 'chance_seeds', 'test_train', 'not_run']
+           'ties', 'flags', 'one_class_seeds', 'chance_share',
+           'chance_threshold', 'chance_z', 'modified_runs', 'test_train',
+           'not_run']
 
 
 def _settings_text(row: RowSettings) -> str:
@@ -142,7 +211,8 @@ def header(spec: Spec, found: DepthFindings, counted: List[Dict],
         f'by mean validation {said}): '
         + '; '.join(map(_settings_text, found.rows)) + '.',
         *per_dataset_lines(spec), *budget_lines(spec, found.equal_budget),
-        *leakage_lines(counted), '',
+        *leakage_lines(counted), *chance_lines(found.cells, said),
+        *modified_lines(found.cells), '',
         completeness_words(found.counts), '',
         f'Each cell: test {said} (%), mean ± std over seeds (ddof=0)'
         + (", the paper's value and Δ = ours − paper" if paper else '')
@@ -171,10 +241,12 @@ def reproduction_lines(found: DepthFindings) -> List[str]:
         return []
     rule = found.reproduction.rule
     words = {True: 'reproduced', False: 'not reproduced',
-             None: 'not complete yet'}
+             None: 'not complete yet',
+             UNCOMMITTED: 'not quoted (runs of uncommitted code)'}
     said = {k: [f"{r['dataset']} {r['row']} L={r['layers']}"
                 + (f" ({r['test_mean']:.2f} against {r['paper_mean']:.2f} "
-                   f"± {r['paper_std']:.2f})" if r['runs'] else '')
+                   f"± {r['paper_std']:.2f})"
+                   if r['runs'] and k != UNCOMMITTED else '')
                 for r in cells]
             for k, cells in found.reproduction.cells.items()}
     counts_said = ', '.join(f'{len(v)} {words[k]}'

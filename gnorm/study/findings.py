@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.study.pairing import split_mismatch
-from gnorm.study.sanity import AT_CHANCE
+from gnorm.study.sanity import CHANCE_FLAGS
 from gnorm.study.select import scores_said
-from gnorm.study.stats import (Interval, compare, exact_floor, exact_p,
+from gnorm.study.stats import (MARGIN, Interval, compare, detectable,
+                               equivalence_p, exact_floor, exact_p,
                                family_verdict, holm, pair_test_train,
                                paired_interval, seeds_for_exact,
                                spread_verdict)
@@ -33,25 +34,35 @@ SPLITS_DIFFER = 'splits differ'
 MISSING, PARTIAL = 'missing', 'partial'
 NOT_A_NUMBER, NO_CELL = 'not a number', 'no such cell'
 REASONS = (NOT_RUN, MISSING, PARTIAL, SPLITS_DIFFER, NOT_A_NUMBER, NO_CELL)
+UNCOMMITTED = 'uncommitted code'
 # The kinds of verdict (Comparison.verdict): the family's "beats" or "loses"
-# says what was beaten, a row that learned or one at chance (no better
-# than the majority class, :mod:`gnorm.study.sanity`).
+# says what was beaten, a row that learned or one at chance (flagged as
+# predicting one class or no better than chance, :mod:`gnorm.study.
+# sanity`); a difference the family does not hold is either equivalence
+# within the study's margin (two one-sided tests, Holm over the family)
+# or undecided.
 BEATS, LOSES, SAME = 'beats', 'loses', 'not distinguishable'
+EQUIVALENT, UNDECIDED = 'equivalent', 'undecided'
 OVER_CHANCE = 'trains where the other is at chance'
 UNDER_CHANCE = 'at chance where the other trains'
 BOTH_AT_CHANCE = 'both at chance'
-KINDS = (BEATS, OVER_CHANCE, LOSES, UNDER_CHANCE, SAME, BOTH_AT_CHANCE)
+KINDS = (BEATS, OVER_CHANCE, LOSES, UNDER_CHANCE, EQUIVALENT, UNDECIDED,
+         BOTH_AT_CHANCE)
 # The verdicts that say one row is better (a difference held family-wise).
 STRONG = (BEATS, OVER_CHANCE, LOSES, UNDER_CHANCE)
 
+
 def verdict_kind(said: Optional[str], ours_at_chance: bool,
-                 other_at_chance: bool) -> Optional[str]:
+                 other_at_chance: bool, equivalent: bool = False
+                 ) -> Optional[str]:
     r"""What a family verdict :obj:`said` (beats, loses, not
     distinguishable) is of two rows, one or both of which may be at
     chance: both at chance, whatever the p (:data:`BOTH_AT_CHANCE`);
     "beats" over a row at chance (:data:`OVER_CHANCE`: it trains where
-    the other collapsed, not "it beats a baseline"); "loses" while at
-    chance to a row that learned (:data:`UNDER_CHANCE`); otherwise
+    the other does not, not "it beats a baseline"); "loses" while at
+    chance to a row that learned (:data:`UNDER_CHANCE`); not
+    distinguishable: :data:`EQUIVALENT` where the equivalence test holds
+    family-wise (:obj:`equivalent`), else :data:`UNDECIDED`; otherwise
     :obj:`said`."""
     if said is None:
         return None
@@ -61,6 +72,8 @@ def verdict_kind(said: Optional[str], ours_at_chance: bool,
         return OVER_CHANCE
     if said == LOSES and ours_at_chance:
         return UNDER_CHANCE
+    if said == SAME:
+        return EQUIVALENT if equivalent else UNDECIDED
     return said
 # (dataset, row, depth) of a cell; (dataset, row, other, depth) of a
 # comparison.
@@ -74,7 +87,10 @@ class Comparison:
     cells are not compared: :obj:`why` then says why, one of
     :data:`REASONS`, with :obj:`detail`), the p adjusted in the family,
     the verdict that p gives, and the plain paired t interval where the
-    corrected resampled t replaced it."""
+    corrected resampled t replaced it; the p of the equivalence test
+    within :math:`\pm` :obj:`margin` (:func:`gnorm.study.stats.
+    equivalence_p`) and adjusted in the family; whether a compared cell
+    rests on runs of uncommitted code (:obj:`modified`)."""
     interval: Optional[Interval]
     why: str = ''
     detail: Dict[str, Any] = field(default_factory=dict)
@@ -85,6 +101,10 @@ class Comparison:
     chance: Tuple[bool, bool] = (False, False)
     exact_p: Optional[float] = None
     exact_p_adj: Optional[float] = None
+    equivalence_p: Optional[float] = None
+    equivalence_p_adj: Optional[float] = None
+    margin: float = MARGIN
+    modified: bool = False
 
 
 def chosen_by_validation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -99,7 +119,7 @@ def at_default(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
-          level: float) -> Comparison:
+          level: float, margin: float = MARGIN) -> Comparison:
     r""":obj:`ours` against :obj:`other` (two records of one dataset and
     depth), before the family's adjustment."""
     for r in (ours, other):
@@ -128,15 +148,25 @@ def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
     flagged = [f"{r['row']} {', '.join(r['flags'])}" for r in (ours, other)
                if r.get('flags')]
     return Comparison(found, naive=naive, flags='; '.join(flagged),
-                 chance=(AT_CHANCE in ours.get('flags', ()),
-                         AT_CHANCE in other.get('flags', ())),
-                 exact_p=exact_p(other['test_by_seed'], ours['test_by_seed'],
-                                 found.method))
+                      chance=(at_chance(ours), at_chance(other)),
+                      exact_p=exact_p(other['test_by_seed'],
+                                      ours['test_by_seed'], found.method),
+                      equivalence_p=equivalence_p(found, margin),
+                      margin=margin,
+                      modified=bool(ours.get('modified_runs')
+                                    or other.get('modified_runs')))
+
+
+def at_chance(record: Dict[str, Any]) -> bool:
+    r"""Whether a cell :obj:`record` is flagged as learning nothing
+    (:data:`gnorm.study.sanity.CHANCE_FLAGS`)."""
+    return any(f in CHANCE_FLAGS for f in record.get('flags', ()))
 
 
 def family(records: List[Dict[str, Any]],
            compared: Sequence[Tuple[str, Sequence[str]]], pairing: str,
-           level: float, correction: str = 'holm') -> Dict[Pair, Comparison]:
+           level: float, correction: str = 'holm',
+           margin: float = MARGIN) -> Dict[Pair, Comparison]:
     r"""Every comparison of :obj:`compared` ((row, the rows it is compared
     with) pairs) at every (dataset, depth) of :obj:`records` (one record
     per cell: :func:`shown` or :func:`at_default`), with p-values adjusted
@@ -151,41 +181,55 @@ def family(records: List[Dict[str, Any]],
             for o in against:
                 other = by.get((dataset, o, depth))
                 found[dataset, row, o, depth] = (
-                    _pair(ours, other, pairing, level) if other
+                    _pair(ours, other, pairing, level, margin) if other
                     else Comparison(None, NO_CELL))
     adjust(found, level, correction)
     return found
 
 
-def planned_p(f: Comparison, exact: bool = False) -> float:
-    r"""A comparison's p as its family counts it: its test's (or, with
-    :obj:`exact`, its exact test's), or 1 for a comparison planned but
-    without a test yet (not run, incomplete, splits that differ): it
-    counts in the family and can reject nothing, so that adding cells
-    can only add verdicts."""
-    p = f.interval and (f.exact_p if exact else f.interval.p)
+# The tests of a comparison a family adjusts: the t test (its interval's),
+# the exact test beside it, the equivalence test.
+T, EXACT, EQUIVALENCE = 't', 'exact', 'equivalence'
+
+
+def planned_p(f: Comparison, test: str = T) -> float:
+    r"""A comparison's p as its family counts it: its :obj:`test`'s
+    (:data:`T`, :data:`EXACT` or :data:`EQUIVALENCE`), or 1 for a
+    comparison planned but without that test yet (not run, incomplete,
+    splits that differ): it counts in the family and can reject nothing,
+    so that adding cells can only add verdicts."""
+    p = f.interval and {T: f.interval.p, EXACT: f.exact_p,
+                        EQUIVALENCE: f.equivalence_p}[test]
     return 1.0 if p is None else p
 
 
 def adjust(found: Dict[Pair, Comparison], level: float,
            correction: str = 'holm') -> None:
-    r"""Sets the adjusted p (t and exact tests) and the verdict of each
-    comparison of :obj:`found`, one family: every comparison planned,
-    those without a test as p = 1 (:func:`planned_p`)."""
+    r"""Sets the adjusted p (t, exact and equivalence tests, each over the
+    family) and the verdict of each comparison of :obj:`found`, one
+    family: every comparison planned, those without a test as p = 1
+    (:func:`planned_p`). A difference the family does not hold is
+    equivalence where the equivalence test's adjusted p is below
+    :math:`1 - \mathrm{level}` (the same family-wise control as
+    "beats"), else undecided."""
     keys = list(found)
-    for exact in (False, True):
-        raw = [planned_p(found[k], exact) for k in keys]
-        adjusted = holm(raw) if correction == 'holm' else raw
-        for k, p in zip(keys, adjusted):
-            f = found[k]
-            if f.interval is None:
-                continue
-            if exact:
-                f.exact_p_adj = p if f.exact_p is not None else None
-                continue
-            f.p_adj = p if f.interval.p is not None else None
-            f.verdict = verdict_kind(
-                family_verdict(f.interval.diff, f.p_adj, level), *f.chance)
+    adjusted = {}
+    for test in (T, EXACT, EQUIVALENCE):
+        raw = [planned_p(found[k], test) for k in keys]
+        adjusted[test] = holm(raw) if correction == 'holm' else raw
+    for k, p, exact, equivalence in zip(keys, adjusted[T], adjusted[EXACT],
+                                        adjusted[EQUIVALENCE]):
+        f = found[k]
+        if f.interval is None:
+            continue
+        f.exact_p_adj = exact if f.exact_p is not None else None
+        f.equivalence_p_adj = (equivalence if f.equivalence_p is not None
+                               else None)
+        f.p_adj = p if f.interval.p is not None else None
+        f.verdict = verdict_kind(
+            family_verdict(f.interval.diff, f.p_adj, level), *f.chance,
+            equivalent=(f.equivalence_p_adj is not None
+                        and f.equivalence_p_adj < 1 - level))
 
 
 def tested(found: Dict[Pair, Comparison]) -> int:
@@ -204,12 +248,14 @@ def annotate(records: List[Dict[str, Any]], found: Dict[Pair, Comparison],
     other row at the same dataset and depth (``vs_<other>_<view>diff``,
     ``_lo``, ``_hi``, ``_n``, ``_method``, ``_p``, ``_p_adj``,
     ``_verdict``, the plain paired t's ``_naive_lo``, ``_naive_hi``
-    where the corrected resampled t replaced it, and the exact test's
-    ``_exact_p`` and ``_exact_p_adj``; empty where a cell is not
-    compared); returns the names of the added columns."""
+    where the corrected resampled t replaced it, the exact test's
+    ``_exact_p`` and ``_exact_p_adj``, the equivalence test's
+    ``_equivalence_p`` and ``_equivalence_p_adj``; empty where a cell is
+    not compared); returns the names of the added columns."""
     by = {(r['dataset'], r['row'], r['layers']): r for r in records}
     fields = ('diff', 'lo', 'hi', 'n', 'method', 'p', 'p_adj', 'verdict',
-              'naive_lo', 'naive_hi', 'exact_p', 'exact_p_adj')
+              'naive_lo', 'naive_hi', 'exact_p', 'exact_p_adj',
+              'equivalence_p', 'equivalence_p_adj')
     columns: List[str] = []
     for (dataset, row, other, depth), f in found.items():
         names = [f'vs_{other}_{view}{k}' for k in fields]
@@ -218,16 +264,20 @@ def annotate(records: List[Dict[str, Any]], found: Dict[Pair, Comparison],
         by[dataset, row, depth].update(zip(names, (
             i and i.diff, i and i.lo, i and i.hi, i and i.n,
             i and i.method, i and i.p, f.p_adj, f.verdict,
-            n and n.lo, n and n.hi, f.exact_p, f.exact_p_adj)))
+            n and n.lo, n and n.hi, f.exact_p, f.exact_p_adj,
+            f.equivalence_p, f.equivalence_p_adj)))
     return columns
 
 
 def verdict_or_reason(found: Optional[Comparison]) -> str:
     r"""A comparison's verdict, or why it has none: :data:`NOT_RUN`,
     :data:`SPLITS_DIFFER` or :data:`NOT_COMPARED` (also for no
-    comparison)."""
+    comparison); :data:`UNCOMMITTED` for a verdict on runs of
+    uncommitted code, which the words in a paragraph do not quote."""
     if found is None:
         return NOT_COMPARED
+    if found.verdict and found.modified:
+        return UNCOMMITTED
     return found.verdict or (found.why if found.why in (NOT_RUN,
                                                         SPLITS_DIFFER)
                              else NOT_COMPARED)
@@ -257,7 +307,8 @@ def old_rule_differs(found: Dict[Pair, Comparison], by: Dict[Key, Dict[str, Any]
         old = spread_verdict(
             list(by[dataset, other, depth]['test_by_seed'].values()),
             list(by[dataset, row, depth]['test_by_seed'].values()))
-        if old != f.verdict:
+        held = SAME if f.verdict in (EQUIVALENT, UNDECIDED) else f.verdict
+        if old != held:  # the old rule knows no equivalence
             differ.append(((dataset, row, other, depth), old, f.verdict))
     return differ
 
@@ -355,6 +406,48 @@ class Section:
     score: str
     size: FamilySize
     verdicts: Dict[str, Dict[str, list]]
+    detect: Optional['Detectable'] = None
+    margin: float = MARGIN
+
+
+@dataclass(frozen=True)
+class Detectable:
+    r"""The smallest difference a section's design detects with 80 %
+    power at the family's first threshold (:math:`\alpha / m` under Holm,
+    :math:`\alpha` alone), given the spread of each comparison's paired
+    differences (:func:`gnorm.study.stats.detectable`): the median over
+    the section's tested comparisons, the least and the most, how many,
+    the seeds of the median comparison and the tests' methods."""
+    median: float
+    least: float
+    most: float
+    comparisons: int
+    seeds: int
+    methods: Tuple[str, ...]
+
+
+def detectable_of(found: Dict[Pair, Comparison], mine: Dict[Pair, Comparison],
+                  level: float, correction: str) -> Optional[Detectable]:
+    r"""The :class:`Detectable` difference of the comparisons :obj:`mine`
+    in the family :obj:`found`; :obj:`None` without a tested one."""
+    alpha = 1 - level
+    if correction == 'holm':
+        alpha /= planned(found)
+    sizes = sorted((d, f.interval) for f in mine.values() if f.interval
+                   for d in [detectable(f.interval, alpha)] if d is not None)
+    if not sizes:
+        return None
+    middle = sizes[(len(sizes) - 1) // 2]
+    return Detectable(
+        _median([d for d, _ in sizes]), sizes[0][0], sizes[-1][0],
+        len(sizes), seeds_per_row(middle[1]),
+        tuple(sorted({i.method for _, i in sizes})))
+
+
+def _median(values: List[float]) -> float:
+    n = len(values)
+    return (values[n // 2] if n % 2
+            else (values[n // 2 - 1] + values[n // 2]) / 2)
 
 
 def section(records: List[Dict[str, Any]], row: str,
@@ -379,7 +472,9 @@ def section(records: List[Dict[str, Any]], row: str,
     return Section(row, against, view, found, mine,
                    exact_power(found, level, correction), differ,
                    score or scores_said(cells), family_size(found),
-                   by_other(mine, against))
+                   by_other(mine, against),
+                   detectable_of(found, mine, level, correction),
+                   next((f.margin for f in mine.values()), MARGIN))
 
 
 @dataclass
@@ -400,7 +495,7 @@ def views(records: List[Dict[str, Any]],
           compared: Sequence[Tuple[str, Sequence[str]]],
           budgets: Dict[str, int], primary: str, pairing: str, level: float,
           correction: str = 'holm', spread_rule: bool = False,
-          score: Optional[str] = None) -> Views:
+          score: Optional[str] = None, margin: float = MARGIN) -> Views:
     r"""The :class:`Views` of :obj:`records` (every record of a depth
     table) for :obj:`compared` ((row, the rows it is compared with)
     pairs). Each compared row gets its :obj:`primary` view (``val`` or
@@ -408,10 +503,12 @@ def views(records: List[Dict[str, Any]],
     (:obj:`budgets`) differ, the other view too, labelled ``secondary``
     (its role is empty where the two views are one). It adds the
     comparison columns to :obj:`records` (``default_`` in the names of
-    the budget-matched view's)."""
+    the budget-matched view's). :obj:`margin`: the study's margin of
+    equivalence (``table.margin``), in points of its score."""
     cells = {'val': chosen_by_validation(records),
              'default': at_default(records)}
-    found = {view: family(cells[view], compared, pairing, level, correction)
+    found = {view: family(cells[view], compared, pairing, level, correction,
+                          margin)
              for view in ('val', 'default')}
     columns = (annotate(cells['val'], found['val'])
                + annotate(cells['default'], found['default'], 'default_'))

@@ -21,13 +21,13 @@ was measured with the paper's recipe: the report says whether the study's
 is the same (``table.paper_recipe: same``) or not (the default)."""
 from typing import Any, Dict, List, Optional, Sequence
 
-from gnorm.results import (UNITS, mean_std, metric_name, plural,
-                           score_field, value)
+from gnorm.results import UNITS, mean_std, metric_name, score_field, value
 from gnorm.study.pairing import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
 from gnorm.study.select import split_test_train
-from gnorm.study.stats import (compare, exact_p, family_verdict, holm,
+from gnorm.study.stats import (MARGIN, compare, equivalence_p, exact_p,
+                               family_verdict, holm,
                                pair_test_train, paired_interval, where_in,
                                verdict)
 
@@ -148,7 +148,8 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
             f'{key}_hi': found.hi, f'{key}_p': found.p,
             f'{key}_naive_lo': naive and naive.lo,
             f'{key}_naive_hi': naive and naive.hi,
-            f'{key}_naive_p': naive and naive.p})
+            f'{key}_naive_p': naive and naive.p,
+            f'{key}_equivalence_p': equivalence_p(found, margin(spec))})
         if key == 'test':
             record['paired_seeds'] = list(found.seeds)
             record['method'] = found.method
@@ -156,6 +157,7 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
             record['test_exact_p'] = (exact_p(a, b, found.method)
                                       if found.diffs else None)
     record['pairs'] = len(record['paired_seeds'])
+    record['margin'] = margin(spec)
     record['paper_diff'] = (None if None in (record['paper'], base['paper'])
                             else record['paper'] - base['paper'])
     record['higher'] = higher_is_better(
@@ -196,20 +198,37 @@ def correction(spec: Spec) -> str:
     return str(spec.table.get('correction', 'holm'))
 
 
+def margin(spec: Spec) -> float:
+    r"""``table.margin``: the margin of equivalence, in points of the
+    score (default :data:`gnorm.study.stats.MARGIN`)."""
+    return float(spec.table.get('margin', MARGIN))
+
+
 def read_family(spec: Spec, records: List[Dict[str, Any]]) -> None:
     r"""Adjusts the test p of the rows that decide (enough paired seeds)
     together (:func:`gnorm.study.stats.holm`, unless ``table.correction``
-    is ``none``) and sets each one's ``test_p_adj`` and ``test_found``
-    (:func:`oriented`), at the best validation epoch and
-    (``test_last_...``) at the last epoch."""
+    is ``none``), and their equivalence p the same way, and sets each
+    one's ``test_p_adj``, ``test_equivalence_p_adj`` and ``test_found``
+    (:func:`oriented`; a difference the family does not hold reads
+    ``equivalent`` where the equivalence test holds, else ``undecided``),
+    at the best validation epoch and (``test_last_...``) at the last
+    epoch."""
     deciding = [r for r in records if r['decides']]
     for key in ('test', 'test_last'):
         raw = [r[f'{key}_p'] for r in deciding]
         adjusted = holm(raw) if correction(spec) == 'holm' else raw
-        for r, p in zip(deciding, adjusted):
+        same = [1.0 if r[f'{key}_equivalence_p'] is None
+                else r[f'{key}_equivalence_p'] for r in deciding]
+        same = holm(same) if correction(spec) == 'holm' else same
+        for r, p, q in zip(deciding, adjusted, same):
             r[f'{key}_p_adj'] = p
-            r[f'{key}_found'] = oriented(
-                family_verdict(r[f'{key}_diff'], p, spec.level), r['higher'])
+            r[f'{key}_equivalence_p_adj'] = q
+            said = oriented(family_verdict(r[f'{key}_diff'], p, spec.level),
+                            r['higher'])
+            if said == 'not distinguishable':
+                said = ('equivalent' if q is not None and q < 1 - spec.level
+                        else 'undecided')
+            r[f'{key}_found'] = said
 
 
 def oriented(said: Optional[str], higher: bool = True) -> Optional[str]:

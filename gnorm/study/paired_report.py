@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, write_records
 from gnorm.study.verdict_words import METHODS, signed
-from gnorm.study.paired_findings import correction, min_seeds, short
+from gnorm.study.paired_findings import correction, margin, min_seeds, short
 from gnorm.study.paired_words import (in_words, interval, metric, p_words,
                                       paper_recipe, sentence, verdict_words,
                                       worded)
@@ -28,7 +28,8 @@ COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
            'test_last_verdict', 'val_diffs', 'val_diff', 'val_lo', 'val_hi',
            'paper_diff', 'paper_place', 'paper_place_last', 'verdict',
            'method', 'test_train', 'test_naive_lo', 'test_naive_hi',
-           'test_naive_p', 'test_exact_p']
+           'test_naive_p', 'test_exact_p', 'test_equivalence_p',
+           'test_equivalence_p_adj']
 
 
 def seeds_note(spec: Spec, records: List[Dict[str, Any]]) -> str:
@@ -101,9 +102,13 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         + (f'The rows that decide (at least {min_seeds(spec)} paired seeds: '
            f'{family}) are one family: the readings use the Holm-adjusted '
            f'p of the test at the best validation epoch (`table.correction'
-           f': holm`), below {1 - spec.level:.2f} for "better" or "worse". '
+           f': holm`), below {1 - spec.level:.2f} for "better" or "worse"; '
+           f'otherwise "equivalent" within ±{margin(spec):g} when the two '
+           f'one-sided tests of |Δ| < {margin(spec):g} (TOST, '
+           f'`table.margin`), Holm-adjusted the same way, give p below '
+           f'{1 - spec.level:.2f}, else "undecided". '
            if correction(spec) == 'holm' else
-           f'Each reading uses its own p (`table.correction: none`). ')
+           'Each reading uses its own p (`table.correction: none`). ')
         + (f"Paper Δ: the paper's value of the row − its {base} value "
            f'({paper_recipe(spec)}), and where it lies relative to the '
            f'test intervals (best validation epoch / last epoch). '

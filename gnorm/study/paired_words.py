@@ -25,11 +25,14 @@ def interval(mean: Optional[float], lo: Optional[float],
     return f'{signed(mean)} [{signed(lo)}, {signed(hi)}] (n={n}{after})'
 
 
-def reading(said: Optional[str], base: str) -> str:
+def reading(said: Optional[str], base: str, margin: float = 1.0) -> str:
     r"""A verdict on a row against :obj:`base`
-    (:func:`gnorm.study.paired_findings.oriented`) in words."""
+    (:func:`gnorm.study.paired_findings.oriented`, or ``equivalent`` and
+    ``undecided`` within :obj:`margin` points) in words."""
     return {None: 'no interval', 'beats': f'better than {base}',
-            'loses': f'worse than {base}'}.get(
+            'loses': f'worse than {base}',
+            'equivalent': f'equivalent to {base} within ±{margin:g}',
+            'undecided': f'undecided against {base} at ±{margin:g}'}.get(
         said, f'not distinguishable from {base} at this recipe')
 
 
@@ -97,14 +100,15 @@ def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
             f"{metric(spec, record.get('runs_list', ()))}: ")
     need = min_seeds(spec)
     if record['test_lo'] is None or not record.get('decides'):
-        alone = reading(record['test_alone'], base)
+        alone = reading(record['test_alone'], base, record.get('margin', 1.0))
         text = (f"{head}{rules(spec, record)}: not enough seeds to decide "
                 f"({plural(n, 'paired seed')}, {need} needed)"
                 + (f'; the interval of these {n} alone reads "{alone}".'
                    if record['test_lo'] is not None else '.'))
     else:
         said = verdict_words(record, base)
-        last = reading(record['test_last_found'], base)
+        last = reading(record['test_last_found'], base,
+                       record.get('margin', 1.0))
         text = f"{head}{rules(spec, record)}: {said}"
         if last != said:
             text += f" (at the last epoch: {last})"
@@ -173,7 +177,8 @@ def verdict_words(record: Dict[str, Any], base: str) -> str:
         return f"not compared: {mismatch_words(record['unpaired'])}"
     if record.get('why_not') == FEW_SEEDS:
         return 'not enough seeds to decide'
-    return reading(record.get('test_found'), base)
+    return reading(record.get('test_found'), base,
+                   record.get('margin', 1.0))
 
 
 def worded(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -185,8 +190,9 @@ def worded(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     for r in records[1:]:
         words = dict(r, verdict=verdict_words(r, base))
         if r.get('decides'):
-            words.update(test_verdict=reading(r['test_found'], base),
+            words.update(test_verdict=reading(r['test_found'], base,
+                                              r['margin']),
                          test_last_verdict=reading(r['test_last_found'],
-                                                   base))
+                                                   base, r['margin']))
         found.append(words)
     return found

@@ -3,6 +3,7 @@ between matplotlib versions (the same runs give the same bytes): a depth
 study's accuracy vs depth and effective rank vs layer, a paired study's
 validation curves."""
 import io
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -169,6 +170,18 @@ def plot_depth(cells: List[Dict[str, Any]], path: Path,
     save_figure(fig, path)
 
 
+def _output_tick(ax, n: int) -> None:
+    r"""Integer layer ticks 1..:obj:`n` on :obj:`ax`'s x axis, at most
+    about 8, the last always shown and labelled ``out`` (the layer whose
+    width is the classes: its effective rank is at most their number)."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator
+    step = max(1, math.ceil(n / 8))
+    ticks = [t for t in range(1, n, step) if n - t >= step / 2] + [n]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FixedFormatter(
+        [str(t) for t in ticks[:-1]] + ['out']))
+
+
 def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
     r"""Effective rank vs layer of each dataset's deepest models with
     effective ranks (mean over seeds, band: min to max) among :obj:`cells`
@@ -176,8 +189,7 @@ def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
     dataset that has them; returns whether there was any to plot (no file
     otherwise)."""
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import (FuncFormatter, LogLocator, MaxNLocator,
-                                   NullFormatter)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     drawn = [r for r in cells if r['erank']]
     datasets = list(dict.fromkeys(r['dataset'] for r in drawn))
@@ -187,6 +199,8 @@ def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
     fig, axes = _panels(len(datasets))
     for ax, dataset in zip(axes, datasets):
         deepest = max(r['layers'] for r in drawn if r['dataset'] == dataset)
+        out = max(len(r['erank']) for r in drawn if r['dataset'] == dataset
+                  and r['layers'] == deepest)
         absent, dotted = [], []
         for k, row in enumerate(row_names):
             r = next((r for r in drawn if r['dataset'] == dataset
@@ -194,7 +208,8 @@ def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
             if r is None:
                 absent.append(row)
                 continue
-            layers = range(1, len(r['erank']) + 1)
+            # hidden layers at their depth, the output layer at "out"
+            layers = [*range(1, len(r['erank'])), out]
             ax.plot(layers, r['erank'], color=f'C{k}',
                     ls='-' if r['complete'] else ':')
             ax.fill_between(layers, r['erank_min'], r['erank_max'],
@@ -202,9 +217,9 @@ def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
             if not r['complete']:
                 dotted.append(f'{row} ({partial(r)})')
         ax.set_title(f'{dataset}, {deepest} layers')
-        ax.set_xlabel('layer')
+        ax.set_xlabel('layer (the last: the output layer)')
         ax.set_ylabel('effective rank')
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _output_tick(ax, out)
         ax.set_yscale('log')
         ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))

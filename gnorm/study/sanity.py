@@ -1,55 +1,110 @@
-r"""Sanity flags of a depth study's cells: runs that learned nothing
-(their test accuracy is no better than predicting the test nodes'
-majority class everywhere) and runs still improving when training stopped (their best
-validation epoch is the last one evaluated). A verdict against such a row
+r"""Sanity flags of a depth study's cells: rows that learned nothing and
+rows still improving when training stopped. A verdict against such a row
 says less than it seems: a norm "beats" a baseline that was never trained
-to its end, or that collapsed to one class. A cell is flagged when most of
-its seeds are (:func:`flags`).
+to its end, or that predicts one class.
 
-The majority-class accuracy of a run is measured on its own split: the
-share of its test nodes in their most frequent class, the accuracy of a
-model that predicts that one class everywhere (:func:`chance_accuracy`,
-from the dataset the run's config names; :obj:`None` where it cannot be
-loaded, e.g. without the data). "Within noise" is at most two binomial
-standard errors above it, :math:`c + 2 \sqrt{c (1 - c) / n_\mathrm{test}}`
-(:func:`at_chance`). A run scored by ROC-AUC is at chance within two
-standard errors of a random ranking's 0.5 on its test nodes,
-:math:`0.5 + 2 \sqrt{(n_1 + n_0 + 1) / (12 n_1 n_0)}` for
-:math:`n_1` positive and :math:`n_0` negative nodes (the Mann-Whitney
-statistic's spread without a signal; :func:`auc_at_chance`).
+Three flags, each of a cell (the seeds of its chosen setting):
+
+* **predicts one class** (:data:`ONE_CLASS`): most seeds put at least
+  :data:`ONE_CLASS_SHARE` of their test nodes in one class, counted from
+  the predictions each run records (``results.json``'s
+  ``test_predictions``). That is a collapse: the model ignores its input.
+  Runs older than that record say nothing here (:func:`one_class`).
+* **no better than the majority class** (:data:`NO_BETTER`; **no
+  better than a random ranking**, :data:`NO_BETTER_AUC`, for ROC-AUC):
+  a one-sided test pooled
+  over the cell's seeds (:func:`pooled_chance`) does not show the score
+  above chance at level :data:`CHANCE_ALPHA`. For accuracy, chance is the
+  majority class of each run's test nodes: the statistic is
+  :math:`\sum_k c_k - \sum_k n_k m_k` (correct nodes against the
+  majority class's share :math:`m_k` of run :math:`k`'s :math:`n_k` test
+  nodes). For ROC-AUC, a random ranking's 0.5: the statistic is
+  :math:`\sum_k (\mathrm{AUC}_k - 1/2)`. Seeds of one pool's splits share
+  test nodes, so their scores are not independent: the variance counts
+  each pair of runs by the test nodes they share,
+  :math:`\mathrm{Var} = \sum_{k, l} w_k w_l \sigma_k \sigma_l
+  |T_k \cap T_l| / \sqrt{n_k n_l}`, with :math:`\sigma_k^2 = m_k (1 -
+  m_k) / n_k` (accuracy, weight :math:`w_k = n_k`: each node correct with
+  probability :math:`m_k`, a node counted as often as test sets hold it)
+  or :math:`(n_1 + n_0 + 1) / (12 n_1 n_0)` (the Mann–Whitney statistic's
+  null variance; weight 1). Disjoint test sets give the binomial's
+  variance; seeds on one fixed split give that of one test set, however
+  many seeds. A row is flagged where it is not shown better; a row far
+  below chance (a minority class everywhere) is flagged too.
+* **still improving** (:data:`IMPROVING`): most seeds reach their best
+  validation score at the last evaluated epoch.
+
+The test nodes of each run come from the dataset and split its config
+names, read from ``$GNORM_DATA_MIRROR`` where set; a node run whose data
+cannot be loaded stops the report with one line
+(:class:`gnorm.errors.GnormError`): a report never says "not flagged"
+for a cell it could not screen.
 """
 import copy
 import json
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-AT_CHANCE = 'at chance'
+from scipy import stats
+
+from gnorm.errors import GnormError
+
+ONE_CLASS = 'predicts one class'
+NO_BETTER = 'no better than the majority class'
+NO_BETTER_AUC = 'no better than a random ranking'
 IMPROVING = 'still improving'
+# The flags that say a row learned nothing: a verdict against it is of
+# its own kind (gnorm.study.findings.verdict_kind).
+CHANCE_FLAGS = (ONE_CLASS, NO_BETTER, NO_BETTER_AUC)
+# A run predicts one class when this share of its test nodes or more is
+# predicted in one class: a model that ignores its input puts every node
+# in one class; 95 % leaves room for a few nodes whose features alone push
+# them over (the threshold of the issue that asked for the flag).
+ONE_CLASS_SHARE = 0.95
+# The one-sided level of the pooled test against chance, and its z.
+CHANCE_ALPHA = 0.05
+CHANCE_Z = float(stats.norm.ppf(1 - CHANCE_ALPHA))
 # Words of a flag, as the reports explain it.
 MEANING = {
-    AT_CHANCE: 'most seeds are no better than predicting the majority '
-               'class of their test nodes everywhere: accuracy at most two '
-               'binomial standard errors above that class\'s share (a '
-               'one-sided screen: a row far below it, e.g. one predicting '
-               'a minority class, is at chance too)',
+    ONE_CLASS: f'most seeds put {ONE_CLASS_SHARE:.0%} or more of their '
+               f'test nodes in one class (the predictions each run '
+               f'records)',
+    NO_BETTER: 'the seeds\' test accuracy, pooled, is not shown above the '
+               'majority class of their test nodes (one-sided z below '
+               f'{CHANCE_Z:.3f}, level {CHANCE_ALPHA:g}; the variance '
+               'counts the test nodes the seeds\' splits share); a row '
+               'far below it, e.g. one predicting a minority class, is '
+               'flagged too',
+    NO_BETTER_AUC: 'the seeds\' test ROC-AUC, pooled, is not shown above '
+                   'a random ranking\'s 0.5 (one-sided z below '
+                   f'{CHANCE_Z:.3f}, level {CHANCE_ALPHA:g}; the variance '
+                   'counts the test nodes the seeds\' splits share)',
     IMPROVING: 'most seeds reach their best validation accuracy at the '
                'last evaluated epoch: training stopped while the row was '
                'still improving',
 }
-# How a run scored by ROC-AUC is at chance, added to MEANING where a
-# report has such runs (:func:`meaning`).
-AUC_CHANCE = ('; scored by ROC-AUC, within two standard errors of a random '
-              'ranking\'s 0.5')
-_COUNTS: Dict[str, Optional[List[int]]] = {}
+_TEST_SETS: Dict[str, Optional['TestSet']] = {}
 
 
 def meaning(flag: str, said: str = 'accuracy') -> str:
     r"""The words of :obj:`flag` in a report whose cells are scored by
     :obj:`said` (:func:`gnorm.study.select.scores_said`)."""
-    if flag == AT_CHANCE and 'ROC-AUC' in said:
-        return MEANING[flag] + AUC_CHANCE
     return MEANING[flag].replace('validation accuracy', f'validation {said}')
+
+
+@dataclass(frozen=True)
+class TestSet:
+    r"""The test nodes of a run (sorted indices) and how many of them are
+    in each class."""
+    nodes: frozenset
+    label_counts: List[int]
+
+    @property
+    def majority(self) -> float:
+        r"""The share of the test nodes in their most frequent class."""
+        return max(self.label_counts) / sum(self.label_counts)
 
 
 def _split_key(config: Dict[str, Any]) -> str:
@@ -60,75 +115,138 @@ def _split_key(config: Dict[str, Any]) -> str:
                        config.get('test_set')], sort_keys=True)
 
 
-def class_counts_of_test(run: Dict[str, Any]) -> Optional[List[int]]:
-    r"""The number of :obj:`run`'s test nodes in each class, from the
-    graph and split its config names, read from ``$GNORM_DATA_MIRROR``
-    where set; :obj:`None` for a run that is no node run or whose data
-    cannot be loaded. Computed once per split."""
+def test_set(run: Dict[str, Any]) -> Optional[TestSet]:
+    r"""The :class:`TestSet` of :obj:`run`, from the graph and split its
+    config names (loaded once per split); :obj:`None` for a run that is
+    no node run or names no dataset. Raises :class:`GnormError` where the
+    data cannot be loaded."""
     config = run.get('config') or {}
     if run.get('task', 'node') != 'node' or 'dataset' not in config:
         return None
     key = _split_key(config)
-    if key not in _COUNTS:
-        _COUNTS[key] = _class_counts(config)
-    return _COUNTS[key]
+    if key not in _TEST_SETS:
+        _TEST_SETS[key] = _load_test_set(config)
+    return _TEST_SETS[key]
+
+
+def class_counts_of_test(run: Dict[str, Any]) -> Optional[List[int]]:
+    r"""The number of :obj:`run`'s test nodes in each class
+    (:func:`test_set`)."""
+    found = test_set(run)
+    return found.label_counts if found else None
 
 
 def chance_accuracy(run: Dict[str, Any]) -> Optional[float]:
     r"""The share of :obj:`run`'s test nodes in their most frequent class
-    (a fraction; :func:`class_counts_of_test`)."""
-    counts = class_counts_of_test(run)
-    return max(counts) / sum(counts) if counts else None
+    (a fraction; :func:`test_set`)."""
+    found = test_set(run)
+    return found.majority if found else None
 
 
-def _class_counts(config: Dict[str, Any]) -> Optional[List[int]]:
+def _load_test_set(config: Dict[str, Any]) -> Optional[TestSet]:
     from omegaconf import OmegaConf
 
-    from gnorm.errors import GnormError
     from gnorm.train.node import load_data
     config = copy.deepcopy(config)
     data_options = config.setdefault('data', {})
-    data_options['mirror'] = (os.environ.get('GNORM_DATA_MIRROR')
-                              or data_options.get('mirror'))
+    mirror = (os.environ.get('GNORM_DATA_MIRROR')
+              or data_options.get('mirror'))
+    data_options['mirror'] = mirror
+    dataset = config['dataset']
+    name = dataset.get('name') if isinstance(dataset, dict) else dataset
     try:
         data = load_data(OmegaConf.create(config))
-    except (GnormError, OSError, RuntimeError, ValueError, KeyError):
-        return None
-    labels = data.y[data.test_mask]
+    except (GnormError, OSError, RuntimeError, ValueError, KeyError) as e:
+        raise GnormError(
+            f"cannot screen the runs of {name} for chance: its data does "
+            f"not load (GNORM_DATA_MIRROR={mirror or 'unset'}: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+            f"set GNORM_DATA_MIRROR to a folder with its raw files "
+            f"(docs/data.rst)") from None
+    mask = data.test_mask
+    labels = data.y[mask]
     if labels.numel() == 0:
         return None
-    return labels.bincount().tolist()
+    return TestSet(frozenset(mask.nonzero().view(-1).tolist()),
+                   labels.bincount().tolist())
 
 
-def at_chance(accuracy: float, chance: float, n_test: int) -> bool:
-    r"""Whether :obj:`accuracy` (a fraction) is within noise of
-    :obj:`chance` on :obj:`n_test` nodes: at most two binomial standard
-    errors above it."""
-    return accuracy <= chance + 2 * math.sqrt(chance * (1 - chance)
-                                              / max(n_test, 1))
-
-
-def auc_at_chance(auc: float, positives: int, negatives: int) -> bool:
-    r"""Whether the ROC-AUC :obj:`auc` on :obj:`positives` and
-    :obj:`negatives` test nodes is within two standard errors of a random
-    ranking's 0.5."""
-    if not positives or not negatives:
-        return True
-    return auc <= 0.5 + 2 * math.sqrt((positives + negatives + 1)
-                                      / (12 * positives * negatives))
-
-
-def _run_at_chance(run: Dict[str, Any]) -> Optional[bool]:
-    if run.get('metric') == 'rocauc' and 'test_metric' in run:
-        counts = class_counts_of_test(run)
-        if not counts or len(counts) != 2:
-            return None
-        return auc_at_chance(float(run['test_metric']), counts[1], counts[0])
-    chance = chance_accuracy(run)
-    sizes = run.get('dataset', {}).get('split_sizes')
-    if chance is None or not sizes or 'test_acc' not in run:
+def one_class(run: Dict[str, Any]) -> Optional[bool]:
+    r"""Whether :obj:`run` put :data:`ONE_CLASS_SHARE` or more of its test
+    nodes in one class, from its recorded ``test_predictions``;
+    :obj:`None` for a run that records none."""
+    counts = (run.get('test_predictions') or {}).get('class_counts')
+    if not counts or not sum(counts):
         return None
-    return at_chance(float(run['test_acc']), chance, int(sizes[2]))
+    return max(counts) / sum(counts) >= ONE_CLASS_SHARE
+
+
+@dataclass(frozen=True)
+class Pooled:
+    r"""The pooled test of a cell's seeds against chance
+    (:func:`pooled_chance`): the seeds' pooled score and chance's (fractions:
+    accuracy weighted by test nodes, or the mean ROC-AUC), the one-sided
+    z, and the pooled score a cell of these splits needs to be shown above
+    chance (:obj:`threshold`)."""
+    seeds: int
+    score: float
+    chance: float
+    z: float
+    threshold: float
+    metric: str
+
+    @property
+    def flagged(self) -> bool:
+        return not self.z >= CHANCE_Z
+
+
+def pooled_chance(runs: Sequence[Dict[str, Any]]) -> Optional[Pooled]:
+    r"""The :class:`Pooled` test of :obj:`runs` (a cell's seeds) against
+    chance (the module's text); :obj:`None` without runs or where a run
+    has no test set (:func:`test_set`) or no score."""
+    parts = []
+    for run in runs:
+        found = test_set(run)
+        if found is None:
+            return None
+        part = _part(run, found)
+        if part is None:
+            return None
+        parts.append((found, *part))
+    if not parts:
+        return None
+    metric = 'rocauc' if runs[0].get('metric') == 'rocauc' else 'acc'
+    total = sum(w for _, w, _, _, _ in parts)
+    excess = sum(w * (s - c) for _, w, s, c, _ in parts)
+    variance = sum(
+        wk * wl * sk * sl * len(tk.nodes & tl.nodes)
+        / math.sqrt(len(tk.nodes) * len(tl.nodes))
+        for tk, wk, _, _, sk in parts for tl, wl, _, _, sl in parts)
+    spread = math.sqrt(variance)
+    chance = sum(w * c for _, w, _, c, _ in parts) / total
+    z = (excess / spread if spread else
+         math.inf if excess > 0 else -math.inf)
+    return Pooled(len(parts), chance + excess / total, chance, z,
+                  chance + CHANCE_Z * spread / total, metric)
+
+
+def _part(run: Dict[str, Any], found: TestSet) -> Optional[tuple]:
+    r"""(weight, score, chance, sd) of :obj:`run` on its test nodes
+    :obj:`found` (fractions)."""
+    n = len(found.nodes)
+    if run.get('metric') == 'rocauc':
+        if 'test_metric' not in run or len(found.label_counts) != 2:
+            return None
+        negatives, positives = found.label_counts
+        if not positives or not negatives:
+            return None
+        sd = math.sqrt((positives + negatives + 1)
+                       / (12 * positives * negatives))
+        return 1.0, float(run['test_metric']), 0.5, sd
+    if 'test_acc' not in run:
+        return None
+    m = found.majority
+    return float(n), float(run['test_acc']), m, math.sqrt(m * (1 - m) / n)
 
 
 def still_improving(run: Dict[str, Any]) -> bool:
@@ -140,22 +258,34 @@ def still_improving(run: Dict[str, Any]) -> bool:
     return run.get('best_epoch') is not None and run['best_epoch'] == last
 
 
-def chance_count(runs: Sequence[Dict[str, Any]]) -> int:
-    r"""How many of :obj:`runs` are at chance (no better than the majority
-    class; ROC-AUC: than a random ranking): a cell shows it where its
-    seeds split."""
-    return sum(bool(_run_at_chance(r)) for r in runs)
+def one_class_count(runs: Sequence[Dict[str, Any]]) -> Optional[int]:
+    r"""How many of :obj:`runs` predict one class (:func:`one_class`);
+    :obj:`None` where none records its predictions."""
+    found = [one_class(r) for r in runs]
+    if all(f is None for f in found):
+        return None
+    return sum(bool(f) for f in found)
 
 
-def flags(runs: Sequence[Dict[str, Any]], expected: int) -> List[str]:
+def flags(runs: Sequence[Dict[str, Any]], expected: int,
+          pooled: Optional[Pooled] = None) -> List[str]:
     r"""The flags of a cell whose chosen setting has :obj:`runs` (of
-    :obj:`expected` seeds): :data:`AT_CHANCE` when more than half of them
-    are at chance, :data:`IMPROVING` when more than half are still
+    :obj:`expected` seeds): :data:`ONE_CLASS` when more than half of them
+    predict one class, :data:`NO_BETTER` when the :obj:`pooled` test
+    (:func:`pooled_chance`, computed here if not given) does not show them
+    above chance (:data:`NO_BETTER`, or :data:`NO_BETTER_AUC` for
+    ROC-AUC), :data:`IMPROVING` when more than half are still
     improving."""
     found = []
+    if not runs:
+        return found
     half = max(len(runs), expected) / 2
-    if runs and chance_count(runs) > half:
-        found.append(AT_CHANCE)
-    if runs and sum(still_improving(r) for r in runs) > half:
+    if (one_class_count(runs) or 0) > half:
+        found.append(ONE_CLASS)
+    pooled = pooled or pooled_chance(runs)
+    if pooled is not None and pooled.flagged:
+        found.append(NO_BETTER_AUC if pooled.metric == 'rocauc'
+                     else NO_BETTER)
+    if sum(still_improving(r) for r in runs) > half:
         found.append(IMPROVING)
     return found

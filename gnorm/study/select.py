@@ -15,12 +15,14 @@ float32, times ``dataset.split_sizes``, rounded), and a setting's mean is
 the exact rational mean of those (:func:`exact_mean`), so that equal
 counts tie whatever order float sums took. Scores without counts
 (ROC-AUC) tie within :data:`TIE`."""
+import json
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from gnorm.errors import GnormError
 from gnorm.results import UNITS, mean_std, plural, score_field, value
 from gnorm.study.compose import setting_label
-from gnorm.study.sanity import chance_count, flags
+from gnorm.study.sanity import flags, one_class_count, pooled_chance
 
 # Means of metrics without counts closer than this are a tie.
 TIE = 1e-9
@@ -217,6 +219,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
             cell_expected = len(cell['settings']) * cell['expected']
             erank = [r.get('collapse', {}).get('effective_rank')
                      for r in chosen]
+            pooled = pooled_chance(chosen)
             records.append(dict(
                 dataset=cell['dataset'], row=cell['row'],
                 layers=cell['depth'], metric=metric,
@@ -231,8 +234,13 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 diff_paper_stds=stds, note=note,
                 ties='; '.join(_tie_text(t, groups[t], fields['test'])
                                for t in tied),
-                flags=flags(chosen, cell['expected']),
-                chance_seeds=chance_count(chosen),
+                flags=flags(chosen, cell['expected'], pooled),
+                one_class_seeds=one_class_count(chosen),
+                chance_share=pooled and 100 * pooled.chance,
+                chance_threshold=pooled and 100 * pooled.threshold,
+                chance_z=pooled and pooled.z,
+                modified_runs=sum(bool((r.get('source') or {}).get(
+                    'modified')) for r in chosen),
                 test_by_seed={value(r, 'seed'): 100 * r[fields['test']]
                               for r in chosen},
                 fingerprint_by_seed={
@@ -249,19 +257,48 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
     return records
 
 
+def split_of(run: Dict[str, Any]) -> Optional[str]:
+    r"""What identifies the split :obj:`run` trained and was tested on:
+    its recorded split fingerprint (:func:`gnorm.data.split_fingerprint`
+    of its masks), else, for a run that records none, its config's split,
+    split index, test set and, for ``split: random``, seed; :obj:`None`
+    for a run with neither."""
+    recorded = (run.get('dataset') or {}).get('split_fingerprint')
+    if recorded:
+        return recorded
+    config = run.get('config') or {}
+    if 'split' not in config:
+        return None
+    seed = config.get('seed') if config['split'] == 'random' else None
+    return json.dumps([config['split'], config.get('split_index'),
+                       config.get('test_set'), seed])
+
+
 def split_test_train(runs: Sequence[Dict[str, Any]]) -> Optional[float]:
     r"""The mean :math:`n_\mathrm{test}/n_\mathrm{train}` of :obj:`runs`
-    whose seeds resample their split from one pool (``split: random``),
-    for the corrected resampled t; :obj:`None` for a fixed split or
-    without sizes."""
+    (a row's seeds) where they train on different splits of one pool of
+    nodes, for the corrected resampled t; :obj:`None` where every run has
+    the same split (the paired t). Decided from the runs' recorded splits
+    (:func:`split_of`: fingerprints of the masks), whatever made them
+    (``split: random``, the dataset's stored splits indexed by seed, a
+    user's list), not from the config's split name; the sizes are each
+    run's recorded ``dataset.split_sizes``. Raises :class:`GnormError`
+    for runs on different splits that record no sizes: the corrected t
+    needs them, and the plain paired t would be too narrow."""
+    splits = {split_of(r) for r in runs}
+    if len(splits) < 2:
+        return None
     ratios = []
     for r in runs:
-        sizes = r.get('dataset', {}).get('split_sizes')
-        if r.get('config', {}).get('split') != 'random' or not sizes \
-                or not sizes[0]:
-            return None
+        sizes = (r.get('dataset') or {}).get('split_sizes')
+        if not sizes or not sizes[0]:
+            raise GnormError(
+                f"runs of {value(r, 'tag') or 'a row'} train on different "
+                f"splits but {r.get('path') or 'one of them'} records no "
+                f"split sizes (dataset.split_sizes): the corrected "
+                f"resampled t needs n_test/n_train; re-run it")
         ratios.append(sizes[2] / sizes[0])
-    return sum(ratios) / len(ratios) if ratios else None
+    return sum(ratios) / len(ratios)
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -8,7 +8,6 @@ so that its ``defaults:`` may name gnorm's experiments and every run,
 trained here or by a Hydra launcher, composes exactly what the file says.
 """
 import atexit
-import importlib
 import itertools
 import os
 import shutil
@@ -19,8 +18,9 @@ from typing import Any, Dict, List, Optional, Sequence, Set
 
 from gnorm.errors import ConfigError, closest
 from gnorm.results import NOT_CONFIG_KEYS
-from gnorm.study.stats import CORRECTIONS, LEVEL, PAIRINGS
+from gnorm.study.stats import CORRECTIONS, LEVEL, MARGIN, PAIRINGS
 from gnorm.train import CONF_DIR
+from gnorm.train.common import import_error
 
 KINDS = ('depth', 'paired')
 # Where gnorm's own studies keep their runs and reports (experiments/runs,
@@ -50,7 +50,7 @@ TABLE_KEYS = (
     'labels', 'metric', 'dataset', 'plot_title', 'recipe_note',
     'mirror_note', 'epochs_why', 'published', 'beside', 'elsewhere',
     'elsewhere_intro', 'correction', 'budget', 'paper_recipe', 'variants',
-    'primary', 'per_dataset', 'reproduced')
+    'primary', 'per_dataset', 'reproduced', 'margin')
 BUDGETS = ('any', 'equal')
 # The view of a depth study whose verdicts are the study's (table.primary):
 # each row tuned by validation, or every row at its default (equal budgets).
@@ -457,14 +457,9 @@ def _check_targets(spec: Spec) -> None:
             key, value = item.split('=', 1)
             if not key.endswith('_target_'):
                 continue
-            module, _, name = value.rpartition('.')
-            try:
-                getattr(importlib.import_module(module), name)
-            except Exception as e:
-                raise SpecError(
-                    f'{spec.name}: row {row!r}: {item} does not import '
-                    f'({type(e).__name__}: {e}); is its module on '
-                    f'PYTHONPATH?') from None
+            why = import_error(value)
+            if why:
+                raise SpecError(f'{spec.name}: row {row!r}: {item} {why}')
 
 
 def check_spec(spec: Spec) -> None:
@@ -488,6 +483,7 @@ def check_spec(spec: Spec) -> None:
         raise SpecError(f'{spec.name}: table.level must lie in (0, 1), '
                         f'got {spec.level}')
     _check_choice(spec, 'correction', CORRECTIONS)
+    _check_margin(spec)
     _check_choice(spec, 'primary', PRIMARY)
     _check_choice(spec, 'budget', BUDGETS)
     _check_rows(spec)
@@ -518,6 +514,16 @@ def check_spec(spec: Spec) -> None:
     _check_targets(spec)
     check_row_keys(spec)
     _check_protocol(spec)
+
+
+def _check_margin(spec: Spec) -> None:
+    r"""``table.margin``, the margin of equivalence in points of the
+    study's score, must be a finite number > 0."""
+    margin = spec.table.get('margin', MARGIN)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) \
+            or not 0 < margin < float('inf'):
+        raise SpecError(f'{spec.name}: table.margin must be a number > 0 '
+                        f'(points of the score, e.g. 1.0), got {margin!r}')
 
 
 def _check_choice(spec: Spec, key: str, choices: Sequence[str]) -> None:

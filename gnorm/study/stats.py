@@ -16,8 +16,10 @@ A comparison of row B with row A is the difference of their means,
   degrees of freedom :math:`\nu`.
 
 * **paired over resampled splits** (:func:`corrected_interval`), where
-  seed :math:`k` draws split :math:`k` at random from one pool of nodes
-  (``split: random``): the training sets of the splits overlap, so the
+  seed :math:`k` trains on split :math:`k` of one pool of nodes
+  (``split: random``, or the dataset's stored splits indexed by seed:
+  the runs' split fingerprints differ, :func:`gnorm.study.select.
+  split_test_train`): the training sets of the splits overlap, so the
   differences are not independent and the plain paired t interval is too
   narrow. The corrected resampled t of Nadeau & Bengio (2003, "Inference
   for the generalization error", Machine Learning 52) multiplies the
@@ -25,7 +27,10 @@ A comparison of row B with row A is the difference of their means,
   / (1/k)`: :math:`\bar d \pm t_{(1 + \mathrm{level}) / 2,\, k - 1}
   \sqrt{(1/k + n_\mathrm{test}/n_\mathrm{train})\, s_d^2}`.
 
-Every interval comes with the two-sided p of its test. A table of
+Every interval comes with the two-sided p of its test, its standard
+error and degrees of freedom: :func:`equivalence_p` reads it as two
+one-sided tests against a margin (equivalence), :func:`detectable` gives
+the smallest difference the design detects with 80 % power. A table of
 comparisons is one **family**: :func:`holm` adjusts their p-values (Holm's
 step-down, 1979: it holds the family-wise error rate at the level and is
 uniformly more powerful than Bonferroni), and :func:`family_verdict` reads
@@ -39,11 +44,12 @@ beside them in the reports use ddof=0 (:func:`gnorm.results.mean_std`).
 import itertools
 import math
 import random
+import statistics
 import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from scipy import stats
+from scipy import optimize, stats
 
 from gnorm.errors import renamed
 from gnorm.results import mean_std
@@ -75,6 +81,8 @@ class Interval:
     diffs: tuple = ()
     p: Optional[float] = None
     method: str = PAIRED_T
+    se: Optional[float] = None
+    df: Optional[float] = None
 
     @property
     def verdict(self) -> Optional[str]:
@@ -93,20 +101,28 @@ def mean_interval(values: Sequence[float], level: float = LEVEL,
     :obj:`inflation` (:func:`corrected_interval`). No bounds and no p for
     fewer than two values, no mean for none; values without spread give
     the point as interval and p = 1 for a mean of 0, else 0."""
+    return _mean_test(values, level, inflation)[:4]
+
+
+def _mean_test(values: Sequence[float], level: float = LEVEL,
+               inflation: float = 1.0) -> tuple:
+    r""":func:`mean_interval` and the standard error of the mean with its
+    degrees of freedom: ``(mean, lo, hi, p, se, df)`` (se 0 for values
+    without spread, :obj:`None` for fewer than two)."""
     values = [float(v) for v in values]
     if not values:
-        return None, None, None, None
+        return None, None, None, None, None, None
     n = len(values)
     mean = sum(values) / n
     if n < 2:
-        return mean, None, None, None
+        return mean, None, None, None, None, None
     if _constant(values):  # no spread: the interval is the point
-        return mean, mean, mean, float(mean == 0)
+        return mean, mean, mean, float(mean == 0), 0.0, n - 1
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     se = sd * math.sqrt(inflation / n)
     half = float(stats.t.ppf((1 + level) / 2, n - 1)) * se
     p = float(2 * stats.t.sf(abs(mean) / se, n - 1))
-    return mean, mean - half, mean + half, p
+    return mean, mean - half, mean + half, p, se, n - 1
 
 
 def _paired(a: Dict[int, float], b: Dict[int, float]) -> tuple:
@@ -119,9 +135,9 @@ def paired_interval(a: Dict[int, float], b: Dict[int, float],
     r""":obj:`b` − :obj:`a` seed by seed (both: seed -> value), over the
     seeds both have: the paired t interval."""
     seeds, diffs = _paired(a, b)
-    mean, lo, hi, p = mean_interval(diffs, level)
+    mean, lo, hi, p, se, df = _mean_test(diffs, level)
     return Interval(mean, lo, hi, str(len(seeds)), True, seeds, diffs, p,
-                    PAIRED_T)
+                    PAIRED_T, se, df)
 
 
 def corrected_interval(a: Dict[int, float], b: Dict[int, float],
@@ -137,9 +153,10 @@ def corrected_interval(a: Dict[int, float], b: Dict[int, float],
         raise ValueError(f'test_train must be > 0, got {test_train}')
     seeds, diffs = _paired(a, b)
     k = len(seeds)
-    mean, lo, hi, p = mean_interval(diffs, level,
-                                    1 + k * test_train if k else 1.0)
-    return Interval(mean, lo, hi, str(k), True, seeds, diffs, p, CORRECTED_T)
+    mean, lo, hi, p, se, df = _mean_test(
+        diffs, level, 1 + k * test_train if k else 1.0)
+    return Interval(mean, lo, hi, str(k), True, seeds, diffs, p, CORRECTED_T,
+                    se, df)
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float],
@@ -154,13 +171,16 @@ def welch_interval(a: Sequence[float], b: Sequence[float],
         return Interval(diff, None, None, n, False, method=WELCH)
     if _constant(list(a)) and _constant(list(b)):
         return Interval(diff, diff, diff, n, False, p=float(diff == 0),
-                        method=WELCH)
+                        method=WELCH, se=0.0, df=len(a) + len(b) - 2)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', RuntimeWarning)
         test = stats.ttest_ind(list(b), list(a), equal_var=False)
         low, high = test.confidence_interval(level)
+    df = float(test.df)
+    se = math.sqrt(statistics.variance(a) / len(a)
+                   + statistics.variance(b) / len(b))
     return Interval(diff, float(low), float(high), n, False,
-                    p=float(test.pvalue), method=WELCH)
+                    p=float(test.pvalue), method=WELCH, se=se, df=df)
 
 
 def pair_test_train(a: Optional[float], b: Optional[float]
@@ -199,6 +219,62 @@ def compare(a: Dict[int, float], b: Dict[int, float], pairing: str,
     if method == PAIRED_T:
         return paired_interval(a, b, level)
     return welch_interval(list(a.values()), list(b.values()), level)
+
+
+# The margin of equivalence of a study (``table.margin``), in points of
+# its score, and the power at which it states the difference its design
+# detects.
+MARGIN = 1.0
+POWER = 0.8
+
+
+def equivalence_p(found: Interval, margin: float) -> Optional[float]:
+    r"""The p of the two one-sided tests (TOST; Schuirmann 1987, Lakens
+    2017) that the difference of :obj:`found` lies within
+    :math:`\pm` :obj:`margin`: the larger of the p of
+    :math:`H_0: \Delta \le -m` against :math:`\Delta > -m` and of
+    :math:`H_0: \Delta \ge m` against :math:`\Delta < m`, each a t test
+    with the interval's standard error and degrees of freedom (the
+    corrected resampled t's inflated variance where it made the
+    interval). A p below :math:`\alpha` is equivalence at level
+    :math:`\alpha`: the :math:`1 - 2\alpha` interval inside the margin.
+    :obj:`None` without a standard error."""
+    if not margin > 0:
+        raise ValueError(f'margin must be > 0, got {margin}')
+    if found.diff is None or found.se is None or found.df is None:
+        return None
+    if found.se == 0:
+        return 0.0 if abs(found.diff) < margin else 1.0
+    lower = stats.t.sf((found.diff + margin) / found.se, found.df)
+    upper = stats.t.cdf((found.diff - margin) / found.se, found.df)
+    return float(max(lower, upper))
+
+
+def detectable(found: Interval, alpha: float, power: float = POWER
+               ) -> Optional[float]:
+    r"""The smallest difference a two-sided t test at level :obj:`alpha`
+    (e.g. a family's first Holm threshold, :math:`\alpha / m`) detects
+    with probability :obj:`power`, given the spread :obj:`found` observed
+    (its standard error, inflated where the corrected resampled t made
+    it, and degrees of freedom :math:`\nu`): :math:`\delta\,
+    \mathrm{se}`, where the noncentral t with :math:`\nu` degrees of
+    freedom and noncentrality :math:`\delta` passes the test's critical
+    value with probability :obj:`power` (where scipy cannot evaluate it,
+    the usual :math:`t_{1 - \alpha/2} + t_\mathrm{power}`). :obj:`None`
+    without a standard error."""
+    if found.se is None or not found.df:
+        return None
+    critical = stats.t.ppf(1 - alpha / 2, found.df)
+
+    def missed(shift: float) -> float:  # the far tail, below -critical,
+        return stats.nct.sf(critical, found.df, shift) - power  # is ~0
+
+    approximate = critical + stats.t.ppf(power, found.df)
+    try:
+        shift = optimize.brentq(missed, 0.0, 2 * approximate + 2)
+    except ValueError:  # the noncentral t out of scipy's range (ν tiny)
+        shift = approximate
+    return float(shift * found.se)
 
 
 def holm(pvalues: Sequence[Optional[float]]) -> List[Optional[float]]:
@@ -361,9 +437,13 @@ def smallest_sign_flip_p(n: int, samples: int = SAMPLES) -> float:
 def exact_p(a: Dict[int, float], b: Dict[int, float], method: str
             ) -> Optional[float]:
     r"""The exact test beside an interval made by :obj:`method`: the
-    sign-flip test of the paired differences (paired or corrected
-    resampled t) or the permutation test of the two rows (Welch);
-    :obj:`None` without values to test."""
+    sign-flip test of the paired differences (paired t) or the
+    permutation test of the two rows (Welch); :obj:`None` without values
+    to test, and beside the corrected resampled t: the sign-flip test
+    assumes independent differences, and seeds on overlapping resampled
+    splits are not (the corrected t is the only test there)."""
+    if method == CORRECTED_T:
+        return None
     if method == WELCH:
         if not a or not b:
             return None

@@ -6,15 +6,17 @@ loses) the variant gives again, in words; the README quotes it."""
 from typing import Dict, List, Tuple
 
 from gnorm.study.findings import (KINDS, NOT_COMPARED, NOT_RUN, SPLITS_DIFFER,
-                                  STRONG, Comparison, Pair, verdict_or_reason)
+                                  STRONG, UNCOMMITTED, Comparison, Pair,
+                                  verdict_or_reason)
 from gnorm.study.verdict_words import cells_text, said_of
 
 # How a comparison without a verdict reads.
 NO_VERDICT = {NOT_RUN: 'is not run here', NOT_COMPARED: 'is not compared '
               'yet (incomplete)', SPLITS_DIFFER: 'is not compared (the '
-              'splits differ)'}
+              'splits differ)', UNCOMMITTED: 'is not quoted (runs of '
+              'uncommitted code)'}
 # The order verdicts are named in.
-ORDER = (*KINDS, NOT_COMPARED, SPLITS_DIFFER, NOT_RUN)
+ORDER = (*KINDS, NOT_COMPARED, SPLITS_DIFFER, UNCOMMITTED, NOT_RUN)
 
 
 def on_graph(verdicts: Dict[int, str], dataset: str, other: str) -> str:
@@ -74,22 +76,29 @@ def variant_summary(row: str, found: Dict[Pair, Comparison],
     r"""One sentence: how many of :obj:`row`'s verdicts (beats or loses)
     on the datasets of :obj:`variants` hold on their variants (and how
     many are not compared there yet), and the verdicts only the variants
-    give; :obj:`how`: how the verdicts were read."""
-    kept, lost, pending, new = [], [], [], []
+    give; cells whose runs (on the dataset or its variant) include runs of
+    uncommitted code are named, not quoted; :obj:`how`: how the verdicts
+    were read."""
+    kept, lost, pending, new, unquoted = [], [], [], [], []
     for original, variant in variants.items():
         for (dataset, r, other, depth), f in found.items():
-            if r != row or dataset != original:
+            if r != row or dataset != original or f.verdict not in STRONG:
                 continue
+            said = verdict_or_reason(f)
             there = verdict_or_reason(found.get((variant, row, other, depth)))
-            if f.verdict in STRONG:
-                (kept if there == f.verdict else pending
-                 if there in NO_VERDICT else lost).append(
-                    (f.verdict, other, dataset, depth))
+            if UNCOMMITTED in (said, there):
+                unquoted.append((dataset, depth))
+                continue
+            (kept if there == said else pending
+             if there in NO_VERDICT else lost).append(
+                (said, other, dataset, depth))
         for (dataset, r, other, depth), f in found.items():
-            if r == row and dataset == variant and f.verdict in \
-                    STRONG and verdict_or_reason(found.get(
-                        (original, row, other, depth))) != f.verdict:
-                new.append((f.verdict, other, dataset, depth))
+            said = verdict_or_reason(f)
+            if r == row and dataset == variant and said in STRONG and \
+                    verdict_or_reason(found.get(
+                        (original, row, other, depth))) not in (
+                            said, UNCOMMITTED):
+                new.append((said, other, dataset, depth))
     originals, variant_names = ', '.join(variants), ', '.join(
         variants.values())
     verdicts = kept + lost + pending
@@ -101,6 +110,9 @@ def variant_summary(row: str, found: Dict[Pair, Comparison],
     if pending:
         text += (f"; {len(pending)} not compared there yet "
                  f"({_listed(row, pending)})")
+    if unquoted:
+        text += (f"; not quoted, runs of uncommitted code on a dataset or "
+                 f"its variant: {cells_text(unquoted)}")
     text += (f"; on {variant_names} it has {len(new)} verdict"
              f"{'s' if len(new) != 1 else ''} the originals lack"
              + (f' ({_listed(row, new)})' if new else ''))

@@ -10,28 +10,34 @@ Nothing here computes a statistic: every number and verdict comes from
 the findings."""
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, KINDS, LOSES, MISSING,
-                                  NOT_A_NUMBER, NOT_COMPARED, NOT_RUN, OVER_CHANCE, PARTIAL,
-                                  SAME, SPLITS_DIFFER, STRONG, UNDER_CHANCE,
-                                  ExactPower, FamilySize, Comparison, Pair,
+from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, KINDS,
+                                  LOSES, MISSING, NOT_A_NUMBER, NOT_COMPARED,
+                                  NOT_RUN, OVER_CHANCE, PARTIAL, SAME,
+                                  SPLITS_DIFFER, STRONG, UNCOMMITTED,
+                                  UNDECIDED, UNDER_CHANCE, Comparison,
+                                  Detectable, ExactPower, FamilySize, Pair,
                                   Section)
 from gnorm.study.pairing import Mismatch
 from gnorm.study.sanity import MEANING, meaning
 from gnorm.study.stats import CORRECTED_T, PAIRED_T, WELCH, Interval
 
 # A verdict as the in-words paragraph says it of a row; {other}: the row
-# it is compared with.
+# it is compared with, {margin}: the study's margin of equivalence.
 SAID = {BEATS: 'beats', LOSES: 'loses', SAME: 'is not distinguishable',
-        OVER_CHANCE: 'trains where {other} collapsed (at chance)',
-        UNDER_CHANCE: 'collapsed (at chance) where {other} trains',
-        BOTH_AT_CHANCE: 'is at chance, as {other} is'}
+        EQUIVALENT: 'is equivalent within ±{margin}',
+        UNDECIDED: 'is undecided at ±{margin}',
+        OVER_CHANCE: 'trains where {other} is no better than chance',
+        UNDER_CHANCE: 'is no better than chance where {other} trains',
+        BOTH_AT_CHANCE: 'is no better than chance, as {other} is'}
 
 
-def said_of(verdict: str, other: str, named: bool = False) -> str:
+def said_of(verdict: str, other: str, named: bool = False,
+            margin: float = 1.0) -> str:
     r"""The words of :obj:`verdict` against :obj:`other`; with
     :obj:`named`, the other row is named even where the words do not
-    (``beats layernorm``)."""
-    words = SAID[verdict]
+    (``beats layernorm``); :obj:`margin`: the study's margin of
+    equivalence, in points."""
+    words = SAID[verdict].replace('{margin}', f'{margin:g}')
     if '{other}' in words:
         return words.format(other=other)
     return f'{words} {other}' if named else words
@@ -103,9 +109,18 @@ def cell_text(f: Comparison, correction: str) -> str:
         text += f', p={p_text(f.interval.p)}'
         if correction == 'holm':
             text += f', Holm {p_text(f.p_adj)}'
+    if f.verdict in (EQUIVALENT, UNDECIDED) and f.equivalence_p is not None:
+        text += f'; within ±{f.margin:g}: p={p_text(f.equivalence_p)}'
+        if correction == 'holm':
+            text += f', Holm {p_text(f.equivalence_p_adj)}'
     text += ')'
-    if said == SAME and _excludes_zero(f.interval):
+    if f.verdict in (EQUIVALENT, UNDECIDED) and _excludes_zero(f.interval):
         text += '; the interval, unadjusted, excludes 0 alone'
+    if f.verdict == UNDECIDED and f.interval.lo is not None:
+        text += (f'; interval {f.interval.hi - f.interval.lo:.2f} points '
+                 f'wide')
+    if f.modified:
+        text += '; rests on runs of uncommitted code'
     return text + (f'; flagged: {f.flags}' if f.flags else '')
 
 
@@ -114,23 +129,28 @@ def _excludes_zero(found: Interval) -> bool:
 
 
 METHODS = {
-    PAIRED_T: 'the paired t interval of the per-seed differences (seed k '
-              'of every row trains and tests on the same fixed split)',
-    CORRECTED_T: 'paired by seed over splits resampled from one pool of '
-                 'nodes, whose training sets overlap: the corrected '
-                 'resampled t interval of the per-seed differences '
-                 '(Nadeau & Bengio 2003: the variance of the mean '
-                 '(1/k + n_test/n_train) s², not s²/k; the plain paired t '
-                 'interval is in the CSV)',
+    PAIRED_T: 'the paired t interval of the per-seed differences (every '
+              'seed of both rows on one fixed split, as the runs record)',
+    CORRECTED_T: 'the corrected resampled t interval of the per-seed '
+                 'differences (seed k of both rows on split k of one pool '
+                 'of nodes, as the runs\' split fingerprints show, so that '
+                 'their training sets overlap; Nadeau & Bengio 2003: the '
+                 'variance of the mean (1/k + n_test/n_train) s², not '
+                 's²/k, n_test/n_train from the runs\' recorded split '
+                 'sizes; the plain paired t interval is in the CSV). No '
+                 'exact test beside it: the sign-flip test assumes '
+                 'independent seeds, and these seeds share nodes',
     WELCH: "unpaired: the split is fixed and seeds draw only the "
            "initialisation, Welch's interval (n = the seeds of each row)",
 }
 
 
 def rule_text(row: str, family: FamilySize, level: float,
-              correction: str, said: str = 'accuracy') -> str:
+              correction: str, said: str = 'accuracy',
+              margin: float = 1.0) -> str:
     r"""The section's rule in words: the test, the :obj:`family` and its
-    correction, the kinds of verdict, for cells scored by :obj:`said`."""
+    correction, the kinds of verdict (equivalence within :obj:`margin`
+    points among them), for cells scored by :obj:`said`."""
     methods = family.methods or [PAIRED_T]
     size, run = family.planned, family.tested
     how = ('Holm-adjusted p (Holm\'s step-down over the family: the '
@@ -142,9 +162,13 @@ def rule_text(row: str, family: FamilySize, level: float,
     return (f'Rule: {row} beats a row at a (dataset, depth) when the '
             f'{how} of Δ = {row} − that row (test {said}, %) is below '
             f'{1 - level:.2f} and Δ > 0, loses when it is below and '
-            f'Δ < 0, and is otherwise not distinguishable from it with '
-            f'these seeds. Where a row is at chance (no better than '
-            f'predicting the majority class), the verdict says so: '
+            f'Δ < 0. Otherwise it is equivalent to it within ±{margin:.1f} '
+            f'points when the two one-sided tests of |Δ| < {margin:.1f} '
+            f'(TOST), adjusted over the family the same way, give p below '
+            f'{1 - level:.2f} (`table.margin`), and undecided when they do '
+            f'not: these seeds cannot tell. Where a row is flagged as '
+            f'learning nothing (it predicts one class, or its seeds pooled '
+            f'are not shown above chance), the verdict says so: '
             f'"{OVER_CHANCE}" (a difference over a row that learned '
             f'nothing, not a win over a baseline), "{UNDER_CHANCE}", '
             f'"{BOTH_AT_CHANCE}". Interval ({level:.0%}, each comparison '
@@ -176,25 +200,28 @@ def comparison(section: Optional[Section], level: float,
     if section is None:
         return []
     row, against, view = section.row, section.against, section.view
-    found, mine = section.found, section.mine
+    mine = section.mine
     others = " and ".join(against)
     heading = (f'## Does {row} beat {others}?' if role != 'secondary' else
                f'### {row} against {others}, {HEADINGS[view]} (secondary '
                f'view)')
     lines = [heading, '', f'Each row: {VIEWS[view]}. ' + ROLES.get(role, '')
              + rule_text(row, section.size, level, correction,
-                         section.score), '']
+                         section.score, section.margin), '']
     lines += verdict_table(mine, against, correction)
     lead = 'Secondary view, in words' if role == 'secondary' else 'In words'
     lines += ['', in_words(row, section.verdicts,
-                           family_words(section.size, correction), lead),
+                           family_words(section.size, correction), lead,
+                           section.margin),
               '', kind_counts(mine)]
+    sensitivity = detectable_words(section.detect, level, correction,
+                                   section.size.planned)
+    if sensitivity:
+        lines += ['', sensitivity]
     exact = exact_words(section.power, level, correction)
     if exact:
         lines += ['', exact]
-    flagged = flagged_text(mine, section.score)
-    if flagged:
-        lines += ['', flagged]
+    lines += ['', flagged_text(mine, section.score)]
     if section.differ is not None:
         lines += ['', disagreements(section.differ)]
     return lines
@@ -217,6 +244,28 @@ def family_words(family: FamilySize, correction: str) -> str:
     size, run = family.planned, family.tested
     return (f'Holm-adjusted over a family of {size}'
             + (f' planned, {run} run' if run < size else ''))
+
+
+def detectable_words(detect: Optional[Detectable], level: float,
+                     correction: str, planned: int) -> str:
+    r"""The smallest difference the section's design detects
+    (:class:`gnorm.study.findings.Detectable`) in one sentence; empty
+    without a tested comparison."""
+    if detect is None:
+        return ''
+    alpha = 1 - level
+    where = (f"the family's first Holm threshold α/m = {alpha:g}/{planned}"
+             if correction == 'holm' else f'α = {alpha:g}')
+    tests = ' and '.join(detect.methods)
+    spread = (f' (median over {detect.comparisons} comparisons; '
+              f'{detect.least:.1f} to {detect.most:.1f})'
+              if detect.comparisons > 1 else '')
+    return (f'What this design can tell apart: with {detect.seeds} '
+            f'{"paired seeds" if detect.methods != ("Welch", ) else "seeds per row"} '
+            f'({tests}), differences under {detect.median:.1f} points '
+            f'cannot be told apart here{spread}: the difference detected '
+            f'with 80 % power at {where}, given the spread of each '
+            f"comparison's differences. An undecided cell is one of these.")
 
 
 def kind_counts(found: Dict[Pair, Comparison]) -> str:
@@ -291,19 +340,20 @@ def verdict_table(found: Dict[Pair, Comparison], against: Sequence[str],
 
 
 def flagged_text(found: Dict[Pair, Comparison], said: str = 'accuracy') -> str:
-    r"""The compared cells whose runs are flagged (sanity), in words, for
-    cells scored by :obj:`said`; empty without any."""
+    r"""The compared cells whose runs are flagged (sanity), in words, each
+    flag with the cells it holds at, for cells scored by :obj:`said`; that
+    no compared cell is flagged, without any."""
     named = {}
     for (dataset, _, _, depth), f in found.items():
         if f.flags:
             named.setdefault(f.flags, []).append((dataset, depth))
     if not named:
-        return ''
-    meanings = sorted({m for flags in named for m in MEANING
-                       if m in flags})
+        return 'No compared cell is flagged (at chance or undertrained).'
+    meanings = [m for m in MEANING if any(m in flags for flags in named)]
     return ('Flagged, at chance or undertrained (a verdict against such a '
-            'row says little about the norms): ' + '; '.join(f'{flags} at {cells_text(cells)}'
-                                   for flags, cells in named.items())
+            'row says little about the norms), cell by cell: '
+            + '; '.join(f'{flags} at {cells_text(cells)}'
+                        for flags, cells in named.items())
             + '. ' + ' '.join(f'"{m}": {meaning(m, said)}.'
                               for m in meanings))
 
@@ -339,7 +389,8 @@ def cells_text(cells: Sequence[Tuple[str, int]]) -> str:
 
 
 def in_words(row: str, verdicts: Dict[str, Dict[str, list]],
-             how: str = '', lead: str = 'In words') -> str:
+             how: str = '', lead: str = 'In words',
+             margin: float = 1.0) -> str:
     r"""The comparison's table in one paragraph (the README quotes it):
     per other row, the cells where :obj:`row` beats it, loses, or is not
     distinguishable from it, and which cells are not compared yet, not
@@ -348,13 +399,16 @@ def in_words(row: str, verdicts: Dict[str, Dict[str, list]],
     ``Holm-adjusted over a family of 32``)."""
     parts = []
     for other, found in verdicts.items():
-        said = [f"{said_of(verdict, other)} at {cells_text(found[verdict])}"
+        said = [f"{said_of(verdict, other, margin=margin)} at "
+                f"{cells_text(found[verdict])}"
                 for verdict in KINDS if found.get(verdict)]
         left = [f"{why}: {cells_text(found[key])}"
                 for key, why in ((NOT_COMPARED, 'not compared yet, '
                                   'incomplete'),
                                  (SPLITS_DIFFER, 'not compared, the '
                                   'splits differ'),
+                                 (UNCOMMITTED, 'not quoted, runs of '
+                                  'uncommitted code'),
                                  (NOT_RUN, 'not run here'))
                 if found.get(key)]
         parts.append(f"against {other}, {row} "

@@ -122,6 +122,33 @@ def _name_of(group: str, root: DictConfig) -> Optional[str]:
                     runtime.config_sources)
 
 
+def import_error(target: str) -> Optional[str]:
+    r"""Why the class or function :obj:`target` (a ``_target_``,
+    ``mynorm.HalfLN``) does not import, in words with the usual fix
+    (``does not import (ModuleNotFoundError: No module named 'mynorm');
+    is its module on PYTHONPATH?``); :obj:`None` where it imports."""
+    module, _, name = str(target).rpartition('.')
+    try:
+        getattr(importlib.import_module(module), name)
+    except Exception as e:  # any error of the user's module, in one line
+        return (f'does not import ({type(e).__name__}: '
+                f"{' '.join(str(e).split())}); is its module on PYTHONPATH?")
+    return None
+
+
+def check_targets(cfg: DictConfig, groups: Sequence[str]) -> None:
+    r"""Raises :class:`ConfigError`, one line, where the ``_target_`` of a
+    config group of :obj:`groups` (``model``, ``norm``) does not import
+    (:func:`import_error`), before Hydra tries to build it."""
+    for group in groups:
+        node = cfg.get(group)
+        target = node.get('_target_') if isinstance(node, DictConfig) \
+            else None
+        why = target and import_error(target)
+        if why:
+            raise ConfigError(f'{group}._target_={target} {why}')
+
+
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -33,8 +33,9 @@ from gnorm.train.graphed import GraphedStep
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
 from gnorm.train.scores import SCORES, accuracy, class_counts, roc_auc
-from gnorm.train.common import (free_memory, is_int, one_line, option,
-                                 run_name, unknown_norm_keys)
+from gnorm.train.common import (check_targets, free_memory, is_int,
+                                 one_line, option, run_name,
+                                 unknown_norm_keys)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ def optimizer_name(cfg: DictConfig) -> str:
 def check_config(cfg: DictConfig) -> None:
     r"""Raises :class:`ConfigError` with a one-line fix for bad values of
     the node-level keys."""
+    check_targets(cfg, ('norm', ))
     if not is_int(cfg.layers) or cfg.layers < 1:
         raise ConfigError(f"layers must be an integer >= 1, got "
                           f"{cfg.layers!r}; pass e.g. layers=2")
@@ -214,6 +216,7 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int,
     r"""Instantiates :obj:`cfg.model` with the norm of :obj:`cfg.norm`; with
     :obj:`runs` (their configs), one model of :obj:`len(runs)` runs, each
     with its own norm (e.g. its own ContraNorm scale)."""
+    check_targets(cfg, ('model', 'norm'))
     try:
         model = instantiate(cfg.model, _partial_=True)
         if runs is None:
@@ -631,7 +634,9 @@ def _show(bar: Progress, results: List[Dict[str, Any]], epoch: int,
 
 
 def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
-    r"""The one line printed at the end of a run."""
+    r"""The one line printed at the end of a run; the time of runs trained
+    as one model is the batch's, said as shared (``14.1s for 3 runs as one
+    model``)."""
     norm = results.get('names', {}).get('norm') or run_name(
         'norm', results.get('choices', {}).get('norm'), cfg.norm)
     metric = results.get('metric', 'acc')
@@ -645,7 +650,9 @@ def summary(results: Dict[str, Any], cfg: DictConfig) -> str:
         erank = results['collapse']['effective_rank']
         parts.append(f'erank last {erank[-1]:.2f}' + (
             f' hidden {erank[-2]:.2f}' if len(erank) > 1 else ''))
-    parts += [f"{results['runtime_s']:.1f}s {results['device']}",
+    runs = results.get('batch_runs') or 1
+    shared = f' for {runs} runs as one model' if runs > 1 else ''
+    parts += [f"{results['runtime_s']:.1f}s{shared} {results['device']}",
               str(results['path'])]
     return ' | '.join(parts)
 
