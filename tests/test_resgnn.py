@@ -427,3 +427,159 @@ def test_memory_estimate_covers_saved_tensors(conv, norm):
     assert saved <= need
     cfgs = [cfg] * 4
     assert 1 <= node.max_runs(cfgs, torch.device('cpu')) <= 4
+
+
+# ------------------------------------ Luo et al.'s post-norm block (block=post)
+def _post_reference(model, x, edge_index):
+    r"""The post-norm blocks of :obj:`model` (one run, no dropout) built
+    from PyG's GCNConv / SAGEConv and torch's Linear and BatchNorm1d with
+    :obj:`model`'s weights, as Luo et al.'s code stacks them; the graph
+    gets self-loops first, as theirs does."""
+    from torch_geometric.nn import GCNConv, SAGEConv
+    from torch_geometric.utils import add_self_loops, remove_self_loops
+    edge_index, _ = add_self_loops(remove_self_loops(edge_index)[0],
+                                   num_nodes=x.size(0))
+    h = x
+    for i, norm in enumerate(model.norms):
+        fan_in = h.size(-1)
+        if model.conv == 'gcn':
+            conv = GCNConv(fan_in, model.hidden_channels).double()
+            conv.lin.weight.data.copy_(model.convs[i].weight)
+            conv.bias.data.copy_(model.conv_bias[i])
+            out = conv(h, edge_index)
+        elif model.conv == 'sage':
+            conv = SAGEConv(fan_in, model.hidden_channels).double()
+            conv.lin_l.weight.data.copy_(model.convs[i].weight)
+            conv.lin_l.bias.data.copy_(model.convs[i].bias)
+            conv.lin_r.weight.data.copy_(model.roots[i].weight)
+            out = conv(h, edge_index)
+        else:
+            out = 0
+        if i < len(model.skips):
+            out = out + _linear(model.skips[i], h)
+        elif model.skip == 'identity':
+            out = out + h
+        h = torch.relu(norm(out))
+    return _linear(model.lin_out, h)
+
+
+@pytest.mark.parametrize('conv', ['gcn', 'sage', 'none'])
+@pytest.mark.parametrize('skip', ['linear', 'identity', 'none'])
+def test_post_block_matches_pyg_convs(conv, skip):
+    r"""block='post' is Luo et al.'s stack of PyG convolutions plus skips,
+    BatchNorm, ReLU: in training mode (batch statistics) and in
+    evaluation mode (the running statistics that training left)."""
+    if conv == 'none' and skip == 'none':
+        return
+    x, edge_index = _graph(num_nodes=14, num_features=5)
+    model = ResGNN(5, 3, num_layers=3, hidden_channels=6, conv=conv,
+                   dropout=0.0, block='post', skip=skip,
+                   norm=torch.nn.BatchNorm1d).double()
+    twin = ResGNN(5, 3, num_layers=3, hidden_channels=6, conv=conv,
+                  dropout=0.0, block='post', skip=skip,
+                  norm=torch.nn.BatchNorm1d).double()
+    twin.load_state_dict(model.state_dict())
+    out = model.train()(x, edge_index)
+    expected = _post_reference(twin.train(), x, edge_index)
+    assert torch.allclose(out, expected, atol=1e-12)
+    assert torch.allclose(model.eval()(x, edge_index),
+                          _post_reference(twin.eval(), x, edge_index),
+                          atol=1e-12)
+
+
+@pytest.mark.parametrize('conv', ['gcn', 'sage', 'none'])
+def test_post_block_gradcheck(conv):
+    x, edge_index = _graph(num_nodes=6, num_features=3)
+    model = ResGNN(3, 2, num_layers=2, hidden_channels=4, conv=conv,
+                   block='post', dropout=0.0,  # batch statistics, no masks
+                   norm=torch.nn.BatchNorm1d).double().train()
+    name = 'convs.1.weight' if conv != 'none' else 'skips.1.weight'
+    weight = dict(model.named_parameters())[name].detach().clone()
+
+    def f(x, weight):
+        return functional_call(model, {name: weight}, (x, edge_index))
+    assert torch.autograd.gradcheck(
+        f, (x.requires_grad_(), weight.requires_grad_()))
+
+
+@pytest.mark.parametrize('conv', ['gcn', 'sage'])
+@pytest.mark.parametrize('norm', ['batchnorm', 'layernorm', 'contranorm',
+                                  'none'])
+def test_post_block_runs_equal_single_models(conv, norm):
+    r"""ResGNN(block='post', runs=3) is three one-run models: outputs,
+    gradients and the BatchNorm running statistics of run r are those of
+    run r alone, in training (dropout masks from r's generator) and in
+    evaluation."""
+    x, edge_index = _graph(num_nodes=15, num_features=9)
+    seeds = [3, 7, 11]
+    factory = {**NORMS, 'batchnorm': torch.nn.BatchNorm1d}[norm]
+    kwargs = dict(num_layers=3, hidden_channels=8, conv=conv, dropout=0.3,
+                  block='post')
+    batched = ResGNN(9, 2, runs=3, norm=[factory] * 3, **kwargs).double()
+    batched.reset_parameters(_seeded(seeds))
+    out = batched.train()(x, edge_index, generators=_seeded(seeds))
+    out.pow(2).sum().backward()
+    grads = dict(batched.named_parameters())
+    buffers = dict(batched.named_buffers())
+    for r, seed in enumerate(seeds):
+        single = ResGNN(9, 2, norm=factory, **kwargs).double()
+        single.reset_parameters(_seeded([seed]))
+        expected = single.train()(x, edge_index, generators=_seeded([seed]))
+        assert torch.allclose(out[r], expected, atol=1e-12)
+        expected.pow(2).sum().backward()
+        for name, p in single.named_parameters():
+            if name.startswith('norms'):
+                continue
+            assert torch.equal(grads[name][r].detach(), p.detach()), name
+            assert torch.allclose(grads[name].grad[r], p.grad, atol=1e-10)
+        if norm == 'batchnorm':  # Stacked keeps the runs' statistics,
+            for i, bn in enumerate(single.norms):  # buffer k: bn's k-th
+                for k, (name, b) in enumerate(bn.named_buffers()):
+                    stacked = buffers[f'norms.{i}.buffer{k}']
+                    assert torch.allclose(stacked[r].double(), b.double(),
+                                          atol=1e-12), name
+        assert torch.allclose(batched.eval()(x, edge_index)[r],
+                              single.eval()(x, edge_index), atol=1e-12)
+        batched.train()
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(block='side'), r"ResGNN got block='side'; pass one of pre, post$"),
+    (dict(block='post', skip='dense'), r"ResGNN got skip='dense'; pass one "
+                                       r"of linear, identity, none$"),
+    (dict(block='post', conv='gat'), r"block='post'\) takes conv='gcn', "
+                                     r"'sage' or 'none', got 'gat'$"),
+    (dict(block='post', conv='none', skip='none'), r"maps nothing; pass "
+                                                   r"skip='linear'"),
+])
+def test_post_block_errors_are_one_line(kwargs, match):
+    with pytest.raises(ValueError, match=match) as info:
+        ResGNN(5, 3, num_layers=2, hidden_channels=8, **kwargs)
+    assert '\n' not in str(info.value)
+
+
+def test_luo_preset_is_their_minesweeper_recipe():
+    cfg = compose_train('experiment=luo', 'dataset=minesweeper')
+    assert cfg.model._target_ == 'gnorm.models.ResGNN'
+    assert (cfg.model.block, cfg.model.skip, cfg.model.conv,
+            cfg.model.hidden_channels, cfg.model.dropout, cfg.layers) == \
+        ('post', 'linear', 'gcn', 64, 0.2, 12)
+    assert cfg.norm._target_ == 'torch.nn.BatchNorm1d'
+    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.weight_decay,
+            cfg.train.epochs, cfg.train.eval_every) == ('adam', 0.01, 0.0,
+                                                        2000, 1)
+    assert cfg.select == 'best_val' and cfg.split == 'platonov'
+    assert cfg.dataset.metric == 'rocauc'
+    node.check_config(cfg)
+    model = node.build_model(cfg, 7, 2)
+    assert len(model.norms) == 12 and len(model.skips) == 12
+    assert isinstance(model.norms[0], torch.nn.BatchNorm1d)
+
+
+def test_post_block_trains_a_node_run(tmp_path):
+    results = train(compose_train(*TINY, 'experiment=luo', 'layers=3',
+                                  'train.epochs=3', 'train.progress=false'),
+                    output_dir=tmp_path)
+    assert results['status'] == 'ok'
+    assert "block='post'" in results['model']
+    assert results['collapse']['layer'] == [1, 2, 3, 4]

@@ -18,6 +18,13 @@ from gnorm.nn._sparse import csr
 from gnorm.nn.contra_norm import masked_pairs
 
 CONVS = ('gcn', 'sage', 'gat', 'none')
+# The block of ResGNN: Platonov et al.'s pre-norm residual block, or Luo
+# et al.'s post-norm block (conv plus a skip, then norm, ReLU, dropout).
+BLOCKS = ('pre', 'post')
+# The skip of a post-norm block: a linear map of the block's input (Luo
+# et al.'s), the input itself (the first block, whose input is the raw
+# features, maps it linearly), or none (the plain stack).
+SKIPS = ('linear', 'identity', 'none')
 
 
 class RunLinear(RunConv):
@@ -56,6 +63,25 @@ class RunLinear(RunConv):
             return F.linear(x, self.weight, self.bias)
         out = self.linear(x)  # [runs, nodes, out]
         return out if self.bias is None else out + self.bias.unsqueeze(-2)
+
+
+class GlorotLinear(RunLinear):
+    r""":class:`RunLinear` without bias, initialised as PyG's
+    :class:`~torch_geometric.nn.conv.GCNConv` initialises its weight:
+    Glorot's :math:`\mathcal{U}(\pm\sqrt{6 / (c_{in} + c_{out})})`."""
+    def __init__(self, in_channels: int, out_channels: int,
+                 runs: Optional[int] = None):
+        super().__init__(in_channels, out_channels, runs, bias=False)
+
+    def reset_parameters(self, generators: Optional[
+            Sequence[torch.Generator]] = None):
+        weights = self.weight.view(-1, self.out_channels, self.in_channels)
+        if generators is None:
+            generators = [None] * weights.size(0)
+        bound = math.sqrt(6.0 / (self.in_channels + self.out_channels))
+        with torch.no_grad():
+            for weight, gen in zip(weights, generators):
+                weight.uniform_(-bound, bound, generator=gen)
 
 
 class FeedForward(torch.nn.Module):
@@ -157,6 +183,33 @@ class ResGNN(GraphCalls, torch.nn.Module):
     what a block propagates; the skip path carries the features
     un-normalised.
 
+    With :obj:`block="post"`, the blocks are those of Luo et al.'s tuned
+    classic GNNs (`"Classic GNNs are Strong Baselines"
+    <https://arxiv.org/abs/2406.08993>`_, NeurIPS 2024): no input layer,
+    each block a graph convolution with its own weights plus a skip, then
+    the norm slot, ReLU and dropout, and a linear head,
+
+    .. math::
+        \mathbf{H}^{(l)} = \mathrm{Dropout}\Big(\mathrm{ReLU}\big(
+        \mathrm{Norm}_l(\mathrm{Conv}_l(\mathbf{H}^{(l-1)}) +
+        \mathrm{Skip}_l(\mathbf{H}^{(l-1)}))\big)\Big), \quad
+        \mathbf{H}^{(0)} = \mathbf{X}, \quad
+        \mathbf{Y} = \mathbf{H}^{(L)}\mathbf{W}_{out}^\top +
+        \mathbf{b}_{out},
+
+    where :obj:`"gcn"` is PyG's :class:`~torch_geometric.nn.conv.GCNConv`,
+    :math:`\hat{\mathbf{A}}\mathbf{H}\mathbf{W}^\top + \mathbf{b}`
+    (Glorot weights, zero bias), :obj:`"sage"` its
+    :class:`~torch_geometric.nn.conv.SAGEConv` on the graph with
+    self-loops (as Luo et al. feed it), :math:`\mathbf{W}_1
+    \mathrm{mean}_{j \in \mathcal{N}(i) \cup \{i\}} \mathbf{h}_j +
+    \mathbf{b} + \mathbf{W}_2 \mathbf{h}_i`, and :obj:`"none"` no
+    convolution (an MLP with skips); the skip is a linear map
+    (:obj:`skip="linear"`, theirs), the identity (:obj:`"identity"`;
+    the first block, whose input is the features, maps them linearly) or
+    none (:obj:`"none"`: the plain stack). :obj:`"gat"` is not offered in
+    this block.
+
     Args:
         in_channels (int): Size of each input sample.
         out_channels (int): Number of classes.
@@ -190,6 +243,12 @@ class ResGNN(GraphCalls, torch.nn.Module):
             model: every weight has a leading run dimension and the
             outputs are :obj:`[runs, num_nodes, out_channels]`.
             (default: :obj:`None`: one run)
+        block (str, optional): :obj:`"pre"` (Platonov et al.'s pre-norm
+            residual block) or :obj:`"post"` (Luo et al.'s post-norm
+            block). (default: :obj:`"pre"`)
+        skip (str, optional): The skip of a post-norm block,
+            :obj:`"linear"`, :obj:`"identity"` or :obj:`"none"`.
+            (default: :obj:`"linear"`)
     """
     def __init__(
         self,
@@ -205,8 +264,23 @@ class ResGNN(GraphCalls, torch.nn.Module):
         heads: int = 8,
         cached: bool = False,
         runs: Optional[int] = None,
+        block: str = 'pre',
+        skip: str = 'linear',
     ):
         super().__init__()
+        if block not in BLOCKS:
+            raise ValueError(f"ResGNN got block={block!r}; pass one of "
+                             f"{', '.join(BLOCKS)}")
+        if skip not in SKIPS:
+            raise ValueError(f"ResGNN got skip={skip!r}; pass one of "
+                             f"{', '.join(SKIPS)}")
+        if block == 'post' and conv == 'gat':
+            raise ValueError("ResGNN's post-norm block (block='post') takes "
+                             "conv='gcn', 'sage' or 'none', got 'gat'")
+        if block == 'post' and conv == 'none' and skip == 'none':
+            raise ValueError("ResGNN's post-norm block with conv='none' "
+                             "and skip='none' maps nothing; pass "
+                             "skip='linear' (an MLP) or a conv")
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"ResGNN needs num_layers >= 1, got "
                              f"{num_layers!r}")
@@ -243,7 +317,54 @@ class ResGNN(GraphCalls, torch.nn.Module):
         self.heads = heads
         self.cached = cached
         self.runs = runs
+        self.block = block
+        self.skip = skip
+        if block == 'post':
+            self._build_post(factories)
+        else:
+            self._build_pre(factories, ff_channels)
+        first = getattr(self.norms[0], 'module', self.norms[0])
+        self._norm_inputs = forward_inputs(first)
+        self._takes_pairs = getattr(first, 'takes_pairs', False)
+        self._cached_graph: Optional[Graph] = None
+        self.reset_parameters()
 
+    def _build_post(self, factories: Optional[list]) -> None:
+        r"""The modules of the post-norm blocks: per block a convolution
+        (``convs``; for ``"sage"`` also its root map, ``roots``), a skip
+        (``skips``: every block's, or only the first's for
+        ``"identity"``), a norm, and the head ``lin_out``."""
+        runs, hidden, layers = self.runs, self.hidden_channels, \
+            self.num_layers
+        widths = [self.in_channels] + [hidden] * (layers - 1)
+        conv = GlorotLinear if self.conv == 'gcn' else RunLinear
+        self.convs = torch.nn.ModuleList(
+            conv(widths[i], hidden, runs)
+            for i in range(layers if self.conv != 'none' else 0))
+        self.conv_bias = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.zeros(*((runs, ) if runs else ()),
+                                           hidden))
+            for _ in range(layers if self.conv == 'gcn' else 0))
+        self.roots = torch.nn.ModuleList(
+            RunLinear(widths[i], hidden, runs, bias=False)
+            for i in range(layers if self.conv == 'sage' else 0))
+        skips = {'linear': layers, 'identity': 1, 'none': 0}[self.skip]
+        self.skips = torch.nn.ModuleList(
+            RunLinear(widths[i], hidden, runs) for i in range(skips))
+        self.norms = torch.nn.ModuleList(
+            self._make_norms(factories) for _ in range(layers))
+        self.lin_out = RunLinear(hidden, self.out_channels, runs)
+        # each block's output, then the logits: outputs.0 ... outputs.{L}
+        self.outputs = torch.nn.ModuleList(
+            LayerOutput() for _ in range(layers + 1))
+
+    def _build_pre(self, factories: Optional[list], ff_channels: int
+                   ) -> None:
+        r"""The modules of the pre-norm residual blocks."""
+        runs, hidden_channels, heads = self.runs, self.hidden_channels, \
+            self.heads
+        num_layers, conv = self.num_layers, self.conv
+        in_channels, out_channels = self.in_channels, self.out_channels
         self.lin_in = RunLinear(in_channels, hidden_channels, runs)
         # One norm per block and the final one: norms.{num_layers}.
         self.norms = torch.nn.ModuleList(
@@ -260,11 +381,6 @@ class ResGNN(GraphCalls, torch.nn.Module):
         # forward hooks: outputs.0 ... outputs.{num_layers}.
         self.outputs = torch.nn.ModuleList(
             LayerOutput() for _ in range(num_layers + 1))
-        first = getattr(self.norms[0], 'module', self.norms[0])
-        self._norm_inputs = forward_inputs(first)
-        self._takes_pairs = getattr(first, 'takes_pairs', False)
-        self._cached_graph: Optional[Graph] = None
-        self.reset_parameters()
 
     @staticmethod
     def _factories(norm, runs: Optional[int]) -> Optional[list]:
@@ -337,6 +453,16 @@ class ResGNN(GraphCalls, torch.nn.Module):
         for norm in self.norms:
             if hasattr(norm, 'reset_parameters'):
                 norm.reset_parameters()
+        if self.block == 'post':  # block by block: conv, root, skip
+            for i in range(self.num_layers):
+                for group in (self.convs, self.roots, self.skips):
+                    if i < len(group):
+                        group[i].reset_parameters(generators)
+            with torch.no_grad():
+                for bias in self.conv_bias:
+                    bias.zero_()
+            self.lin_out.reset_parameters(generators)
+            return
         self.lin_in.reset_parameters(generators)
         for i, ff in enumerate(self.ffs):
             if self.conv == 'gat':
@@ -385,6 +511,10 @@ class ResGNN(GraphCalls, torch.nn.Module):
                                    x.new_ones(edges.size(1)))
         elif self.conv != 'none':
             norm = gcn_normalized if self.conv == 'gcn' else sage_normalized
+            if self.conv == 'sage' and self.block == 'post':
+                # Luo et al. feed SAGEConv the graph with self-loops
+                edge_index, _ = add_remaining_self_loops(
+                    edge_index, num_nodes=num_nodes)
             edges, weight = norm(edge_index, num_nodes, x.dtype)
             propagation = (propagation_matrix(edges, weight, num_nodes)
                            if csr else EdgeList(edges[0], edges[1], weight))
@@ -442,6 +572,8 @@ class ResGNN(GraphCalls, torch.nn.Module):
         graph, inputs = self._call_graph(x, edge_index, batch, batch_size,
                                          generators)
         runs, p = self.runs is not None, self.dropout
+        if self.block == 'post':
+            return self._post(x, graph, inputs, generators, return_hidden)
         if graph.entries is not None:  # a sparse input: one sparse product
             x = self.lin_in.sparse_linear(graph.entries) + \
                 self.lin_in.bias.unsqueeze(-2)
@@ -459,6 +591,39 @@ class ResGNN(GraphCalls, torch.nn.Module):
         x = self.outputs[-1](self.lin_out(x))
         return (x, hidden + [x]) if return_hidden else x
 
+    def _post(self, x: Tensor, graph: Graph, inputs: dict,
+              generators: Optional[Sequence[torch.Generator]],
+              return_hidden: bool):
+        r"""The forward pass of the post-norm blocks (:obj:`block="post"`)."""
+        runs, p = self.runs is not None, self.dropout
+        hidden = []
+        for i in range(self.num_layers):
+            h = self._conv(i, x, graph)
+            if i < len(self.skips):
+                h = h + self.skips[i](x)
+            elif self.skip == 'identity':
+                h = h + x
+            h = F.relu(self._norm(i, h, graph, inputs))
+            x = self.outputs[i](dropout(h, p, self.training, generators,
+                                        runs))
+            hidden.append(x)
+        x = self.outputs[-1](self.lin_out(x))
+        return (x, hidden + [x]) if return_hidden else x
+
+    def _conv(self, i: int, x: Tensor, graph: Graph) -> Tensor:
+        r"""Block :obj:`i`'s convolution of :obj:`x` (post-norm blocks):
+        GCN :math:`\hat{\mathbf{A}}\mathbf{X}\mathbf{W}^\top +
+        \mathbf{b}`, SAGE :math:`\mathbf{W}_1\,\mathrm{mean}(\cdot) +
+        \mathbf{b} + \mathbf{W}_2 \mathbf{x}_i`, or 0 for
+        :obj:`"none"`."""
+        if self.conv == 'none':
+            return x.new_zeros(())
+        if self.conv == 'gcn':
+            h = propagate(graph.propagation, self.convs[i](x)).to(x.dtype)
+            return h + self.conv_bias[i].unsqueeze(-2)
+        mean = propagate(graph.propagation, x).to(x.dtype)
+        return self.convs[i](mean) + self.roots[i](x)
+
     def __repr__(self) -> str:
         args = [f'{self.in_channels}', f'{self.out_channels}',
                 f'num_layers={self.num_layers}',
@@ -472,4 +637,6 @@ class ResGNN(GraphCalls, torch.nn.Module):
             args.append(f'heads={self.heads}')
         if self.runs is not None:
             args.append(f'runs={self.runs}')
+        if self.block != 'pre':
+            args.append(f'block={self.block!r}, skip={self.skip!r}')
         return f'{self.__class__.__name__}({", ".join(args)})'
