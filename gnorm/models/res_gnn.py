@@ -268,12 +268,12 @@ class ResGNN(GraphCalls, torch.nn.Module):
         skip: str = 'linear',
     ):
         super().__init__()
-        if block not in BLOCKS:
-            raise ValueError(f"ResGNN got block={block!r}; pass one of "
-                             f"{', '.join(BLOCKS)}")
-        if skip not in SKIPS:
-            raise ValueError(f"ResGNN got skip={skip!r}; pass one of "
-                             f"{', '.join(SKIPS)}")
+        for name, value, choices in (('block', block, BLOCKS),
+                                     ('skip', skip, SKIPS),
+                                     ('conv', conv, CONVS)):
+            if value not in choices:
+                raise ValueError(f"ResGNN got {name}={value!r}; pass one of "
+                                 f"{', '.join(choices)}")
         if block == 'post' and conv == 'gat':
             raise ValueError("ResGNN's post-norm block (block='post') takes "
                              "conv='gcn', 'sage' or 'none', got 'gat'")
@@ -287,9 +287,6 @@ class ResGNN(GraphCalls, torch.nn.Module):
         if not isinstance(hidden_channels, int) or hidden_channels < 1:
             raise ValueError(f"ResGNN needs hidden_channels >= 1, got "
                              f"{hidden_channels!r}")
-        if conv not in CONVS:
-            raise ValueError(f"ResGNN got conv={conv!r}; pass one of "
-                             f"{', '.join(CONVS)}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"ResGNN got dropout={dropout}; pass a "
                              f"probability in [0, 1)")
