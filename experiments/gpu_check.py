@@ -398,27 +398,33 @@ STEPS = [
 ]
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--device', choices=('cuda', 'cpu'),
+def parser() -> argparse.ArgumentParser:
+    r"""The command line of the check."""
+    found = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    found.add_argument('--device', choices=('cuda', 'cpu'),
                         default='cuda' if torch.cuda.is_available()
                         else 'cpu')
-    parser.add_argument('--quick', action='store_true',
+    found.add_argument('--quick', action='store_true',
                         help='every step at tiny sizes')
-    parser.add_argument('--out', default=str(OUT))
-    parser.add_argument('--why', default='', help='why this check is full '
+    found.add_argument('--out', default=str(OUT))
+    found.add_argument('--why', default='', help='why this check is full '
                         'or quick, for its report (gpu_window.py says)')
-    parser.add_argument('--steps', default=''.join(s.key for s in STEPS),
+    found.add_argument('--steps', default=''.join(s.key for s in STEPS),
                         help='the steps to run, by letter (default: all), '
                         'e.g. "ad" to rerun the suite and the Graphormer')
-    ctx = parser.parse_args(argv)
+    return found
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cli = parser()
+    ctx = cli.parse_args(argv)
     unknown = set(ctx.steps) - {s.key for s in STEPS}
     if unknown:
-        parser.error(f'--steps: no step {", ".join(sorted(unknown))} '
+        cli.error(f'--steps: no step {", ".join(sorted(unknown))} '
                      f'(steps: {"".join(s.key for s in STEPS)})')
     if ctx.device == 'cuda' and not torch.cuda.is_available():
-        parser.error('--device cuda: torch sees no CUDA device')
+        cli.error('--device cuda: torch sees no CUDA device')
     ctx.mirror = bench.default_mirror(ROOT)
     env = environment(ctx, argv)
     records = run_steps([s for s in STEPS if s.key in ctx.steps], ctx, env)

@@ -124,10 +124,7 @@ def run_check(args: argparse.Namespace, seconds: float) -> int:
         return 0
     quick, why = check_kind(args)
     print(f'GPU check: {why}', flush=True)
-    cmd = [sys.executable, str(ROOT / 'experiments' / 'gpu_check.py'),
-           '--device', args.device, '--out', str(args.out), '--why', why,
-           *(['--quick'] if quick else []),
-           *(['--steps', args.check_steps] if args.check_steps else [])]
+    cmd = check_command(args, quick, why)
     try:
         return subprocess.run(cmd, cwd=ROOT, env=child_env(ROOT),
                               timeout=seconds).returncode
@@ -135,6 +132,17 @@ def run_check(args: argparse.Namespace, seconds: float) -> int:
         print(f'the GPU check was cut off after {seconds:.0f} s',
               flush=True)
         return 124
+
+
+def check_command(args: argparse.Namespace, quick: bool, why: str
+                  ) -> List[str]:
+    r"""The command line of ``experiments/gpu_check.py`` for the window
+    :obj:`args`: the reason :obj:`why` as one argument (``--why=...``, so
+    that a reason such as ``--quick`` is not read as an option)."""
+    return [sys.executable, str(ROOT / 'experiments' / 'gpu_check.py'),
+            '--device', args.device, '--out', str(args.out), f'--why={why}',
+            *(['--quick'] if quick else []),
+            *(['--steps', args.check_steps] if args.check_steps else [])]
 
 
 def graphed(args: argparse.Namespace) -> Tuple[bool, str]:

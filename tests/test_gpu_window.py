@@ -174,3 +174,19 @@ def test_the_queue_replays_cuda_graphs_where_the_cuda_suite_passed(
     args.eager, args.device = False, 'cpu'
     assert window.graphed(args) == (False, 'not on CUDA')
     assert '--cuda-graph' not in window.queue_args(args, tmp_path, 60.0)
+
+
+@pytest.mark.parametrize('flag,quick', [('--quick', True), ('--full', False)])
+def test_the_window_hands_its_check_a_reason_it_can_parse(tmp_path, flag,
+                                                          quick):
+    r"""With --quick or --full the reason is the flag itself: the check's
+    own command line reads it as the reason, not as an option (it exited
+    'argument --why: expected one argument')."""
+    window, check = experiment('gpu_window'), experiment('gpu_check')
+    args = window.parser().parse_args(['--device', 'cpu', flag, '--out',
+                                       str(tmp_path)])
+    kind, why = window.check_kind(args)
+    assert (kind, why) == (quick, flag)
+    ctx = check.parser().parse_args(window.check_command(args, kind,
+                                                         why)[2:])
+    assert (ctx.why, ctx.quick, ctx.device) == (flag, quick, 'cpu')
