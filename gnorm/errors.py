@@ -34,6 +34,11 @@ class TrainingError(GnormError):
     r"""A run that failed while training (e.g. a NaN or infinite loss)."""
 
 
+class CaptureError(GnormError):
+    r"""A training step that could not be captured as a CUDA graph
+    (``train.cuda_graph``): the same runs can train eagerly."""
+
+
 class Interrupted(KeyboardInterrupt):
     r"""SIGINT (Ctrl-C) or SIGTERM during a run; the command line turns both
     into this and exits with status ``128 + signal number`` (130, 143).

@@ -248,12 +248,29 @@ def test_a_failing_cell_is_counted_and_the_queue_goes_on(
     assert len(load_runs(tmp_path / 'out')) == 2
 
 
+def _graphs_on_the_cpu(m, capture):
+    r"""``train.cuda_graph`` allowed on the CPU, with :obj:`capture` as the
+    graphs' capture (a stand-in: the CPU has no CUDA graphs), after one
+    warm-up epoch (the tiny study trains 2)."""
+    import functools
+    from gnorm.train import graphed, node
+    m.setattr(node, 'cuda_graph',
+              lambda cfg, device: bool(cfg.train.get('cuda_graph')))
+    m.setattr(graphed, 'cuda_capture', lambda generators=None: capture)
+    m.setattr(node, 'GraphedStep',
+              functools.partial(graphed.GraphedStep, warmup=1))
+
+
+def _capture_fails(fn):
+    raise RuntimeError('operation not permitted when stream is capturing')
+
+
 def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
                                                            capsys):
-    r"""``--cuda-graph``: a cell whose graphed runs fail (here: the CPU
-    refuses ``train.cuda_graph``, as a failed capture would fail) trains
-    again eagerly, and so does every cell after it; the runs are those an
-    eager call trains (same folders), recorded under the eager rate."""
+    r"""``--cuda-graph``: a cell whose step cannot be captured (here: a
+    stand-in capture that raises what CUDA raises) trains again eagerly,
+    and so does every cell after it; the runs are those an eager call
+    trains (same folders), recorded under the eager rate."""
     import gnorm.study.compose
     import gnorm.train
     out = tmp_path / 'out'
@@ -278,6 +295,7 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     with pytest.MonkeyPatch.context() as m:
         m.setattr(gnorm.train, 'train_runs', counted)
         m.setattr(gnorm.study.compose, 'compose_cells', compose_counted)
+        _graphs_on_the_cpu(m, _capture_fails)
         counts = queue.train(items, graphed, queue.INF, out, 'cpu',
                              eager=eager)
     assert counts == dict(trained=2, failed=0, skipped=0, unreached=0)
@@ -288,7 +306,8 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     said = capsys.readouterr()
     assert said.out.count('failed as CUDA graphs; it and the cells after '
                           'it train eagerly') == 1
-    assert 'train.cuda_graph=true needs a CUDA device' in said.err
+    assert 'could not be captured as a CUDA graph: RuntimeError: ' \
+        'operation not permitted when stream is capturing' in said.err
     assert len(calls) == 3  # the first cell twice, the second eagerly
     runs = load_runs(out)
     assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
@@ -306,3 +325,40 @@ def test_cuda_graphs_need_cuda(tmp_path, spec, capsys):
     assert capsys.readouterr().err == (
         'error: --cuda-graph replays the steps as CUDA graphs and needs '
         '--device cuda, got cpu\n')
+
+
+def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
+        spec, tmp_path, capsys):
+    r"""A run whose loss turns NaN under CUDA graphs fails its cell once;
+    the queue does not fall back to eager training, trains the next cell
+    as graphs, and a cell tried again trains only its unfinished runs
+    (the queue resumes)."""
+    from gnorm.errors import TrainingError
+    import gnorm.train
+    from test_cuda import _recorded
+    out = tmp_path / 'out'
+    items = queue.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    real = gnorm.train.train_runs
+    calls = []
+
+    def first_diverges(cfgs, *a):
+        calls.append([c.train.cuda_graph for c in cfgs])
+        if len(calls) == 1:
+            real(cfgs[:1], *(x[:1] for x in a))  # one run finishes
+            raise TrainingError('the training loss became nan at epoch 2')
+        return real(cfgs, *a)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(gnorm.train, 'train_runs', first_diverges)
+        _graphs_on_the_cpu(m, _recorded)
+        counts = queue.train(items, queue.Rate('cpu (CUDA graphs)'),
+                             queue.INF, out, 'cpu', eager=queue.Rate('cpu'))
+    assert counts == dict(trained=1, failed=1, skipped=0, unreached=0)
+    said = capsys.readouterr().out
+    assert 'a run diverged (recorded as failed); the queue goes on with ' \
+        'CUDA graphs' in said and 'train eagerly' not in said
+    assert calls == [[True, True], [True, True]]  # both cells as graphs
+    assert 'resume=true' in queue.overrides('cpu', True)
+    # tried again, the diverged cell trains only the run it lacks
+    again = queue.pending([spec], out, 'cpu', 'GPU work', graphed=False)
+    assert [len(i.left) for i in again] == [1]

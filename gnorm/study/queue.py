@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.errors import GnormError
+from gnorm.study.runner import CAPTURE, DIVERGED, FAILED, OK
 from gnorm.study.spec import Spec, SpecError, load_spec, studies
 from gnorm.train import CONF_DIR
 
@@ -229,10 +230,13 @@ class Finished:
 
 
 def overrides(device: str, graphed: bool) -> List[str]:
-    r"""The overrides the queue adds to every run: its device, and
+    r"""The overrides the queue adds to every run: its device,
+    ``resume=true`` (a run finished in a folder is not trained again, as
+    :func:`gnorm.study.runner.run_paired` sets it: a cell tried again
+    after a failure trains only what is left), and
     ``train.cuda_graph=true`` where :obj:`graphed`."""
-    return [f'device={device}', *(['train.cuda_graph=true'] if graphed
-                                  else [])]
+    return [f'device={device}', 'resume=true',
+            *(['train.cuda_graph=true'] if graphed else [])]
 
 
 def study_pending(spec: Spec, out: Path, device: str, work: str,
@@ -539,11 +543,12 @@ def first_cheapest(items: List[Pending], rate: Rate) -> List[Pending]:
     return [cheapest, *(i for i in items if i is not cheapest)]
 
 
-def train_cell(item: Pending) -> bool:
+def train_cell(item: Pending) -> str:
     r"""Trains the unfinished runs of :obj:`item`'s cell in this process
-    (as one model where they may be); returns whether it succeeded. An
-    error of the cell (out of memory, a failed CUDA graph capture) is
-    printed in one line, not raised: the queue goes on."""
+    (as one model where they may be); returns how it ended
+    (:data:`gnorm.study.runner.OK`, ``DIVERGED``, ``CAPTURE``,
+    ``FAILED``). An error of the cell (out of memory, a failed CUDA graph
+    capture) is printed in one line, not raised: the queue goes on."""
     from gnorm.study.runner import train_here
     from gnorm.train.common import one_line
     study = item.study
@@ -552,7 +557,7 @@ def train_cell(item: Pending) -> bool:
     except Exception as e:  # one cell's failure, not the queue's
         print(f'error: {item.label}: {one_line(e)}', file=sys.stderr,
               flush=True)
-        return False
+        return FAILED
 
 
 def cell_fields(item: Pending) -> Dict[str, Any]:
@@ -587,9 +592,10 @@ def train(items: List[Pending], rate: Rate, deadline: float, out: Path,
     r"""Trains :obj:`items` in order while :func:`clock` is before
     :obj:`deadline`, skipping a cell whose estimate exceeds the time left;
     after every cell writes ``<out>/.queue.json`` and calls
-    :obj:`after_cell`. A cell failing as CUDA graphs trains again eagerly
-    (:func:`eagerly`, the :obj:`eager` rate), and so do the cells after
-    it. Returns the numbers of cells ``trained``, ``failed``, ``skipped``
+    :obj:`after_cell`. A cell whose step cannot be captured as CUDA graphs
+    trains again eagerly (:func:`eagerly`, the :obj:`eager` rate), and so
+    do the cells after it; a cell with a run that diverges (a NaN loss)
+    is a failed cell, and the queue goes on as it was. Returns the numbers of cells ``trained``, ``failed``, ``skipped``
     (over the time left) and ``unreached``."""
     if eager is None and any(i.graphed for i in items):
         raise ValueError('train: cells replayed as CUDA graphs need the '
@@ -602,14 +608,20 @@ def train(items: List[Pending], rate: Rate, deadline: float, out: Path,
         why = fits(item, rate, deadline, tag)
         if why is None:
             began = clock()
-            ok = train_cell(item)
-            if not ok and item.graphed:
+            ended = train_cell(item)
+            if ended == CAPTURE and item.graphed:
                 print(f'{tag}: failed as CUDA graphs; it and the cells '
                       f'after it train eagerly', flush=True)
                 items[k:] = eagerly(items[k:], device)
                 rate, item = eager, items[k]
                 why, began = fits(item, rate, deadline, tag), clock()
-                ok = why is None and train_cell(item)
+                ended = train_cell(item) if why is None else FAILED
+            elif ended == DIVERGED:  # a run's loss, not the capture
+                print(f'{tag}: a run diverged (recorded as failed); the '
+                      f'queue goes on'
+                      + (' with CUDA graphs' if item.graphed else ''),
+                      flush=True)
+            ok = ended == OK
             if ok:
                 rate.add(clock() - began, item.units, cell_fields(item))
             write_record(out, device, rate)

@@ -63,11 +63,20 @@ def _subprocess(args: List[str], threads: Optional[int]) -> bool:
     return proc.returncode == 0
 
 
+# How training a cell in this process ended (train_here): every run
+# finished; a run diverged (a NaN or infinite loss: recorded as failed, the
+# others kept); the step could not be captured as a CUDA graph (the same
+# runs can train eagerly); another error.
+OK, DIVERGED, CAPTURE, FAILED = 'ok', 'diverged', 'capture', 'failed'
+
+
 def train_here(cell: Dict[str, Any], left: List[Dict[str, Any]],
-                composer: Composer, found: Dict[str, Any]) -> bool:
+               composer: Composer, found: Dict[str, Any]) -> str:
     r"""Trains the runs :obj:`left` of :obj:`cell` in this process, adds
-    the finished ones to :obj:`found`; returns whether it succeeded."""
-    from gnorm.errors import GnormError
+    the finished ones to :obj:`found`; returns how it ended: :data:`OK`,
+    :data:`DIVERGED`, :data:`CAPTURE` or :data:`FAILED` (the error said in
+    one line)."""
+    from gnorm.errors import CaptureError, GnormError, TrainingError
     from gnorm.train import train_runs
     cfgs = [composer.config(r) for r in left]
     for run, cfg in zip(left, cfgs):
@@ -78,13 +87,14 @@ def train_here(cell: Dict[str, Any], left: List[Dict[str, Any]],
                              [r['info'] for r in left])
     except GnormError as e:
         print(f'error: {e}', file=sys.stderr, flush=True)
-        return False
+        return (DIVERGED if isinstance(e, TrainingError) else
+                CAPTURE if isinstance(e, CaptureError) else FAILED)
     finally:
         logging.getLogger('gnorm.train.progress').removeHandler(handler)
     for run, result in zip(left, results):
         if result.get('status') == 'ok':
             found[run['key']] = result
-    return True
+    return OK
 
 
 def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
@@ -114,7 +124,7 @@ def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
         if dry_run:
             continue
         ok = (_subprocess(args[1:], threads) if launcher
-              else train_here(cell, left, composer, found))
+              else train_here(cell, left, composer, found) == OK)
         failed += not ok
     return failed
 

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from gnorm.errors import ConfigError
+from gnorm.errors import CaptureError, ConfigError
 
 Capture = Callable[[Callable[[], torch.Tensor]],
                    Tuple[Callable[[], None], torch.Tensor]]
@@ -76,11 +76,19 @@ class GraphedStep:
 
     def _capture(self, optimizer: torch.optim.Optimizer,
                  alive: torch.Tensor) -> None:
+        r"""Captures both passes; any error of the capture is a
+        :class:`~gnorm.errors.CaptureError` (the runs can train eagerly),
+        told apart from a run that diverges."""
         self.alive = alive.clone()
         optimizer.zero_grad()  # to None: the graph allocates the gradients
-        self.graphs = [
-            self.capture(lambda: self.step.train(optimizer, self.alive)),
-            self.capture(self.step.evaluate)]
+        try:
+            self.graphs = [
+                self.capture(lambda: self.step.train(optimizer, self.alive)),
+                self.capture(self.step.evaluate)]
+        except Exception as e:  # whatever capture raises, said in a line
+            raise CaptureError(f"the training step could not be captured "
+                               f"as a CUDA graph: {type(e).__name__}: "
+                               f"{' '.join(str(e).split())}") from None
 
     def __call__(self, optimizer: torch.optim.Optimizer,
                  alive: torch.Tensor, evaluate: bool = True):
