@@ -362,3 +362,54 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
     # tried again, the diverged cell trains only the run it lacks
     again = queue.pending([spec], out, 'cpu', 'GPU work', graphed=False)
     assert [len(i.left) for i in again] == [1]
+
+
+@pytest.mark.parametrize('text,match', [
+    ('priority: [\n', 'is not a YAML mapping: '),
+    ('- a\n- b\n', 'is not a YAML mapping of priority and calibration'),
+    ('calibration: {H200: .nan}\n', "calibration of 'H200' must be seconds "
+                                    'per unit \\(a finite number > 0\\), '
+                                    'got nan'),
+    ('calibration: {H200: -1}\n', 'got -1'),
+])
+def test_a_bad_queue_config_is_one_line(tmp_path, text, match):
+    path = write_config(tmp_path, text)
+    with pytest.raises(queue.SpecError, match=match) as info:
+        queue.read_config(path)
+    assert '\n' not in str(info.value)
+
+
+def test_a_priority_entry_that_names_nothing_is_refused(spec, tmp_path):
+    path = write_config(tmp_path, f'priority:\n  - {{study: {NAME}, '
+                        f'datasets: [cbsm]}}\n')
+    config = queue.read_config(path, [NAME])
+    with pytest.raises(queue.SpecError, match=f'priority entry of {NAME} '
+                       "names dataset 'cbsm', which the study does not "
+                       'have \\(it has csbm\\)'):
+        queue.check_priority(config['priority'], [spec], path)
+    queue.check_priority([{'study': NAME, 'depths': [2]}], [spec], path)
+
+
+def test_interruptions_exit_as_their_signal_says(spec, tmp_path, capsys,
+                                                 monkeypatch):
+    r"""Ctrl-C while planning: 130, one line, nothing written; SIGTERM
+    while training: 143, as gnorm.errors.Interrupted says."""
+    import signal
+    from gnorm.errors import Interrupted
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(queue, 'prepare', stopped)
+    assert queue.main(args(tmp_path), specs=[spec]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ['interrupted while planning; nothing was trained or '
+                   'written']
+    assert not (tmp_path / 'out').exists()
+    monkeypatch.undo()
+
+    def terminated(*a, **k):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(queue, 'train', terminated)
+    assert queue.main(args(tmp_path), specs=[spec]) == 143

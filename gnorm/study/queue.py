@@ -347,7 +347,14 @@ def read_config(path: Path, known: Sequence[str] = ()) -> Dict[str, Any]:
     from omegaconf import OmegaConf
     if not Path(path).is_file():
         raise SpecError(f'no queue config {path}')
-    found = OmegaConf.to_container(OmegaConf.load(path)) or {}
+    try:
+        found = OmegaConf.to_container(OmegaConf.load(path)) or {}
+    except Exception as e:  # a YAML error, said in one line
+        raise SpecError(f"{path} is not a YAML mapping: "
+                        f"{' '.join(str(e).split())}") from None
+    if not isinstance(found, dict):
+        raise SpecError(f'{path} is not a YAML mapping of priority and '
+                        f'calibration')
     bad = sorted(set(found) - {'priority', 'calibration'})
     if bad:
         raise SpecError(f"{path}: unknown key {bad[0]!r}; it takes "
@@ -359,11 +366,33 @@ def read_config(path: Path, known: Sequence[str] = ()) -> Dict[str, Any]:
                             f"{', '.join(sorted(known))} and optional "
                             f'lists datasets, rows, depths; got {entry!r}')
     for name, value in (found.get('calibration') or {}).items():
-        if not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not 0 < value < float('inf'):  # NaN fails too
             raise SpecError(f'{path}: calibration of {name!r} must be '
-                            f'seconds per unit (> 0), got {value!r}')
+                            f'seconds per unit (a finite number > 0), got '
+                            f'{value!r}')
     return dict(priority=list(found.get('priority') or []),
                 calibration=dict(found.get('calibration') or {}))
+
+
+def check_priority(priority: Sequence[Dict[str, Any]],
+                   specs: Sequence[Spec], path: Path) -> None:
+    r"""Raises :class:`SpecError` for a priority entry naming a dataset,
+    row or depth its study does not have (a typo would match nothing and
+    leave the cells it meant at the end of the queue)."""
+    tables = {s.name: s.table for s in specs}
+    for entry in priority:
+        table = tables.get(entry['study'])
+        if table is None:
+            continue  # a study not queued in this call
+        for key, _ in AXES:
+            has = list(table[key])
+            bad = [v for v in entry.get(key, []) if v not in has]
+            if bad:
+                raise SpecError(
+                    f"{path}: priority entry of {entry['study']} names "
+                    f"{key[:-1]} {bad[0]!r}, which the study does not have "
+                    f"(it has {', '.join(map(str, has))})")
 
 
 def place(priority: Sequence[Dict[str, Any]], item: Pending) -> int:
@@ -709,6 +738,7 @@ def prepare(args: argparse.Namespace,
     selection = selection_of(args, specs)
     work = WORK[args.work or ('gpu' if device == 'cuda' else 'cpu')]
     config = read_config(args.config, [s.name for s in specs])
+    check_priority(config['priority'], specs, args.config)
     check_folder(args.out, f'--out {args.out}', write=not args.list)
     items = claim(order(pending(specs, args.out, device, work, selection,
                                 read_digests(args.finished),
@@ -735,18 +765,19 @@ def head(plan: Plan, budget_s: float) -> str:
 def _run(plan: Plan, args: argparse.Namespace, start: float,
          after_cell: Optional[Callable[[], Any]]) -> int:
     r"""Trains :obj:`plan`; returns the exit status (0, 1 when a cell
-    failed, 130 when interrupted: Ctrl-C, SIGTERM)."""
+    failed, 130 when interrupted by Ctrl-C, 143 by SIGTERM, as
+    :class:`gnorm.errors.Interrupted` says)."""
     from gnorm.study.runner import sigterm_interrupts
     done = plan.trained()
     try:
         with sigterm_interrupts():
             counts = train(plan.items, plan.rate, start + args.budget_s,
                            args.out, plan.device, after_cell, plan.eager)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f'interrupted: the {plan.trained() - done} cells '
               f'finished are kept in {args.out}; run the same command '
               f'again to go on', file=sys.stderr, flush=True)
-        return 130
+        return getattr(e, 'exit_code', 130)  # 143 for SIGTERM
     print(f"trained {counts['trained']} cells in "
           f'{duration(clock() - start)}; {counts["skipped"]} skipped (over '
           f"the time left), {counts['unreached']} not reached, "
@@ -786,6 +817,10 @@ def main(argv: Optional[Sequence[str]] = None,
     except GnormError as e:
         print(f'error: {e}', file=sys.stderr, flush=True)
         return 2
+    except KeyboardInterrupt:  # while planning: nothing written yet
+        print('interrupted while planning; nothing was trained or written',
+              file=sys.stderr, flush=True)
+        return 130
     if args.list:
         show(plan.items, plan.what, f"{plan.device}: "
              f"{plan.rate.name or 'no CUDA device here'}", plan.rate,
