@@ -179,6 +179,19 @@ def pack(runs: Path, archive: Path) -> None:
     tmp.replace(archive)
 
 
+def unpack(archive: Path, runs: Path) -> None:
+    r"""The runs of an earlier window's :obj:`archive` (``runs/...``) into
+    :obj:`runs`, before the queue plans: it trains none of them again,
+    and the archive it rewrites holds them too (it only grows)."""
+    if not archive.is_file():
+        return
+    runs.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(runs.parent, **({'filter': 'data'} if hasattr(
+            tarfile, 'data_filter') else {}))
+    print(f'GPU queue: the runs of {archive} go on from {runs}', flush=True)
+
+
 def queue_args(args: argparse.Namespace, runs: Path, seconds: float,
                cuda_graph: bool = False) -> List[str]:
     r"""The queue's command line for :obj:`seconds` into :obj:`runs`."""
@@ -205,6 +218,8 @@ def window(args: argparse.Namespace,
     checked = run_check(args, args.budget_s)
     left = args.budget_s - (time.monotonic() - start)
     runs = packed_runs(args.out) if args.pack else args.out / 'runs'
+    if args.pack:
+        unpack(args.out / ARCHIVE, runs)
     after = (lambda: pack(runs, args.out / ARCHIVE)) if args.pack else None
     replay, why = graphed(args)
     print(f'GPU queue: {why}', flush=True)
@@ -225,9 +240,7 @@ def runs_of(folder: Path, tmp: Path) -> Path:
     if not (folder / ARCHIVE).is_file():
         raise SystemExit(f'error: {folder} holds neither runs/ nor '
                          f'{ARCHIVE}')
-    with tarfile.open(folder / ARCHIVE) as tar:
-        tar.extractall(tmp, **({'filter': 'data'} if hasattr(
-            tarfile, 'data_filter') else {}))
+    unpack(folder / ARCHIVE, tmp / 'runs')
     return tmp / 'runs'
 
 

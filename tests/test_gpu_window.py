@@ -61,6 +61,26 @@ def test_a_window_packs_its_runs_and_they_come_back(tmp_path, monkeypatch,
     stamps = {r['_path']: Path(r['_path']).stat().st_mtime_ns for r in runs}
     assert window.bring_back(out, [spec], results, config) == 0
     assert {p: Path(p).stat().st_mtime_ns for p in stamps} == stamps
+    # a second window into the same folder, on a fresh temporary folder
+    # (another device): it reads the archive first, trains nothing twice,
+    # and the archive keeps every run
+    (tmp_path / 'tmp2').mkdir()
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp2'))
+    before = _archived(out / 'runs.tgz')
+    assert window.main(['--device', 'cpu', '--quick', '--work', 'gpu',
+                        '--pack', '--out', str(out), '--budget-s', '300',
+                        '--threads', '1'], [spec]) == 0
+    said = capsys.readouterr().out
+    assert 'trained 0 cells' in said and 'go on from' in said
+    assert _archived(out / 'runs.tgz') == before and len(before) == 4
+
+
+def _archived(archive):
+    r"""The finished runs' result files an archive holds."""
+    import tarfile
+    with tarfile.open(archive) as tar:
+        return sorted(n for n in tar.getnames()
+                      if n.endswith('results.json'))
 
 
 def test_the_calibration_of_a_gpu_goes_into_the_config(tmp_path):
