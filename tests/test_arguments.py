@@ -15,7 +15,7 @@ def _check(args):
     (['dataset=pubmed'], "unknown dataset 'pubmed'; pass dataset= one of "
                          "chameleon, chameleon_filtered, citeseer, cora, "
                          "csbm, "),
-    (['norm=batchnorm', 'layers=2'], "unknown norm 'batchnorm'"),
+    (['norm=groupnorm', 'layers=2'], "unknown norm 'groupnorm'"),
     (['-m', 'norm=none,foo', 'seed=0,1'], "unknown norm 'foo'"),
     (['experiment=table9'], "unknown experiment 'table9'"),
     (['+model=graphormer9'], "unknown model 'graphormer9'"),
@@ -226,7 +226,8 @@ def test_options_of_the_search_path(user_norm, monkeypatch):
     _check(['norm=halfln', 'hydra.searchpath=[conf]'])
     for args, match in [
             (['norm=halfnl', path], "unknown norm 'halfnl'; pass norm= one "
-                                    "of contranorm, contranorm_d, halfln, "),
+                                    "of batchnorm, contranorm, contranorm_d, "
+                                    "halfln, "),
             (['norm=halfln', 'norm.facter=1', path],
              "unknown key 'norm.facter' .*; closest keys: norm.factor$"),
             (['norm.factr=1', path],
@@ -234,7 +235,7 @@ def test_options_of_the_search_path(user_norm, monkeypatch):
             (['norm=halfln', 'norm.scale=1', path],
              r"unknown key 'norm.scale' .*; only norm=.*pairnorm have it$"),
             (['norm=halfln'], "unknown norm 'halfln'; pass norm= one of "
-                              "contranorm, contranorm_d, isobn, ")]:
+                              "batchnorm, contranorm, contranorm_d, isobn, ")]:
         with pytest.raises(ConfigError, match=match):
             _check(args)
 

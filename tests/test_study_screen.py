@@ -116,7 +116,7 @@ def _screen(monkeypatch, sets, tests, predictions=None):
             run['test_predictions'] = {'class_counts': predictions[k]}
         runs.append(run)
     by_run = {id(r): s for r, s in zip(runs, sets)}
-    monkeypatch.setattr(sanity, 'test_set', lambda run: by_run[id(run)])
+    monkeypatch.setattr(sanity, 'tested_nodes', lambda run: by_run[id(run)])
     return runs
 
 

@@ -115,7 +115,7 @@ def _split_key(config: Dict[str, Any]) -> str:
                        config.get('test_set')], sort_keys=True)
 
 
-def test_set(run: Dict[str, Any]) -> Optional[TestSet]:
+def tested_nodes(run: Dict[str, Any]) -> Optional[TestSet]:
     r"""The :class:`TestSet` of :obj:`run`, from the graph and split its
     config names (loaded once per split); :obj:`None` for a run that is
     no node run or names no dataset. Raises :class:`GnormError` where the
@@ -131,15 +131,15 @@ def test_set(run: Dict[str, Any]) -> Optional[TestSet]:
 
 def class_counts_of_test(run: Dict[str, Any]) -> Optional[List[int]]:
     r"""The number of :obj:`run`'s test nodes in each class
-    (:func:`test_set`)."""
-    found = test_set(run)
+    (:func:`tested_nodes`)."""
+    found = tested_nodes(run)
     return found.label_counts if found else None
 
 
 def chance_accuracy(run: Dict[str, Any]) -> Optional[float]:
     r"""The share of :obj:`run`'s test nodes in their most frequent class
-    (a fraction; :func:`test_set`)."""
-    found = test_set(run)
+    (a fraction; :func:`tested_nodes`)."""
+    found = tested_nodes(run)
     return found.majority if found else None
 
 
@@ -156,7 +156,7 @@ def _load_test_set(config: Dict[str, Any]) -> Optional[TestSet]:
     name = dataset.get('name') if isinstance(dataset, dict) else dataset
     try:
         data = load_data(OmegaConf.create(config))
-    except (GnormError, OSError, RuntimeError, ValueError, KeyError) as e:
+    except Exception as e:  # whatever stops the loading, in one line
         raise GnormError(
             f"cannot screen the runs of {name} for chance: its data does "
             f"not load (GNORM_DATA_MIRROR={mirror or 'unset'}: "
@@ -203,10 +203,10 @@ class Pooled:
 def pooled_chance(runs: Sequence[Dict[str, Any]]) -> Optional[Pooled]:
     r"""The :class:`Pooled` test of :obj:`runs` (a cell's seeds) against
     chance (the module's text); :obj:`None` without runs or where a run
-    has no test set (:func:`test_set`) or no score."""
+    has no test set (:func:`tested_nodes`) or no score."""
     parts = []
     for run in runs:
-        found = test_set(run)
+        found = tested_nodes(run)
         if found is None:
             return None
         part = _part(run, found)

@@ -336,10 +336,10 @@ def evaluate(model: torch.nn.Module, data,
     values = _metrics(out, data, mask_index(data.val_mask),
                       metric).T.tolist()
     return {**dict(zip(metric_names(metric), values)),
-            'test_predictions': test_predictions(out, data, metric)}
+            'test_predictions': predicted_on_test(out, data, metric)}
 
 
-def test_predictions(out: torch.Tensor, data, metric: str = 'acc'
+def predicted_on_test(out: torch.Tensor, data, metric: str = 'acc'
                      ) -> List[Dict[str, Any]]:
     r"""Per run, what the logits :obj:`out` predict on its test nodes: the
     number of test nodes predicted in each class (``class_counts``, by the
