@@ -48,12 +48,17 @@ class RunLinear(RunConv):
             self.bias.view(-1, self.out_channels)
         if generators is None:
             generators = [None] * weights.size(0)
-        bound = 1.0 / math.sqrt(self.in_channels)
+        bound = self.init_bound()
         with torch.no_grad():
             for weight, bias, gen in zip(weights, biases, generators):
                 weight.uniform_(-bound, bound, generator=gen)
                 if bias is not None:
                     bias.uniform_(-bound, bound, generator=gen)
+
+    def init_bound(self) -> float:
+        r"""The bound of the uniform initialisation: torch.nn.Linear's
+        :math:`1/\sqrt{c_{in}}`."""
+        return 1.0 / math.sqrt(self.in_channels)
 
     def forward(self, x: Tensor) -> Tensor:
         r""":math:`\mathbf{X} \mathbf{W}^\top + \mathbf{b}` for :obj:`x` of
@@ -73,15 +78,8 @@ class GlorotLinear(RunLinear):
                  runs: Optional[int] = None):
         super().__init__(in_channels, out_channels, runs, bias=False)
 
-    def reset_parameters(self, generators: Optional[
-            Sequence[torch.Generator]] = None):
-        weights = self.weight.view(-1, self.out_channels, self.in_channels)
-        if generators is None:
-            generators = [None] * weights.size(0)
-        bound = math.sqrt(6.0 / (self.in_channels + self.out_channels))
-        with torch.no_grad():
-            for weight, gen in zip(weights, generators):
-                weight.uniform_(-bound, bound, generator=gen)
+    def init_bound(self) -> float:
+        return math.sqrt(6.0 / (self.in_channels + self.out_channels))
 
 
 class FeedForward(torch.nn.Module):

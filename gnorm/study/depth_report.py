@@ -10,10 +10,11 @@ from gnorm.data import leakage_summary
 from gnorm.results import code, machines, plural, write_records
 from gnorm.study.depth_findings import (Counts, DepthFindings, RowSettings,
                                         counts, depth_findings, primary)
-from gnorm.study.findings import UNCOMMITTED, chosen_by_validation
+from gnorm.study.findings import (UNCOMMITTED, at_chance,
+                                  chosen_by_validation)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
-from gnorm.study.sanity import CHANCE_FLAGS, MEANING, meaning
+from gnorm.study.sanity import MEANING, meaning
 from gnorm.study.select import TIE
 from gnorm.study.spec import Spec
 from gnorm.study.variants import variant_summary, variant_words
@@ -76,11 +77,11 @@ def chance_text(r: Dict[str, Any]) -> str:
     its seeds predict one class: the pooled score against chance with its
     z, and how many seeds predict one class (or that its runs record no
     predictions, so that the flag rests on the pooled test alone)."""
-    chance = [f for f in r.get('flags', ()) if f in CHANCE_FLAGS]
-    if not chance and not r.get('one_class_seeds'):
+    flagged = at_chance(r)
+    if not flagged and not r.get('one_class_seeds'):
         return ''
     parts = []
-    if r.get('chance_z') is not None and chance:
+    if r.get('chance_z') is not None and flagged:
         parts.append(f"pooled z {r['chance_z']:.2f} against chance "
                      f"{r['chance_share']:.2f}")
     if r.get('one_class_seeds') is None:
@@ -113,8 +114,7 @@ def chance_lines(cells: List[Dict[str, Any]], said: str) -> List[str]:
     if not parts:
         return []
     flagged = [f"{r['dataset']} {r['row']} L={r['layers']}"
-               for r in cells if any(f in CHANCE_FLAGS
-                                     for f in r.get('flags', ()))]
+               for r in cells if at_chance(r)]
     return ['', f'**Chance** (the screen of each cell\'s seeds pooled, '
             f'test {said}): ' + '; '.join(parts) + '. '
             + (f"Flagged: {', '.join(flagged)}." if flagged

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Sequence
 
 from gnorm.results import load_runs
 from gnorm.study.spec import SpecError, Spec, compose, config_sets
+from gnorm.train.common import one_line
 
 
 def _found(runs_dir: Path) -> List[Dict[str, Any]]:
@@ -40,7 +41,7 @@ class DepthPlan:
                                     else self.todo), args.set, places.runs)
         except Exception as e:  # e.g. a bad --set value
             raise SpecError(f"cannot compose the study's runs: "
-                            f"{' '.join(str(e).split())}") from e
+                            f"{one_line(e)}") from e
         self.found = self._index()
 
     def _index(self) -> Dict[str, Any]:
@@ -95,7 +96,7 @@ class PairedPlan:
             self.cfg = compose([*spec.overrides(), *args.set])
         except Exception as e:
             raise SpecError(f"cannot compose the study's runs: "
-                            f"{' '.join(str(e).split())}") from e
+                            f"{one_line(e)}") from e
 
     def run(self) -> int:
         from gnorm.study.runner import run_paired

@@ -13,6 +13,7 @@ comparison the spec plans, a comparison without a test as p = 1
 (:func:`planned_p`), adjusted together (``table.correction``: ``holm``,
 the default, or ``none``)."""
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -433,21 +434,16 @@ def detectable_of(found: Dict[Pair, Comparison], mine: Dict[Pair, Comparison],
     alpha = 1 - level
     if correction == 'holm':
         alpha /= planned(found)
-    sizes = sorted((d, f.interval) for f in mine.values() if f.interval
-                   for d in [detectable(f.interval, alpha)] if d is not None)
+    sizes = sorted(((d, f.interval) for f in mine.values() if f.interval
+                    for d in [detectable(f.interval, alpha)]
+                    if d is not None), key=lambda pair: pair[0])
     if not sizes:
         return None
     middle = sizes[(len(sizes) - 1) // 2]
     return Detectable(
-        _median([d for d, _ in sizes]), sizes[0][0], sizes[-1][0],
+        statistics.median(d for d, _ in sizes), sizes[0][0], sizes[-1][0],
         len(sizes), seeds_per_row(middle[1]),
         tuple(sorted({i.method for _, i in sizes})))
-
-
-def _median(values: List[float]) -> float:
-    n = len(values)
-    return (values[n // 2] if n % 2
-            else (values[n // 2 - 1] + values[n // 2]) / 2)
 
 
 def section(records: List[Dict[str, Any]], row: str,

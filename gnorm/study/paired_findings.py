@@ -22,6 +22,7 @@ is the same (``table.paper_recipe: same``) or not (the default)."""
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import UNITS, mean_std, metric_name, score_field, value
+from gnorm.study.findings import verdict_kind
 from gnorm.study.pairing import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
@@ -223,12 +224,10 @@ def read_family(spec: Spec, records: List[Dict[str, Any]]) -> None:
         for r, p, q in zip(deciding, adjusted, same):
             r[f'{key}_p_adj'] = p
             r[f'{key}_equivalence_p_adj'] = q
-            said = oriented(family_verdict(r[f'{key}_diff'], p, spec.level),
-                            r['higher'])
-            if said == 'not distinguishable':
-                said = ('equivalent' if q is not None and q < 1 - spec.level
-                        else 'undecided')
-            r[f'{key}_found'] = said
+            r[f'{key}_found'] = verdict_kind(
+                oriented(family_verdict(r[f'{key}_diff'], p, spec.level),
+                         r['higher']), False, False,
+                equivalent=q is not None and q < 1 - spec.level)
 
 
 def oriented(said: Optional[str], higher: bool = True) -> Optional[str]:

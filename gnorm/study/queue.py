@@ -54,6 +54,7 @@ from gnorm.errors import GnormError
 from gnorm.study.runner import CAPTURE, DIVERGED, FAILED, OK
 from gnorm.study.spec import Spec, SpecError, load_spec, studies
 from gnorm.train import CONF_DIR
+from gnorm.train.common import one_line
 
 CONFIG = CONF_DIR / 'queue.yaml'
 OUT = Path('outputs') / 'queue'
@@ -257,7 +258,7 @@ def study_pending(spec: Spec, out: Path, device: str, work: str,
                                  runs)
     except Exception as e:
         raise SpecError(f"{spec.name}: cannot compose the study's runs: "
-                        f"{' '.join(str(e).split())}") from e
+                        f"{one_line(e)}") from e
     study = Study(spec, composer, done.below([spec.runs_dir(), runs]), runs,
                   graphed)
     found = []
@@ -351,7 +352,7 @@ def read_config(path: Path, known: Sequence[str] = ()) -> Dict[str, Any]:
         found = OmegaConf.to_container(OmegaConf.load(path)) or {}
     except Exception as e:  # a YAML error, said in one line
         raise SpecError(f"{path} is not a YAML mapping: "
-                        f"{' '.join(str(e).split())}") from None
+                        f"{one_line(e)}") from None
     if not isinstance(found, dict):
         raise SpecError(f'{path} is not a YAML mapping of priority and '
                         f'calibration')
@@ -579,7 +580,6 @@ def train_cell(item: Pending) -> str:
     ``FAILED``). An error of the cell (out of memory, a failed CUDA graph
     capture) is printed in one line, not raised: the queue goes on."""
     from gnorm.study.runner import train_here
-    from gnorm.train.common import one_line
     study = item.study
     try:
         return train_here(item.cell, item.left, study.composer, study.found)
@@ -624,7 +624,8 @@ def train(items: List[Pending], rate: Rate, deadline: float, out: Path,
     :obj:`after_cell`. A cell whose step cannot be captured as CUDA graphs
     trains again eagerly (:func:`eagerly`, the :obj:`eager` rate), and so
     do the cells after it; a cell with a run that diverges (a NaN loss)
-    is a failed cell, and the queue goes on as it was. Returns the numbers of cells ``trained``, ``failed``, ``skipped``
+    is a failed cell, and the queue goes on as it was. Returns the
+    numbers of cells ``trained``, ``failed``, ``skipped``
     (over the time left) and ``unreached``."""
     if eager is None and any(i.graphed for i in items):
         raise ValueError('train: cells replayed as CUDA graphs need the '

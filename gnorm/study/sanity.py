@@ -107,12 +107,18 @@ class TestSet:
         return max(self.label_counts) / sum(self.label_counts)
 
 
+def config_split(config: Dict[str, Any]) -> List[Any]:
+    r"""What a run's config says of its split: split, split index, test
+    set, and for ``split: random`` the seed that draws it."""
+    seed = config.get('seed') if config.get('split') == 'random' else None
+    return [config.get('split'), config.get('split_index'),
+            config.get('test_set'), seed]
+
+
 def _split_key(config: Dict[str, Any]) -> str:
-    r"""What decides a run's test nodes: its dataset, split and seed."""
-    seed = config.get('seed') if config.get('split') == 'random' else 0
-    return json.dumps([config.get('dataset'), config.get('split'),
-                       config.get('split_index'), seed,
-                       config.get('test_set')], sort_keys=True)
+    r"""What decides a run's test nodes: its dataset and split."""
+    return json.dumps([config.get('dataset'), *config_split(config)],
+                      sort_keys=True)
 
 
 def tested_nodes(run: Dict[str, Any]) -> Optional[TestSet]:
@@ -129,13 +135,6 @@ def tested_nodes(run: Dict[str, Any]) -> Optional[TestSet]:
     return _TEST_SETS[key]
 
 
-def class_counts_of_test(run: Dict[str, Any]) -> Optional[List[int]]:
-    r"""The number of :obj:`run`'s test nodes in each class
-    (:func:`tested_nodes`)."""
-    found = tested_nodes(run)
-    return found.label_counts if found else None
-
-
 def chance_accuracy(run: Dict[str, Any]) -> Optional[float]:
     r"""The share of :obj:`run`'s test nodes in their most frequent class
     (a fraction; :func:`tested_nodes`)."""
@@ -146,6 +145,7 @@ def chance_accuracy(run: Dict[str, Any]) -> Optional[float]:
 def _load_test_set(config: Dict[str, Any]) -> Optional[TestSet]:
     from omegaconf import OmegaConf
 
+    from gnorm.train.common import one_line
     from gnorm.train.node import load_data
     config = copy.deepcopy(config)
     data_options = config.setdefault('data', {})
@@ -160,7 +160,7 @@ def _load_test_set(config: Dict[str, Any]) -> Optional[TestSet]:
         raise GnormError(
             f"cannot screen the runs of {name} for chance: its data does "
             f"not load (GNORM_DATA_MIRROR={mirror or 'unset'}: "
-            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+            f"{one_line(e)}); "
             f"set GNORM_DATA_MIRROR to a folder with its raw files "
             f"(docs/data.rst)") from None
     mask = data.test_mask

@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from gnorm.errors import GnormError
 from gnorm.results import UNITS, mean_std, plural, score_field, value
 from gnorm.study.compose import setting_label
-from gnorm.study.sanity import flags, one_class_count, pooled_chance
+from gnorm.study.sanity import (config_split, flags, one_class_count,
+                                pooled_chance)
 
 # Means of metrics without counts closer than this are a tie.
 TIE = 1e-9
@@ -267,11 +268,7 @@ def split_of(run: Dict[str, Any]) -> Optional[str]:
     if recorded:
         return recorded
     config = run.get('config') or {}
-    if 'split' not in config:
-        return None
-    seed = config.get('seed') if config['split'] == 'random' else None
-    return json.dumps([config['split'], config.get('split_index'),
-                       config.get('test_set'), seed])
+    return json.dumps(config_split(config)) if 'split' in config else None
 
 
 def split_test_train(runs: Sequence[Dict[str, Any]]) -> Optional[float]:

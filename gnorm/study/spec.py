@@ -20,7 +20,7 @@ from gnorm.errors import ConfigError, closest
 from gnorm.results import NOT_CONFIG_KEYS
 from gnorm.study.stats import CORRECTIONS, LEVEL, MARGIN, PAIRINGS
 from gnorm.train import CONF_DIR
-from gnorm.train.common import import_error
+from gnorm.train.common import import_error, one_line
 
 KINDS = ('depth', 'paired')
 # Where gnorm's own studies keep their runs and reports (experiments/runs,
@@ -216,7 +216,7 @@ def load_spec(ref: str) -> Spec:
         cfg = compose(spec.overrides())
     except Exception as e:
         raise SpecError(f'{ref}: cannot compose: '
-                        f"{' '.join(str(e).split())}") from None
+                        f"{one_line(e)}") from None
     if 'table' not in cfg:
         raise SpecError(f'{ref}: no table: section (the study: rows, '
                         f'seeds...); see docs/study.rst')

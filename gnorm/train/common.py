@@ -132,7 +132,7 @@ def import_error(target: str) -> Optional[str]:
         getattr(importlib.import_module(module), name)
     except Exception as e:  # any error of the user's module, in one line
         return (f'does not import ({type(e).__name__}: '
-                f"{' '.join(str(e).split())}); is its module on PYTHONPATH?")
+                f"{one_line(e)}); is its module on PYTHONPATH?")
     return None
 
 
@@ -195,6 +195,7 @@ def check_config(cfg: DictConfig) -> None:
                               or scale < 0):
         raise ConfigError(f"norm.scale must be a number >= 0, got "
                           f"{scale!r}; pass e.g. norm.scale=0.5")
+    check_targets(cfg, ('model', 'norm'))
     task_module(cfg).check_config(cfg)
 
 

@@ -14,8 +14,7 @@ from gnorm.data.molecules import GRAPH_DATASETS, import_ogb
 from gnorm.errors import ConfigError
 from gnorm.models import DeepGCN, Graphormer
 from gnorm.nn import SepNorm
-from gnorm.train.common import (check_targets, is_int, one_line, option,
-                                 unknown_norm_keys)
+from gnorm.train.common import is_int, one_line, option, unknown_norm_keys
 
 PRECISIONS = ('bf16', 'fp32')
 _REFUSED_NORMS = ('gnorm.nn.PairNorm', 'gnorm.nn.IsoBN')
@@ -116,7 +115,6 @@ def build_model(cfg: DictConfig) -> torch.nn.Module:
     of :obj:`cfg.norm` (instantiated partially, the model passes the
     width)."""
     features, out_channels = GRAPH_DATASETS[cfg.dataset.name][:2]
-    check_targets(cfg, ('model', 'norm'))
     try:
         norm = instantiate(cfg.norm, _partial_=True)
         return instantiate(cfg.model, out_channels=out_channels,

@@ -15,6 +15,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from gnorm.errors import CaptureError, ConfigError
+from gnorm.train.common import one_line
 
 Capture = Callable[[Callable[[], torch.Tensor]],
                    Tuple[Callable[[], None], torch.Tensor]]
@@ -88,7 +89,7 @@ class GraphedStep:
         except Exception as e:  # whatever capture raises, said in a line
             raise CaptureError(f"the training step could not be captured "
                                f"as a CUDA graph: {type(e).__name__}: "
-                               f"{' '.join(str(e).split())}") from None
+                               f"{one_line(e)}") from None
 
     def __call__(self, optimizer: torch.optim.Optimizer,
                  alive: torch.Tensor, evaluate: bool = True):

@@ -33,9 +33,8 @@ from gnorm.train.graphed import GraphedStep
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
 from gnorm.train.scores import SCORES, accuracy, class_counts, roc_auc
-from gnorm.train.common import (check_targets, free_memory, is_int,
-                                 one_line, option, run_name,
-                                 unknown_norm_keys)
+from gnorm.train.common import (free_memory, is_int, one_line, option,
+                                 run_name, unknown_norm_keys)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,6 @@ def optimizer_name(cfg: DictConfig) -> str:
 def check_config(cfg: DictConfig) -> None:
     r"""Raises :class:`ConfigError` with a one-line fix for bad values of
     the node-level keys."""
-    check_targets(cfg, ('norm', ))
     if not is_int(cfg.layers) or cfg.layers < 1:
         raise ConfigError(f"layers must be an integer >= 1, got "
                           f"{cfg.layers!r}; pass e.g. layers=2")
@@ -216,7 +214,6 @@ def build_model(cfg: DictConfig, in_channels: int, out_channels: int,
     r"""Instantiates :obj:`cfg.model` with the norm of :obj:`cfg.norm`; with
     :obj:`runs` (their configs), one model of :obj:`len(runs)` runs, each
     with its own norm (e.g. its own ContraNorm scale)."""
-    check_targets(cfg, ('model', 'norm'))
     try:
         model = instantiate(cfg.model, _partial_=True)
         if runs is None:
