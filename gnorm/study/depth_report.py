@@ -10,11 +10,10 @@ from gnorm.data import leakage_summary
 from gnorm.results import code, machines, plural, write_records
 from gnorm.study.depth_findings import (Counts, DepthFindings, RowSettings,
                                         counts, depth_findings, primary)
-from gnorm.study.findings import (UNCOMMITTED, at_chance,
-                                  chosen_by_validation)
+from gnorm.study.findings import UNCOMMITTED, chosen_by_validation
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
-from gnorm.study.sanity import MEANING, meaning
+from gnorm.study.sanity import MEANING, at_chance, meaning
 from gnorm.study.select import TIE
 from gnorm.study.spec import Spec
 from gnorm.study.variants import variant_summary, variant_words

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.study.pairing import split_mismatch
-from gnorm.study.sanity import CHANCE_FLAGS
+from gnorm.study.sanity import at_chance
 from gnorm.study.select import scores_said
 from gnorm.study.stats import (MARGIN, Interval, compare, detectable,
                                equivalence_p, exact_floor, exact_p,
@@ -156,12 +156,6 @@ def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
                       margin=margin,
                       modified=bool(ours.get('modified_runs')
                                     or other.get('modified_runs')))
-
-
-def at_chance(record: Dict[str, Any]) -> bool:
-    r"""Whether a cell :obj:`record` is flagged as learning nothing
-    (:data:`gnorm.study.sanity.CHANCE_FLAGS`)."""
-    return any(f in CHANCE_FLAGS for f in record.get('flags', ()))
 
 
 def family(records: List[Dict[str, Any]],

@@ -85,6 +85,14 @@ MEANING = {
                'last evaluated epoch: training stopped while the row was '
                'still improving',
 }
+
+
+def at_chance(record: Dict[str, Any]) -> bool:
+    r"""Whether a cell :obj:`record` is flagged as learning nothing
+    (:data:`CHANCE_FLAGS`)."""
+    return any(f in CHANCE_FLAGS for f in record.get('flags', ()))
+
+
 _TEST_SETS: Dict[str, Optional['TestSet']] = {}
 
 
