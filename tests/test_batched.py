@@ -140,6 +140,10 @@ def test_batch_does_not_change_a_run(tmp_path, norm):
         assert b['test_acc'] == pytest.approx(a['test_acc'], abs=1e-6)
         assert b['collapse']['effective_rank'] == pytest.approx(
             a['collapse']['effective_rank'], rel=1e-4)
+        assert b['gradients']['epoch'] == a['gradients']['epoch'] == [1]
+        for key in ('output_grad_norm', 'param_grad_norm'):
+            assert b['gradients'][key][0] == pytest.approx(
+                a['gradients'][key][0], rel=1e-4), key
         assert b['model'] == a['model'] and b['config'] == a['config']
         assert _keys(a) == _keys(b)
     saved = json.loads((tmp_path / 'batch3' / 'results.json').read_text())

@@ -186,7 +186,8 @@ TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
 PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
                   'data', 'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
-STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'select',
+STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'diagnosis',
+                'select',
                 'budget', 'inputs', 'pairing', 'findings', 'depth_findings',
                 'verdict_words', 'variants', 'paired_findings',
                 'paired_words', 'plot', 'recipe', 'depth_report',
@@ -198,7 +199,8 @@ INNER_LAYERS = {
     'bench': ('timing', 'memory', 'process', 'records', 'report', 'check',
               'cli'),
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
-    'monitor': ('measure', 'table', 'onset', 'plot', 'hooks'),
+    'monitor': ('measure', 'table', 'onset', 'plot', 'gradients', 'diagnose',
+                'hooks'),
     'results': ('keys', 'folders', 'summary'),
 }
 
@@ -349,7 +351,7 @@ def test_one_function_per_concept_and_no_test_names():
 # A study computes its findings as data, then renders them: these modules
 # compute (statistics, comparisons, pairing) and these render (words,
 # reports, plots).
-COMPUTING = ('stats', 'pairing', 'findings', 'depth_findings',
+COMPUTING = ('stats', 'diagnosis', 'pairing', 'findings', 'depth_findings',
              'paired_findings')
 RENDERING = ('verdict_words', 'variants', 'paired_words', 'plot', 'recipe',
              'depth_report', 'paired_report')

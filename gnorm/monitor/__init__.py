@@ -16,13 +16,22 @@ nodes of the pairwise metrics, their hop distances) is prepared once per
 :meth:`~CollapseMonitor.record` and reused while the inputs are the same
 tensors.
 
+Why a run failed: :func:`diagnose` labels a run of :mod:`gnorm.train`
+(or :meth:`CollapseMonitor.diagnose` a monitored model) as trains,
+oversmoothed, rank-collapsed, untrainable or overfits, with the measure
+that decided it (docs/diagnose.rst).
+
 Modules, each importing only those before it:
+:mod:`~gnorm.monitor.gradients` (per-layer gradient norms),
+:mod:`~gnorm.monitor.diagnose` (a run's failure, told),
 :mod:`~gnorm.monitor.measure` (the metrics of the kept outputs),
 :mod:`~gnorm.monitor.table` (the records as a table, without pandas),
 :mod:`~gnorm.monitor.onset` (where collapse sets in),
 :mod:`~gnorm.monitor.plot` (the plots, one monitor or several on shared
 axes) and :mod:`~gnorm.monitor.hooks` (the monitor and its records).
 """
+from gnorm.monitor.diagnose import LABELS, Diagnosis, diagnose
+from gnorm.monitor.gradients import GRADIENT_METRICS, Gradients
 from gnorm.monitor.hooks import (COLUMNS, RUN_COLUMNS, CollapseMonitor,
                                  find_layers, read_csv)
 from gnorm.monitor.measure import EDGE_METRICS, METRICS, OPTIONAL_METRICS
@@ -30,6 +39,7 @@ from gnorm.monitor.onset import COLLAPSED
 from gnorm.monitor.plot import SCALED, plot_compare
 from gnorm.monitor.table import Table
 
-__all__ = ['CollapseMonitor', 'find_layers', 'read_csv', 'plot_compare',
+__all__ = ['CollapseMonitor', 'diagnose', 'Diagnosis', 'LABELS',
+           'Gradients', 'GRADIENT_METRICS', 'find_layers', 'read_csv', 'plot_compare',
            'Table', 'METRICS', 'OPTIONAL_METRICS', 'EDGE_METRICS', 'COLLAPSED',
            'COLUMNS', 'RUN_COLUMNS', 'SCALED']

@@ -8,6 +8,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from gnorm.monitor.diagnose import Diagnosis, diagnose_measures
+from gnorm.monitor.gradients import GRADIENT_METRICS, Gradients
 from gnorm.monitor.measure import (METRICS, OPTIONAL_METRICS, Prepared,
                                    measure, need_edges)
 from gnorm.monitor.onset import onsets
@@ -160,13 +162,20 @@ class CollapseMonitor:
             :class:`ValueError` naming the layer; :obj:`"nan"`, records of
             value :obj:`nan` (a training loop that goes on with a diverged
             run beside others). (default: :obj:`"raise"`)
+        gradients (bool, optional): Also record each layer's
+            :data:`~gnorm.monitor.gradients.GRADIENT_METRICS` (the norm
+            of the gradient reaching its output and of its parameters'
+            gradient, :class:`~gnorm.monitor.gradients.Gradients`) of the
+            backward pass run inside :meth:`record`: call
+            :obj:`loss.backward()` inside the :obj:`with` block. Their
+            hooks exist only inside it. (default: :obj:`False`)
     """
     def __init__(self, model: torch.nn.Module,
                  layers: Union[str, Sequence[Any]] = 'auto',
                  metrics: Sequence[str] = METRICS, max_samples: int = 256,
                  seed: int = 0, neighbor_hops: int = 3, remote_hops: int = 8,
                  writer: Any = None, dtype: Optional[torch.dtype] = None,
-                 nonfinite: str = 'raise'):
+                 nonfinite: str = 'raise', gradients: bool = False):
         metrics = tuple(metrics)
         if nonfinite not in ('raise', 'nan'):
             raise ValueError(f"CollapseMonitor expects nonfinite='raise' or "
@@ -194,7 +203,10 @@ class CollapseMonitor:
                              f"no MessagePassing layer; pass layers=[module "
                              f"names or types] (its modules: "
                              f"{_some_names(model)})")
-        self.metrics = metrics
+        # measured: the collapse metrics of the outputs; metrics: every
+        # metric of the records (the gradient norms too)
+        self.measured = metrics
+        self.metrics = metrics + (GRADIENT_METRICS if gradients else ())
         self.max_samples, self.seed = max_samples, seed
         self.neighbor_hops, self.remote_hops = neighbor_hops, remote_hops
         self.records: List[Dict[str, Any]] = []
@@ -204,6 +216,8 @@ class CollapseMonitor:
         from gnorm.models import DeepGCN, ResGNN
         self.runs = model.runs if isinstance(model, (DeepGCN, ResGNN)) \
             else None
+        self.gradients = (Gradients(model, self.layers, self.runs)
+                          if gradients else None)
         self._recording: Optional[_Recording] = None
         self._cache: Dict[str, Prepared] = {}
         modules = dict(model.named_modules())
@@ -319,7 +333,7 @@ class CollapseMonitor:
         if self._recording is not None:
             raise RuntimeError("CollapseMonitor: record() inside record()")
         if rec.inputs[0] is None and not self._own_edges:
-            need_edges(self.metrics)
+            need_edges(self.measured)
         self._recording = rec
 
     def _finish(self, rec: _Recording) -> None:
@@ -329,7 +343,7 @@ class CollapseMonitor:
                              "record(); run the model's forward pass in the "
                              "with block")
         with torch.no_grad():
-            values = measure(rec.outputs, self.metrics, self.dtype)
+            values = measure(rec.outputs, self.measured, self.dtype)
         names = list(values)
         table = torch.stack([values[n] for n in names]).tolist()  # once
         if self.runs is None:
@@ -349,7 +363,11 @@ class CollapseMonitor:
                 'graphs': rec.outputs[name][1].graphs}
                for name, rows in zip(names, table)
                for run, row in enumerate(rows)
-               for metric, value in zip(self.metrics, row)]
+               for metric, value in zip(self.measured, row)]
+        if self.gradients is not None:
+            graphs = {n: rec.outputs[n][1].graphs for n in rec.outputs}
+            new += [{**r, 'graphs': graphs.get(r['layer'], 1)}
+                    for r in self.gradients.records(rec.step)]
         self.records.extend(new)
         if self.writer is not None:
             _add_scalars(self.writer, new)
@@ -466,6 +484,34 @@ class CollapseMonitor:
                             list(metrics or self.metrics), path, kind, log,
                             onset)
 
+    def diagnose(self, step: Optional[int] = None, run: int = 0,
+                 losses: Optional[Sequence[float]] = None,
+                 num_classes: Optional[int] = None,
+                 train_score: Optional[float] = None,
+                 val_score: Optional[float] = None) -> Diagnosis:
+        r"""Why the model fails, if it does
+        (:func:`~gnorm.monitor.diagnose.diagnose_measures`): the collapse
+        metrics of :obj:`step` (:obj:`None`: the last recorded), the
+        gradient norms of every recorded step (with :obj:`gradients=True`),
+        and what the training loop knows: its :obj:`losses` per epoch with
+        :obj:`num_classes`, its :obj:`train_score` and :obj:`val_score`
+        (fractions). For stacked runs, those of run :obj:`run`. The last
+        hooked layer is taken as the model's output."""
+        records = self._of_run(run)
+        steps = [r['step'] for r in records if r['metric'] in self.measured]
+        at = steps[-1] if step is None and steps else step
+        collapse = {m: [r['value'] for r in records if r['metric'] == m
+                        and r['step'] == at] for m in self.measured}
+        gradients = None
+        if self.gradients is not None:
+            norms = [r for r in records if r['metric'] == 'output_grad_norm']
+            by_step: Dict[Any, List[float]] = {}
+            for r in norms:
+                by_step.setdefault(r['step'], []).append(r['value'])
+            gradients = {'output_grad_norm': list(by_step.values())}
+        return diagnose_measures(collapse, gradients, losses, num_classes,
+                                 train_score, val_score)
+
     def _of_run(self, run: int) -> List[Dict[str, Any]]:
         return self.records if self.runs is None else \
             [r for r in self.records if r['run'] == run]
@@ -495,14 +541,24 @@ class _RecordContext:
         self.rec = _Recording(step, edge_index, batch, batch_size, seeds)
 
     def __enter__(self) -> CollapseMonitor:
+        grads = self.monitor.gradients
+        self.grads = None if grads is None else grads.record(self.rec.step)
         try:
             self.monitor._start(self.rec)
+            if self.grads is not None:
+                self.grads.__enter__()
         except BaseException:
             self.monitor.remove()
             raise
         return self.monitor
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self.grads is not None:
+            try:
+                self.grads.__exit__(exc_type, exc, tb)
+            except BaseException:
+                self.monitor.remove()
+                raise
         if exc_type is not None:
             self.monitor.remove()
             return None

@@ -51,7 +51,7 @@ class Prepared:
                  edge_index: Optional[Tensor], batch: Optional[Tensor],
                  batch_size: Optional[int], seeds: Optional[int],
                  device: torch.device, graph_tokens: bool = False):
-        metrics = monitor.metrics
+        metrics = monitor.measured
         if seeds is not None:
             if batch is not None:
                 raise ValueError("CollapseMonitor.record: pass 'batch' or "

@@ -30,14 +30,15 @@ from gnorm.errors import ConfigError, renamed
 # Config keys that do not change what a run computes: where data comes
 # from, the device and its threads, replaying the step as CUDA graphs (the
 # same kernels and dropout masks as eager; the GPU suite checks it),
-# resuming, batching runs together, progress output and logs, and the
+# resuming, batching runs together, progress output and logs, recording
+# gradient norms (hooks that only read), and the
 # ``table:`` spec of a table's experiment (which runs a table has, not what
 # one run computes).
 NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads',
                    'train.cuda_graph', 'resume',
                    'batch_runs', 'batch_file', 'train.progress',
                    'train.log_every', 'train.log_steps', 'train.tensorboard',
-                   'table')
+                   'train.grad_every', 'table')
 # Keys added after runs were made, each with the value that computes what
 # those runs computed: a config holding that value is the same run as one
 # without the key (committed runs stay finished runs of their config).

@@ -17,7 +17,8 @@ from gnorm.study.sanity import MEANING, at_chance, meaning
 from gnorm.study.select import TIE
 from gnorm.study.spec import Spec
 from gnorm.study.variants import variant_summary, variant_words
-from gnorm.study.verdict_words import comparison, family_words
+from gnorm.study.verdict_words import (comparison, diagnosis_text,
+                                       family_words)
 
 __all__ = ['write_report', 'render', 'primary', 'completeness', 'tie_rule']
 
@@ -60,6 +61,8 @@ def _cell(r: Dict[str, Any]) -> str:
         if r.get('flags'):
             ours += f"<br>flagged: {', '.join(r['flags'])}"
         ours += chance_text(r)
+        if r.get('diagnosis'):
+            ours += f"<br>runs: {diagnosis_text(r['diagnosis'], short=True)}"
         if r.get('modified_runs'):
             ours += (f"<br>{r['modified_runs']} of {r['runs']} runs from "
                      f"uncommitted code")

@@ -91,7 +91,9 @@ class Comparison:
     corrected resampled t replaced it; the p of the equivalence test
     within :math:`\pm` :obj:`margin` (:func:`gnorm.study.stats.
     equivalence_p`) and adjusted in the family; whether a compared cell
-    rests on runs of uncommitted code (:obj:`modified`)."""
+    rests on runs of uncommitted code (:obj:`modified`); why the rows at
+    chance failed (:obj:`failing`: per such row, its name and its runs'
+    diagnosis, :func:`gnorm.study.diagnosis.cell_diagnosis`)."""
     interval: Optional[Interval]
     why: str = ''
     detail: Dict[str, Any] = field(default_factory=dict)
@@ -106,6 +108,7 @@ class Comparison:
     equivalence_p_adj: Optional[float] = None
     margin: float = MARGIN
     modified: bool = False
+    failing: Tuple[Tuple[str, Dict[str, Any]], ...] = ()
 
 
 def chosen_by_validation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -155,7 +158,10 @@ def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
                       equivalence_p=equivalence_p(found, margin),
                       margin=margin,
                       modified=bool(ours.get('modified_runs')
-                                    or other.get('modified_runs')))
+                                    or other.get('modified_runs')),
+                      failing=tuple((r['row'], r['diagnosis'])
+                                    for r in (other, ours)
+                                    if at_chance(r) and r.get('diagnosis')))
 
 
 def family(records: List[Dict[str, Any]],

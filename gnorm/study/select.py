@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from gnorm.errors import GnormError
 from gnorm.results import UNITS, mean_std, plural, score_field, value
 from gnorm.study.compose import setting_label
+from gnorm.study.diagnosis import cell_diagnosis
 from gnorm.study.sanity import (config_split, flags, one_class_count,
                                 pooled_chance)
 
@@ -237,6 +238,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                                for t in tied),
                 flags=flags(chosen, cell['expected'], pooled),
                 one_class_seeds=one_class_count(chosen),
+                diagnosis=cell_diagnosis(chosen),
                 chance_share=pooled and 100 * pooled.chance,
                 chance_threshold=pooled and 100 * pooled.threshold,
                 chance_z=pooled and pooled.z,

@@ -10,6 +10,7 @@ Nothing here computes a statistic: every number and verdict comes from
 the findings."""
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from gnorm.monitor.diagnose import TRAINS
 from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, KINDS,
                                   LOSES, MISSING, NOT_A_NUMBER, NOT_COMPARED,
                                   NOT_RUN, OVER_CHANCE, PARTIAL, SAME,
@@ -29,6 +30,8 @@ SAID = {BEATS: 'beats', LOSES: 'loses', SAME: 'is not distinguishable',
         OVER_CHANCE: 'trains where {other} is no better than chance',
         UNDER_CHANCE: 'is no better than chance where {other} trains',
         BOTH_AT_CHANCE: 'is no better than chance, as {other} is'}
+# The verdicts against a row at chance: their words say why it failed.
+CHANCE_KINDS = (OVER_CHANCE, UNDER_CHANCE, BOTH_AT_CHANCE)
 
 
 def said_of(verdict: str, other: str, named: bool = False,
@@ -121,7 +124,9 @@ def cell_text(f: Comparison, correction: str) -> str:
                  f'wide')
     if f.modified:
         text += '; rests on runs of uncommitted code'
-    return text + (f'; flagged: {f.flags}' if f.flags else '')
+    text += f'; flagged: {f.flags}' if f.flags else ''
+    return text + ''.join(f"; {row}'s runs {diagnosis_text(told)}"
+                          for row, told in f.failing)
 
 
 def _excludes_zero(found: Interval) -> bool:
@@ -212,7 +217,7 @@ def comparison(section: Optional[Section], level: float,
     lead = 'Secondary view, in words' if role == 'secondary' else 'In words'
     lines += ['', in_words(row, section.verdicts,
                            family_words(section.size, correction), lead,
-                           section.margin),
+                           section.margin, failed_by_cell(mine)),
               '', kind_counts(mine)]
     sensitivity = detectable_words(section.detect, level, correction,
                                    section.size.planned)
@@ -388,19 +393,81 @@ def cells_text(cells: Sequence[Tuple[str, int]]) -> str:
     return ', '.join(f"{d} L={'/'.join(depths)}" for d, depths in by.items())
 
 
+def diagnosis_text(told: Optional[Dict[str, Any]], short: bool = False
+                   ) -> str:
+    r"""``untrainable 8/10 (first/last gradient of layer 1 3e-07, cut
+    0.001)``, and ``; metric-only, no gradients recorded`` where so; with
+    :obj:`short`, the label and count only. Empty without a diagnosis."""
+    if not told:
+        return ''
+    text = f"{told['label']} {told['count']}/{told['runs']}"
+    if short:
+        return text
+    if told.get('measure') and told['label'] != TRAINS:
+        at = '' if told['layer'] is None else f" of layer {told['layer']}"
+        text += (f" ({told['measure']}{at} {told['value']:.3g}, "
+                 f"cut {told['cut']:g})")
+    if told['metric_only']:
+        text += '; metric-only, no gradients recorded'
+    return text
+
+
+def failed_by_cell(found: Dict[Pair, Comparison]
+                   ) -> Dict[Tuple[str, str, int], tuple]:
+    r"""Per (other row, dataset, depth), the rows at chance there with
+    their runs' majority label and whether it is metric-only
+    (:attr:`Comparison.failing`)."""
+    return {(other, dataset, depth): tuple(
+                (row, told['label'], told['metric_only'])
+                for row, told in f.failing)
+            for (dataset, _, other, depth), f in found.items()
+            if f.failing}
+
+
+def failed_text(cells: Sequence[Tuple[str, int]], other: str,
+                failed: Dict[Tuple[str, str, int], tuple]) -> str:
+    r"""Why the rows at chance failed at :obj:`cells` (against
+    :obj:`other`), by label: `` (layernorm's runs: oversmoothed at cora
+    L=16, untrainable at citeseer L=32)``; a row whose runs show none of
+    the diagnosed failures says so; a diagnosis without gradient records
+    is marked metric-only."""
+    by: Dict[Tuple[str, str], List[Tuple[str, int]]] = {}
+    metric_only = set()
+    for dataset, depth in cells:
+        for name, label, only in failed.get((other, dataset, depth), ()):
+            by.setdefault((name, label), []).append((dataset, depth))
+            if only:
+                metric_only.add(name)
+    rows: Dict[str, List[str]] = {}
+    for (name, label), where in by.items():
+        said = 'none of the diagnosed failures' if label == TRAINS else label
+        rows.setdefault(name, []).append(f'{said} at {cells_text(where)}')
+    told = [f"{name}'s runs: {'; '.join(parts)}"
+            + (' (metric-only: no gradients recorded)'
+               if name in metric_only else '')
+            for name, parts in rows.items()]
+    return f" ({'; '.join(told)})" if told else ''
+
+
 def in_words(row: str, verdicts: Dict[str, Dict[str, list]],
              how: str = '', lead: str = 'In words',
-             margin: float = 1.0) -> str:
+             margin: float = 1.0,
+             failed: Optional[Dict[Tuple[str, str, int], tuple]] = None
+             ) -> str:
     r"""The comparison's table in one paragraph (the README quotes it):
     per other row, the cells where :obj:`row` beats it, loses, or is not
     distinguishable from it, and which cells are not compared yet, not
     compared because their splits differ, or not run here
     (``table.not_run``); :obj:`how`: how the verdicts were read (e.g.
-    ``Holm-adjusted over a family of 32``)."""
+    ``Holm-adjusted over a family of 32``); :obj:`failed`: why the rows
+    at chance failed, per cell (:func:`failed_by_cell`), said after the
+    verdicts against a row at chance."""
     parts = []
     for other, found in verdicts.items():
         said = [f"{said_of(verdict, other, margin=margin)} at "
                 f"{cells_text(found[verdict])}"
+                + (failed_text(found[verdict], other, failed or {})
+                   if verdict in CHANCE_KINDS else '')
                 for verdict in KINDS if found.get(verdict)]
         left = [f"{why}: {cells_text(found[key])}"
                 for key, why in ((NOT_COMPARED, 'not compared yet, '

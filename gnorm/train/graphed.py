@@ -66,12 +66,12 @@ class GraphedStep:
         self.graphs: List[Tuple[Callable[[], None], torch.Tensor]] = []
 
     def _eager(self, optimizer: torch.optim.Optimizer, alive: torch.Tensor,
-               evaluate: bool):
+               evaluate: bool, record=None):
         if self.stream is None:
-            return self.step(optimizer, alive, evaluate)
+            return self.step(optimizer, alive, evaluate, record)
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
-            result = self.step(optimizer, alive, evaluate)
+            result = self.step(optimizer, alive, evaluate, record)
         torch.cuda.current_stream().wait_stream(self.stream)
         return result
 
@@ -92,10 +92,13 @@ class GraphedStep:
                                f"{one_line(e)}") from None
 
     def __call__(self, optimizer: torch.optim.Optimizer,
-                 alive: torch.Tensor, evaluate: bool = True):
+                 alive: torch.Tensor, evaluate: bool = True, record=None):
+        r"""As the eager step's; :obj:`record` (a gradient record) is
+        kept in the warm-up epochs only, which run eagerly: a replayed
+        graph has no hooks."""
         self.epochs += 1
         if self.epochs <= self.warmup:
-            return self._eager(optimizer, alive, evaluate)
+            return self._eager(optimizer, alive, evaluate, record)
         if not self.graphs:
             self._capture(optimizer, alive)
         self.alive.copy_(alive)

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from gnorm.data.leakage import leakage, report, split_label
 from gnorm.data.nodes import check_split, load_dataset, split_fingerprint
 from gnorm.errors import ConfigError
-from gnorm.monitor import CollapseMonitor
+from gnorm.monitor import CollapseMonitor, find_layers
+from gnorm.monitor.gradients import Gradients
 from gnorm.results.keys import batch_key as runs_key
 import gnorm.train.collapse as collapse
 from gnorm.train.graphed import GraphedStep
@@ -420,14 +421,18 @@ class Step:
                             self.val_index, self.metric)
 
     def train(self, optimizer: torch.optim.Optimizer,
-              alive: torch.Tensor) -> torch.Tensor:
+              alive: torch.Tensor, record=None) -> torch.Tensor:
         r"""The update of one epoch; returns the losses :obj:`[runs]`
-        (a run not :obj:`alive` gets no gradient)."""
+        (a run not :obj:`alive` gets no gradient). With :obj:`record` (a
+        :meth:`gnorm.monitor.gradients.Gradients.record` context), its
+        forward and backward pass run eagerly inside it."""
         self.model.train()
         optimizer.zero_grad()
-        losses = self.losses(self.data.x)
-        torch.where(torch.isfinite(losses) & alive, losses,
-                    0.0).sum().backward()
+        with record if record is not None else contextlib.nullcontext():
+            losses = (self.losses if record is None else
+                      self._losses)(self.data.x)
+            torch.where(torch.isfinite(losses) & alive, losses,
+                        0.0).sum().backward()
         optimizer.step()
         return losses
 
@@ -442,11 +447,11 @@ class Step:
         return losses.new_full((losses.numel(), len(METRICS)), math.nan)
 
     def __call__(self, optimizer: torch.optim.Optimizer,
-                 alive: torch.Tensor, evaluate: bool = True):
+                 alive: torch.Tensor, evaluate: bool = True, record=None):
         r"""Trains one epoch; returns the losses :obj:`[runs]` and the
         metrics :obj:`[runs, 4]` after the update (with :obj:`evaluate`,
-        else NaN: no evaluation pass)."""
-        losses = self.train(optimizer, alive)
+        else NaN: no evaluation pass); :obj:`record`: as :meth:`train`."""
+        losses = self.train(optimizer, alive, record)
         if not evaluate:
             self.model.eval()
             return losses, self.skipped(losses)
@@ -494,7 +499,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         compile: bool = False, eval_every: int = 1,
         logs: Optional[Sequence[EpochLog]] = None, metric: str = 'acc',
         optimizer: str = 'adam',
-        cuda_graph: bool = False) -> Dict[str, torch.Tensor]:
+        cuda_graph: bool = False,
+        grad_every: int = 0) -> Dict[str, torch.Tensor]:
     r"""Full-batch Adam (or :obj:`optimizer`, :func:`make_optimizer`) of
     the runs of :obj:`model` (one per entry of
     :obj:`results`), each on its own training nodes (the masks of
@@ -517,7 +523,9 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     every run's best epoch. A run whose loss stops being finite gets
     ``status: failed`` and stops counting. With :obj:`cuda_graph`, the
     step is replayed as CUDA graphs after its warm-up epochs
-    (:class:`~gnorm.train.graphed.GraphedStep`)."""
+    (:class:`~gnorm.train.graphed.GraphedStep`). With :obj:`grad_every`,
+    each run's ``gradients`` (:func:`gradient_recorder`) at epoch 1 and
+    every :obj:`grad_every` epochs, those the step runs eagerly."""
     runs, device = len(results), data.y.device
     optimizer = make_optimizer(model, optimizer, lr, weight_decay)
     names = metric_names(metric)
@@ -533,12 +541,15 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
                 static=cuda_graph)
     if cuda_graph:
         step = GraphedStep(step)
+    gradients = gradient_recorder(model, grad_every)
     pending = []  # per epoch [runs, 2 + len(METRICS)]: alive, loss, metrics
     desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
     with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
         for epoch in range(1, epochs + 1):
             losses, metrics = step(optimizer, alive, evaluate=(
-                epoch % eval_every == 0 or epoch == epochs))
+                epoch % eval_every == 0 or epoch == epochs), record=(
+                gradients.record(epoch) if gradients is not None and (
+                    epoch == 1 or epoch % grad_every == 0) else None))
             alive = alive & torch.isfinite(losses)
             acc, loss = metrics[:, 1], metrics[:, 2]
             improved = alive & ((acc > best[:, 1]) | (
@@ -562,7 +573,25 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
                         best_epoch.tolist(), logs, lr, names)
                 pending = []
                 _show(bar, results, epoch, metric)
+    if gradients is not None:
+        for r, res in enumerate(results):
+            res['gradients'] = gradients.field(
+                None if model.runs is None else r)
     return best_state
+
+
+def gradient_recorder(model: torch.nn.Module, every: int
+                      ) -> Optional[Gradients]:
+    r"""The recorder of the per-layer gradient norms of :obj:`model`'s
+    layers (:class:`~gnorm.monitor.gradients.Gradients` of the layers a
+    :class:`~gnorm.monitor.CollapseMonitor` hooks), for a recording
+    interval :obj:`every` (0: none). A run's ``gradients`` field then
+    holds, per recorded epoch and layer, the norm of the gradient reaching
+    the layer's output and of its parameters' gradient: what
+    :func:`gnorm.monitor.diagnose` reads to tell an untrainable run."""
+    if not every:
+        return None
+    return Gradients(model, find_layers(model), model.runs)
 
 
 def _record(results: List[Dict[str, Any]], first: int,
@@ -771,7 +800,8 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                          cfg.train.progress, cfg.train.log_every,
                          cfg.train.precision, cfg.train.compile,
                          cfg.train.get('eval_every', 1), logs, metric,
-                         optimizer_name(cfg), cuda_graph(cfg, device))
+                         optimizer_name(cfg), cuda_graph(cfg, device),
+                         cfg.train.get('grad_every', 0))
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     loop_s = time.perf_counter() - start  # the epochs alone (all runs)
