@@ -9,11 +9,19 @@ import pytest
 
 from gnorm.bench.report import cpu_name
 from gnorm.results import load_runs
-from gnorm.study import queue
+from gnorm.study import (queue, queue_config, queue_cost, queue_plan,
+                         queue_record, queue_run)
 from gnorm.study.cli import main as study
-from gnorm.study.spec import load_spec
+from gnorm.study.spec import SpecError, load_spec
 
-pytestmark = pytest.mark.usefixtures('one_thread')
+pytestmark = pytest.mark.usefixtures('one_thread', 'no_committed_runs')
+
+
+@pytest.fixture
+def no_committed_runs(tmp_path, monkeypatch):
+    r"""No committed runs give a prior (a test gives its own)."""
+    (tmp_path / 'committed').mkdir()
+    monkeypatch.setattr(queue_cost, 'RUNS', tmp_path / 'committed')
 
 SPEC = '''# @package _global_
 collapse_metrics: false
@@ -68,17 +76,17 @@ def cells_of(items):
 
 def test_the_queue_takes_the_cells_marked_gpu_work(spec, tmp_path, capsys):
     out = tmp_path / 'out'
-    items = queue.pending([spec], out, 'cuda', 'GPU work')
+    items = queue_plan.pending([spec], out, 'cuda', 'GPU work')
     assert sorted(cells_of(items)) == [('layernorm', 2), ('none', 2)]
     assert all(len(i.left) == 2 for i in items)
-    assert queue.pending([spec], out, 'cpu', 'CPU work') == []
-    chosen = queue.pending([spec], out, 'cpu', 'CPU work',
+    assert queue_plan.pending([spec], out, 'cpu', 'CPU work') == []
+    chosen = queue_plan.pending([spec], out, 'cpu', 'CPU work',
                            dict(rows=['none'], depths=[1]))
     assert cells_of(chosen) == [('none', 1)]
     assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
     said = capsys.readouterr().out
     assert '2 cells pending (marked GPU work), 4 runs to train' in said
-    assert 'not calibrated yet' in said
+    assert 'no rate for this device yet' in said
     assert 'last measured GPU: none' in said
     listed = [line.split()[2:5] for line in said.splitlines()
               if NAME in line]
@@ -92,8 +100,8 @@ def test_the_priority_orders_the_cells_and_a_gpu_gives_seconds(
   - {{study: {NAME}, rows: [layernorm]}}
 calibration: {{"Some GPU": 1.0e-3}}
 ''')
-    conf = queue.read_config(config, [NAME])
-    items = queue.order(queue.pending([spec], tmp_path, 'cpu', 'GPU work'),
+    conf = queue_config.read_config(config, [NAME])
+    items = queue_plan.order(queue_plan.pending([spec], tmp_path, 'cpu', 'GPU work'),
                         conf['priority'])
     assert cells_of(items) == [('layernorm', 2), ('none', 2)]
     assert [i.place for i in items] == [0, 1]
@@ -117,9 +125,9 @@ def test_studies_that_share_runs_train_them_once(spec, tmp_path):
         'kind: depth', f'kind: depth\n  runs: {spec.runs_dir()}'))
     other = load_spec(str(other))
     config = write_config(tmp_path, 'priority: [{study: tiny_queue_b}]\n')
-    items = queue.claim(queue.order(
-        queue.pending([spec, other], tmp_path / 'out', 'cpu', 'GPU work'),
-        queue.read_config(config, [NAME, 'tiny_queue_b'])['priority']))
+    items = queue_plan.claim(queue_plan.order(
+        queue_plan.pending([spec, other], tmp_path / 'out', 'cpu', 'GPU work'),
+        queue_config.read_config(config, [NAME, 'tiny_queue_b'])['priority']))
     assert [i.study.spec.name for i in items] == ['tiny_queue_b'] * 2
     assert sum(len(i.left) for i in items) == 4
 
@@ -127,15 +135,15 @@ def test_studies_that_share_runs_train_them_once(spec, tmp_path):
 def test_the_budget_decides_how_many_cells_train(spec, tmp_path,
                                                  monkeypatch, capsys):
     now, trained = [0.0], []
-    monkeypatch.setattr(queue, 'clock', lambda: now[0])
-    real = queue.train_cell
+    monkeypatch.setattr(queue_run, 'clock', lambda: now[0])
+    real = queue_run.train_cell
 
     def ten_seconds(item):  # every cell takes 10 s on the queue's clock
         trained.append(item.label)
         now[0] += 10
         return real(item)
 
-    monkeypatch.setattr(queue, 'train_cell', ten_seconds)
+    monkeypatch.setattr(queue_run, 'train_cell', ten_seconds)
     out = tmp_path / 'out'
     assert queue.main([*args(tmp_path), '--budget-s', '0'], [spec]) == 0
     assert trained == [] and not load_runs(out)
@@ -145,7 +153,9 @@ def test_the_budget_decides_how_many_cells_train(spec, tmp_path,
     assert 'trained 1 cells' in said
     assert len(load_runs(out)) == 2  # the cell's two seeds
     record = json.loads((out / '.queue.json').read_text())[cpu_name()]
-    assert record['seconds'] == 10 and len(record['cells']) == 1
+    cell, = record['cells']  # 10 s: the epochs (steady) and the set-up
+    assert cell['seconds'] == 10 and cell['steady_s'] + cell['setup_s'] == 10
+    assert record['seconds'] == cell['steady_s'] < 10
     # The record calibrates the next call: 10 s a cell fits in 12.
     assert queue.main([*args(tmp_path), '--budget-s', '12'], [spec]) == 0
     assert len(trained) == 2 and len(load_runs(out)) == 4
@@ -207,8 +217,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
              'optional lists datasets'),
             ('calibration: {"a GPU": -1}', 'must be seconds per unit'),
             ('order: []', "unknown key 'order'")):
-        with pytest.raises(queue.SpecError, match=says):
-            queue.read_config(write_config(tmp_path, text + '\n'))
+        with pytest.raises(SpecError, match=says):
+            queue_config.read_config(write_config(tmp_path, text + '\n'))
 
 
 def test_a_selection_names_cells_of_the_studies(spec, tmp_path, capsys):
@@ -274,11 +284,11 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     import gnorm.study.compose
     import gnorm.train
     out = tmp_path / 'out'
-    items = queue.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=True)
     assert [i.graphed for i in items] == [True, True]
     first = items[0]
     assert first.study.composer.config(first.left[0]).train.cuda_graph
-    graphed, eager = queue.Rate('cpu (CUDA graphs)'), queue.Rate('cpu')
+    graphed, eager = queue_cost.Rate('cpu (CUDA graphs)'), queue_cost.Rate('cpu')
     folders = sorted(str(r['dir']) for i in items for r in i.left)
     calls, composed = [], []
     real = gnorm.train.train_runs
@@ -296,9 +306,10 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
         m.setattr(gnorm.train, 'train_runs', counted)
         m.setattr(gnorm.study.compose, 'compose_cells', compose_counted)
         _graphs_on_the_cpu(m, _capture_fails)
-        counts = queue.train(items, graphed, queue.INF, out, 'cpu',
+        counts = queue_run.train(items, graphed, queue_run.INF, out, 'cpu',
                              eager=eager)
-    assert counts == dict(trained=2, failed=0, skipped=0, unreached=0)
+    assert counts == dict(trained=2, failed=0, skipped=0, unreached=0,
+                          stopped=0, elsewhere=0)
     # the study's remaining cells composed eagerly at once; the caller's
     # list is left as it was
     assert len(composed) == 1 and len(composed[0][1]) == 2
@@ -313,11 +324,11 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
     assert sorted(str(Path(r['_path']).parent) for r in runs) == folders
     assert not any(r['config']['train'].get('cuda_graph') for r in runs)
-    record = queue.read_record(out)
+    record = queue_record.read_record(out)
     assert set(record) == {'cpu'} and graphed.cells == []
     assert [c['cuda_graph'] for c in record['cpu']['cells']] == [False] * 2
     with pytest.raises(ValueError, match='need the eager rate'):
-        queue.train(items, graphed, queue.INF, out, 'cpu')
+        queue_run.train(items, graphed, queue_run.INF, out, 'cpu')
 
 
 def test_cuda_graphs_need_cuda(tmp_path, spec, capsys):
@@ -337,7 +348,7 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
     import gnorm.train
     from test_cuda import _recorded
     out = tmp_path / 'out'
-    items = queue.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=True)
     real = gnorm.train.train_runs
     calls = []
 
@@ -351,16 +362,17 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
     with pytest.MonkeyPatch.context() as m:
         m.setattr(gnorm.train, 'train_runs', first_diverges)
         _graphs_on_the_cpu(m, _recorded)
-        counts = queue.train(items, queue.Rate('cpu (CUDA graphs)'),
-                             queue.INF, out, 'cpu', eager=queue.Rate('cpu'))
-    assert counts == dict(trained=1, failed=1, skipped=0, unreached=0)
+        counts = queue_run.train(items, queue_cost.Rate('cpu (CUDA graphs)'),
+                             queue_run.INF, out, 'cpu', eager=queue_cost.Rate('cpu'))
+    assert counts == dict(trained=1, failed=1, skipped=0, unreached=0,
+                          stopped=0, elsewhere=0)
     said = capsys.readouterr().out
     assert 'a run diverged (recorded as failed); the queue goes on with ' \
         'CUDA graphs' in said and 'train eagerly' not in said
     assert calls == [[True, True], [True, True]]  # both cells as graphs
-    assert 'resume=true' in queue.overrides('cpu', True)
+    assert 'resume=true' in queue_plan.overrides('cpu', True)
     # tried again, the diverged cell trains only the run it lacks
-    again = queue.pending([spec], out, 'cpu', 'GPU work', graphed=False)
+    again = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=False)
     assert [len(i.left) for i in again] == [1]
 
 
@@ -374,20 +386,20 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
 ])
 def test_a_bad_queue_config_is_one_line(tmp_path, text, match):
     path = write_config(tmp_path, text)
-    with pytest.raises(queue.SpecError, match=match) as info:
-        queue.read_config(path)
+    with pytest.raises(SpecError, match=match) as info:
+        queue_config.read_config(path)
     assert '\n' not in str(info.value)
 
 
 def test_a_priority_entry_that_names_nothing_is_refused(spec, tmp_path):
     path = write_config(tmp_path, f'priority:\n  - {{study: {NAME}, '
                         f'datasets: [cbsm]}}\n')
-    config = queue.read_config(path, [NAME])
-    with pytest.raises(queue.SpecError, match=f'priority entry of {NAME} '
+    config = queue_config.read_config(path, [NAME])
+    with pytest.raises(SpecError, match=f'priority entry of {NAME} '
                        "names dataset 'cbsm', which the study does not "
                        'have \\(it has csbm\\)'):
-        queue.check_priority(config['priority'], [spec], path)
-    queue.check_priority([{'study': NAME, 'depths': [2]}], [spec], path)
+        queue_config.check_priority(config['priority'], [spec], path)
+    queue_config.check_priority([{'study': NAME, 'depths': [2]}], [spec], path)
 
 
 def test_interruptions_exit_as_their_signal_says(spec, tmp_path, capsys,
@@ -411,5 +423,5 @@ def test_interruptions_exit_as_their_signal_says(spec, tmp_path, capsys,
     def terminated(*a, **k):
         raise Interrupted(signal.SIGTERM)
 
-    monkeypatch.setattr(queue, 'train', terminated)
+    monkeypatch.setattr(queue_run.Queue, 'run', terminated)
     assert queue.main(args(tmp_path), specs=[spec]) == 143
