@@ -425,3 +425,257 @@ def test_interruptions_exit_as_their_signal_says(spec, tmp_path, capsys,
 
     monkeypatch.setattr(queue_run.Queue, 'run', terminated)
     assert queue.main(args(tmp_path), specs=[spec]) == 143
+
+
+# ------------------------------------------------ a budget that binds
+
+
+def committed_run(folder: Path, loop_s: float, runtime_s: float,
+                  name: str = None) -> None:
+    r"""A committed run of this machine's CPU in :obj:`folder` (the tiny
+    study's first cell: csbm, 2 layers, 2 epochs)."""
+    run = folder / 'study' / 'run'
+    run.mkdir(parents=True)
+    (run / 'results.json').write_text(json.dumps(dict(
+        status='ok', device='cpu', machine=dict(cpu=name or cpu_name()),
+        choices=dict(dataset='csbm', norm='none'), overrides=[],
+        config=dict(layers=2, model=dict(hidden_channels=32)),
+        curve=dict(epoch=[1, 2]), batch_runs=1, loop_s=loop_s,
+        runtime_s=runtime_s)))
+
+
+def test_committed_runs_give_a_steady_rate_and_their_set_up_apart(
+        tmp_path):
+    from gnorm.study.compose import cost
+    committed_run(tmp_path / 'runs', loop_s=3.0, runtime_s=5.0)
+    found = queue_cost.committed_rates(tmp_path / 'runs')[cpu_name()]
+    units = cost('csbm', 2, ['norm=none'], 32, 2)
+    assert found['seconds_per_unit'] == pytest.approx(3.0 / units)
+    assert found['setup_s'] == pytest.approx(2.0) and found['runs'] == 1
+    rate = queue_cost.rate_of(tmp_path, cpu_name(), 'cpu', {},
+                              committed={cpu_name(): found})
+    assert rate.prior == pytest.approx(queue_cost.PRIOR_SCALE * 3 / units)
+    assert rate.said().endswith(f'(prior: 1 committed runs on {cpu_name()}'
+                                f', x{queue_cost.PRIOR_SCALE:g})')
+    gpu = queue_cost.rate_of(tmp_path, 'Some GPU', 'cuda', {'GPU A': 1e-9},
+                             committed={})
+    assert gpu.prior == 1e-9 * queue_cost.OTHER_GPU_SCALE
+    assert 'the rate of GPU A' in gpu.said()
+    none = queue_cost.rate_of(tmp_path, 'Some GPU', 'cuda', {}, committed={})
+    assert none.estimate(1e6) is None
+    assert none.said().startswith('no rate for this device yet')
+
+
+def test_before_any_calibration_a_prior_from_committed_runs_binds(
+        spec, tmp_path, monkeypatch, capsys):
+    r"""No calibration and no record: the committed runs of this CPU give
+    a prior (said), and a cell it does not fit in the budget does not
+    start (it started unchecked, as the calibrating cell)."""
+    committed_run(tmp_path / 'committed', loop_s=40.0, runtime_s=50.0)
+    now, trained = [0.0], []
+    monkeypatch.setattr(queue_run, 'clock', lambda: now[0])
+    monkeypatch.setattr(queue_run, 'train_cell',
+                        lambda item: trained.append(item) or 'ok')
+    assert queue.main([*args(tmp_path), '--budget-s', '60'], [spec]) == 0
+    said = capsys.readouterr().out
+    assert f'prior: 1 committed runs on {cpu_name()}, x2' in said
+    assert trained == [] and said.count(': skipped') == 2
+
+
+def _sleeps(seconds):
+    r"""A stand-in trainer that trains for :obj:`seconds` (a cell that
+    runs long); the deadline's alarm stops it."""
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.02)
+    return 'ok'
+
+
+def test_a_failed_calibration_then_the_cheapest_and_a_deadline_that_binds(
+        spec, tmp_path, monkeypatch, capsys):
+    r"""No rate at all: the cheapest cell calibrates and fails; the cells
+    left go cheapest first (not the most wanted, unchecked), and the one
+    that then runs long is stopped at the deadline: the call ends within
+    the budget and the margin."""
+    import time
+    calls = []
+
+    def first_fails_then_long(item):
+        calls.append(item.cell['depth'])
+        return 'failed' if len(calls) == 1 else _sleeps(60)
+
+    monkeypatch.setattr(queue_run, 'train_cell', first_fails_then_long)
+    items = queue_plan.order(
+        queue_plan.pending([spec], tmp_path / 'out', 'cpu', 'GPU work',
+                           dict(depths=[1, 2])),
+        [{'study': NAME, 'depths': [2]}])
+    assert [i.cell['depth'] for i in items] == [2, 2, 1, 1]
+    began = time.monotonic()
+    counts = queue_run.train(items, queue_cost.Rate(cpu_name()),
+                             began + 1.5, tmp_path / 'out', 'cpu')
+    took = time.monotonic() - began
+    assert calls == [1, 1]  # cheapest first after the failure
+    assert counts['failed'] == 1 and counts['stopped'] == 1
+    assert counts['unreached'] == 2
+    assert 1.5 <= took < 1.5 + queue_run.MARGIN_S and took < 10
+    assert 'stopped at the deadline' in capsys.readouterr().out
+
+
+def test_after_a_graph_fallback_the_eager_prior_binds(spec, tmp_path,
+                                                      capsys):
+    r"""A cell that cannot be captured falls back to eager steps, whose
+    rate (no cell measured yet) is the committed runs' prior: cells it
+    does not fit are skipped (they trained unchecked)."""
+    import time
+    committed_run(tmp_path / 'rates', loop_s=400.0, runtime_s=500.0)
+    out = tmp_path / 'out'
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    eager = queue_cost.rate_of(out, cpu_name(), 'cpu', {}, committed=(
+        queue_cost.committed_rates(tmp_path / 'rates')))
+    with pytest.MonkeyPatch.context() as m:
+        _graphs_on_the_cpu(m, _capture_fails)
+        counts = queue_run.train(items, queue_cost.Rate('cpu (CUDA graphs)'),
+                                 time.monotonic() + 100, out, 'cpu',
+                                 eager=eager)
+    assert counts['trained'] == 0 and counts['skipped'] == 2
+    said = capsys.readouterr().out
+    assert said.count('failed as CUDA graphs') == 1
+    assert said.count(': skipped') == 2
+
+
+def test_a_run_held_by_another_process_is_not_waited_for_past_the_deadline(
+        spec, tmp_path, monkeypatch, capsys):
+    r"""A cell whose runs another process trains now (their folders'
+    locks) is that process's; one taken after the check (a race) is
+    waited for only until the deadline, and the run this process finished
+    meanwhile is kept."""
+    import time
+    from gnorm.train.locks import lock_folder, release
+    out = tmp_path / 'out'
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work')
+    held = [lock_folder(Path(r['dir'])) for r in items[0].left]
+    counts = queue_run.train(items[:1], queue_cost.Rate(cpu_name()),
+                             queue_run.INF, out, 'cpu')
+    assert counts['elsewhere'] == 1 and counts['trained'] == 0
+    release(held[0])
+    monkeypatch.setattr(queue_run, 'busy', lambda run: False)  # the race
+    began = time.monotonic()
+    counts = queue_run.train(items[:1], queue_cost.Rate(cpu_name()),
+                             began + 4, out, 'cpu')
+    took = time.monotonic() - began
+    release(held[1])
+    assert counts['stopped'] == 1 and 4 <= took < 4 + queue_run.MARGIN_S
+    assert [r['status'] for r in load_runs(out)] == ['ok']
+    assert queue_record.read_record(out) == {}  # a stopped cell: no rate
+
+
+# ------------------------------------------------ one record, many writers
+
+
+def test_concurrent_writers_lose_no_cell_of_the_record(tmp_path):
+    import threading
+    tmp_path = tmp_path / 'out'
+
+    def write(k):
+        for i in range(15):
+            queue_record.add_cell(tmp_path, 'a CPU', 'cpu', dict(
+                seconds=1.0, steady_s=0.5, setup_s=0.5, units=10, who=k))
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    record = queue_record.read_record(tmp_path)['a CPU']
+    assert len(record['cells']) == 45 and record['units'] == 450
+    assert record['seconds'] == 22.5 and record['setup_s'] == 0.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        queue_record.RECORD, queue_record.LOCK]  # no tmp file left
+
+
+def test_two_queues_on_one_folder_train_each_run_once(spec, tmp_path,
+                                                      monkeypatch):
+    r"""Two queues planned alike (a stale plan each) train into one folder
+    at once: each cell trains once, by one of them, and the record holds
+    each cell once, as the runs on disk say."""
+    import threading
+    import time
+    out = tmp_path / 'out'
+
+    trained = []
+
+    def trains(item):  # a stand-in: 0.3 s, then each run's results
+        time.sleep(0.3)
+        for r in item.left:
+            trained.append(r['key'])
+            path = Path(r['dir']) / 'results.json'
+            path.parent.mkdir(parents=True, exist_ok=True)
+            found = dict(status='ok', loop_s=0.2, batch_runs=len(item.left),
+                         config=dict(key=r['key']))
+            path.write_text(json.dumps(found))
+            item.study.found[r['key']] = found
+        return 'ok'
+
+    monkeypatch.setattr(queue_run, 'train_cell', trains)
+    plans = [queue_plan.pending([spec], out, 'cpu', 'GPU work')
+             for _ in range(2)]
+    rates = [queue_cost.Rate(cpu_name()) for _ in range(2)]
+    counts = [None, None]
+
+    def queue_k(k):
+        counts[k] = queue_run.train(plans[k], rates[k], queue_run.INF, out,
+                                    'cpu')
+    threads = [threading.Thread(target=queue_k, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(trained) == sorted(r['key'] for i in plans[0]
+                                     for r in i.left)  # each run once
+    cells = queue_record.read_record(out)[cpu_name()]['cells']
+    assert len(cells) == sum(c['trained'] for c in counts)
+    assert sum(c['runs'] for c in cells) == len(
+        list(out.glob('*/*/results.json'))) == 4
+    assert max(len(r.cells) for r in rates) == len(cells)  # the last: all
+
+
+def test_a_run_that_failed_twice_is_not_queued_again(spec, tmp_path,
+                                                     capsys):
+    out = tmp_path / 'out'
+    first = queue_plan.pending([spec], out, 'cpu', 'GPU work')[0]
+    key = first.left[0]['key']
+    for k in range(queue_plan.MAX_FAILURES):
+        counts = queue_record.add_failures(out, [key])
+    assert counts == {queue_record.run_digest(key): 2}
+    again = queue_plan.pending([spec], out, 'cpu', 'GPU work',
+                               failed=queue_record.failures(out))
+    assert [len(i.left) for i in again] == [1, 2]
+    assert [len(i.given_up) for i in again] == [1, 0]
+    assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
+    said = capsys.readouterr().out
+    assert f'given up: {first.label}: 1 runs failed 2 times' in said
+    assert '2 cells pending (marked GPU work), 3 runs to train' in said
+
+
+def test_the_list_shows_cpu_and_gpu_work_with_seconds_here(
+        spec, tmp_path, capsys):
+    r"""``--list`` without ``--work``: both kinds, each with its counts,
+    its seconds on this CPU (the committed runs' prior) and, for CPU
+    work, the command that trains it here in the background."""
+    committed_run(tmp_path / 'committed', loop_s=4.0, runtime_s=5.0)
+    cpu = tiny_spec(tmp_path, 'tiny_queue_cpu')
+    cpu.write_text(cpu.read_text().replace('depths: [2], why: "GPU work',
+                                           'depths: [1], why: "CPU work'))
+    assert queue.main(['--list', '--device', 'cpu', '--out',
+                       str(tmp_path / 'out'), '--config',
+                       str(write_config(tmp_path))],
+                      [spec, load_spec(str(cpu))]) == 0
+    said = capsys.readouterr().out
+    assert '2 cells pending (marked CPU work), 4 runs to train, ' in said
+    assert '2 cells pending (marked GPU work), 4 runs to train, ' in said
+    assert said.index('CPU work') < said.index('GPU work')
+    assert 'nohup python -m gnorm.study queue --device cpu --work cpu' in said
+    cpu_rows = [line for line in said.splitlines()
+                if 'tiny_queue_cpu' in line]
+    assert len(cpu_rows) == 2 and all(line.split()[-2] != '-'
+                                      for line in cpu_rows)

@@ -246,18 +246,16 @@ def show_section(what: str, items: List[Pending], rate: Rate,
     runs = sum(len(i.left) for i in items)
     total = sum(i.units for i in items)
     print(f'\n{len(items)} cells pending ({what}), {runs} runs to train, '
-          f'{duration(rate.estimate(total) if items else 0)} here')
+          f'{duration(rate.estimate(total, len(items)))} here')
 
     def line(k, label, runs, units, cells=1):
-        here = rate.estimate(units)
-        setup = (cells - 1) * rate.setup() if here is not None else 0
         return (k, label, str(runs), f'{units:.3g}',
-                duration(here + setup if here is not None else None),
-                duration(gpu.estimate(units)))
+                duration(rate.estimate(units, cells)),
+                duration(gpu.estimate(units, cells)))
     table([('#', 'cell', 'runs', 'units', 'here', 'last GPU'),
            *(line(str(k), i.label, len(i.left), i.units)
              for k, i in enumerate(items, start=1)),
-           line('', 'total', runs, total, max(len(items), 1))])
+           line('', 'total', runs, total, len(items))])
     command = background(what)
     if command and items:
         print(f'start it here, in the background (one such process per '

@@ -171,11 +171,11 @@ class Rate:
         return totals(self.cells)['setup_s'] if self.cells \
             else self.prior_setup
 
-    def estimate(self, units: float) -> Optional[float]:
-        r"""The seconds of a cell of :obj:`units`: its set-up and its
-        epochs; :obj:`None` without a rate."""
+    def estimate(self, units: float, cells: int = 1) -> Optional[float]:
+        r"""The seconds of :obj:`cells` cells of :obj:`units` in all:
+        their set-ups and their epochs; :obj:`None` without a rate."""
         rate = self.per_unit()
-        return None if rate is None else self.setup() + rate * units
+        return None if rate is None else cells * self.setup() + rate * units
 
     def said(self) -> str:
         r"""The rate and where it comes from, in words."""

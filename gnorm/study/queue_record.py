@@ -23,6 +23,9 @@ LOCK = '.queue.lock'
 FAILED = 'failed runs'  # the record's key of the runs' failure counts
 
 
+CLAIMS = '.queue.runs'  # <out>/.queue.runs/<digest>: a run's claim
+
+
 def run_digest(key: str) -> str:
     r"""A run's key (:func:`gnorm.study.compose.run_key`) in 16 hex
     digits, as a ``--finished`` file and the record list it."""
@@ -45,6 +48,31 @@ def locked(out: Path) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        os.close(fd)
+
+
+def claim_runs(out: Path, keys: Sequence[str]) -> Dict[str, int]:
+    r"""Claims for this process the runs :obj:`keys` that no other
+    process has claimed (a lock on ``<out>/.queue.runs/<digest>``, taken
+    without waiting); returns the claimed runs' file descriptors by key,
+    for :func:`release_runs`."""
+    folder = out / CLAIMS
+    folder.mkdir(parents=True, exist_ok=True)
+    held = {}
+    for key in keys:
+        fd = os.open(folder / run_digest(key), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        held[key] = fd
+    return held
+
+
+def release_runs(held: Dict[str, int]) -> None:
+    r"""Releases the claims :obj:`held` (:func:`claim_runs`)."""
+    for fd in held.values():
         os.close(fd)
 
 
@@ -103,6 +131,11 @@ def add_failures(out: Path, keys: Sequence[str]) -> Dict[str, int]:
 def failures(out: Path) -> Dict[str, int]:
     r"""How many times each run (by digest) failed in :obj:`out`."""
     return dict(read_record(out).get(FAILED) or {})
+
+
+def rate_cells(out: Path, name: str) -> List[Dict[str, Any]]:
+    r"""The cells of the rate :obj:`name` in :obj:`out`'s record."""
+    return list((read_record(out).get(name) or {}).get('cells', []))
 
 
 def rates(record: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:

@@ -8,9 +8,11 @@ stopped then (:func:`stops_at`: ``SIGALRM`` raises :class:`Deadline`, and
 its finished runs are kept. The call ends within its budget and
 :data:`MARGIN_S`.
 
-Before each cell the queue checks its runs again: those another process
-finished meanwhile, or trains now (it holds their folders' locks), are
-not this process's to train, count or time. After each cell it adds the
+Before each cell the queue claims its runs (a lock of each run in
+``<out>/.queue.runs``, held while the cell trains) and checks them again:
+those another queue claimed, another process finished meanwhile, or one
+trains now (it holds the run folder's lock), are not this process's to
+train, count or time. After each cell it adds the
 cell to the record (:func:`gnorm.study.queue_record.add_cell`, merged
 with every other writer's) and re-estimates from the merged rate. After
 any failure the cells left are sorted cheapest first. A cell whose step
@@ -30,7 +32,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from gnorm.errors import Interrupted
 from gnorm.study.queue_cost import Rate, duration, refresh
 from gnorm.study.queue_plan import Pending, eagerly
-from gnorm.study.queue_record import add_cell, add_failures
+from gnorm.study.queue_record import (add_cell, add_failures, claim_runs,
+                                      rate_cells, release_runs)
 from gnorm.study.runner import CAPTURE, DIVERGED, FAILED, OK
 from gnorm.train.common import one_line
 
@@ -106,13 +109,27 @@ def busy(run: Dict[str, Any]) -> bool:
     return False
 
 
-def still_left(item: Pending) -> Optional[Pending]:
-    r""":obj:`item` without the runs another process finished meanwhile
-    or trains now; :obj:`None` when none is left."""
-    left = [r for r in item.left if not finished_here(r) and not busy(r)]
+def still_left(item: Pending, claimed: Dict[str, int]) -> Optional[Pending]:
+    r""":obj:`item` with only the runs this process :obj:`claimed` that
+    no other process finished meanwhile or trains now; :obj:`None` when
+    none is left."""
+    left = [r for r in item.left if r['key'] in claimed
+            and not finished_here(r) and not busy(r)]
     if not left:
         return None
     return item if len(left) == len(item.left) else item.narrowed(left)
+
+
+@contextlib.contextmanager
+def claimed(item: Pending, out: Path) -> Iterator[Optional[Pending]]:
+    r"""Holds, for the block, this process's claim on the runs of
+    :obj:`item` it is left to train (:func:`still_left`), and yields the
+    cell of those runs (:obj:`None`: none)."""
+    held = claim_runs(out, [r['key'] for r in item.left])
+    try:
+        yield still_left(item, held)
+    finally:
+        release_runs(held)
 
 
 def train_cell(item: Pending) -> str:
@@ -196,28 +213,35 @@ class Queue:
         self.out, self.device, self.after_cell = out, device, after_cell
         self.counts = dict(trained=0, failed=0, skipped=0, unreached=0,
                            stopped=0, elsewhere=0)
-        self.done = 0
+        self.done, self.total = 0, len(self.todo)
 
     def run(self) -> Dict[str, int]:
         r"""Trains the cells; returns :attr:`counts`."""
-        total = len(self.todo)
         while self.todo:
-            item = still_left(self.todo.pop(0))
-            self.done += 1
-            if item is None:
-                self.counts['elsewhere'] += 1
-                continue
-            tag = (f'[{self.done}/{total}] {item.label}: {len(item.left)} '
-                   f'runs')
-            why = fits(item, self.rate, self.deadline, tag)
-            if why == 'unreached':
-                self.counts['unreached'] += 1 + len(self.todo)
-                break
-            if why is not None:
-                self.counts[why] += 1
-            elif not self.cell(item, tag):
-                break
+            with claimed(self.todo.pop(0), self.out) as item:
+                self.done += 1
+                if not self.next(item):
+                    break
         return self.counts
+
+    def next(self, item: Optional[Pending]) -> bool:
+        r"""Trains :obj:`item` if it fits (:obj:`None`: another process's);
+        whether the queue goes on."""
+        if item is None:
+            self.counts['elsewhere'] += 1
+            return True
+        tag = (f'[{self.done}/{self.total}] {item.label}: '
+               f'{len(item.left)} runs')
+        if self.rate.name:  # every writer's cells so far
+            refresh(self.rate, rate_cells(self.out, self.rate.name))
+        why = fits(item, self.rate, self.deadline, tag)
+        if why == 'unreached':
+            self.counts['unreached'] += 1 + len(self.todo)
+            return False
+        if why is not None:
+            self.counts[why] += 1
+            return True
+        return self.cell(item, tag)
 
     def cell(self, item: Pending, tag: str) -> bool:
         r"""Trains :obj:`item`; whether the queue goes on."""
