@@ -81,7 +81,7 @@ def test_the_queue_takes_the_cells_marked_gpu_work(spec, tmp_path, capsys):
     assert all(len(i.left) == 2 for i in items)
     assert queue_plan.pending([spec], out, 'cpu', 'CPU work') == []
     chosen = queue_plan.pending([spec], out, 'cpu', 'CPU work',
-                           dict(rows=['none'], depths=[1]))
+                                dict(rows=['none'], depths=[1]))
     assert cells_of(chosen) == [('none', 1)]
     assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
     said = capsys.readouterr().out
@@ -101,8 +101,9 @@ def test_the_priority_orders_the_cells_and_a_gpu_gives_seconds(
 calibration: {{"Some GPU": 1.0e-3}}
 ''')
     conf = queue_config.read_config(config, [NAME])
-    items = queue_plan.order(queue_plan.pending([spec], tmp_path, 'cpu', 'GPU work'),
-                        conf['priority'])
+    items = queue_plan.order(queue_plan.pending([spec], tmp_path, 'cpu',
+                                                'GPU work'),
+                             conf['priority'])
     assert cells_of(items) == [('layernorm', 2), ('none', 2)]
     assert [i.place for i in items] == [0, 1]
     assert queue.main(['--list', '--device', 'cpu', '--work', 'gpu',
@@ -126,8 +127,10 @@ def test_studies_that_share_runs_train_them_once(spec, tmp_path):
     other = load_spec(str(other))
     config = write_config(tmp_path, 'priority: [{study: tiny_queue_b}]\n')
     items = queue_plan.claim(queue_plan.order(
-        queue_plan.pending([spec, other], tmp_path / 'out', 'cpu', 'GPU work'),
-        queue_config.read_config(config, [NAME, 'tiny_queue_b'])['priority']))
+        queue_plan.pending([spec, other], tmp_path / 'out', 'cpu',
+                           'GPU work'),
+        queue_config.read_config(config,
+                                 [NAME, 'tiny_queue_b'])['priority']))
     assert [i.study.spec.name for i in items] == ['tiny_queue_b'] * 2
     assert sum(len(i.left) for i in items) == 4
 
@@ -288,7 +291,8 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     assert [i.graphed for i in items] == [True, True]
     first = items[0]
     assert first.study.composer.config(first.left[0]).train.cuda_graph
-    graphed, eager = queue_cost.Rate('cpu (CUDA graphs)'), queue_cost.Rate('cpu')
+    graphed = queue_cost.Rate('cpu (CUDA graphs)')
+    eager = queue_cost.Rate('cpu')
     folders = sorted(str(r['dir']) for i in items for r in i.left)
     calls, composed = [], []
     real = gnorm.train.train_runs
@@ -307,7 +311,7 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
         m.setattr(gnorm.study.compose, 'compose_cells', compose_counted)
         _graphs_on_the_cpu(m, _capture_fails)
         counts = queue_run.train(items, graphed, queue_run.INF, out, 'cpu',
-                             eager=eager)
+                                 eager=eager)
     assert counts == dict(trained=2, failed=0, skipped=0, unreached=0,
                           stopped=0, elsewhere=0)
     # the study's remaining cells composed eagerly at once; the caller's
@@ -363,7 +367,8 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
         m.setattr(gnorm.train, 'train_runs', first_diverges)
         _graphs_on_the_cpu(m, _recorded)
         counts = queue_run.train(items, queue_cost.Rate('cpu (CUDA graphs)'),
-                             queue_run.INF, out, 'cpu', eager=queue_cost.Rate('cpu'))
+                                 queue_run.INF, out, 'cpu',
+                                 eager=queue_cost.Rate('cpu'))
     assert counts == dict(trained=1, failed=1, skipped=0, unreached=0,
                           stopped=0, elsewhere=0)
     said = capsys.readouterr().out
