@@ -41,11 +41,18 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+# The window's budget counts from here when run as a script (before torch
+# imports: a lent device's time limit counts them).
+STARTED = time.monotonic()
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from gnorm.bench import read_jsonl  # noqa: E402
 from gnorm.study import queue  # noqa: E402
+from gnorm.study.queue_config import CONFIG, read_config  # noqa: E402
+from gnorm.study.queue_plan import WORK, load_specs  # noqa: E402
+from gnorm.study.queue_record import rates, read_record  # noqa: E402
 
 from experiments import gpu_check  # noqa: E402
 
@@ -74,10 +81,13 @@ def parser() -> argparse.ArgumentParser:
                        f'<out>/{ARCHIVE}, rewritten after every cell')
     found.add_argument('--studies', nargs='+', metavar='NAME',
                        help='the queue\'s studies (default: gnorm\'s)')
-    found.add_argument('--work', choices=tuple(queue.WORK),
+    found.add_argument('--work', choices=tuple(WORK),
                        help='the queue\'s cells: marked GPU or CPU work '
                        '(default: the device\'s)')
     found.add_argument('--threads', type=int, help='CPU threads of the runs')
+    found.add_argument('--config', type=Path, help='the queue\'s --config: '
+                       'its priority and calibration (default: '
+                       'conf/queue.yaml)')
     found.add_argument('--eager', action='store_true', help='the queue '
                        'trains eagerly even where the CUDA suite passed '
                        '(default: CUDA graphs then)')
@@ -197,7 +207,7 @@ def queue_args(args: argparse.Namespace, runs: Path, seconds: float,
     r"""The queue's command line for :obj:`seconds` into :obj:`runs`."""
     found = ['--device', args.device, '--budget-s', f'{max(seconds, 0):.1f}',
              '--out', str(runs), *(['--cuda-graph'] if cuda_graph else [])]
-    for key in ('studies', 'work', 'threads', 'finished'):
+    for key in ('studies', 'work', 'threads', 'finished', 'config'):
         value = getattr(args, key)
         if value is not None:
             found += [f'--{key}', *map(str, value if isinstance(value, list)
@@ -205,17 +215,17 @@ def queue_args(args: argparse.Namespace, runs: Path, seconds: float,
     return found
 
 
-def window(args: argparse.Namespace,
-           specs: Optional[Sequence] = None) -> int:
+def window(args: argparse.Namespace, specs: Optional[Sequence] = None,
+           start: Optional[float] = None) -> int:
     r"""The GPU check, then the queue for the time left; its exit status:
     the queue's, else 1 where the check failed (not where it was cut off
     at the budget)."""
     import torch
-    start = time.monotonic()
+    start = time.monotonic() if start is None else start
     if args.device is None:
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     args.out.mkdir(parents=True, exist_ok=True)
-    checked = run_check(args, args.budget_s)
+    checked = run_check(args, args.budget_s - (time.monotonic() - start))
     left = args.budget_s - (time.monotonic() - start)
     runs = packed_runs(args.out) if args.pack else args.out / 'runs'
     if args.pack:
@@ -289,11 +299,11 @@ def calibrate(runs: Path, config: Path) -> Dict[str, float]:
     :obj:`runs` into ``calibration:`` of :obj:`config` (the newest last);
     returns those written."""
     measured = {name: entry['seconds'] / entry['units']
-                for name, entry in queue.read_record(runs).items()
+                for name, entry in rates(read_record(runs)).items()
                 if entry.get('device') == 'cuda' and entry.get('units')}
     if not measured:
         return {}
-    known = queue.read_config(config)['calibration']
+    known = read_config(config)['calibration']
     for name in measured:
         known.pop(name, None)
     known.update(measured)
@@ -305,10 +315,10 @@ def calibrate(runs: Path, config: Path) -> Dict[str, float]:
 
 
 def bring_back(folder: Path, specs: Optional[Sequence] = None,
-               results: Path = RESULTS, config: Path = queue.CONFIG) -> int:
+               results: Path = RESULTS, config: Path = CONFIG) -> int:
     r"""Brings the window :obj:`folder` back (see the module's text)."""
     from gnorm.study.cli import main as study
-    specs = list(specs or queue.load_specs())
+    specs = list(specs or load_specs())
     with tempfile.TemporaryDirectory(prefix='gnorm-bring-back-') as tmp:
         runs = runs_of(folder, Path(tmp))
         status = 0
@@ -324,14 +334,15 @@ def bring_back(folder: Path, specs: Optional[Sequence] = None,
 
 
 def main(argv: Optional[Sequence[str]] = None,
-         specs: Optional[Sequence] = None) -> int:
+         specs: Optional[Sequence] = None,
+         start: Optional[float] = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.bring_back is not None:
         return bring_back(args.bring_back, specs)
     if args.out is None:
         parser().error('--out DIR is required (or --bring-back DIR)')
     try:
-        status = window(args, specs)
+        status = window(args, specs, start)
     except KeyboardInterrupt:
         print('interrupted: what finished is kept', file=sys.stderr)
         status = 130
@@ -341,4 +352,4 @@ def main(argv: Optional[Sequence[str]] = None,
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(main(start=STARTED))

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import experiment, needs_mirror
 from gnorm.results import load_runs
-from gnorm.study import queue
+from gnorm.study import queue_config, queue_record
 from gnorm.study.spec import load_spec
 from test_queue import NAME, tiny_spec
 
@@ -43,21 +43,21 @@ def test_a_window_packs_its_runs_and_they_come_back(tmp_path, monkeypatch,
     said = capsys.readouterr().out.strip().splitlines()
     assert said[-1] == ('bring the results back: python '
                         f'experiments/gpu_window.py --bring-back {out}')
-    assert 'trained 2 cells' in said[-2] and checks == [300]
+    assert 'trained 2 cells' in said[-2] and 299 < checks[0] <= 300
     # a device that sends back a few flat files gets them all
     assert sorted(p.name for p in out.iterdir()) == ['gpu_check_cpu.md',
                                                      'runs.tgz']
     assert window.packed_runs(out).parent.parent == tmp_path / 'tmp'
     results, config = tmp_path / 'results', tmp_path / 'queue.yaml'
     results.mkdir()
-    shutil.copy(queue.CONFIG, config)
+    shutil.copy(queue_config.CONFIG, config)
     assert window.bring_back(out, [spec], results, config) == 0
     runs = load_runs(spec.runs_dir())
     assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
     report = (spec.out_dir() / f'{NAME}.md').read_text()
     assert '**2 of 4 cells complete**' in report
     assert (results / 'gpu_check_cpu.md').is_file()
-    assert config.read_text() == queue.CONFIG.read_text()  # a CPU's: none
+    assert config.read_text() == queue_config.CONFIG.read_text()  # a CPU's: none
     stamps = {r['_path']: Path(r['_path']).stat().st_mtime_ns for r in runs}
     assert window.bring_back(out, [spec], results, config) == 0
     assert {p: Path(p).stat().st_mtime_ns for p in stamps} == stamps
@@ -86,16 +86,16 @@ def _archived(archive):
 def test_the_calibration_of_a_gpu_goes_into_the_config(tmp_path):
     window = experiment('gpu_window')
     config = tmp_path / 'queue.yaml'
-    shutil.copy(queue.CONFIG, config)
+    shutil.copy(queue_config.CONFIG, config)
     for name, seconds in (('GPU A', 20.0), ('GPU B', 5.0), ('GPU A', 40.0)):
-        (tmp_path / queue.RECORD).write_text(json.dumps({
+        (tmp_path / queue_record.RECORD).write_text(json.dumps({
             name: dict(device='cuda', seconds=seconds, units=1e10),
             'a CPU': dict(device='cpu', seconds=1.0, units=1.0)}))
         assert window.calibrate(tmp_path, config) == {name: seconds / 1e10}
-    found = queue.read_config(config)
+    found = queue_config.read_config(config)
     assert found['calibration'] == {'GPU B': 5e-10, 'GPU A': 4e-9}
-    assert queue.last_gpu(found['calibration']) == 'GPU A'
-    assert found['priority'] == queue.read_config(queue.CONFIG)['priority']
+    assert list(found['calibration'])[-1] == 'GPU A'
+    assert found['priority'] == queue_config.read_config(queue_config.CONFIG)['priority']
 
 
 def test_a_check_over_the_budget_is_cut_off(tmp_path):

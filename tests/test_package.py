@@ -186,13 +186,14 @@ TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
 PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
                   'data', 'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
-STUDY_LAYERS = ('stats', 'spec', 'compose', 'runner', 'sanity', 'diagnosis',
+STUDY_LAYERS = ('stats', 'spec', 'compose', 'queue_record',
+                'queue_config', 'queue_cost', 'runner', 'sanity', 'diagnosis',
                 'select',
                 'budget', 'inputs', 'pairing', 'findings', 'depth_findings',
                 'verdict_words', 'variants', 'paired_findings',
                 'paired_words', 'plot', 'recipe', 'depth_report',
                 'paired_report',
-                'engine', 'queue', 'cli')
+                'engine', 'queue_plan', 'queue_run', 'queue', 'cli')
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
 INNER_LAYERS = {

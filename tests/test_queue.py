@@ -9,11 +9,19 @@ import pytest
 
 from gnorm.bench.report import cpu_name
 from gnorm.results import load_runs
-from gnorm.study import queue
+from gnorm.study import (queue, queue_config, queue_cost, queue_plan,
+                         queue_record, queue_run)
 from gnorm.study.cli import main as study
-from gnorm.study.spec import load_spec
+from gnorm.study.spec import SpecError, load_spec
 
-pytestmark = pytest.mark.usefixtures('one_thread')
+pytestmark = pytest.mark.usefixtures('one_thread', 'no_committed_runs')
+
+
+@pytest.fixture
+def no_committed_runs(tmp_path, monkeypatch):
+    r"""No committed runs give a prior (a test gives its own)."""
+    (tmp_path / 'committed').mkdir()
+    monkeypatch.setattr(queue_cost, 'RUNS', tmp_path / 'committed')
 
 SPEC = '''# @package _global_
 collapse_metrics: false
@@ -68,17 +76,17 @@ def cells_of(items):
 
 def test_the_queue_takes_the_cells_marked_gpu_work(spec, tmp_path, capsys):
     out = tmp_path / 'out'
-    items = queue.pending([spec], out, 'cuda', 'GPU work')
+    items = queue_plan.pending([spec], out, 'cuda', 'GPU work')
     assert sorted(cells_of(items)) == [('layernorm', 2), ('none', 2)]
     assert all(len(i.left) == 2 for i in items)
-    assert queue.pending([spec], out, 'cpu', 'CPU work') == []
-    chosen = queue.pending([spec], out, 'cpu', 'CPU work',
-                           dict(rows=['none'], depths=[1]))
+    assert queue_plan.pending([spec], out, 'cpu', 'CPU work') == []
+    chosen = queue_plan.pending([spec], out, 'cpu', 'CPU work',
+                                dict(rows=['none'], depths=[1]))
     assert cells_of(chosen) == [('none', 1)]
     assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
     said = capsys.readouterr().out
     assert '2 cells pending (marked GPU work), 4 runs to train' in said
-    assert 'not calibrated yet' in said
+    assert 'no rate for this device yet' in said
     assert 'last measured GPU: none' in said
     listed = [line.split()[2:5] for line in said.splitlines()
               if NAME in line]
@@ -92,9 +100,10 @@ def test_the_priority_orders_the_cells_and_a_gpu_gives_seconds(
   - {{study: {NAME}, rows: [layernorm]}}
 calibration: {{"Some GPU": 1.0e-3}}
 ''')
-    conf = queue.read_config(config, [NAME])
-    items = queue.order(queue.pending([spec], tmp_path, 'cpu', 'GPU work'),
-                        conf['priority'])
+    conf = queue_config.read_config(config, [NAME])
+    items = queue_plan.order(queue_plan.pending([spec], tmp_path, 'cpu',
+                                                'GPU work'),
+                             conf['priority'])
     assert cells_of(items) == [('layernorm', 2), ('none', 2)]
     assert [i.place for i in items] == [0, 1]
     assert queue.main(['--list', '--device', 'cpu', '--work', 'gpu',
@@ -117,9 +126,11 @@ def test_studies_that_share_runs_train_them_once(spec, tmp_path):
         'kind: depth', f'kind: depth\n  runs: {spec.runs_dir()}'))
     other = load_spec(str(other))
     config = write_config(tmp_path, 'priority: [{study: tiny_queue_b}]\n')
-    items = queue.claim(queue.order(
-        queue.pending([spec, other], tmp_path / 'out', 'cpu', 'GPU work'),
-        queue.read_config(config, [NAME, 'tiny_queue_b'])['priority']))
+    items = queue_plan.claim(queue_plan.order(
+        queue_plan.pending([spec, other], tmp_path / 'out', 'cpu',
+                           'GPU work'),
+        queue_config.read_config(config,
+                                 [NAME, 'tiny_queue_b'])['priority']))
     assert [i.study.spec.name for i in items] == ['tiny_queue_b'] * 2
     assert sum(len(i.left) for i in items) == 4
 
@@ -127,15 +138,15 @@ def test_studies_that_share_runs_train_them_once(spec, tmp_path):
 def test_the_budget_decides_how_many_cells_train(spec, tmp_path,
                                                  monkeypatch, capsys):
     now, trained = [0.0], []
-    monkeypatch.setattr(queue, 'clock', lambda: now[0])
-    real = queue.train_cell
+    monkeypatch.setattr(queue_run, 'clock', lambda: now[0])
+    real = queue_run.train_cell
 
     def ten_seconds(item):  # every cell takes 10 s on the queue's clock
         trained.append(item.label)
         now[0] += 10
         return real(item)
 
-    monkeypatch.setattr(queue, 'train_cell', ten_seconds)
+    monkeypatch.setattr(queue_run, 'train_cell', ten_seconds)
     out = tmp_path / 'out'
     assert queue.main([*args(tmp_path), '--budget-s', '0'], [spec]) == 0
     assert trained == [] and not load_runs(out)
@@ -145,7 +156,9 @@ def test_the_budget_decides_how_many_cells_train(spec, tmp_path,
     assert 'trained 1 cells' in said
     assert len(load_runs(out)) == 2  # the cell's two seeds
     record = json.loads((out / '.queue.json').read_text())[cpu_name()]
-    assert record['seconds'] == 10 and len(record['cells']) == 1
+    cell, = record['cells']  # 10 s: the epochs (steady) and the set-up
+    assert cell['seconds'] == 10 and cell['steady_s'] + cell['setup_s'] == 10
+    assert record['seconds'] == cell['steady_s'] < 10
     # The record calibrates the next call: 10 s a cell fits in 12.
     assert queue.main([*args(tmp_path), '--budget-s', '12'], [spec]) == 0
     assert len(trained) == 2 and len(load_runs(out)) == 4
@@ -207,8 +220,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
              'optional lists datasets'),
             ('calibration: {"a GPU": -1}', 'must be seconds per unit'),
             ('order: []', "unknown key 'order'")):
-        with pytest.raises(queue.SpecError, match=says):
-            queue.read_config(write_config(tmp_path, text + '\n'))
+        with pytest.raises(SpecError, match=says):
+            queue_config.read_config(write_config(tmp_path, text + '\n'))
 
 
 def test_a_selection_names_cells_of_the_studies(spec, tmp_path, capsys):
@@ -274,11 +287,12 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     import gnorm.study.compose
     import gnorm.train
     out = tmp_path / 'out'
-    items = queue.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=True)
     assert [i.graphed for i in items] == [True, True]
     first = items[0]
     assert first.study.composer.config(first.left[0]).train.cuda_graph
-    graphed, eager = queue.Rate('cpu (CUDA graphs)'), queue.Rate('cpu')
+    graphed = queue_cost.Rate('cpu (CUDA graphs)')
+    eager = queue_cost.Rate('cpu')
     folders = sorted(str(r['dir']) for i in items for r in i.left)
     calls, composed = [], []
     real = gnorm.train.train_runs
@@ -296,9 +310,10 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
         m.setattr(gnorm.train, 'train_runs', counted)
         m.setattr(gnorm.study.compose, 'compose_cells', compose_counted)
         _graphs_on_the_cpu(m, _capture_fails)
-        counts = queue.train(items, graphed, queue.INF, out, 'cpu',
-                             eager=eager)
-    assert counts == dict(trained=2, failed=0, skipped=0, unreached=0)
+        counts = queue_run.train(items, graphed, queue_run.INF, out, 'cpu',
+                                 eager=eager)
+    assert counts == dict(trained=2, failed=0, skipped=0, unreached=0,
+                          stopped=0, elsewhere=0)
     # the study's remaining cells composed eagerly at once; the caller's
     # list is left as it was
     assert len(composed) == 1 and len(composed[0][1]) == 2
@@ -313,11 +328,11 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
     assert sorted(str(Path(r['_path']).parent) for r in runs) == folders
     assert not any(r['config']['train'].get('cuda_graph') for r in runs)
-    record = queue.read_record(out)
+    record = queue_record.read_record(out)
     assert set(record) == {'cpu'} and graphed.cells == []
     assert [c['cuda_graph'] for c in record['cpu']['cells']] == [False] * 2
     with pytest.raises(ValueError, match='need the eager rate'):
-        queue.train(items, graphed, queue.INF, out, 'cpu')
+        queue_run.train(items, graphed, queue_run.INF, out, 'cpu')
 
 
 def test_cuda_graphs_need_cuda(tmp_path, spec, capsys):
@@ -337,7 +352,7 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
     import gnorm.train
     from test_cuda import _recorded
     out = tmp_path / 'out'
-    items = queue.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=True)
     real = gnorm.train.train_runs
     calls = []
 
@@ -351,16 +366,18 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
     with pytest.MonkeyPatch.context() as m:
         m.setattr(gnorm.train, 'train_runs', first_diverges)
         _graphs_on_the_cpu(m, _recorded)
-        counts = queue.train(items, queue.Rate('cpu (CUDA graphs)'),
-                             queue.INF, out, 'cpu', eager=queue.Rate('cpu'))
-    assert counts == dict(trained=1, failed=1, skipped=0, unreached=0)
+        counts = queue_run.train(items, queue_cost.Rate('cpu (CUDA graphs)'),
+                                 queue_run.INF, out, 'cpu',
+                                 eager=queue_cost.Rate('cpu'))
+    assert counts == dict(trained=1, failed=1, skipped=0, unreached=0,
+                          stopped=0, elsewhere=0)
     said = capsys.readouterr().out
     assert 'a run diverged (recorded as failed); the queue goes on with ' \
         'CUDA graphs' in said and 'train eagerly' not in said
     assert calls == [[True, True], [True, True]]  # both cells as graphs
-    assert 'resume=true' in queue.overrides('cpu', True)
+    assert 'resume=true' in queue_plan.overrides('cpu', True)
     # tried again, the diverged cell trains only the run it lacks
-    again = queue.pending([spec], out, 'cpu', 'GPU work', graphed=False)
+    again = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=False)
     assert [len(i.left) for i in again] == [1]
 
 
@@ -374,20 +391,20 @@ def test_a_diverging_cell_is_a_failed_cell_not_a_capture_failure(
 ])
 def test_a_bad_queue_config_is_one_line(tmp_path, text, match):
     path = write_config(tmp_path, text)
-    with pytest.raises(queue.SpecError, match=match) as info:
-        queue.read_config(path)
+    with pytest.raises(SpecError, match=match) as info:
+        queue_config.read_config(path)
     assert '\n' not in str(info.value)
 
 
 def test_a_priority_entry_that_names_nothing_is_refused(spec, tmp_path):
     path = write_config(tmp_path, f'priority:\n  - {{study: {NAME}, '
                         f'datasets: [cbsm]}}\n')
-    config = queue.read_config(path, [NAME])
-    with pytest.raises(queue.SpecError, match=f'priority entry of {NAME} '
+    config = queue_config.read_config(path, [NAME])
+    with pytest.raises(SpecError, match=f'priority entry of {NAME} '
                        "names dataset 'cbsm', which the study does not "
                        'have \\(it has csbm\\)'):
-        queue.check_priority(config['priority'], [spec], path)
-    queue.check_priority([{'study': NAME, 'depths': [2]}], [spec], path)
+        queue_config.check_priority(config['priority'], [spec], path)
+    queue_config.check_priority([{'study': NAME, 'depths': [2]}], [spec], path)
 
 
 def test_interruptions_exit_as_their_signal_says(spec, tmp_path, capsys,
@@ -411,5 +428,259 @@ def test_interruptions_exit_as_their_signal_says(spec, tmp_path, capsys,
     def terminated(*a, **k):
         raise Interrupted(signal.SIGTERM)
 
-    monkeypatch.setattr(queue, 'train', terminated)
+    monkeypatch.setattr(queue_run.Queue, 'run', terminated)
     assert queue.main(args(tmp_path), specs=[spec]) == 143
+
+
+# ------------------------------------------------ a budget that binds
+
+
+def committed_run(folder: Path, loop_s: float, runtime_s: float,
+                  name: str = None) -> None:
+    r"""A committed run of this machine's CPU in :obj:`folder` (the tiny
+    study's first cell: csbm, 2 layers, 2 epochs)."""
+    run = folder / 'study' / 'run'
+    run.mkdir(parents=True)
+    (run / 'results.json').write_text(json.dumps(dict(
+        status='ok', device='cpu', machine=dict(cpu=name or cpu_name()),
+        choices=dict(dataset='csbm', norm='none'), overrides=[],
+        config=dict(layers=2, model=dict(hidden_channels=32)),
+        curve=dict(epoch=[1, 2]), batch_runs=1, loop_s=loop_s,
+        runtime_s=runtime_s)))
+
+
+def test_committed_runs_give_a_steady_rate_and_their_set_up_apart(
+        tmp_path):
+    from gnorm.study.compose import cost
+    committed_run(tmp_path / 'runs', loop_s=3.0, runtime_s=5.0)
+    found = queue_cost.committed_rates(tmp_path / 'runs')[cpu_name()]
+    units = cost('csbm', 2, ['norm=none'], 32, 2)
+    assert found['seconds_per_unit'] == pytest.approx(3.0 / units)
+    assert found['setup_s'] == pytest.approx(2.0) and found['runs'] == 1
+    rate = queue_cost.rate_of(tmp_path, cpu_name(), 'cpu', {},
+                              committed={cpu_name(): found})
+    assert rate.prior == pytest.approx(queue_cost.PRIOR_SCALE * 3 / units)
+    assert rate.said().endswith(f'(prior: 1 committed runs on {cpu_name()}'
+                                f', x{queue_cost.PRIOR_SCALE:g})')
+    gpu = queue_cost.rate_of(tmp_path, 'Some GPU', 'cuda', {'GPU A': 1e-9},
+                             committed={})
+    assert gpu.prior == 1e-9 * queue_cost.OTHER_GPU_SCALE
+    assert 'the rate of GPU A' in gpu.said()
+    none = queue_cost.rate_of(tmp_path, 'Some GPU', 'cuda', {}, committed={})
+    assert none.estimate(1e6) is None
+    assert none.said().startswith('no rate for this device yet')
+
+
+def test_before_any_calibration_a_prior_from_committed_runs_binds(
+        spec, tmp_path, monkeypatch, capsys):
+    r"""No calibration and no record: the committed runs of this CPU give
+    a prior (said), and a cell it does not fit in the budget does not
+    start (it started unchecked, as the calibrating cell)."""
+    committed_run(tmp_path / 'committed', loop_s=40.0, runtime_s=50.0)
+    now, trained = [0.0], []
+    monkeypatch.setattr(queue_run, 'clock', lambda: now[0])
+    monkeypatch.setattr(queue_run, 'train_cell',
+                        lambda item: trained.append(item) or 'ok')
+    assert queue.main([*args(tmp_path), '--budget-s', '60'], [spec]) == 0
+    said = capsys.readouterr().out
+    assert f'prior: 1 committed runs on {cpu_name()}, x2' in said
+    assert trained == [] and said.count(': skipped') == 2
+
+
+def _sleeps(seconds):
+    r"""A stand-in trainer that trains for :obj:`seconds` (a cell that
+    runs long); the deadline's alarm stops it."""
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.02)
+    return 'ok'
+
+
+def test_a_failed_calibration_then_the_cheapest_and_a_deadline_that_binds(
+        spec, tmp_path, monkeypatch, capsys):
+    r"""No rate at all: the cheapest cell calibrates and fails; the cells
+    left go cheapest first (not the most wanted, unchecked), and the one
+    that then runs long is stopped at the deadline: the call ends within
+    the budget and the margin."""
+    import time
+    calls = []
+
+    def first_fails_then_long(item):
+        calls.append(item.cell['depth'])
+        return 'failed' if len(calls) == 1 else _sleeps(60)
+
+    monkeypatch.setattr(queue_run, 'train_cell', first_fails_then_long)
+    items = queue_plan.order(
+        queue_plan.pending([spec], tmp_path / 'out', 'cpu', 'GPU work',
+                           dict(depths=[1, 2])),
+        [{'study': NAME, 'depths': [2]}])
+    assert [i.cell['depth'] for i in items] == [2, 2, 1, 1]
+    began = time.monotonic()
+    counts = queue_run.train(items, queue_cost.Rate(cpu_name()),
+                             began + 1.5, tmp_path / 'out', 'cpu')
+    took = time.monotonic() - began
+    assert calls == [1, 1]  # cheapest first after the failure
+    assert counts['failed'] == 1 and counts['stopped'] == 1
+    assert counts['unreached'] == 2
+    assert 1.5 <= took < 1.5 + queue_run.MARGIN_S and took < 10
+    assert 'stopped at the deadline' in capsys.readouterr().out
+
+
+def test_after_a_graph_fallback_the_eager_prior_binds(spec, tmp_path,
+                                                      capsys):
+    r"""A cell that cannot be captured falls back to eager steps, whose
+    rate (no cell measured yet) is the committed runs' prior: cells it
+    does not fit are skipped (they trained unchecked)."""
+    import time
+    committed_run(tmp_path / 'rates', loop_s=400.0, runtime_s=500.0)
+    out = tmp_path / 'out'
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=True)
+    eager = queue_cost.rate_of(out, cpu_name(), 'cpu', {}, committed=(
+        queue_cost.committed_rates(tmp_path / 'rates')))
+    with pytest.MonkeyPatch.context() as m:
+        _graphs_on_the_cpu(m, _capture_fails)
+        counts = queue_run.train(items, queue_cost.Rate('cpu (CUDA graphs)'),
+                                 time.monotonic() + 100, out, 'cpu',
+                                 eager=eager)
+    assert counts['trained'] == 0 and counts['skipped'] == 2
+    said = capsys.readouterr().out
+    assert said.count('failed as CUDA graphs') == 1
+    assert said.count(': skipped') == 2
+
+
+def test_a_run_held_by_another_process_is_not_waited_for_past_the_deadline(
+        spec, tmp_path, monkeypatch, capsys):
+    r"""A cell whose runs another process trains now (their folders'
+    locks) is that process's; one taken after the check (a race) is
+    waited for only until the deadline, and the run this process finished
+    meanwhile is kept."""
+    import time
+    from gnorm.train.locks import lock_folder, release
+    out = tmp_path / 'out'
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work')
+    held = [lock_folder(Path(r['dir'])) for r in items[0].left]
+    counts = queue_run.train(items[:1], queue_cost.Rate(cpu_name()),
+                             queue_run.INF, out, 'cpu')
+    assert counts['elsewhere'] == 1 and counts['trained'] == 0
+    release(held[0])
+    monkeypatch.setattr(queue_run, 'busy', lambda run: False)  # the race
+    began = time.monotonic()
+    counts = queue_run.train(items[:1], queue_cost.Rate(cpu_name()),
+                             began + 4, out, 'cpu')
+    took = time.monotonic() - began
+    release(held[1])
+    assert counts['stopped'] == 1 and 4 <= took < 4 + queue_run.MARGIN_S
+    assert [r['status'] for r in load_runs(out)] == ['ok']
+    assert queue_record.read_record(out) == {}  # a stopped cell: no rate
+
+
+# ------------------------------------------------ one record, many writers
+
+
+def test_concurrent_writers_lose_no_cell_of_the_record(tmp_path):
+    import threading
+    tmp_path = tmp_path / 'out'
+
+    def write(k):
+        for i in range(15):
+            queue_record.add_cell(tmp_path, 'a CPU', 'cpu', dict(
+                seconds=1.0, steady_s=0.5, setup_s=0.5, units=10, who=k))
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    record = queue_record.read_record(tmp_path)['a CPU']
+    assert len(record['cells']) == 45 and record['units'] == 450
+    assert record['seconds'] == 22.5 and record['setup_s'] == 0.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        queue_record.RECORD, queue_record.LOCK]  # no tmp file left
+
+
+def test_two_queues_on_one_folder_train_each_run_once(spec, tmp_path,
+                                                      monkeypatch):
+    r"""Two queues planned alike (a stale plan each) train into one folder
+    at once: each cell trains once, by one of them, and the record holds
+    each cell once, as the runs on disk say."""
+    import threading
+    import time
+    out = tmp_path / 'out'
+
+    trained = []
+
+    def trains(item):  # a stand-in: 0.3 s, then each run's results
+        time.sleep(0.3)
+        for r in item.left:
+            trained.append(r['key'])
+            path = Path(r['dir']) / 'results.json'
+            path.parent.mkdir(parents=True, exist_ok=True)
+            found = dict(status='ok', loop_s=0.2, batch_runs=len(item.left),
+                         config=dict(key=r['key']))
+            path.write_text(json.dumps(found))
+            item.study.found[r['key']] = found
+        return 'ok'
+
+    monkeypatch.setattr(queue_run, 'train_cell', trains)
+    plans = [queue_plan.pending([spec], out, 'cpu', 'GPU work')
+             for _ in range(2)]
+    rates = [queue_cost.Rate(cpu_name()) for _ in range(2)]
+    counts = [None, None]
+
+    def queue_k(k):
+        counts[k] = queue_run.train(plans[k], rates[k], queue_run.INF, out,
+                                    'cpu')
+    threads = [threading.Thread(target=queue_k, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(trained) == sorted(r['key'] for i in plans[0]
+                                     for r in i.left)  # each run once
+    cells = queue_record.read_record(out)[cpu_name()]['cells']
+    assert len(cells) == sum(c['trained'] for c in counts)
+    assert sum(c['runs'] for c in cells) == len(
+        list(out.glob('*/*/results.json'))) == 4
+    assert max(len(r.cells) for r in rates) == len(cells)  # the last: all
+
+
+def test_a_run_that_failed_twice_is_not_queued_again(spec, tmp_path,
+                                                     capsys):
+    out = tmp_path / 'out'
+    first = queue_plan.pending([spec], out, 'cpu', 'GPU work')[0]
+    key = first.left[0]['key']
+    for k in range(queue_plan.MAX_FAILURES):
+        counts = queue_record.add_failures(out, [key])
+    assert counts == {queue_record.run_digest(key): 2}
+    again = queue_plan.pending([spec], out, 'cpu', 'GPU work',
+                               failed=queue_record.failures(out))
+    assert [len(i.left) for i in again] == [1, 2]
+    assert [len(i.given_up) for i in again] == [1, 0]
+    assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
+    said = capsys.readouterr().out
+    assert f'given up: {first.label}: 1 runs failed 2 times' in said
+    assert '2 cells pending (marked GPU work), 3 runs to train' in said
+
+
+def test_the_list_shows_cpu_and_gpu_work_with_seconds_here(
+        spec, tmp_path, capsys):
+    r"""``--list`` without ``--work``: both kinds, each with its counts,
+    its seconds on this CPU (the committed runs' prior) and, for CPU
+    work, the command that trains it here in the background."""
+    committed_run(tmp_path / 'committed', loop_s=4.0, runtime_s=5.0)
+    cpu = tiny_spec(tmp_path, 'tiny_queue_cpu')
+    cpu.write_text(cpu.read_text().replace('depths: [2], why: "GPU work',
+                                           'depths: [1], why: "CPU work'))
+    assert queue.main(['--list', '--device', 'cpu', '--out',
+                       str(tmp_path / 'out'), '--config',
+                       str(write_config(tmp_path))],
+                      [spec, load_spec(str(cpu))]) == 0
+    said = capsys.readouterr().out
+    assert '2 cells pending (marked CPU work), 4 runs to train, ' in said
+    assert '2 cells pending (marked GPU work), 4 runs to train, ' in said
+    assert said.index('CPU work') < said.index('GPU work')
+    assert 'nohup python -m gnorm.study queue --device cpu --work cpu' in said
+    cpu_rows = [line for line in said.splitlines()
+                if 'tiny_queue_cpu' in line]
+    assert len(cpu_rows) == 2 and all(line.split()[-2] != '-'
+                                      for line in cpu_rows)

@@ -31,7 +31,11 @@ dataset and its variant), :mod:`~gnorm.study.paired_findings` (a paired study as
 :mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
 :mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),
 :mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command),
-:mod:`~gnorm.study.queue` (the cells left for a GPU, in a time budget).
+:mod:`~gnorm.study.queue` (the cells left for a GPU, in a time budget:
+:mod:`~gnorm.study.queue_plan` which cells, :mod:`~gnorm.study.queue_config`
+their order, :mod:`~gnorm.study.queue_cost` their seconds,
+:mod:`~gnorm.study.queue_run` training them by a deadline,
+:mod:`~gnorm.study.queue_record` what each process trained).
 The reproduction of the ContraNorm authors' code lives in this
 repository's ``experiments/authors/``, outside the package.
 """

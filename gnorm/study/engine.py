@@ -54,10 +54,20 @@ class DepthPlan:
         try:
             return run_cells(self.spec, self.todo, self.places.runs,
                              args.set, self.found, self.composer,
-                             args.threads, args.dry_run, args.launcher)
+                             args.threads, args.dry_run, args.launcher,
+                             self.rate() if args.dry_run else None)
         finally:  # interrupted too: a launcher's runs are on disk now
             if args.launcher and not args.dry_run:
                 self.found = self._index()
+
+    def rate(self):
+        r"""The seconds per unit of this device (``--dry-run`` says each
+        cell's seconds): :func:`gnorm.study.queue_cost.rate_here`."""
+        import torch
+        from gnorm.study.queue_config import CONFIG, read_config
+        from gnorm.study.queue_cost import rate_here
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+        return rate_here(device, read_config(CONFIG)['calibration'])
 
     def report(self) -> Path:
         from gnorm.study.depth_report import write_report

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from gnorm.study.compose import Composer, write_hydra, command
+from gnorm.study.queue_cost import Rate, duration, units
 from gnorm.study.spec import Spec, compose
 
 
@@ -97,19 +98,34 @@ def train_here(cell: Dict[str, Any], left: List[Dict[str, Any]],
     return OK
 
 
+def cell_seconds(rate: Optional[Rate], composer: Composer,
+                 cell: Dict[str, Any], left: List[Dict[str, Any]]) -> str:
+    r"""``, about 25 min here`` for the runs :obj:`left` of :obj:`cell` at
+    :obj:`rate` (``no rate`` without one); nothing without a rate."""
+    if rate is None:
+        return ''
+    seconds = rate.estimate(units(composer, cell, left))
+    return (f', about {duration(seconds)} here' if seconds is not None
+            else ', no rate for this device yet')
+
+
 def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
               sets: Sequence[str], found: Dict[str, Any],
               composer: Composer, threads: Optional[int], dry_run: bool,
-              launcher: Optional[str] = None) -> int:
+              launcher: Optional[str] = None,
+              rate: Optional[Rate] = None) -> int:
     r"""Trains the unfinished runs of the cells :obj:`todo` of a depth
     study in this process (with :obj:`launcher`: each cell with unfinished
     runs as a ``python -m gnorm.train -m`` multirun); returns the number
-    of cells that failed."""
+    of cells that failed. :obj:`rate`: the device's, to say each cell's
+    seconds (:mod:`gnorm.study.queue_cost`)."""
     failed = 0
     total = sum(len(c['runs']) for c in todo)
     done = sum(r['key'] in found for c in todo for r in c['runs'])
     print(f'{total} runs in {len(todo)} cells, {done} done, '
           f'{total - done} to run', flush=True)
+    if rate is not None:
+        print(f'seconds here ({rate.name}): {rate.said()}', flush=True)
     for k, cell in enumerate(todo, start=1):
         left = [r for r in cell['runs'] if r['key'] not in found]
         n = len(cell['runs'])
@@ -120,7 +136,8 @@ def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
             continue
         args = command(spec, cell, runs_dir, sets, launcher)
         print(f"{label}, {'would run' if dry_run else 'running'} "
-              f'{len(left)}\n  {shlex.join(args)}', flush=True)
+              f'{len(left)}{cell_seconds(rate, composer, cell, left)}'
+              f'\n  {shlex.join(args)}', flush=True)
         if dry_run:
             continue
         ok = (_subprocess(args[1:], threads) if launcher
