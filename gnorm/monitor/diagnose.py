@@ -9,12 +9,13 @@ The labels, checked in this order (the first that holds is the run's):
   below :data:`GRADIENT_RATIO` of the gradient reaching the last hidden
   layer's (the median over the recorded epochs): the first layers do not
   learn, whatever the representations are.
-* :data:`DISAGREE`: the normalised Dirichlet energy says the last hidden
+* :data:`DISAGREE`: a Dirichlet energy says the last hidden
   layer is smooth (below :data:`ENERGY_FALL` of the first layer's) while
   its effective rank keeps :data:`KEPT_RANK` directions or more: the two
   measures of collapse disagree, and the label says so rather than
   choosing one.
-* :data:`OVERSMOOTHED`: the energy has fallen below :data:`ENERGY_FALL`
+* :data:`OVERSMOOTHED`: a Dirichlet energy (:func:`energy_fall`: Rusch et
+  al.'s or the degree-normalised one) has fallen below :data:`ENERGY_FALL`
   of the first layer's by the last hidden layer, while gradients still
   reach the first layers.
 * :data:`RANK_COLLAPSED`: the last hidden layer's effective rank is at
@@ -50,9 +51,9 @@ NO_COLLAPSE = 'no collapse metrics recorded'
 LABELS = (DIVERGED, UNTRAINABLE, DISAGREE, OVERSMOOTHED, RANK_COLLAPSED,
           OVERFITS, TRAINS)
 
-# Oversmoothing: the normalised Dirichlet energy decays towards 0 with
-# depth as node features converge (Cai and Wang, 2020; Rusch et al.,
-# 2023, who define oversmoothing by that decay). gnorm's stated cut: two
+# Oversmoothing: the Dirichlet energy decays towards 0 with depth as node
+# features converge (Rusch et al., 2023, who define oversmoothing by that
+# decay; Cai and Wang, 2020, for the degree-normalised energy). gnorm's stated cut: two
 # orders of magnitude from the first layer to the last hidden one; a
 # healthy stack stays within one (the 2- to 8-layer cases of the tests).
 ENERGY_FALL = 1e-2
@@ -128,20 +129,28 @@ def _finite(values: Sequence[Any]) -> bool:
                for v in values)
 
 
+# The energies a diagnosis reads, with the name its measure takes.
+ENERGIES = {'dirichlet_energy': 'energy ratio',
+            'dirichlet_energy_normalized': 'normalised energy ratio'}
+
+
 def energy_fall(collapse: Mapping[str, Sequence[Any]]
                 ) -> Optional[Measure]:
-    r"""The last hidden layer's normalised Dirichlet energy over the first
-    layer's (the unnormalised energy in runs that recorded only it)."""
-    for key in ('dirichlet_energy_normalized', 'dirichlet_energy'):
+    r"""The smaller of the last hidden layer's Dirichlet energies over the
+    first layer's: Rusch et al.'s (zero when the rows are equal: the
+    limit a row-wise norm such as LayerNorm keeps) and Cai and Wang's
+    degree-normalised one (zero when rows are proportional to
+    :math:`\sqrt{1 + d_i}`: the limit of GCN propagation). Either falling
+    is the rows converging to a smoothing operator's limit."""
+    found = []
+    for key, name in ENERGIES.items():
         values = collapse.get(key)
-        if values and len(values) >= 2 and _finite(values[:1] + values[-2:-1]) \
-                and values[0] > 0:
+        if values and len(values) >= 2 and \
+                _finite(values[:1] + values[-2:-1]) and values[0] > 0:
             ratio = values[-2] / values[0]
-            name = ('energy ratio' if key == 'dirichlet_energy_normalized'
-                    else 'energy ratio (unnormalised)')
-            return Measure(name, ratio, ENERGY_FALL, ratio < ENERGY_FALL,
-                           len(values) - 1)
-    return None
+            found.append(Measure(name, ratio, ENERGY_FALL,
+                                 ratio < ENERGY_FALL, len(values) - 1))
+    return min(found, key=lambda m: m.value) if found else None
 
 
 def last_rank(collapse: Mapping[str, Sequence[Any]]) -> Optional[float]:
