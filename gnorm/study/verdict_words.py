@@ -429,21 +429,22 @@ def failed_text(cells: Sequence[Tuple[str, int]], other: str,
     r"""Why the rows at chance failed at :obj:`cells` (against
     :obj:`other`), by label: `` (layernorm's runs: oversmoothed at cora
     L=16, untrainable at citeseer L=32)``; a row whose runs show none of
-    the diagnosed failures says so; a diagnosis without gradient records
-    is marked metric-only."""
+    the diagnosed failures says so; the cells whose runs recorded no
+    gradients are named metric-only."""
     by: Dict[Tuple[str, str], List[Tuple[str, int]]] = {}
-    metric_only = set()
+    metric_only: Dict[str, List[Tuple[str, int]]] = {}
     for dataset, depth in cells:
         for name, label, only in failed.get((other, dataset, depth), ()):
             by.setdefault((name, label), []).append((dataset, depth))
             if only:
-                metric_only.add(name)
+                metric_only.setdefault(name, []).append((dataset, depth))
     rows: Dict[str, List[str]] = {}
     for (name, label), where in by.items():
         said = 'none of the diagnosed failures' if label == TRAINS else label
         rows.setdefault(name, []).append(f'{said} at {cells_text(where)}')
     told = [f"{name}'s runs: {'; '.join(parts)}"
-            + (' (metric-only: no gradients recorded)'
+            + (f' (metric-only, no gradients recorded, at '
+               f'{cells_text(metric_only[name])})'
                if name in metric_only else '')
             for name, parts in rows.items()]
     return f" ({'; '.join(told)})" if told else ''
