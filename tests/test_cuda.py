@@ -439,7 +439,7 @@ def test_graphed_step_reads_alive_and_skips_evaluation_at_each_replay():
 
     class Counting:
         data = type('Data', (), {'x': torch.zeros(1)})()
-        generators, evaluations = None, 0
+        generators, evaluations, records = None, 0, []
 
         def train(self, optimizer, alive):
             return alive.float() * 2
@@ -450,15 +450,18 @@ def test_graphed_step_reads_alive_and_skips_evaluation_at_each_replay():
 
         skipped = staticmethod(Step.skipped)
 
-        def __call__(self, optimizer, alive, evaluate=True):
+        def __call__(self, optimizer, alive, evaluate=True, record=None):
+            Counting.records.append(record)
             losses = self.train(optimizer, alive)
             return losses, (self.evaluate() if evaluate
                             else self.skipped(losses))
 
     step = GraphedStep(Counting(), warmup=1, capture=_recorded)
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1)
-    step(optimizer, torch.tensor([True, True]))           # eager
-    losses, metrics = step(optimizer, torch.tensor([True, False]))
+    step(optimizer, torch.tensor([True, True]), record='epoch 1')  # eager
+    losses, metrics = step(optimizer, torch.tensor([True, False]),
+                           record='epoch 2')
+    assert Counting.records == ['epoch 1']
     assert losses.tolist() == [2.0, 0.0]                  # captured
     kept = losses
     losses, metrics = step(optimizer, torch.tensor([False, True]),

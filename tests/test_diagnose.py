@@ -13,7 +13,7 @@ from torch_geometric.utils import to_undirected
 from gnorm.models import DeepGCN, ResGNN
 from gnorm.monitor import CollapseMonitor, Gradients, diagnose, find_layers
 
-from gnorm.monitor.diagnose import (DISAGREE, DIVERGED, OVERFITS,
+from gnorm.monitor.diagnosis import (DISAGREE, DIVERGED, OVERFITS,
                                     OVERSMOOTHED, RANK_COLLAPSED, TRAINS,
                                     UNTRAINABLE, diagnose_measures)
 from gnorm.monitor.gradients import layer_parameters

@@ -200,7 +200,7 @@ INNER_LAYERS = {
     'bench': ('timing', 'memory', 'process', 'records', 'report', 'check',
               'cli'),
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
-    'monitor': ('measure', 'table', 'onset', 'plot', 'gradients', 'diagnose',
+    'monitor': ('measure', 'table', 'onset', 'plot', 'gradients', 'diagnosis',
                 'hooks'),
     'results': ('keys', 'folders', 'summary'),
 }

@@ -23,14 +23,14 @@ that decided it (docs/diagnose.rst).
 
 Modules, each importing only those before it:
 :mod:`~gnorm.monitor.gradients` (per-layer gradient norms),
-:mod:`~gnorm.monitor.diagnose` (a run's failure, told),
+:mod:`~gnorm.monitor.diagnosis` (a run's failure, told),
 :mod:`~gnorm.monitor.measure` (the metrics of the kept outputs),
 :mod:`~gnorm.monitor.table` (the records as a table, without pandas),
 :mod:`~gnorm.monitor.onset` (where collapse sets in),
 :mod:`~gnorm.monitor.plot` (the plots, one monitor or several on shared
 axes) and :mod:`~gnorm.monitor.hooks` (the monitor and its records).
 """
-from gnorm.monitor.diagnose import LABELS, Diagnosis, diagnose
+from gnorm.monitor.diagnosis import LABELS, Diagnosis, diagnose
 from gnorm.monitor.gradients import GRADIENT_METRICS, Gradients
 from gnorm.monitor.hooks import (COLUMNS, RUN_COLUMNS, CollapseMonitor,
                                  find_layers, read_csv)

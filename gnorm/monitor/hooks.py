@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from gnorm.monitor.diagnose import Diagnosis, diagnose_measures
+from gnorm.monitor.diagnosis import Diagnosis, diagnose_measures
 from gnorm.monitor.gradients import GRADIENT_METRICS, Gradients
 from gnorm.monitor.measure import (METRICS, OPTIONAL_METRICS, Prepared,
                                    measure, need_edges)
@@ -490,7 +490,7 @@ class CollapseMonitor:
                  train_score: Optional[float] = None,
                  val_score: Optional[float] = None) -> Diagnosis:
         r"""Why the model fails, if it does
-        (:func:`~gnorm.monitor.diagnose.diagnose_measures`): the collapse
+        (:func:`~gnorm.monitor.diagnosis.diagnose_measures`): the collapse
         metrics of :obj:`step` (:obj:`None`: the last recorded), the
         gradient norms of every recorded step (with :obj:`gradients=True`),
         and what the training loop knows: its :obj:`losses` per epoch with

@@ -9,13 +9,13 @@ from collections import Counter
 from typing import Any, Dict, Optional, Sequence
 
 from gnorm.monitor import diagnose
-from gnorm.monitor.diagnose import LABELS
+from gnorm.monitor.diagnosis import LABELS
 
 
 def cell_diagnosis(runs: Sequence[Dict[str, Any]]
                    ) -> Optional[Dict[str, Any]]:
     r"""The diagnosis of a cell's :obj:`runs`: ``label`` (the most common;
-    the first of :data:`gnorm.monitor.diagnose.LABELS` among equals),
+    the first of :data:`gnorm.monitor.diagnosis.LABELS` among equals),
     ``count`` of ``runs``, ``counts`` per label, ``measure`` and
     ``layer`` of the deciding evidence with its median ``value`` and
     ``cut`` over the runs of that label, and ``metric_only`` where a run

@@ -10,7 +10,7 @@ Nothing here computes a statistic: every number and verdict comes from
 the findings."""
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.monitor.diagnose import TRAINS
+from gnorm.monitor.diagnosis import TRAINS
 from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, KINDS,
                                   LOSES, MISSING, NOT_A_NUMBER, NOT_COMPARED,
                                   NOT_RUN, OVER_CHANCE, PARTIAL, SAME,
