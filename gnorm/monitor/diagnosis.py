@@ -32,6 +32,7 @@ The last layer a monitor hooks is the model's output (the logits), so
 (made before they were recorded, or with ``train.grad_every=0``) gets the
 metric-only part of the diagnosis, and says so.
 """
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -255,7 +256,6 @@ def diagnose(results: Union[Mapping[str, Any], str, Path]) -> Diagnosis:
     validation scores (:func:`diagnose_measures`). A run whose loss
     stopped being finite is :data:`DIVERGED`."""
     if not isinstance(results, Mapping):
-        import json
         with open(results) as f:
             results = json.load(f)
     if results.get('status') == 'failed' and 'loss became' in str(

@@ -14,6 +14,7 @@ and of the gradient of the parameters that layer adds (:class:`Gradients`).
 Hooks exist only inside :meth:`Gradients.record`: outside it the model
 runs as it would without the recorder. The norms stay on the device until
 :meth:`Gradients.records` reads them, once."""
+import math
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -153,9 +154,9 @@ class Gradients:
             'layer': list(range(1, len(self.layers) + 1))}
         for k, metric in enumerate(GRADIENT_METRICS):
             field[metric] = [
-                [v if v == v and abs(v) != float('inf') else None
-                 for v in torch.stack([o, p])[k][:, r].tolist()]
-                for _, o, p in self.steps]
+                [v if math.isfinite(v) else None
+                 for v in norms[k][:, r].tolist()]
+                for _, *norms in self.steps]
         return field
 
 

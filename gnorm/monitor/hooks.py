@@ -502,13 +502,8 @@ class CollapseMonitor:
         at = steps[-1] if step is None and steps else step
         collapse = {m: [r['value'] for r in records if r['metric'] == m
                         and r['step'] == at] for m in self.measured}
-        gradients = None
-        if self.gradients is not None:
-            norms = [r for r in records if r['metric'] == 'output_grad_norm']
-            by_step: Dict[Any, List[float]] = {}
-            for r in norms:
-                by_step.setdefault(r['step'], []).append(r['value'])
-            gradients = {'output_grad_norm': list(by_step.values())}
+        gradients = None if self.gradients is None else \
+            self.gradients.field(None if self.runs is None else run)
         return diagnose_measures(collapse, gradients, losses, num_classes,
                                  train_score, val_score)
 
