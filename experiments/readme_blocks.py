@@ -19,11 +19,9 @@ RESULTS = ROOT / 'experiments' / 'results'
 BLOCKS = {
     'table3-in-words': ('table3_paper.md', 'In words'),
     'table3-fair-in-words': ('table3_fair.md', 'In words'),
-    'filtered-heterophily-reading': ('filtered_heterophily.md',
-                                     'Kept on the variants'),
     'heterophily-baselines-reading': ('heterophily_baselines.md',
                                       'Against the paper ('),
-    'strong-depth-in-words': ('strong_depth.md', 'In words'),
+    'tuned-depth-reading': ('tuned_depth.md', 'On minesweeper, '),
 }
 # Prefixes that are labels of the report, not words the README quotes.
 DROPPED = ('**In words**: ',)
@@ -38,6 +36,9 @@ DOC_BLOCKS = {
         '{} of {} cells complete, {} partial, {} missing'),
     'sepnorm-reading': ('sepnorm_molhiv_cpu_long.md',
                         r'^\*\*In words\*\*: (.*)$', '{}'),
+    'strong-depth-in-words': ('strong_depth.md', r'^(In words \(.*)$', '{}'),
+    'filtered-heterophily-reading': ('filtered_heterophily.md',
+                                     r'^(Kept on the variants .*)$', '{}'),
 }
 
 

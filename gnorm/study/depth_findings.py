@@ -1,14 +1,16 @@
 r"""What a depth study's report says, computed in one pass before any word
 is written: the cells (chosen by validation, and at each row's default),
 the comparisons of ``table.compare`` as families and sections, the cells
-against the paper, the counts of complete cells, each row's settings, and
-what the spec says about itself. :mod:`gnorm.study.depth_report` renders
+against the paper, the counts of complete cells, each row's settings,
+what depth does for each row (:mod:`gnorm.study.depth_gain`) and what
+the spec says about itself. :mod:`gnorm.study.depth_report` renders
 it (Markdown, CSV, plots); nothing here writes a sentence."""
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from gnorm.study.depth_gain import DepthGain, depth_gains
 from gnorm.study.findings import UNCOMMITTED, Section, views
 from gnorm.study.select import REPRODUCED, reproduced, scores_said
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
@@ -71,6 +73,8 @@ class DepthFindings:
     scores: Dict[str, str]            # each dataset's score in words
     level: float
     correction: str
+    gains: List[DepthGain]            # what depth does, per (dataset, row);
+                                      # none for a table of one depth
 
 
 def not_run(spec: Spec, records: List[Dict[str, Any]]) -> None:
@@ -173,10 +177,10 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     not_run(spec, records)
     score = scores_said(records)
     budgets = {r.row: r.budget for r in rows}
+    margin = float(spec.table.get('margin', MARGIN))
     found = views(records, pairs, budgets, first,
                   pairing, level, correction,
-                  bool(spec.table.get('spread_rule')), score,
-                  float(spec.table.get('margin', MARGIN)))
+                  bool(spec.table.get('spread_rule')), score, margin)
     cells = found.cells['val']
     # their scores and the paper
     scores = {d: scores_said([r for r in cells if r['dataset'] == d])
@@ -185,4 +189,5 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
         name, source, runs, _whole(spec, records), records, cells,
         found.columns, found.sections, rows, _equal_budget(budgets, pairs),
         _reproduction(spec, cells), counts(cells), score, scores, level,
-        correction)
+        correction, depth_gains(cells, pairing, level, correction, margin)
+        if len(spec.table['depths']) > 1 else [])

@@ -10,7 +10,11 @@ from gnorm.data import leakage_summary
 from gnorm.results import code, machines, plural, write_records
 from gnorm.study.depth_findings import (Counts, DepthFindings, RowSettings,
                                         counts, depth_findings, primary)
-from gnorm.study.findings import UNCOMMITTED, chosen_by_validation
+from gnorm.study.depth_gain import DepthGain
+from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, LOSES,
+                                  OVER_CHANCE, UNCOMMITTED, UNDECIDED,
+                                  UNDER_CHANCE, FamilySize,
+                                  chosen_by_validation)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING, at_chance, meaning
@@ -18,7 +22,7 @@ from gnorm.study.select import TIE
 from gnorm.study.spec import Spec
 from gnorm.study.variants import variant_summary, variant_words
 from gnorm.study.verdict_words import (comparison, diagnosis_text,
-                                       family_words)
+                                       family_words, p_text, signed)
 
 __all__ = ['write_report', 'render', 'primary', 'completeness', 'tie_rule']
 
@@ -263,6 +267,73 @@ def reproduction_lines(found: DepthFindings) -> List[str]:
                         for k, v in said.items() if v) + '.']
 
 
+# What a row's best depth against its shallowest says of depth;
+# {shallow}: the shallowest depth, {margin}: the study's margin.
+GAIN_SAID = {BEATS: 'depth pays', LOSES: 'depth costs',
+             EQUIVALENT: 'depth changes it by less than {margin} points',
+             UNDECIDED: 'undecided at ±{margin}',
+             OVER_CHANCE: 'depth pays: L={shallow} is at chance',
+             UNDER_CHANCE: 'depth costs: at chance, L={shallow} trains',
+             BOTH_AT_CHANCE: 'at chance at both depths'}
+
+
+def _depths(depths) -> str:
+    return 'L=' + '/'.join(map(str, depths))
+
+
+def gain_text(g: DepthGain) -> str:
+    r"""What depth does for one row on one dataset: ``batchnorm: 90.61 at
+    L=2, 97.34 at L=12: depth pays, L=12 over L=2 +6.73 [+5.91, +7.55],
+    p <0.0001`` (the best depth by validation against the shallowest,
+    the family's adjusted p), the cells at chance and those not read."""
+    means = ', '.join(f'{m:.2f} at L={d}' for d, m in g.means)
+    found, i = g.found, g.found.interval
+    if i is None:
+        said = (f'best at L={g.best}' if len(g.means) > 1
+                else f'only L={g.best} complete')
+    else:
+        said = (GAIN_SAID[found.verdict].format(shallow=g.shallow,
+                                                margin=f'{found.margin:g}')
+                + f', L={g.best} over L={g.shallow} {signed(i.diff)}'
+                + (f' [{signed(i.lo)}, {signed(i.hi)}], p '
+                   f'{p_text(found.p_adj)}' if i.lo is not None else ''))
+    notes = [f'at chance at {_depths(g.at_chance)}'] if g.at_chance else []
+    if g.uncommitted:
+        notes.append(f'not read, runs of uncommitted code: '
+                     f'{_depths(g.uncommitted)}')
+    if g.left:
+        notes.append(f'not complete: {_depths(g.left)}')
+    return (f'{g.row}: {means}: {said}'
+            + (f" ({'; '.join(notes)})" if notes else ''))
+
+
+def gain_lines(found: DepthFindings) -> List[str]:
+    r"""What depth does for each row, a dataset per paragraph: each row's
+    complete cells, its best depth by validation against its shallowest
+    (:mod:`gnorm.study.depth_gain`), the rows without a complete cell."""
+    gains, score = found.gains, found.score
+    if not gains:
+        return []
+    tested = [g.found.interval.method for g in gains if g.found.interval]
+    size = FamilySize(len(gains), sum(g.found.p_adj is not None
+                                      for g in gains), sorted(set(tested)))
+    method = ''.join(f', {m}' for m in size.methods)
+    lines = ['', '## What depth does', '',
+             f"Each row's best depth by mean validation {score} against its "
+             f'shallowest complete depth, test {score}{method}; '
+             f'{family_words(size, found.correction)}, one comparison per '
+             f'row and dataset.']
+    for dataset in dict.fromkeys(g.dataset for g in gains):
+        mine = [g for g in gains if g.dataset == dataset]
+        read = '; '.join(gain_text(g) for g in mine if g.means)
+        none = [g.row for g in mine if not g.means]
+        lines += ['', f'On {dataset}, ' + (read or 'no row has a complete '
+                                               'cell')
+                  + (f"; no complete cell: {', '.join(none)}"
+                     if none and read else '') + '.']
+    return lines
+
+
 def per_dataset_lines(spec: Spec) -> List[str]:
     r"""The overrides of ``table.per_dataset``, a dataset per clause (a
     deviation of the protocol the report must name); nothing without
@@ -380,7 +451,7 @@ def render(spec: Spec, found: DepthFindings, counted: List[Dict],
     r"""The Markdown of the report of :obj:`found`."""
     lines = header(spec, found, counted, sets, command)
     table_lines, footnotes = tables(found.records)
-    lines += table_lines + reproduction_lines(found)
+    lines += table_lines + reproduction_lines(found) + gain_lines(found)
     lines += comparisons(spec, found)
     if footnotes:
         lines += [''] + footnotes

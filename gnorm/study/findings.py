@@ -122,7 +122,7 @@ def at_default(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [r for r in records if r['selection'] in ('', 'default')]
 
 
-def _pair(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
+def compare_cells(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
           level: float, margin: float = MARGIN) -> Comparison:
     r""":obj:`ours` against :obj:`other` (two records of one dataset and
     depth), before the family's adjustment."""
@@ -182,7 +182,7 @@ def family(records: List[Dict[str, Any]],
             for o in against:
                 other = by.get((dataset, o, depth))
                 found[dataset, row, o, depth] = (
-                    _pair(ours, other, pairing, level, margin) if other
+                    compare_cells(ours, other, pairing, level, margin) if other
                     else Comparison(None, NO_CELL))
     adjust(found, level, correction)
     return found
