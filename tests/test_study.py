@@ -576,8 +576,8 @@ def test_partial_cells_are_counted_and_not_points_of_the_curve(
                           paper_lines=False)
     ax, = figures[0].axes
     curve = next(line for line in ax.lines if line.get_linestyle() == '-')
-    y = list(curve.get_ydata())
-    assert y[0] == pytest.approx(50.0) and y[1] != y[1] and y[2] != y[2]
+    assert list(curve.get_xdata()) == [16]  # the complete cell only
+    assert list(curve.get_ydata()) == [pytest.approx(50.0)]
     open_markers = [line for line in ax.lines
                     if line.get_markerfacecolor() == 'white']
     assert [list(m.get_xdata()) for m in open_markers] == [[32]]
@@ -595,6 +595,32 @@ def test_partial_cells_are_counted_and_not_points_of_the_curve(
     diamond, = [line for line in ax.lines if line.get_marker() == 'D']
     assert list(diamond.get_xdata()) == [16, 16]
     assert list(diamond.get_ydata()) == [51.0, 26.0]
+
+
+def test_the_curve_joins_complete_cells_across_a_missing_depth(
+        tmp_path, monkeypatch):
+    settings = [{'norm.scale': 1.0}]
+    shallow, found = _cell('contranorm', settings, [(0.7, 0.5)])
+    deep, more = _cell('contranorm', settings, [(0.7, 0.6)], seeds=(3, 4))
+    deep.update(depth=64)
+    gap, _ = _cell('contranorm', settings, [])
+    gap.update(depth=32)
+    records = summarise([shallow, gap, deep], {**found, **more}, {})
+    figures = []
+    monkeypatch.setattr(study_plot, 'save_figure',
+                        lambda fig, path: figures.append(fig))
+    study_plot.plot_depth(chosen_by_validation(records), tmp_path / 'd.png',
+                          paper_lines=False)
+    ax, = figures[0].axes
+    curve = next(line for line in ax.lines if line.get_linestyle() == '-')
+    assert list(curve.get_xdata()) == [16, 64]
+    assert list(curve.get_ydata()) == [pytest.approx(50.0),
+                                       pytest.approx(60.0)]
+    note, = [t for t in ax.texts if 'no runs' in t.get_text()]
+    assert note.get_text() == 'contranorm: no runs at L=32'
+    # below the axis label, however small the panel: in points, not axes
+    assert note.xy == (0.0, 0.0) and note.anncoords == 'offset points'
+    assert note.get_position()[1] == -study_plot.NOTES_BELOW
 
 
 TINY_SPEC = '''# @package _global_

@@ -43,11 +43,18 @@ def _panels(n: int, height: float = 3.4):
     return fig, axes[0]
 
 
+# Points between a panel's lower edge and its notes: below the tick labels
+# and the axis label, whatever the panel's height.
+NOTES_BELOW = 34
+
+
 def _notes(ax, notes: List[str]) -> None:
-    r"""Writes :obj:`notes` under the panel :obj:`ax`, off the data."""
+    r"""Writes :obj:`notes` under the panel :obj:`ax`, below its axis
+    label, off the data."""
     if notes:
-        ax.text(0.0, -0.3, '\n'.join(notes), transform=ax.transAxes,
-                fontsize=7, va='top', color='0.25')
+        ax.annotate('\n'.join(notes), (0.0, 0.0), xycoords='axes fraction',
+                    xytext=(0, -NOTES_BELOW), textcoords='offset points',
+                    fontsize=7, va='top', color='0.25')
 
 
 def _rows(rows: List[str], every: List[str]) -> str:
@@ -85,16 +92,17 @@ def plot_depth(cells: List[Dict[str, Any]], path: Path,
     row_names = list(dict.fromkeys(r['row'] for r in drawn))
     depths = sorted({r['layers'] for r in drawn})
     fig, axes = _panels(max(len(datasets), 1))
+    noted = 0  # the most lines of notes under a panel
     for ax, dataset in zip(axes, datasets):
         lacking: Dict[str, List[str]] = {}  # depths without runs -> rows
         for k, row in enumerate(row_names):
             rs = sorted((r for r in drawn if r['dataset'] == dataset
                          and r['row'] == row), key=lambda r: r['layers'])
             color = f'C{k}'
-            x = [r['layers'] for r in rs]
-            nan = float('nan')
-            m = [r['test_mean'] if r['complete'] else nan for r in rs]
-            s = [r['test_std'] if r['complete'] else nan for r in rs]
+            done = [r for r in rs if r['complete']]  # the line joins these
+            x = [r['layers'] for r in done]
+            m = [r['test_mean'] for r in done]
+            s = [r['test_std'] for r in done]
             ax.errorbar(x, m, yerr=s, fmt='o-', color=color, capsize=2,
                         elinewidth=0.8)
             ax.fill_between(x, [a - b for a, b in zip(m, s)],
@@ -137,8 +145,10 @@ def plot_depth(cells: List[Dict[str, Any]], path: Path,
                   scores_said([r for r in drawn if r['dataset'] == dataset]))
         ax.set_ylabel(f'test {scored} (%)')
         ax.grid(alpha=0.3)
-        _notes(ax, [f'{_rows(rows, row_names)}: {said}'
-                    for said, rows in lacking.items()])
+        notes = [f'{_rows(rows, row_names)}: {said}'
+                 for said, rows in lacking.items()]
+        _notes(ax, notes)
+        noted = max(noted, len(notes))
     handles = [Line2D([], [], color=f'C{k}', marker='o', label=row)
                for k, row in enumerate(row_names)]
     handles.append(Line2D([], [], color='0.4', marker='o', ls='none',
@@ -161,8 +171,11 @@ def plot_depth(cells: List[Dict[str, Any]], path: Path,
     if any(r.get('not_run') for r in drawn):
         title += ('\nnot run here: cells the study leaves for another machine '
                   '(table.not_run; the report says why)')
-    fig.legend(handles=handles, loc='upper center', ncol=len(handles),
-               fontsize=8, title=title, title_fontsize=8, frameon=False,
+    width, height = fig.get_size_inches()  # room for the notes' lines
+    fig.set_size_inches(width, height + 0.13 * noted)
+    fig.legend(handles=handles, loc='upper center',
+               ncol=min(len(handles), 4 * len(axes)), fontsize=8,
+               title=title, title_fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
     if figure_title:
         fig.suptitle(figure_title, fontsize=10)
