@@ -442,7 +442,7 @@ def test_interrupted_table_keeps_finished_cells_and_reports_them(
     assert len(calls) == 3  # the rerun trained only the missing cell
 
 
-def test_the_erank_plot_draws_a_partial_cell_at_the_deepest_depth(
+def test_the_erank_plot_draws_every_depth_and_a_partial_cell_dotted(
         tmp_path, monkeypatch):
     figures = []
     monkeypatch.setattr(study_plot, 'save_figure',
@@ -453,12 +453,17 @@ def test_the_erank_plot_draws_a_partial_cell_at_the_deepest_depth(
                     erank=[8.0, 4.0], erank_min=[7.0, 3.0],
                     erank_max=[9.0, 5.0])
                for row, complete in (('none', True), ('contranorm', False))]
-    assert study_plot.plot_erank(chosen_by_validation(records),
+    shallow = dict(records[0], layers=2, erank=[6.0, 3.0],
+                   erank_min=[5.0, 2.0], erank_max=[7.0, 4.0])
+    assert study_plot.plot_erank(chosen_by_validation([shallow, *records]),
                                  tmp_path / "erank.png")
-    ax, = figures[0].axes
-    assert [line.get_linestyle() for line in ax.lines] == ['-', ':']
+    two, sixteen = figures[0].axes  # a panel per depth, shallow first
+    assert [ax.get_title() for ax in (two, sixteen)] == [
+        'cora, 2 layers', 'cora, 16 layers']
+    assert [list(line.get_ydata()) for line in two.lines] == [[6.0, 3.0]]
+    assert [line.get_linestyle() for line in sixteen.lines] == ['-', ':']
     assert 'partial cell, dotted: contranorm (1 of 2 settings)' in \
-        ax.texts[0].get_text()
+        sixteen.texts[0].get_text()
 
 
 def _record(row, depth, by_seed, complete=True):

@@ -189,66 +189,84 @@ def _output_tick(ax, n: int) -> None:
     width is the classes: its effective rank is at most their number)."""
     from matplotlib.ticker import FixedFormatter, FixedLocator
     step = max(1, math.ceil(n / 8))
-    ticks = [t for t in range(1, n, step) if n - t >= step / 2] + [n]
+    ticks = [t for t in range(1, n, step) if n - t > step / 2] + [n]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(FixedFormatter(
         [str(t) for t in ticks[:-1]] + ['out']))
 
 
-def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
-    r"""Effective rank vs layer of each dataset's deepest models with
-    effective ranks (mean over seeds, band: min to max) among :obj:`cells`
-    (one record per cell, as :func:`plot_depth` takes), a panel per
-    dataset that has them; returns whether there was any to plot (no file
-    otherwise)."""
-    from matplotlib.lines import Line2D
+def _erank_panel(ax, drawn: List[Dict[str, Any]], row_names: List[str],
+                 dataset: str, depth: int) -> None:
+    r"""One panel of :func:`plot_erank`: the effective rank by layer of
+    each row's cell at (:obj:`dataset`, :obj:`depth`)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    here = [r for r in drawn if r['dataset'] == dataset
+            and r['layers'] == depth]
+    ax.set_title(f'{dataset}, {depth} layers', fontsize=9)
+    if not here:
+        ax.axis('off')
+        ax.text(0.5, 0.5, 'no effective ranks', transform=ax.transAxes,
+                ha='center', fontsize=8, color='0.4')
+        return
+    out = max(len(r['erank']) for r in here)
+    dotted = []
+    for k, row in enumerate(row_names):
+        r = next((r for r in here if r['row'] == row), None)
+        if r is None:
+            continue
+        # hidden layers at their depth, the output layer at "out"
+        layers = [*range(1, len(r['erank'])), out]
+        ax.plot(layers, r['erank'], color=f'C{k}',
+                ls='-' if r['complete'] else ':')
+        ax.fill_between(layers, r['erank_min'], r['erank_max'],
+                        color=f'C{k}', alpha=0.15, lw=0)
+        if not r['complete']:
+            dotted.append(f'{row} ({partial(r)})')
+    ax.set_xlabel('layer (the last: the output layer)')
+    ax.set_ylabel('effective rank')
+    _output_tick(ax, out)
+    ax.set_yscale('log')
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.grid(alpha=0.3)
+    _notes(ax, [f"partial cell, dotted: {', '.join(dotted)}"]
+           if dotted else [])
+
+
+def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
+    r"""Effective rank vs layer of every cell with effective ranks among
+    :obj:`cells` (one record per cell, as :func:`plot_depth` takes; mean
+    over seeds, band: min to max), a panel per (dataset, depth): a row of
+    panels per dataset, a column per depth, so that a reader sees at which
+    depth and layer each row collapses; returns whether there was any to
+    plot (no file otherwise)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     drawn = [r for r in cells if r['erank']]
     datasets = list(dict.fromkeys(r['dataset'] for r in drawn))
     if not datasets:
         return False
+    depths = sorted({r['layers'] for r in drawn})
     row_names = list(dict.fromkeys(r['row'] for r in cells))
-    fig, axes = _panels(len(datasets))
-    for ax, dataset in zip(axes, datasets):
-        deepest = max(r['layers'] for r in drawn if r['dataset'] == dataset)
-        out = max(len(r['erank']) for r in drawn if r['dataset'] == dataset
-                  and r['layers'] == deepest)
-        absent, dotted = [], []
-        for k, row in enumerate(row_names):
-            r = next((r for r in drawn if r['dataset'] == dataset
-                      and r['row'] == row and r['layers'] == deepest), None)
-            if r is None:
-                absent.append(row)
-                continue
-            # hidden layers at their depth, the output layer at "out"
-            layers = [*range(1, len(r['erank'])), out]
-            ax.plot(layers, r['erank'], color=f'C{k}',
-                    ls='-' if r['complete'] else ':')
-            ax.fill_between(layers, r['erank_min'], r['erank_max'],
-                            color=f'C{k}', alpha=0.15, lw=0)
-            if not r['complete']:
-                dotted.append(f'{row} ({partial(r)})')
-        ax.set_title(f'{dataset}, {deepest} layers')
-        ax.set_xlabel('layer (the last: the output layer)')
-        ax.set_ylabel('effective rank')
-        _output_tick(ax, out)
-        ax.set_yscale('log')
-        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.grid(alpha=0.3)
-        _notes(ax, ([f"no effective rank at {deepest} layers: "
-                     f"{', '.join(absent)}"] if absent else [])
-               + ([f"partial cell, dotted: {', '.join(dotted)}"]
-                  if dotted else []))
+    fig, axes = plt.subplots(len(datasets), len(depths), squeeze=False,
+                             figsize=(3.2 * len(depths) + 0.8,
+                                      3.0 * len(datasets)))
+    for panels, dataset in zip(axes, datasets):
+        for ax, depth in zip(panels, depths):
+            _erank_panel(ax, drawn, row_names, dataset, depth)
     handles = [Line2D([], [], color=f'C{k}', label=row)
                for k, row in enumerate(row_names)
                if any(r['row'] == row for r in drawn)]
     fig.legend(handles=handles, loc='upper center', ncol=len(handles),
                fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0),
                title='mean over seeds of the setting chosen by validation; '
-               'band: min to max over seeds', title_fontsize=8)
+               'band: min to max over seeds; a row without a line in a '
+               'panel has no effective ranks there (not run, or not '
+               'recorded)', title_fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
     return True
