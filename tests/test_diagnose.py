@@ -302,6 +302,7 @@ def test_a_run_says_what_it_could_not_read_and_when_it_diverged():
     assert found.missing == ['no gradients recorded']
     failed = diagnose({'status': 'failed',
                        'error': 'the training loss became nan at epoch 3'})
-    assert failed.label == DIVERGED
+    assert failed.label == DIVERGED and failed.missing == []
+    assert str(failed) == 'diverged: the training loss became nan at epoch 3'
     stuck = diagnose_measures(losses=[1.1, 1.05, 1.0], num_classes=3)
     assert stuck.label == UNTRAINABLE and 'loss' in stuck.evidence.name

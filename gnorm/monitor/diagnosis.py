@@ -105,12 +105,14 @@ class Measure:
 class Diagnosis:
     r"""A run's :obj:`label` (:data:`LABELS`), the measure that decided
     it (:obj:`evidence`, :obj:`None` for :data:`TRAINS`), every measure
-    read (:obj:`measures`) and what could not be read (:obj:`missing`:
-    e.g. no gradients recorded)."""
+    read (:obj:`measures`), what could not be read (:obj:`missing`:
+    e.g. no gradients recorded) and what the run said of itself
+    (:obj:`said`: a diverged run's error)."""
     label: str
     evidence: Optional[Measure] = None
     measures: List[Measure] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
+    said: str = ''
 
     @property
     def metric_only(self) -> bool:
@@ -120,6 +122,8 @@ class Diagnosis:
 
     def __str__(self) -> str:
         text = self.label + (f' ({self.evidence})' if self.evidence else '')
+        if self.said:
+            text += f': {self.said}'
         if self.missing:
             text += '; ' + '; '.join(self.missing)
         return text
@@ -260,7 +264,7 @@ def diagnose(results: Union[Mapping[str, Any], str, Path]) -> Diagnosis:
             results = json.load(f)
     if results.get('status') == 'failed' and 'loss became' in str(
             results.get('error', '')):
-        return Diagnosis(DIVERGED, None, [], [str(results['error'])])
+        return Diagnosis(DIVERGED, said=str(results['error']))
     return diagnose_measures(
         results.get('collapse'), results.get('gradients'),
         (results.get('curve') or {}).get('loss'),
