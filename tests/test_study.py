@@ -556,6 +556,15 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
         ['pairnorm'], 'seed', 0.95) == []
 
 
+def _depth_panel(records, tmp_path, figures):
+    r"""The one panel of :func:`plot_depth` of :obj:`records` (its figure
+    caught in :obj:`figures`) and its first solid line."""
+    study_plot.plot_depth(chosen_by_validation(records),
+                          tmp_path / 'depth.png', paper_lines=False)
+    ax, = figures[-1].axes
+    return ax, next(line for line in ax.lines if line.get_linestyle() == '-')
+
+
 def test_partial_cells_are_counted_and_not_points_of_the_curve(
         tmp_path, monkeypatch):
     settings = [{'norm.scale': 0.2}, {'norm.scale': 1.0}]
@@ -577,10 +586,7 @@ def test_partial_cells_are_counted_and_not_points_of_the_curve(
     figures = []
     monkeypatch.setattr(study_plot, 'save_figure',
                         lambda fig, path: figures.append(fig))
-    study_plot.plot_depth(chosen_by_validation(records), tmp_path / 'depth.png',
-                          paper_lines=False)
-    ax, = figures[0].axes
-    curve = next(line for line in ax.lines if line.get_linestyle() == '-')
+    ax, curve = _depth_panel(records, tmp_path, figures)
     assert list(curve.get_xdata()) == [16]  # the complete cell only
     assert list(curve.get_ydata()) == [pytest.approx(50.0)]
     open_markers = [line for line in ax.lines
@@ -614,10 +620,7 @@ def test_the_curve_joins_complete_cells_across_a_missing_depth(
     figures = []
     monkeypatch.setattr(study_plot, 'save_figure',
                         lambda fig, path: figures.append(fig))
-    study_plot.plot_depth(chosen_by_validation(records), tmp_path / 'd.png',
-                          paper_lines=False)
-    ax, = figures[0].axes
-    curve = next(line for line in ax.lines if line.get_linestyle() == '-')
+    ax, curve = _depth_panel(records, tmp_path, figures)
     assert list(curve.get_xdata()) == [16, 64]
     assert list(curve.get_ydata()) == [pytest.approx(50.0),
                                        pytest.approx(60.0)]
