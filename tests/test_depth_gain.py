@@ -112,3 +112,14 @@ def test_datasets_are_read_apart():
     gains = depth_gains(cells, 'seed', 0.95)
     assert [(g.dataset, g.best) for g in gains] == [('minesweeper', 4),
                                                     ('tolokers', 2)]
+
+
+def test_one_seed_has_a_difference_and_no_test():
+    cells = [_cell('bn', 2, 90.0), _cell('bn', 4, 99.0)]
+    for c in cells:
+        c['test_by_seed'] = {0: c['test_by_seed'][0]}
+    g = _one(depth_gains(cells, 'seed', 0.95), 'bn')
+    assert g.best == 4 and g.found.verdict is None
+    diff = cells[1]['test_by_seed'][0] - cells[0]['test_by_seed'][0]
+    assert gain_text(g).endswith(f'best at L=4, +{diff:.2f} over L=2, no '
+                                 'test with n=1')

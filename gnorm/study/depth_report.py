@@ -291,6 +291,9 @@ def gain_text(g: DepthGain) -> str:
     if i is None:
         said = (f'best at L={g.best}' if len(g.means) > 1
                 else f'only L={g.best} complete')
+    elif found.verdict is None:  # too few seeds for a test
+        said = (f'best at L={g.best}, {signed(i.diff)} over L={g.shallow}, '
+                f'no test with n={i.n}')
     else:
         said = (GAIN_SAID[found.verdict].format(shallow=g.shallow,
                                                 margin=f'{found.margin:g}')
