@@ -14,7 +14,7 @@ nothing here writes a sentence."""
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.study.findings import (MISSING, Comparison, adjust,
+from gnorm.study.findings import (MISSING, Comparison, Pair, adjust,
                                   compare_cells)
 from gnorm.study.sanity import at_chance
 from gnorm.study.stats import MARGIN
@@ -86,6 +86,12 @@ def depth_gains(cells: List[Dict[str, Any]], pairing: str, level: float,
                    sorted(found, key=lambda r: r['layers']),
                    pairing, level, margin)
              for (dataset, row), found in by.items()]
-    adjust({(g.dataset, g.row, 'shallowest', g.best or 0): g.found
-            for g in gains}, level, correction)
+    adjust(family(gains), level, correction)
     return gains
+
+
+def family(gains: Sequence[DepthGain]) -> Dict[Pair, Comparison]:
+    r"""The comparisons of :obj:`gains` as one family, keyed as a study's
+    comparisons are: (dataset, row, ``shallowest``, best depth)."""
+    return {(g.dataset, g.row, 'shallowest', g.best or 0): g.found
+            for g in gains}

@@ -10,11 +10,11 @@ from gnorm.data import leakage_summary
 from gnorm.results import code, machines, plural, write_records
 from gnorm.study.depth_findings import (Counts, DepthFindings, RowSettings,
                                         counts, depth_findings, primary)
-from gnorm.study.depth_gain import DepthGain
+from gnorm.study.depth_gain import DepthGain, family
 from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, LOSES,
                                   OVER_CHANCE, UNCOMMITTED, UNDECIDED,
-                                  UNDER_CHANCE, FamilySize,
-                                  chosen_by_validation)
+                                  UNDER_CHANCE, chosen_by_validation,
+                                  family_size)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
 from gnorm.study.recipe import protocol_text
 from gnorm.study.sanity import MEANING, at_chance, meaning
@@ -317,9 +317,7 @@ def gain_lines(found: DepthFindings) -> List[str]:
     gains, score = found.gains, found.score
     if not gains:
         return []
-    tested = [g.found.interval.method for g in gains if g.found.interval]
-    size = FamilySize(len(gains), sum(g.found.p_adj is not None
-                                      for g in gains), sorted(set(tested)))
+    size = family_size(family(gains))
     method = ''.join(f', {m}' for m in size.methods)
     lines = ['', '## What depth does', '',
              f"Each row's best depth by mean validation {score} against its "

@@ -122,8 +122,9 @@ def at_default(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [r for r in records if r['selection'] in ('', 'default')]
 
 
-def compare_cells(ours: Dict[str, Any], other: Dict[str, Any], pairing: str,
-          level: float, margin: float = MARGIN) -> Comparison:
+def compare_cells(ours: Dict[str, Any], other: Dict[str, Any],
+                  pairing: str, level: float, margin: float = MARGIN
+                  ) -> Comparison:
     r""":obj:`ours` against :obj:`other` (two records of one dataset and
     depth), before the family's adjustment."""
     for r in (ours, other):
@@ -182,8 +183,8 @@ def family(records: List[Dict[str, Any]],
             for o in against:
                 other = by.get((dataset, o, depth))
                 found[dataset, row, o, depth] = (
-                    compare_cells(ours, other, pairing, level, margin) if other
-                    else Comparison(None, NO_CELL))
+                    compare_cells(ours, other, pairing, level, margin)
+                    if other else Comparison(None, NO_CELL))
     adjust(found, level, correction)
     return found
 

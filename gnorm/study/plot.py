@@ -35,11 +35,18 @@ def _spans(depths: List[int]) -> str:
     return ', '.join(f'L={d}' for d in depths)
 
 
-def _panels(n: int, height: float = 3.4):
+def _grid(rows: int, columns: int, width: float, height: float):
+    r"""A figure of :obj:`rows` x :obj:`columns` panels, :obj:`width` x
+    :obj:`height` inches, and its axes as a 2-D array."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, n, figsize=(4 * n, height), squeeze=False)
+    return plt.subplots(rows, columns, figsize=(width, height),
+                        squeeze=False)
+
+
+def _panels(n: int, height: float = 3.4):
+    fig, axes = _grid(1, n, 4 * n, height)
     return fig, axes[0]
 
 
@@ -241,9 +248,6 @@ def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
     panels per dataset, a column per depth, so that a reader sees at which
     depth and layer each row collapses; returns whether there was any to
     plot (no file otherwise)."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
     drawn = [r for r in cells if r['erank']]
@@ -252,9 +256,8 @@ def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
         return False
     depths = sorted({r['layers'] for r in drawn})
     row_names = list(dict.fromkeys(r['row'] for r in cells))
-    fig, axes = plt.subplots(len(datasets), len(depths), squeeze=False,
-                             figsize=(3.2 * len(depths) + 0.8,
-                                      3.0 * len(datasets)))
+    fig, axes = _grid(len(datasets), len(depths), 3.2 * len(depths) + 0.8,
+                      3.0 * len(datasets))
     for panels, dataset in zip(axes, datasets):
         for ax, depth in zip(panels, depths):
             _erank_panel(ax, drawn, row_names, dataset, depth)
