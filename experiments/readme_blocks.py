@@ -12,81 +12,102 @@ import re
 import sys
 import textwrap
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / 'experiments' / 'results'
-# block -> (report, the prefix of the report's line the block quotes).
-BLOCKS = {
-    'table3-in-words': ('table3_paper.md', 'In words'),
-    'table3-fair-in-words': ('table3_fair.md', 'In words'),
-    'heterophily-baselines-reading': ('heterophily_baselines.md',
-                                      'Against the paper ('),
-    'tuned-depth-reading': ('tuned_depth.md', 'On minesweeper, '),
+
+
+class Block(NamedTuple):
+    r"""What a block quotes: the first match of :obj:`pattern` (a regex,
+    line by line) in :obj:`report` (in the results folder), its groups
+    joined by :obj:`template`."""
+    report: str
+    pattern: str
+    template: str = '{}'
+
+    def words(self) -> str:
+        text = (RESULTS / self.report).read_text()
+        found = re.search(self.pattern, text, re.M)
+        if found is None:
+            raise SystemExit(f'{self.report}: no line matches '
+                             f'{self.pattern!r}; regenerate the report')
+        return self.template.format(*found.groups())
+
+
+def _line(prefix: str) -> str:
+    r"""The pattern of a whole line starting with :obj:`prefix`."""
+    return rf'^({re.escape(prefix)}.*)$'
+
+
+README = {
+    'table3-in-words': Block('table3_paper.md', _line('In words')),
+    'table3-fair-in-words': Block('table3_fair.md', _line('In words')),
+    'heterophily-baselines-reading': Block('heterophily_baselines.md',
+                                           _line('Against the paper (')),
+    'tuned-depth-reading': Block('tuned_depth.md', _line('On minesweeper, ')),
 }
-# Prefixes that are labels of the report, not words the README quotes.
-DROPPED = ('**In words**: ',)
-DOCS = ROOT / 'docs' / 'results.rst'
-# docs/results.rst's blocks -> (report, the pattern of the words quoted:
-# its groups joined by the template).
-DOC_BLOCKS = {
-    'table3-fair-cells': (
+DOCS = {
+    'table3-fair-cells': Block(
         'table3_fair.md',
         r'\*\*(\d+) of (\d+) cells complete\*\* \(every setting of the '
         r'grid run with every seed\), (\d+) partial, (\d+) missing',
         '{} of {} cells complete, {} partial, {} missing'),
-    'sepnorm-reading': ('sepnorm_molhiv_cpu_long.md',
-                        r'^\*\*In words\*\*: (.*)$', '{}'),
-    'strong-depth-in-words': ('strong_depth.md', r'^(In words \(.*)$', '{}'),
-    'filtered-heterophily-reading': ('filtered_heterophily.md',
-                                     r'^(Kept on the variants .*)$', '{}'),
+    'sepnorm-reading': Block('sepnorm_molhiv_cpu_long.md',
+                             r'^\*\*In words\*\*: (.*)$'),
+    'strong-depth-in-words': Block('strong_depth.md', _line('In words (')),
+    'filtered-heterophily-reading': Block('filtered_heterophily.md',
+                                          _line('Kept on the variants ')),
 }
 
 
-def reading(report: str, prefix: str) -> str:
-    r"""The first line of :obj:`report` (in the results folder) starting
-    with :obj:`prefix`, without a label prefix."""
-    text = (RESULTS / report).read_text()
-    line = next(x for x in text.splitlines() if x.startswith(prefix))
-    return line.removeprefix(prefix) if prefix in DROPPED else line
+def _fill(words: str, width: int, indent: str = '') -> str:
+    return textwrap.fill(words, width, initial_indent=indent,
+                         subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=False)
 
 
-def refreshed(readme: str) -> str:
-    r""":obj:`readme` with every block of :data:`BLOCKS` holding its
-    report's reading, wrapped at 76 columns (where the block spans lines;
-    inline blocks stay inline)."""
-    for name, (report, prefix) in BLOCKS.items():
-        words = reading(report, prefix)
-        pattern = re.compile(f'(<!-- {name} -->)(.*?)(<!-- /{name} -->)',
-                             re.S)
-        match = pattern.search(readme)
-        if match is None:
-            continue
-        body = ('\n' + textwrap.fill(words, 76, break_on_hyphens=False,
-                                        break_long_words=False) + '\n'
-                if '\n' in match.group(2) else words)
-        readme = (readme[:match.start(2)] + body
-                  + readme[match.end(2):])
-    return readme
+def _markdown_body(match: re.Match, words: str) -> str:
+    r"""A block spanning lines is wrapped at 76 columns; an inline one
+    stays inline."""
+    return '\n' + _fill(words, 76) + '\n' if '\n' in match['body'] else words
 
 
-def doc_refreshed(page: str) -> str:
-    r""":obj:`page` (docs/results.rst) with every block of
-    :data:`DOC_BLOCKS` holding its report's words, wrapped at 74 columns
-    and indented as the block's marks are."""
-    for name, (report, pattern, template) in DOC_BLOCKS.items():
-        found = re.search(pattern, (RESULTS / report).read_text(), re.M)
-        words = template.format(*found.groups())
-        marks = re.compile(rf'^( *)\.\. {name}\n\n(.*?)\n\n( *)\.\. /{name}$',
-                           re.S | re.M)
-        match = marks.search(page)
-        if match is None:
-            continue
-        indent = match.group(1)
-        body = textwrap.fill(words, 74, initial_indent=indent,
-                             subsequent_indent=indent,
-                             break_on_hyphens=False, break_long_words=False)
-        page = page[:match.start(2)] + body + page[match.end(2):]
-    return page
+def _rst_body(match: re.Match, words: str) -> str:
+    r"""Wrapped at 74 columns, indented as the block's marks are."""
+    return _fill(words, 74, match['indent'])
+
+
+class Page(NamedTuple):
+    r"""A page with blocks: where it is, what its blocks quote, the pattern
+    of a block's marks around its ``body`` (``{name}`` the block's name)
+    and how a body is laid out."""
+    path: str
+    blocks: dict
+    marks: str
+    body: Callable[[re.Match, str], str]
+
+
+PAGES = (
+    Page('README.md', README,
+         r'<!-- {name} -->(?P<body>.*?)<!-- /{name} -->', _markdown_body),
+    Page('docs/results.rst', DOCS,
+         r'^(?P<indent> *)\.\. {name}\n\n(?P<body>.*?)\n\n *\.\. /{name}$',
+         _rst_body),
+)
+
+
+def refreshed(page: Page, text: str) -> str:
+    r""":obj:`text` (the page's) with every block of the page holding its
+    report's words; a block the page lacks is left out."""
+    for name, block in page.blocks.items():
+        match = re.search(page.marks.format(name=re.escape(name)), text,
+                          re.S | re.M)
+        if match is not None:
+            text = (text[:match.start('body')]
+                    + page.body(match, block.words())
+                    + text[match.end('body'):])
+    return text
 
 
 def main(argv=None) -> int:
@@ -95,20 +116,19 @@ def main(argv=None) -> int:
                       help='change nothing; exit 1 where a block differs')
     args = args.parse_args(argv)
     differ = 0
-    for path, refresh in ((ROOT / 'README.md', refreshed),
-                          (DOCS, doc_refreshed)):
+    for page in PAGES:
+        path = ROOT / page.path
         before = path.read_text()
-        after = refresh(before)
+        after = refreshed(page, before)
         if after == before:
             continue
         if args.check:
-            print(f'{path.relative_to(ROOT)}: blocks differ from the '
-                  f'reports; run python experiments/readme_blocks.py',
-                  file=sys.stderr)
+            print(f'{page.path}: blocks differ from the reports; run '
+                  f'python experiments/readme_blocks.py', file=sys.stderr)
             differ = 1
         else:
             path.write_text(after)
-            print(f'updated {path.relative_to(ROOT)}')
+            print(f'updated {page.path}')
     return differ
 
 

@@ -207,14 +207,31 @@ def test_readme_is_a_front_page():
 
 
 def test_every_readme_block_is_its_reports_reading():
-    r"""Every generated block of the README (experiments/readme_blocks.py:
-    the Table 3 readings, the filtered graphs, the residual baselines and
-    the depth question against them) holds its report's line word for
-    word; ``python experiments/readme_blocks.py`` rewrites them."""
+    r"""Every generated block of the README and of docs/results.rst
+    (experiments/readme_blocks.py: the Table 3 readings, the filtered
+    graphs, the residual baselines, the depth question against them...)
+    holds its report's words, word for word;
+    ``python experiments/readme_blocks.py`` rewrites them."""
+    blocks = experiment('readme_blocks')
+    for page in blocks.PAGES:
+        for name, block in page.blocks.items():
+            assert _quoted(name, page.path) == ' '.join(
+                block.words().split()), (page.path, name)
+    assert blocks.main(['--check']) == 0
+
+
+def test_a_stale_block_is_found_and_rewritten(tmp_path, monkeypatch):
+    r"""``--check`` fails on a page whose block no longer says what its
+    report says, and a rewrite restores the report's words, wrapped."""
     blocks = experiment('readme_blocks')
     readme = (ROOT / 'README.md').read_text()
-    for name, (report, prefix) in blocks.BLOCKS.items():
-        assert f'<!-- {name} -->' in readme, name
-        assert _quoted(name) == ' '.join(
-            blocks.reading(report, prefix).split()), name
-    assert blocks.main(['--check']) == 0
+    stale = re.sub(r'(<!-- tuned-depth-reading -->).*?(<!-- /tuned-depth)',
+                   r'\1\nold words\n\2', readme, flags=re.S)
+    (tmp_path / 'README.md').write_text(stale)
+    (tmp_path / 'docs').mkdir()
+    (tmp_path / 'docs' / 'results.rst').write_text(
+        (ROOT / 'docs' / 'results.rst').read_text())
+    monkeypatch.setattr(blocks, 'ROOT', tmp_path)
+    assert blocks.main(['--check']) == 1
+    assert blocks.main([]) == 0
+    assert (tmp_path / 'README.md').read_text() == readme
