@@ -61,7 +61,7 @@ CHANCE_FLAGS = (ONE_CLASS, NO_BETTER, NO_BETTER_AUC)
 # A run predicts one class when this share of its test nodes or more is
 # predicted in one class: a model that ignores its input puts every node
 # in one class; 95 % leaves room for a few nodes whose features alone push
-# them over (the threshold of the issue that asked for the flag).
+# them over (a stated threshold, not one fitted to gnorm's runs).
 ONE_CLASS_SHARE = 0.95
 # The one-sided level of the pooled test against chance, and its z.
 CHANCE_ALPHA = 0.05
