@@ -188,7 +188,7 @@ def _train(model, layers, x, edge_index, y, epochs=30, train=None,
             loss = F.cross_entropy(out[train], y[train])
             loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     with torch.no_grad():
         right = (model(x, edge_index).argmax(-1) == y).float()
     scores = float(right[train].mean()), float(right[~train].mean()) \

@@ -297,6 +297,7 @@ def test_gat_on_neighbor_sampled_batches_measures_the_seed_nodes():
             h.remove()
         table = by_layer(monitor.records, step)
         for name, h in captured.items():
+            h = h.detach()
             # (edges of the seeds alone: replaced below)
             want = expected(h[:40], torch.zeros(2, 0, dtype=torch.long),
                             samples=64, metrics=EVERY)
@@ -465,7 +466,7 @@ def test_graphormer_layers_are_measured_per_graph_on_their_tokens():
     table = by_layer(monitor.records)
     assert {r['graphs'] for r in monitor.records} == {2}
     for i in range(2):
-        h = tokens[i]  # packed: the 2 graph tokens, then the nodes
+        h = tokens[i].detach()  # packed: the 2 graph tokens, then the nodes
         own, graph_of, edges, start = [], [], [], 2
         for g, data in enumerate(graphs):  # graph token, then its nodes
             edges.append(data.edge_index + 1 + len(graph_of))

@@ -238,8 +238,8 @@ def test_a_report_refuses_to_screen_runs_whose_data_does_not_load(
 def test_equivalence_p_is_two_one_sided_t_tests():
     rng = np.random.default_rng(3)
     diffs = rng.normal(0.2, 0.6, 10)
-    a = {k: 50.0 for k in range(10)}
-    b = {k: 50.0 + d for k, d in enumerate(diffs)}
+    a = {k: 50.0 + 0.3 * k for k in range(10)}
+    b = {k: a[k] + d for k, d in enumerate(diffs)}
     found = stats.paired_interval(a, b)
     lower = scipy_stats.ttest_1samp(diffs, -1.0, alternative='greater')
     upper = scipy_stats.ttest_1samp(diffs, 1.0, alternative='less')
