@@ -64,6 +64,59 @@ def section(name: str, runs: List[Dict]) -> str:
     return '\n'.join(lines)
 
 
+def _row(rows: List[Dict], **where) -> Optional[Dict]:
+    return next((r for r in rows if all(r.get(k) == v
+                                        for k, v in where.items())), None)
+
+
+def _acc(row: Dict) -> str:
+    return f"{100 * row['test_acc_mean']:.2f} ± {100 * row['test_acc_std']:.2f} %"
+
+
+def reading(runs_dir: Path) -> Optional[str]:
+    r"""The paragraph the README quotes: the first folder's ContraNorm and
+    no-norm rows, each against the constant predictor (the majority class
+    of Cora's public test nodes, :func:`gnorm.study.sanity.
+    chance_accuracy`), and where ContraNorm is below no norm at 2 layers
+    (``p4two``, at the first folder's dropout)."""
+    from gnorm.study.sanity import chance_accuracy
+    first = runs_dir / next(iter(FOLDERS))
+    runs = load_runs(first, warn=False) if first.is_dir() else []
+    rows = aggregate(runs, BY, METRICS) if runs else []
+    contra, none = _row(rows, norm='contranorm'), _row(rows, norm='none')
+    if not (contra and none):
+        return None
+    chance = chance_accuracy(next(r for r in runs if r.get('status') == 'ok'))
+
+    def against(row: Dict) -> str:
+        side = ('below' if row['test_acc_mean'] < chance else
+                'above' if row['test_acc_mean'] > chance else 'at')
+        return side
+    said = (f"On Cora at {contra['layers']} layers, seeds "
+            f"{_seeds(runs)}, ContraNorm reaches {_acc(contra)} test "
+            f"accuracy ({against(contra)} the majority class) and no norm "
+            f"{_acc(none)}, {against(none)} the {100 * chance:.2f} % of "
+            f"Cora's public test nodes in their majority class (what a "
+            f"constant predictor scores)")
+    two = runs_dir / 'p4two'
+    small = aggregate(load_runs(two, warn=False), BY, METRICS) \
+        if two.is_dir() else []
+    c2 = _row(small, norm='contranorm', **{'model.dropout':
+                                            contra['model.dropout']})
+    n2 = _row(small, norm='none', **{'model.dropout': none['model.dropout']})
+    if c2 and n2 and c2['test_acc_mean'] < n2['test_acc_mean']:
+        said += (f"; at {c2['layers']} layers ContraNorm is below no norm: "
+                 f"{_acc(c2)} against {_acc(n2)} ({c2['runs']} seeds, "
+                 f"dropout {c2['model.dropout']})")
+    return said + '.'
+
+
+def _seeds(runs: Sequence[Dict]) -> str:
+    seeds = sorted({r['config']['seed'] for r in runs if r.get('config')})
+    return (f'{seeds[0]}-{seeds[-1]}' if seeds == list(
+        range(seeds[0], seeds[-1] + 1)) else ', '.join(map(str, seeds)))
+
+
 def report(runs_dir: Path) -> str:
     r"""The whole report of the folders below :obj:`runs_dir`."""
     folders = sorted((p for p in runs_dir.iterdir() if p.is_dir()),
@@ -78,6 +131,9 @@ def report(runs_dir: Path) -> str:
              'with the code of their time). Cora, public split, '
              '`select=best_val`, gnorm\'s defaults but for the keys in the '
              f'tables. Cells: mean ± std over the finished runs, {STD_NOTE}.']
+    said = reading(runs_dir)
+    if said:
+        parts += ['', f'**Reading.** {said}']
     for folder in folders:
         runs = load_runs(folder, warn=False)
         if runs:

@@ -41,13 +41,15 @@ def _line(prefix: str) -> str:
 
 
 README = {
-    'table3-in-words': Block('table3_paper.md', _line('In words')),
+    'main-command-numbers': Block('main_command.md',
+                                  r'^\*\*Reading\.\*\* (.*)$'),
     'table3-fair-in-words': Block('table3_fair.md', _line('In words')),
     'heterophily-baselines-reading': Block('heterophily_baselines.md',
                                            _line('Against the paper (')),
     'tuned-depth-reading': Block('tuned_depth.md', _line('On minesweeper, ')),
 }
 DOCS = {
+    'table3-in-words': Block('table3_paper.md', _line('In words')),
     'table3-fair-cells': Block(
         'table3_fair.md',
         r'\*\*(\d+) of (\d+) cells complete\*\* \(every setting of the '

@@ -159,19 +159,22 @@ def data_root(tmp_path_factory):
 
 
 def comparison_lines(records, row, against, pairing, level,
-                     spread_rule=False, correction='holm', view='val'):
+                     spread_rule=False, correction='holm', view='val',
+                     min_seeds=2):
     r"""A depth report's comparison section of :obj:`row` against
     :obj:`against` over :obj:`records`, its family alone: the findings
     (:func:`gnorm.study.findings.family`, then
     :func:`~gnorm.study.findings.section`), then their words
-    (:func:`gnorm.study.verdict_words.comparison`)."""
+    (:func:`gnorm.study.verdict_words.comparison`). :obj:`min_seeds`: 2,
+    so that constructed cells of 3 seeds get verdicts (a study's default
+    is :data:`gnorm.study.stats.MIN_SEEDS`)."""
     from gnorm.study import findings, verdict_words
     cells = (findings.chosen_by_validation(records) if view == 'val'
              else findings.at_default(records))
     rows = {r['row'] for r in cells}
     present = [o for o in against if o in rows]
     found = findings.family(cells, [(row, present)], pairing, level,
-                            correction)
+                            correction, min_seeds=min_seeds)
     return verdict_words.comparison(
         findings.section(records, row, against, found, level, correction,
                          view, spread_rule), level, correction)

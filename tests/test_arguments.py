@@ -227,7 +227,7 @@ def test_options_of_the_search_path(user_norm, monkeypatch):
     for args, match in [
             (['norm=halfnl', path], "unknown norm 'halfnl'; pass norm= one "
                                     "of batchnorm, contranorm, contranorm_d, "
-                                    "halfln, "),
+                                    "contranorm_lin, halfln, "),
             (['norm=halfln', 'norm.facter=1', path],
              "unknown key 'norm.facter' .*; closest keys: norm.factor$"),
             (['norm.factr=1', path],
@@ -235,7 +235,8 @@ def test_options_of_the_search_path(user_norm, monkeypatch):
             (['norm=halfln', 'norm.scale=1', path],
              r"unknown key 'norm.scale' .*; only norm=.*pairnorm have it$"),
             (['norm=halfln'], "unknown norm 'halfln'; pass norm= one of "
-                              "batchnorm, contranorm, contranorm_d, isobn, ")]:
+                              "batchnorm, contranorm, contranorm_d, "
+                              "contranorm_lin, isobn, ")]:
         with pytest.raises(ConfigError, match=match):
             _check(args)
 

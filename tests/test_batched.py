@@ -3,6 +3,7 @@ the batching sweeper and the launchers."""
 import functools
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -140,8 +141,10 @@ def test_batch_does_not_change_a_run(tmp_path, norm):
         assert b['test_acc'] == pytest.approx(a['test_acc'], abs=1e-6)
         assert b['collapse']['effective_rank'] == pytest.approx(
             a['collapse']['effective_rank'], rel=1e-4)
-        assert b['gradients']['epoch'] == a['gradients']['epoch'] == [1]
-        for key in ('output_grad_norm', 'param_grad_norm'):
+        early = list(range(1, min(5, a['curve']['epoch'][-1]) + 1))
+        assert b['gradients']['epoch'] == a['gradients']['epoch'] == early
+        for key in ('output_grad_norm', 'param_grad_norm', 'param_norm',
+                    'effective_rank', 'squared_norm'):
             assert b['gradients'][key][0] == pytest.approx(
                 a['gradients'][key][0], rel=1e-4), key
         assert b['model'] == a['model'] and b['config'] == a['config']
@@ -315,6 +318,56 @@ def test_a_batch_of_your_own_norm_is_named_by_its_class(tmp_path, user_norm):
         assert res['names']['norm'] == 'HalfLN'
         assert res['choices']['norm'] == 'none'
         assert res['batch_runs'] == 2
+
+
+@pytest.mark.parametrize('text', [
+    '/sweep/.batches/0-L12,split_index=$\\{seed\\},seed=0.json',
+    "it's", 'a\\', "a\\'b", 'C:\\dir\\', '\\\\'])
+def test_quoted_values_read_back_as_they_were(text):
+    r"""A quoted override value (a batch file, a run folder) is read back
+    by Hydra's parser as it was written, backslashes included (Hydra keeps
+    a backslash that precedes no quote)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from gnorm.train.common import quoted
+    parser = OverridesParser.create()
+    assert parser.parse_override(f'k={quoted(text)}').value() == text
+    assert parser.parse_override(
+        f'k=[{quoted(text)},{quoted(text)}]').value() == [text, text]
+
+
+@needs_mirror
+def test_the_luo_multirun_runs_as_its_header_documents(tmp_path):
+    r"""conf/experiment/luo.yaml's documented multirun, with two seeds and
+    two epochs: ``'split_index=${seed}'`` reaches each run of the batch
+    (run k trains on split k), through a batch file and run folders named
+    with Hydra's escaped ``$\{seed\}``."""
+    documented = ("python -m gnorm.train -m experiment=luo "
+                  "dataset=minesweeper 'split_index=${seed}' "
+                  "seed=0,1,2,3,4,5,6,7,8,9")
+    assert f'#   {documented}\n' in (CONF_DIR / 'experiment' /
+                                    'luo.yaml').read_text()
+    args = [a if not a.startswith('seed=') else 'seed=0,1'
+            for a in shlex.split(documented)[1:]]
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join(
+        [str(ROOT), os.environ.get('PYTHONPATH', '')]))
+    sweep = tmp_path / 'sweep'
+    proc = subprocess.run(
+        [sys.executable, *args, 'train.epochs=2', 'threads=1',
+         f'data.root={tmp_path / "data"}', f'hydra.sweep.dir={sweep}'],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '2 runs in 1 jobs' in proc.stderr + proc.stdout
+    runs = _folders(sweep)
+    assert sorted(runs) == [
+        f'{k}-minesweeper-batchnorm-L12,experiment=luo,'
+        f'split_index=$\\{{seed\\}},train.epochs=2,seed={k}' for k in (0, 1)]
+    for res in runs.values():
+        assert res['status'] == 'ok' and res['batch_runs'] == 2
+        assert res['config']['split_index'] == res['config']['seed']
+        assert res['overrides'][2] == 'split_index=$\\{seed\\}'
+    assert sorted(r['config']['split_index'] for r in runs.values()) == [0, 1]
+    assert len({r['dataset']['split_fingerprint']
+                for r in runs.values()}) == 2  # two splits
 
 
 def test_a_second_sweep_into_the_folder_keeps_the_first_ones_record(

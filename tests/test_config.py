@@ -7,7 +7,7 @@ from gnorm.train import CONF_DIR, build_model, check_config
 from conftest import compose_train
 
 NORMS = ('none', 'layernorm', 'pairnorm', 'contranorm', 'contranorm_d',
-         'isobn', 'batchnorm')
+         'contranorm_lin', 'isobn', 'batchnorm')
 DEFAULT_SPLIT = {'cora': 'public', 'citeseer': 'public',
                  'chameleon': 'geom_gcn', 'squirrel': 'geom_gcn',
                  'chameleon_filtered': 'platonov',

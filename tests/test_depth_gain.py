@@ -121,5 +121,5 @@ def test_one_seed_has_a_difference_and_no_test():
     g = _one(depth_gains(cells, 'seed', 0.95), 'bn')
     assert g.best == 4 and g.found.verdict is None
     diff = cells[1]['test_by_seed'][0] - cells[0]['test_by_seed'][0]
-    assert gain_text(g).endswith(f'best at L=4, +{diff:.2f} over L=2, no '
-                                 'test with n=1')
+    assert gain_text(g).endswith(f'best at L=4, +{diff:.2f} over L=2, too '
+                                 'few seeds (n=1; 5 needed): no verdict')

@@ -2,6 +2,8 @@ r"""Why a deep GNN failed: the per-layer gradient norms
 (gnorm.monitor.gradients, the CollapseMonitor's and every node run's) and
 gnorm.monitor.diagnose, each label on a model built to have that failure
 and only that one."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,7 +17,8 @@ from gnorm.monitor import CollapseMonitor, Gradients, diagnose, find_layers
 
 from gnorm.monitor.diagnosis import (DISAGREE, DIVERGED, OVERFITS,
                                     OVERSMOOTHED, RANK_COLLAPSED, TRAINS,
-                                    UNTRAINABLE, diagnose_measures)
+                                    NO_NORMS, UNTRAINABLE,
+                                    diagnose_measures)
 from gnorm.monitor.gradients import layer_parameters
 from gnorm.train.node import fit
 from conftest import compose_train
@@ -104,16 +107,20 @@ def test_hooks_exist_only_inside_a_record():
 def test_recording_gradients_changes_no_run(tmp_path):
     r"""A node run with gradient records every 2 epochs trains exactly as
     one without (hooks that only read): same curve and weights; its
-    gradients field holds epoch 1 and every 2nd."""
+    gradients field holds the first 5 epochs and every 2nd, with the
+    weights' norms and each layer's effective rank and cosine."""
     from gnorm.train.run import train_runs
     tiny = ['dataset=csbm', 'dataset.num_nodes=120', 'layers=4',
-            'train.epochs=6', 'train.progress=false', 'norm=pairnorm']
+            'train.epochs=8', 'train.progress=false', 'norm=pairnorm']
     with_ = train_runs([compose_train(*tiny, 'train.grad_every=2')],
                        [str(tmp_path / 'a')])[0]
     without = train_runs([compose_train(*tiny, 'train.grad_every=0')],
                          [str(tmp_path / 'b')])[0]
     assert with_['curve'] == without['curve']
-    assert with_['gradients']['epoch'] == [1, 2, 4, 6]
+    assert with_['gradients']['epoch'] == [1, 2, 3, 4, 5, 6, 8]
+    for key in ('param_norm', 'effective_rank', 'cosine_similarity'):
+        assert len(with_['gradients'][key]) == 7
+    assert with_['gradients']['effective_rank'][0][0] >= 1
     assert with_['gradients']['layer'] == [1, 2, 3, 4]
     assert 'gradients' not in without
     assert all(v > 0 for v in with_['gradients']['output_grad_norm'][0])
@@ -252,7 +259,7 @@ def test_a_deep_stack_with_a_tiny_initialisation_is_untrainable():
     names = [f'middle.{i}' for i in range(10)] + ['head']
     found = _train(model, names, x, edge_index, y, epochs=5)
     assert found.label == UNTRAINABLE, str(found)
-    assert found.evidence.name == 'first/last gradient'
+    assert found.evidence.name == 'weakest/strongest layer sensitivity'
 
 
 def test_a_layer_mapping_every_node_onto_one_direction_is_rank_collapsed():
@@ -299,10 +306,189 @@ def test_a_run_says_what_it_could_not_read_and_when_it_diverged():
     found = diagnose_measures({'effective_rank': [3.0, 2.5, 2.0],
                                'dirichlet_energy_normalized': [1, .5, .2]})
     assert found.label == TRAINS
-    assert found.missing == ['no gradients recorded']
+    assert found.missing == ['no gradients recorded', NO_NORMS]
     failed = diagnose({'status': 'failed',
                        'error': 'the training loss became nan at epoch 3'})
     assert failed.label == DIVERGED and failed.missing == []
     assert str(failed) == 'diverged: the training loss became nan at epoch 3'
     stuck = diagnose_measures(losses=[1.1, 1.05, 1.0], num_classes=3)
     assert stuck.label == UNTRAINABLE and 'loss' in stuck.evidence.name
+
+
+# ------------------------------------------- round 2: units, dead branches,
+# the constant predictor, the cause first
+class ConvNormStack(torch.nn.Module):
+    r"""A user's PyG GCN: GCNConv -> BatchNorm -> ReLU per layer, a linear
+    head; the monitor hooks the convolutions, ahead of the norms."""
+    def __init__(self, width, hidden, classes, layers):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+        sizes = [width] + [hidden] * layers
+        self.convs = torch.nn.ModuleList(
+            GCNConv(a, b) for a, b in zip(sizes, sizes[1:]))
+        self.norms = torch.nn.ModuleList(
+            torch.nn.BatchNorm1d(hidden) for _ in range(layers))
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x, edge_index):
+        for conv, norm in zip(self.convs, self.norms):
+            x = F.relu(norm(conv(x, edge_index)))
+        return self.head(x)
+
+
+def test_rescaled_input_features_leave_the_label_unchanged():
+    r"""Features times 1000 ahead of GCNConv -> BatchNorm: the same function
+    and the same Adam steps, so the same label, whereas the output
+    gradients' ratio moves 1000-fold."""
+    x, edge_index, _ = _graph(n=60, edges=240)
+    y = _labels_from_features(x, edge_index)
+    found = {}
+    for scale in (1.0, 1000.0):
+        torch.manual_seed(0)
+        model = ConvNormStack(8, 16, 3, 3)
+        names = [f'convs.{i}' for i in range(3)] + ['head']
+        found[scale] = _train(model, names, scale * x, edge_index, y,
+                              epochs=40)
+    assert found[1.0].label == found[1000.0].label, (str(found[1.0]),
+                                                     str(found[1000.0]))
+    one, many = (next(m for m in found[s].measures
+                      if m.name.startswith('weakest')) for s in found)
+    assert abs(one.value / many.value - 1) < 0.05
+
+
+class DeadBranches(torch.nn.Module):
+    r"""A pre-norm residual stack whose branches are switched off:
+    :math:`x + 0 \cdot f(\mathrm{LN}(x))`. The skip carries every gradient
+    past the blocks, and the branches' weights get exactly 0."""
+    def __init__(self, width, classes, blocks):
+        super().__init__()
+        self.lin_in = torch.nn.Linear(width, 16)
+        self.blocks = torch.nn.ModuleList(Branch(16) for _ in range(blocks))
+        self.head = torch.nn.Linear(16, classes)
+
+    def forward(self, x, edge_index):
+        x = self.lin_in(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+class Branch(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.lin = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + 0.0 * torch.relu(self.lin(self.norm(x)))
+
+
+def test_a_residual_stack_with_dead_branches_is_not_healthy():
+    x, edge_index, _ = _graph(n=60, edges=240)
+    y = _labels_from_features(x, edge_index)
+    torch.manual_seed(0)
+    model = DeadBranches(8, 3, 8)
+    names = ['lin_in'] + [f'blocks.{i}' for i in range(8)] + ['head']
+    found = _train(model, names, x, edge_index, y, epochs=30)
+    assert found.label not in (TRAINS, OVERFITS), str(found)
+    assert found.label == UNTRAINABLE and found.evidence.value == 0
+    assert found.onset == 0  # the first recorded step
+
+
+def test_learning_nothing_is_judged_against_a_constant_predictor():
+    r"""Five balanced-ish classes: a loss only 5 % below the constant
+    predictor's is no failure where validation beats its majority class
+    by 12 points (squirrel's 2-layer GCN); it is where validation sits at
+    the majority class. Without a constant predictor, log C, said."""
+    losses = [1.6, 1.55, 1.52]
+    constant = {'train_loss': 1.6, 'val_score': 0.20}
+    learned = diagnose_measures(losses=losses, num_classes=5,
+                                val_score=0.32, constant=constant)
+    assert learned.label == TRAINS, str(learned)
+    stuck = diagnose_measures(losses=losses, num_classes=5, val_score=0.205,
+                              constant=constant)
+    assert stuck.label == UNTRAINABLE and 'constant' in stuck.evidence.name
+    old = diagnose_measures(losses=losses, num_classes=5, val_score=0.32)
+    assert 'log C' in old.evidence.name
+    assert any('log C' in m for m in old.missing)
+
+
+def _records(ratio_by_epoch, rank_by_epoch, layers=4):
+    r"""Gradient records and a trace: per epoch, layer 1's sensitivity is
+    :obj:`ratio` of the others'; the last hidden layer's effective rank
+    is :obj:`rank`."""
+    epochs = sorted(ratio_by_epoch)
+    grads = [[ratio_by_epoch[e]] + [1.0] * (layers - 1) for e in epochs]
+    return {'epoch': epochs, 'param_grad_norm': grads,
+            'param_norm': [[1.0] * layers for _ in epochs],
+            'effective_rank': [[8.0] * (layers - 2)
+                               + [rank_by_epoch[e], 2.0] for e in epochs]}
+
+
+def test_the_label_names_the_failure_that_came_first():
+    r"""The representation collapses at epoch 1 while the gradients are
+    still fine; they vanish from epoch 2: rank-collapsed, then
+    untrainable. The other order gives the other label."""
+    rec = _records({1: 0.15, 2: 1e-3 / 2, 3: 1e-6, 10: 1e-7},
+                   {1: 1.1, 2: 1.05, 3: 1.02, 10: 1.01})
+    collapse = {'effective_rank': [8.0, 8.0, 1.01, 2.0]}
+    found = diagnose_measures(collapse, rec, trace=rec, num_classes=2,
+                              at=10)
+    assert found.label == RANK_COLLAPSED and found.onset == 1, str(found)
+    assert [(f.label, f.onset) for f in found.then] == [(UNTRAINABLE, 2)]
+    assert str(found).startswith('rank-collapsed at epoch 1 (effective '
+                                 'rank of layer 3 1.01, cut 1.5')
+    assert '; then untrainable from epoch 2' in str(found)
+    late = _records({1: 1e-4, 2: 1e-5, 3: 1e-6, 10: 1e-7},
+                    {1: 6.0, 2: 4.0, 3: 1.4, 10: 1.01})
+    found = diagnose_measures(collapse, late, trace=late, num_classes=2,
+                              at=10)
+    assert found.label == UNTRAINABLE and found.onset == 1
+    assert [(f.label, f.onset) for f in found.then] == [(RANK_COLLAPSED, 3)]
+
+
+def test_a_collapse_seen_only_at_the_selected_epoch_began_by_it():
+    rec = _records({1: 0.2, 10: 1e-5, 20: 1e-6}, {1: 6.0, 10: 5.0, 20: 5.0})
+    del rec['effective_rank']
+    found = diagnose_measures({'effective_rank': [8.0, 8.0, 1.1, 2.0]}, rec,
+                              num_classes=2, at=40)
+    assert found.label == UNTRAINABLE and found.onset == 10
+    assert found.then[0].label == RANK_COLLAPSED
+    assert 'then rank-collapsed by epoch 40' in str(found)
+
+
+def test_the_rank_cut_says_what_the_classes_need():
+    for classes, cut in ((2, 1.5), (3, 1.5), (7, 1.5)):
+        found = diagnose_measures({'effective_rank': [9.0, cut, 2.0]},
+                                  num_classes=classes)
+        assert found.label == RANK_COLLAPSED and found.evidence.threshold \
+            == cut
+        assert f'C = {classes} classes need {classes - 1}' in str(found)
+        assert diagnose_measures({'effective_rank': [9.0, cut + 0.1, 2.0]},
+                                 num_classes=classes).label == TRAINS
+
+
+def test_a_ranking_run_stores_what_recomputes_its_roc_auc(tmp_path):
+    r"""A ROC-AUC run stores each test node's score and label at the
+    selected epoch; an outside reader's ROC-AUC of them (scikit-learn's
+    definition, written out here) is the run's. It records the constant
+    predictor it is judged against, and its collapse field the layers'
+    squared row norms."""
+    from gnorm.train.run import train_runs
+    run = train_runs([compose_train(
+        'dataset=csbm', 'dataset.num_nodes=200', 'dataset.num_classes=2',
+        'dataset.metric=rocauc', 'layers=2', 'train.epochs=5',
+        'train.progress=false')], [str(tmp_path / 'a')])[0]
+    stored = run['test_predictions']['scores']
+    scores, labels = stored['log_odds'], [int(c) for c in stored['labels']]
+    assert len(scores) == run['dataset']['split_sizes'][2]
+    pos = [s for s, y in zip(scores, labels) if y == 1]
+    neg = [s for s, y in zip(scores, labels) if y == 0]
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    assert wins / (len(pos) * len(neg)) == pytest.approx(
+        run['test_metric'], abs=1e-6)
+    constant = run['dataset']['constant']
+    assert constant['val_score'] == 0.5 and 0 < constant['train_loss'] \
+        <= math.log(2) + 1e-9
+    assert len(run['collapse']['squared_norm']) == \
+        len(run['collapse']['effective_rank'])

@@ -203,7 +203,7 @@ INNER_LAYERS = {
     'metrics': ('checks', 'rows', 'pointwise', 'pairs'),
     'monitor': ('measure', 'table', 'onset', 'plot', 'gradients', 'diagnosis',
                 'hooks'),
-    'results': ('keys', 'folders', 'summary'),
+    'results': ('keys', 'user_code', 'folders', 'summary'),
 }
 
 

@@ -533,7 +533,7 @@ def test_beats_when_the_interval_excludes_0_paired_or_welch():
                    'p=0.0082, Holm 0.0245) | **loses** (Δ \u221210.00 '
                    '[\u221212.48, \u22127.52], n=3, p=0.0033, Holm 0.0133) |')
     # equal on every seed: equivalent within the margin, family-wise
-    assert four == ('| cora | 4 | equivalent (Δ +0.00 [+0.00, +0.00], n=3, '
+    assert four == ('| cora | 4 | **equivalent** (Δ +0.00 [+0.00, +0.00], n=3, '
                     'p=1.0000, Holm 1.0000; within ±1: p=<0.0001, Holm '
                     '<0.0001) | not compared: layernorm partial (1 of 4 '
                     'settings) |')
@@ -1168,3 +1168,36 @@ def test_a_depth_study_of_a_rocauc_dataset_selects_and_reports_rocauc(
         "ranking's 0.5" in report
     assert 'accuracy (%)' not in report and \
         'validation accuracy' not in report
+
+
+def test_a_depth_study_reads_no_verdict_below_its_minimum_of_seeds():
+    r"""Two seeds, a difference a paired t would call: no "beats", "loses"
+    or "equivalent" below table.min_seeds (5 by default, as paired
+    studies), and the cell says so."""
+    ours, other = {0: 80.0, 1: 82.0}, {0: 77.0, 1: 79.5}
+    records = [_record('contranorm', 2, ours), _record('pairnorm', 2, other)]
+    lines = comparison_lines(records, 'contranorm', ['pairnorm'], 'seed',
+                             0.95, min_seeds=5)
+    two = next(x for x in lines if x.startswith('| cora | 2 |'))
+    assert 'too few seeds (n=2; 5 needed): no verdict' in two
+    assert 'beats' not in two and 'loses' not in two
+    assert any('not read, too few seeds: cora L=2' in x for x in lines)
+    assert 'beats' in ' '.join(comparison_lines(
+        records, 'contranorm', ['pairnorm'], 'seed', 0.95, min_seeds=2))
+
+
+def test_a_spec_training_fewer_epochs_than_its_recipe_says_so(tmp_path):
+    from gnorm.study.recipe import inherited_recipe, protocol_text
+    spec = tmp_path / 'mine.yaml'
+    spec.write_text('# @package _global_\ndefaults:\n  - luo\n'
+                    'train:\n  epochs: 100\n')
+    assert inherited_recipe(spec) == ('luo', 2000)
+    runs = [{'config': {'train': {'epochs': 100}}}]
+    said = protocol_text(runs, inherited_recipe(spec))
+    assert '100 epochs' in said and \
+        'fewer epochs than the 2000 of the luo recipe it inherits' in said
+    assert 'fewer' not in protocol_text(
+        [{'config': {'train': {'epochs': 2000}}}], ('luo', 2000))
+    plain = tmp_path / 'plain.yaml'
+    plain.write_text('table:\n  kind: depth\n')
+    assert inherited_recipe(plain) is None

@@ -336,3 +336,29 @@ def test_regenerating_a_report_without_its_data_refuses_in_one_line(
         'error: no report: cannot screen the runs of ')
     assert f'GNORM_DATA_MIRROR={tmp_path / "empty"}' in err[0]
     assert not out.exists()  # no report says "not flagged"
+
+
+def test_one_class_by_argmax_is_a_note_where_the_score_is_a_ranking(
+        monkeypatch):
+    r"""Ten runs that rank well above chance (ROC-AUC 0.73) but put every
+    test node in the majority class by argmax (normal at 20 % positives):
+    not flagged; the cell notes the class counts. Scored by accuracy, the
+    same predictions are a chance flag."""
+    sets = [sanity.TestSet(frozenset(range(400 * k, 400 * (k + 1))),
+                           [320, 80]) for k in range(10)]
+    runs = _screen(monkeypatch, sets, [0.0] * 10, [[400, 0]] * 10)
+    for r in runs:
+        r.update(metric='rocauc', test_metric=0.73)
+        r['test_predictions']['label_counts'] = [320, 80]
+    assert sanity.flags(runs, 10) == []
+    note = sanity.argmax_note(runs)
+    assert note == {'seeds': 10, 'runs': 10, 'predicted': [4000, 0],
+                    'labels': [3200, 800]}
+    from gnorm.study.depth_report import chance_text
+    text = chance_text({'flags': [], 'argmax_note': note, 'chance_z': 31.5,
+                        'runs': 10, 'one_class_seeds': 10})
+    assert 'predicted [4000, 0], labels [3200, 800]' in text
+    assert 'its ranking test decides' in text
+    for r in runs:
+        r.pop('metric')
+    assert sanity.ONE_CLASS in sanity.flags(runs, 10)

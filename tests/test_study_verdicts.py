@@ -135,12 +135,28 @@ def test_correction_none_reads_each_comparison_alone():
     assert 'Holm' not in text and 'unadjusted p' in text
 
 
-def test_still_improving_is_a_best_epoch_at_the_last_evaluated_one():
-    assert sanity.still_improving(_node_run(0, 300, best=200))
-    assert not sanity.still_improving(_node_run(0, 300, best=120))
-    runs = [_node_run(k, 300, best=b) for k, b in enumerate([200, 200, 90])]
+def test_still_improving_is_a_best_epoch_in_the_last_tenth():
+    r"""Best epochs 96, 98, 99 and 100 of 100 (a user's study at a twentieth
+    of its recipe's epochs) are all still improving; 90 of 100 is not."""
+    for best in (96, 98, 99, 100):
+        assert sanity.still_improving(_node_run(0, 300, best=best,
+                                                epochs=100))
+    assert not sanity.still_improving(_node_run(0, 300, best=90, epochs=100))
+    assert sanity.still_improving(_node_run(0, 300, best=181))
+    assert not sanity.still_improving(_node_run(0, 300, best=180))
+    runs = [_node_run(k, 300, best=b) for k, b in enumerate([200, 190, 90])]
     assert sanity.flags(runs, 3) == [sanity.IMPROVING]
     assert sanity.flags(runs[1:], 3) == []  # 1 of 3 expected: not most
+
+
+def test_a_verdict_on_a_row_still_improving_says_so():
+    records = [_cell('contranorm', OURS, flags=[sanity.IMPROVING]),
+               _cell('pairnorm', OTHER)]
+    lines = comparison_lines(records, 'contranorm', ['pairnorm'], 'seed',
+                             0.95)
+    words = next(x for x in lines if x.startswith('In words'))
+    assert '(still improving, more epochs may change it: contranorm at ' \
+        'chameleon L=2)' in words
 
 
 def test_chance_accuracy_of_coras_public_split():
@@ -242,3 +258,28 @@ def test_variants_must_be_datasets_of_the_study():
         check_spec(spec)
 
 
+
+
+def test_unpaired_runs_on_resampled_splits_get_the_test_their_splits_imply():
+    r"""A spec on resampled splits that leaves out ``pairing: seed``: the
+    runs' fingerprints decide, so the corrected resampled t (paired by
+    split) reads them, never Welch's test; splits that differ seed by seed
+    are not compared."""
+    prints = {k: f'fp{k}' for k in range(10)}
+    cells = [_cell('contranorm', OURS, 1 / 3, prints),
+             _cell('pairnorm', OTHER, 1 / 3, prints)]
+    found = study_compare.family(cells, [('contranorm', ['pairnorm'])],
+                                 'none', 0.95)
+    f = found['chameleon', 'contranorm', 'pairnorm', 2]
+    assert f.interval.method == CORRECTED_T
+    other = {k: f'other{k}' for k in range(10)}
+    cells[1] = _cell('pairnorm', OTHER, 1 / 3, other)
+    found = study_compare.family(cells, [('contranorm', ['pairnorm'])],
+                                 'none', 0.95)
+    assert found['chameleon', 'contranorm', 'pairnorm', 2].why == \
+        study_compare.SPLITS_DIFFER
+    fixed = [_cell('contranorm', OURS), _cell('pairnorm', OTHER)]
+    found = study_compare.family(fixed, [('contranorm', ['pairnorm'])],
+                                 'none', 0.95)
+    assert found['chameleon', 'contranorm', 'pairnorm', 2].interval.method \
+        == 'Welch'

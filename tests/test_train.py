@@ -64,7 +64,8 @@ def test_train_writes_results(tmp_path):
         assert results[key] == curve[key][best - 1]
 
     collapse = results['collapse']
-    assert list(collapse) == ['layer', *METRICS]  # the first 4 as before
+    # the first 4 as before; each layer's mean squared row norm last
+    assert list(collapse) == ['layer', *METRICS, 'squared_norm']
     assert collapse['layer'] == [1, 2, 3]
     for key in METRICS:
         assert len(collapse[key]) == 3

@@ -1,6 +1,10 @@
 r"""Per-layer gradient norms of the backward passes a training loop
-chooses: the norm of the gradient reaching each hooked layer's output
-and of the gradient of the parameters that layer adds (:class:`Gradients`).
+chooses: the norm of the gradient reaching each hooked layer's output,
+of the gradient of the parameters that layer adds and of those
+parameters themselves (:class:`Gradients`); with :obj:`trace`, also the
+effective rank and mean pairwise cosine of each layer's output in the
+same forward pass, so that a run knows when its representations
+collapsed as well as when its gradients vanished.
 
 .. code-block:: python
 
@@ -21,9 +25,41 @@ import torch
 from torch import Tensor
 
 #: The gradient metrics, per hooked layer: the Frobenius norm of the
-#: gradient of the loss with respect to the layer's output, and of the
-#: gradient of the layer's parameters (:func:`layer_parameters`).
-GRADIENT_METRICS = ('output_grad_norm', 'param_grad_norm')
+#: gradient of the loss with respect to the layer's output, of the
+#: gradient of the layer's parameters (:func:`layer_parameters`) and of
+#: the parameters themselves (their product with the gradient's norm is
+#: what the loss gains per relative change of the layer's weights, the
+#: same whatever scale a norm after the layer removes:
+#: :func:`gnorm.monitor.diagnosis.trainability`).
+GRADIENT_METRICS = ('output_grad_norm', 'param_grad_norm', 'param_norm')
+#: What :obj:`trace` adds, per hooked layer: the effective rank
+#: (:func:`gnorm.metrics.effective_rank`), the mean pairwise cosine
+#: similarity (:func:`gnorm.metrics.feature_cosine_similarity`) and the
+#: mean squared row norm :math:`\frac{1}{N}\sum_i \|x_i\|^2` (the scale
+#: a Dirichlet energy is read against) of the layer's output in the
+#: recorded forward pass (training mode: dropout on), in float64.
+TRACE_METRICS = ('effective_rank', 'cosine_similarity', 'squared_norm')
+
+
+def _trace(output: Tensor) -> Tensor:
+    r"""The :data:`TRACE_METRICS` of a layer's :obj:`output`
+    :obj:`[(runs,) nodes, d]`: :obj:`[3, runs or 1]`, on the device."""
+    from gnorm.metrics.pointwise import dense_effective_rank
+    x = output.detach().double()
+    x = x if x.dim() == 3 else x.unsqueeze(0)  # [runs, nodes, d]
+    rank = dense_effective_rank(x.unsqueeze(1)).squeeze(1)  # [runs]
+    n = x.size(1)
+    u = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    u = torch.where(x.norm(dim=-1, keepdim=True) > 0, u, 0.0)
+    total = u.sum(1).square().sum(-1) - u.square().sum((1, 2))
+    cosine = total / (n * (n - 1)) if n > 1 else total * math.nan
+    return torch.stack([rank, cosine, squared_norm(x)])
+
+
+def squared_norm(x: Tensor) -> Tensor:
+    r"""The mean squared row norm of :obj:`x` :obj:`[runs, nodes, d]`,
+    :obj:`[runs]`."""
+    return x.square().sum(-1).mean(-1)
 
 
 def _squared(grad: Optional[Tensor], runs: Optional[int]) -> Tensor:
@@ -70,9 +106,11 @@ class Gradients:
     as :func:`~gnorm.monitor.find_layers` gives them) of :obj:`model`. For
     a model of stacked runs (:obj:`runs`, outputs and parameters with a
     leading run dimension) the values are per run: the runs' losses are
-    summed, so each run's slice of a gradient is its own."""
+    summed, so each run's slice of a gradient is its own. With
+    :obj:`trace`, each recorded forward pass also gives the
+    :data:`TRACE_METRICS` of every layer's output."""
     def __init__(self, model: torch.nn.Module, layers: Sequence[str],
-                 runs: Optional[int] = None):
+                 runs: Optional[int] = None, trace: bool = False):
         modules = dict(model.named_modules())
         missing = [n for n in layers if n not in modules]
         if missing or not layers:
@@ -81,8 +119,16 @@ class Gradients:
                              "Gradients: pass at least one layer")
         self.model, self.layers, self.runs = model, list(layers), runs
         self.params = layer_parameters(model, self.layers)
-        self.steps: List[Any] = []  # (step, output [L, R], param [L, R])
+        self.trace = trace
+        # (step, [metrics, L, R]): GRADIENT_METRICS (+ TRACE_METRICS)
+        self.steps: List[Any] = []
         self._outputs: Dict[int, Tensor] = {}
+        self._traced: Dict[int, Tensor] = {}
+
+    @property
+    def metrics(self) -> tuple:
+        r"""The metrics recorded per layer and step."""
+        return GRADIENT_METRICS + (TRACE_METRICS if self.trace else ())
 
     def record(self, step: int) -> '_GradientContext':
         r"""A context manager in which one forward and one backward pass
@@ -100,6 +146,9 @@ class Gradients:
             if isinstance(output, (tuple, list)):
                 output = next((o for o in output if isinstance(o, Tensor)),
                               None)
+            if isinstance(output, Tensor) and self.trace and \
+                    output.dim() >= 2:
+                self._traced[index] = _trace(output)
             if isinstance(output, Tensor) and output.requires_grad:
                 output.register_hook(
                     lambda grad: self._outputs.__setitem__(
@@ -119,20 +168,31 @@ class Gradients:
         zero = torch.zeros_like(some)
         params = [sum((_squared(p.grad, self.runs).to(zero) for p in ps),
                       zero) for ps in self.params]
+        weights = [sum((_squared(p, self.runs).to(zero) for p in ps), zero)
+                   for ps in self.params]
         output = torch.stack([zero if o is None else o.to(zero)
                               for o in outputs]).sqrt()
-        self.steps.append((step, output, torch.stack(params).sqrt()))
+        found = [output, torch.stack(params).sqrt(),
+                 torch.stack(weights).sqrt()]  # each [L, R]
+        if self.trace:
+            nan = torch.full((len(TRACE_METRICS), zero.numel()),
+                             math.nan).to(zero)
+            traced = torch.stack([self._traced.get(i, nan).to(zero)
+                                  for i in range(len(self.layers))])
+            found += list(traced.transpose(0, 1))  # [L, 3, R] -> 3 x [L, R]
+        self.steps.append((step, torch.stack(found)))
 
     def records(self, step: Optional[int] = None) -> List[Dict[str, Any]]:
         r"""The records of every recorded step (or of :obj:`step`), read
         to the host once: :obj:`step`, (:obj:`run` for stacked runs),
-        :obj:`layer`, :obj:`metric` (:data:`GRADIENT_METRICS`) and
-        :obj:`value`."""
+        :obj:`layer`, :obj:`metric` (:data:`GRADIENT_METRICS`; the trace
+        is in :meth:`field` only, beside a monitor's own metrics of the
+        same names) and :obj:`value`."""
         steps = self.steps if step is None else \
             [s for s in self.steps if s[0] == step][-1:]
         out = []
-        for at, output, param in steps:
-            values = torch.stack([output, param]).tolist()  # [2, L, R]
+        for at, found in steps:
+            values = found.tolist()  # [metrics, L, R]
             for i, layer in enumerate(self.layers):
                 for run in range(self.runs or 1):
                     for metric, table in zip(GRADIENT_METRICS, values):
@@ -150,13 +210,13 @@ class Gradients:
         layer (:obj:`None` where not finite)."""
         r = 0 if run is None else run
         field: Dict[str, list] = {
-            'epoch': [s for s, _, _ in self.steps],
+            'epoch': [s for s, _ in self.steps],
             'layer': list(range(1, len(self.layers) + 1))}
-        for k, metric in enumerate(GRADIENT_METRICS):
+        for k, metric in enumerate(self.metrics):
             field[metric] = [
                 [v if math.isfinite(v) else None
-                 for v in norms[k][:, r].tolist()]
-                for _, *norms in self.steps]
+                 for v in found[k][:, r].tolist()]
+                for _, found in self.steps]
         return field
 
 
@@ -168,7 +228,7 @@ class _GradientContext:
 
     def __enter__(self) -> Gradients:
         g = self.gradients
-        g._outputs = {}
+        g._outputs, g._traced = {}, {}
         self.handles = g._hooks()
         return g
 

@@ -216,8 +216,8 @@ class CollapseMonitor:
         from gnorm.models import DeepGCN, ResGNN
         self.runs = model.runs if isinstance(model, (DeepGCN, ResGNN)) \
             else None
-        self.gradients = (Gradients(model, self.layers, self.runs)
-                          if gradients else None)
+        self.gradients = (Gradients(model, self.layers, self.runs,
+                                    trace=True) if gradients else None)
         self._recording: Optional[_Recording] = None
         self._cache: Dict[str, Prepared] = {}
         modules = dict(model.named_modules())
@@ -488,24 +488,43 @@ class CollapseMonitor:
                  losses: Optional[Sequence[float]] = None,
                  num_classes: Optional[int] = None,
                  train_score: Optional[float] = None,
-                 val_score: Optional[float] = None) -> Diagnosis:
+                 val_score: Optional[float] = None,
+                 constant: Optional[Dict[str, float]] = None) -> Diagnosis:
         r"""Why the model fails, if it does
         (:func:`~gnorm.monitor.diagnosis.diagnose_measures`): the collapse
         metrics of :obj:`step` (:obj:`None`: the last recorded), the
         gradient norms of every recorded step (with :obj:`gradients=True`),
         and what the training loop knows: its :obj:`losses` per epoch with
         :obj:`num_classes`, its :obj:`train_score` and :obj:`val_score`
-        (fractions). For stacked runs, those of run :obj:`run`. The last
-        hooked layer is taken as the model's output."""
+        (fractions), and the :obj:`constant` predictor's training loss and
+        validation score (``train_loss``, ``val_score``: the entropy of the
+        training labels and the majority class's validation share) against
+        which "learns nothing" is judged. The recorded steps before
+        :obj:`step` give each failure's onset. For stacked runs, those of
+        run :obj:`run`. The last hooked layer is taken as the model's
+        output."""
         records = self._of_run(run)
-        steps = [r['step'] for r in records if r['metric'] in self.measured]
+        steps = list(dict.fromkeys(r['step'] for r in records
+                                   if r['metric'] in self.measured))
         at = steps[-1] if step is None and steps else step
         collapse = {m: [r['value'] for r in records if r['metric'] == m
                         and r['step'] == at] for m in self.measured}
         gradients = None if self.gradients is None else \
             self.gradients.field(None if self.runs is None else run)
+        for epoch, norms in zip((gradients or {}).get('epoch', []),
+                                (gradients or {}).get('squared_norm', [])):
+            if epoch == at:  # the same forward pass as the metrics
+                collapse['squared_norm'] = norms
+        trace = {'epoch': steps, **{
+            m: [[r['value'] for r in records if r['metric'] == m
+                 and r['step'] == s] for s in steps]
+            for m in self.measured}}
+        norms = dict(zip((gradients or {}).get('epoch', []),
+                         (gradients or {}).get('squared_norm', [])))
+        trace['squared_norm'] = [norms.get(s) for s in steps]
         return diagnose_measures(collapse, gradients, losses, num_classes,
-                                 train_score, val_score)
+                                 train_score, val_score, constant, trace,
+                                 at)
 
     def _of_run(self, run: int) -> List[Dict[str, Any]]:
         return self.records if self.runs is None else \

@@ -45,17 +45,18 @@ runs with ``ddof=0`` (numpy's default, as the papers report them). A
 failed: the table's last line counts it and ``--failed`` lists it.
 
 The package also keeps the run bookkeeping that training writes through:
-:mod:`~gnorm.results.keys` (which config keys make a run's identity) and
-:mod:`~gnorm.results.folders` (output folders and files checked before a
-run starts).
+:mod:`~gnorm.results.keys` (which config keys make a run's identity),
+:mod:`~gnorm.results.user_code` (which of the user's own code made a run)
+and :mod:`~gnorm.results.folders` (output folders and files checked before
+a run starts).
 """
 from gnorm.results.summary import (  # noqa: F401
     CLASS_GROUPS, DERIVED, METRICS, MISSING, NOT_CONFIG_KEYS, SPLITS,
     STD_NOTE, UNITS, aggregate, check_keys, chosen, code, column, counts,
     default_keys, differing_keys, flat_identity, label, load_runs, machines,
     main, mean_std, metric_columns, metric_name, metric_value, overrides, plural,
-    repeat_keys, repeated, score_field, split_keys, to_markdown, unit, value,
-    write_csv, write_records)
+    repeat_keys, repeated, score_field, split_keys, to_markdown, unit,
+    user_code_words, value, write_csv, write_records)
 from gnorm.errors import renamed as _renamed
 
 # The former name, for one release.

@@ -16,6 +16,10 @@ r"""What makes two runs the same: one declared rule per question
     a run evaluates, logs, writes TensorBoard events), is equal, since a
     batch of runs follows one config for them.
 
+Beside these, :mod:`gnorm.results.user_code` says whether the user's own
+code that a config names is still the code that made a finished run or a
+checkpoint (a run whose code changed is trained again).
+
 :data:`NOT_RESULT_KEYS` also names the keys left out of Hydra's run-folder
 names (``exclude_keys: ${gnorm.not_result_keys:...}`` in
 ``conf/hydra/default.yaml``; the resolver is registered by

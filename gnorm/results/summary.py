@@ -8,12 +8,14 @@ import math
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
+                    Tuple)
 
 from gnorm.errors import ConfigError, GnormError, closest
 from gnorm.results.folders import check_file
 from gnorm.results.keys import (NOT_RESULT_KEYS, dotted_keys, drop_keys,
                                 record_identity)
+from gnorm.results.user_code import file_name, recorded_user_code
 
 # Keys of a run's command line that never define a configuration.
 NOT_CONFIG_KEYS = (*NOT_RESULT_KEYS, 'experiment')
@@ -271,12 +273,56 @@ def machines(runs: List[Dict[str, Any]]) -> str:
     return '; '.join(f'{k} ({n} runs)' for k, n in seen.most_common())
 
 
-def code(runs: List[Dict[str, Any]]) -> str:
+def user_code_words(runs: List[Dict[str, Any]],
+                    cell: Optional[Callable[[Dict[str, Any]], str]] = None
+                    ) -> str:
+    r"""Which files of the user's code made :obj:`runs` (their
+    ``source.user_code``: :mod:`gnorm.results.user_code`), for a report's
+    Code line: ``user code: mynorm.py (sha256 1a2b3c4d)``, each version
+    of a file with its runs where there are several, and the cells
+    (:obj:`cell`: a run's label, ``csbm mine L=2``) whose runs different
+    versions of one file made. Empty where no run names user code."""
+    versions: Dict[str, Counter] = {}
+    cells: Dict[str, Dict[str, set]] = {}
+    for run in runs:
+        for module, entry in recorded_user_code(run).items():
+            name = file_name(module, entry)
+            versions.setdefault(name, Counter())[entry.get('sha256')] += 1
+            if cell is not None:
+                cells.setdefault(name, {}).setdefault(
+                    cell(run), set()).add(entry.get('sha256'))
+    if not versions:
+        return ''
+
+    def version(name):
+        found = sorted(versions[name].items(),
+                       key=lambda kv: (-kv[1], str(kv[0])))
+        if len(found) == 1:
+            return f'{name} (sha256 {str(found[0][0])[:8]})'
+        return (f'{name} ({len(found)} versions: ' + ', '.join(
+            f"sha256 {str(sha)[:8]} in {plural(n, 'run')}"
+            for sha, n in found) + ')')
+    parts = ['user code: ' + ', '.join(map(version, sorted(versions)))]
+    for name in sorted(cells):
+        mixed = sorted(label for label, shas in cells[name].items()
+                       if len(shas) > 1)
+        if mixed:
+            which = ('one cell' if len(mixed) == 1
+                     else f'each of {len(mixed)} cells')
+            parts.append(f"different versions of {name} made the runs of "
+                         f"{which}: " + ', '.join(mixed))
+    return '; '.join(parts)
+
+
+def code(runs: List[Dict[str, Any]],
+         cell: Optional[Callable[[Dict[str, Any]], str]] = None) -> str:
     r"""Which code made the runs, for a report's header: how many name
-    their commit (``source``), and how many were made before every run had
+    their commit (``source``), how many were made before every run had
     its own random generators (records without ``batch_runs``), whose seeds
-    draw other numbers with today's code. Empty when neither applies."""
-    named = [run for run in runs if run.get('source')]
+    draw other numbers with today's code, and which files of the user's
+    code made them (:func:`user_code_words`, :obj:`cell` naming the cell
+    of a run). Empty when none applies."""
+    named = [run for run in runs if (run.get('source') or {}).get('commit')]
     commits = {run['source']['commit'] for run in named}
     modified = sum(bool(run['source'].get('modified')) for run in named)
     older = sum('batch_runs' not in run for run in runs)
@@ -293,6 +339,9 @@ def code(runs: List[Dict[str, Any]]) -> str:
                      '`batch_runs`): today\'s code draws other numbers for '
                      'their seeds, so rerunning them gives another draw of '
                      'the same experiment')
+    mine = user_code_words(runs, cell)
+    if mine:
+        parts.append(mine)
     return '; '.join(parts)
 
 

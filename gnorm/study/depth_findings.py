@@ -14,7 +14,7 @@ from gnorm.study.depth_gain import DepthGain, depth_gains
 from gnorm.study.findings import UNCOMMITTED, Section, views
 from gnorm.study.select import REPRODUCED, reproduced, scores_said
 from gnorm.study.spec import REPO, Spec, budget, grid, set_name
-from gnorm.study.stats import MARGIN
+from gnorm.study.stats import MARGIN, MIN_SEEDS
 
 
 @dataclass(frozen=True)
@@ -178,9 +178,10 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     score = scores_said(records)
     budgets = {r.row: r.budget for r in rows}
     margin = float(spec.table.get('margin', MARGIN))
+    need = int(spec.table.get('min_seeds', MIN_SEEDS))
     found = views(records, pairs, budgets, first,
                   pairing, level, correction,
-                  bool(spec.table.get('spread_rule')), score, margin)
+                  bool(spec.table.get('spread_rule')), score, margin, need)
     cells = found.cells['val']
     # their scores and the paper
     scores = {d: scores_said([r for r in cells if r['dataset'] == d])
@@ -189,5 +190,6 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
         name, source, runs, _whole(spec, records), records, cells,
         found.columns, found.sections, rows, _equal_budget(budgets, pairs),
         _reproduction(spec, cells), counts(cells), score, scores, level,
-        correction, depth_gains(cells, pairing, level, correction, margin)
+        correction, depth_gains(cells, pairing, level, correction, margin,
+                                need)
         if len(spec.table['depths']) > 1 else [])

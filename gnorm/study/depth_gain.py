@@ -16,8 +16,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.study.findings import (MISSING, Comparison, Pair, adjust,
                                   compare_cells)
+from gnorm.monitor.diagnosis import OVERFITS, TRAINS
 from gnorm.study.sanity import at_chance
-from gnorm.study.stats import MARGIN
+from gnorm.study.stats import MARGIN, MIN_SEEDS
 
 # Why a row's depths are not compared (Comparison.why, beside
 # gnorm.study.findings.REASONS): its best depth is its shallowest.
@@ -34,7 +35,9 @@ class DepthGain:
     depths of those cells at chance, and the depths not read: complete but
     of uncommitted code (:obj:`uncommitted`), or not complete though meant
     to run here (:obj:`left`; the cells ``table.not_run`` leaves to
-    another machine are not listed)."""
+    another machine are not listed); the cells whose runs mostly fail
+    (:obj:`failing`: (depth, the cell's diagnosis,
+    :func:`gnorm.study.diagnosis.cell_diagnosis`), :func:`fails`)."""
     dataset: str
     row: str
     means: Tuple[Tuple[int, float], ...]
@@ -44,6 +47,7 @@ class DepthGain:
     at_chance: Tuple[int, ...] = ()
     uncommitted: Tuple[int, ...] = ()
     left: Tuple[int, ...] = ()
+    failing: Tuple[Tuple[int, Dict[str, Any]], ...] = ()
 
 
 def _best(cells: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
@@ -53,7 +57,8 @@ def _best(cells: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def _gain(dataset: str, row: str, cells: List[Dict[str, Any]],
-          pairing: str, level: float, margin: float) -> DepthGain:
+          pairing: str, level: float, margin: float,
+          min_seeds: int = MIN_SEEDS) -> DepthGain:
     read = [r for r in cells if r['complete']
             and not r.get('modified_runs')]
     uncommitted = tuple(r['layers'] for r in cells
@@ -65,17 +70,28 @@ def _gain(dataset: str, row: str, cells: List[Dict[str, Any]],
                          Comparison(None, MISSING), (), uncommitted, left)
     shallow, best = read[0], _best(read)
     found = (Comparison(None, SHALLOWEST) if best is shallow
-             else compare_cells(best, shallow, pairing, level, margin))
+             else compare_cells(best, shallow, pairing, level, margin,
+                                min_seeds))
     return DepthGain(dataset, row,
                      tuple((r['layers'], r['test_mean']) for r in read),
                      shallow['layers'], best['layers'], found,
                      tuple(r['layers'] for r in read if at_chance(r)),
-                     uncommitted, left)
+                     uncommitted, left,
+                     tuple((r['layers'], r['diagnosis']) for r in read
+                           if fails(r.get('diagnosis'))))
+
+
+def fails(told: Optional[Dict[str, Any]]) -> bool:
+    r"""Whether a cell's diagnosis (:func:`gnorm.study.diagnosis.
+    cell_diagnosis`) is a failure: a label other than trains or overfits,
+    held by more than half of the cell's runs."""
+    return bool(told) and told['label'] not in (TRAINS, OVERFITS) and \
+        2 * told['count'] > told['runs']
 
 
 def depth_gains(cells: List[Dict[str, Any]], pairing: str, level: float,
-                correction: str = 'holm', margin: float = MARGIN
-                ) -> List[DepthGain]:
+                correction: str = 'holm', margin: float = MARGIN,
+                min_seeds: int = MIN_SEEDS) -> List[DepthGain]:
     r"""The :class:`DepthGain` of every (dataset, row) of :obj:`cells`
     (one record per cell, the setting chosen by validation), in the
     cells' order, adjusted together as one family."""
@@ -84,7 +100,7 @@ def depth_gains(cells: List[Dict[str, Any]], pairing: str, level: float,
         by.setdefault((r['dataset'], r['row']), []).append(r)
     gains = [_gain(dataset, row,
                    sorted(found, key=lambda r: r['layers']),
-                   pairing, level, margin)
+                   pairing, level, margin, min_seeds)
              for (dataset, row), found in by.items()]
     adjust(family(gains), level, correction)
     return gains

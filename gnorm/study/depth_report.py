@@ -11,18 +11,20 @@ from gnorm.results import code, machines, plural, write_records
 from gnorm.study.depth_findings import (Counts, DepthFindings, RowSettings,
                                         counts, depth_findings, primary)
 from gnorm.study.depth_gain import DepthGain, family
-from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, LOSES,
+from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, FEW_SEEDS,
+                                  LOSES,
                                   OVER_CHANCE, UNCOMMITTED, UNDECIDED,
                                   UNDER_CHANCE, chosen_by_validation,
                                   family_size)
 from gnorm.study.plot import plot_depth, plot_erank, save_bytes
-from gnorm.study.recipe import protocol_text
+from gnorm.study.recipe import inherited_recipe, protocol_text
 from gnorm.study.sanity import MEANING, at_chance, meaning
 from gnorm.study.select import TIE
 from gnorm.study.spec import Spec
 from gnorm.study.variants import variant_summary, variant_words
 from gnorm.study.verdict_words import (comparison, diagnosis_text,
-                                       family_words, p_text, signed)
+                                       family_words, p_text, signed,
+                                       why_text)
 
 __all__ = ['write_report', 'render', 'primary', 'completeness', 'tie_rule']
 
@@ -84,6 +86,14 @@ def chance_text(r: Dict[str, Any]) -> str:
     z, and how many seeds predict one class (or that its runs record no
     predictions, so that the flag rests on the pooled test alone)."""
     flagged = at_chance(r)
+    note = r.get('argmax_note')
+    if note:
+        return (f"<br>note: {note['seeds']} of {note['runs']} seeds put "
+                f"their test nodes in one class by argmax (predicted "
+                f"{note['predicted']}, labels {note['labels']}, summed over "
+                f"seeds); a ranking score: its ranking test decides chance"
+                + (f" (pooled z {r['chance_z']:.2f} against a random "
+                   f"ranking)" if r.get('chance_z') is not None else ''))
     if not flagged and not r.get('one_class_seeds'):
         return ''
     parts = []
@@ -193,11 +203,19 @@ def _settings_text(row: RowSettings) -> str:
             + (f', default {row.default}' if row.default else '') + ')')
 
 
+def run_cell(run: Dict[str, Any]) -> str:
+    r"""The cell of the finished run :obj:`run` as the report names it:
+    ``csbm mine L=2`` (dataset, row, depth)."""
+    config = run.get('config') or {}
+    return (f"{(config.get('dataset') or {}).get('name')} "
+            f"{config.get('tag')} L={config.get('layers')}")
+
+
 def header(spec: Spec, found: DepthFindings, counted: List[Dict],
            sets: Sequence[str], command: str) -> List[str]:
     r"""The report's title, where it comes from, its protocol, each row's
     settings and budget, what it counts and how to read a cell."""
-    made_by = code(counted)
+    made_by = code(counted, run_cell)
     title = f"# {spec.name}: {default_title(spec, found.score)}"
     if sets:
         title += f" — with {' '.join(sets)}"
@@ -212,7 +230,7 @@ def header(spec: Spec, found: DepthFindings, counted: List[Dict],
         f'{_coverage(found)} '
         f'Machines: {machines(counted) or "none yet"}.'
         + (f' Code: {made_by}.' if made_by else ''),
-        '', protocol_text(counted), '',
+        '', protocol_text(counted, inherited_recipe(spec.source)), '',
         'Rows (overrides; settings tried, each chosen per (dataset, depth) '
         f'by mean validation {said}): '
         + '; '.join(map(_settings_text, found.rows)) + '.',
@@ -288,7 +306,11 @@ def gain_text(g: DepthGain) -> str:
     the family's adjusted p), the cells at chance and those not read."""
     means = ', '.join(f'{m:.2f} at L={d}' for d, m in g.means)
     found, i = g.found, g.found.interval
-    if i is None:
+    if found.why == FEW_SEEDS:
+        d = found.detail
+        said = (f"best at L={g.best}, {signed(d['diff'])} over "
+                f"L={g.shallow}, {why_text(found)}")
+    elif i is None:
         said = (f'best at L={g.best}' if len(g.means) > 1
                 else f'only L={g.best} complete')
     elif found.verdict is None:  # too few seeds for a test
@@ -301,6 +323,8 @@ def gain_text(g: DepthGain) -> str:
                 + (f' [{signed(i.lo)}, {signed(i.hi)}], p '
                    f'{p_text(found.p_adj)}' if i.lo is not None else ''))
     notes = [f'at chance at {_depths(g.at_chance)}'] if g.at_chance else []
+    notes += [f'at L={d} the runs fail: {diagnosis_text(told, short=True)}'
+              for d, told in g.failing]
     if g.uncommitted:
         notes.append(f'not read, runs of uncommitted code: '
                      f'{_depths(g.uncommitted)}')

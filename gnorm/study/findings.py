@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.study.pairing import split_mismatch
-from gnorm.study.sanity import at_chance
+from gnorm.study.sanity import IMPROVING, at_chance
 from gnorm.study.select import scores_said
-from gnorm.study.stats import (MARGIN, Interval, compare, detectable,
+from gnorm.study.stats import (MARGIN, MIN_SEEDS, Interval, compare, detectable,
                                equivalence_p, exact_floor, exact_p,
                                family_verdict, holm, pair_test_train,
                                paired_interval, seeds_for_exact,
@@ -34,7 +34,9 @@ SPLITS_DIFFER = 'splits differ'
 # not a number, or no such cell.
 MISSING, PARTIAL = 'missing', 'partial'
 NOT_A_NUMBER, NO_CELL = 'not a number', 'no such cell'
-REASONS = (NOT_RUN, MISSING, PARTIAL, SPLITS_DIFFER, NOT_A_NUMBER, NO_CELL)
+FEW_SEEDS = 'too few seeds'
+REASONS = (NOT_RUN, MISSING, PARTIAL, SPLITS_DIFFER, NOT_A_NUMBER, NO_CELL,
+           FEW_SEEDS)
 UNCOMMITTED = 'uncommitted code'
 # The kinds of verdict (Comparison.verdict): the family's "beats" or "loses"
 # says what was beaten, a row that learned or one at chance (flagged as
@@ -93,7 +95,9 @@ class Comparison:
     equivalence_p`) and adjusted in the family; whether a compared cell
     rests on runs of uncommitted code (:obj:`modified`); why the rows at
     chance failed (:obj:`failing`: per such row, its name and its runs'
-    diagnosis, :func:`gnorm.study.diagnosis.cell_diagnosis`)."""
+    diagnosis, :func:`gnorm.study.diagnosis.cell_diagnosis`); the rows
+    still improving when training stopped (:obj:`improving`,
+    :data:`gnorm.study.sanity.IMPROVING`)."""
     interval: Optional[Interval]
     why: str = ''
     detail: Dict[str, Any] = field(default_factory=dict)
@@ -109,6 +113,7 @@ class Comparison:
     margin: float = MARGIN
     modified: bool = False
     failing: Tuple[Tuple[str, Dict[str, Any]], ...] = ()
+    improving: Tuple[str, ...] = ()
 
 
 def chosen_by_validation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -122,11 +127,28 @@ def at_default(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [r for r in records if r['selection'] in ('', 'default')]
 
 
+def design_pairing(ours: Dict[str, Any], other: Dict[str, Any],
+                   pairing: str) -> str:
+    r"""How the runs of two cells pair, from their runs' splits whatever
+    ``table.pairing`` says: seed by seed (``seed``) where either cell's
+    runs train on different splits of one pool (their split fingerprints
+    differ, :func:`gnorm.study.select.split_test_train`), since seed
+    :math:`k` of both then trains on split :math:`k` only if the
+    fingerprints agree (checked next: else the cells are not compared),
+    and the corrected resampled t is the test those splits imply;
+    otherwise :obj:`pairing`."""
+    resampled = (ours.get('test_train') is not None
+                 or other.get('test_train') is not None)
+    return 'seed' if resampled else pairing
+
+
 def compare_cells(ours: Dict[str, Any], other: Dict[str, Any],
-                  pairing: str, level: float, margin: float = MARGIN
-                  ) -> Comparison:
+                  pairing: str, level: float, margin: float = MARGIN,
+                  min_seeds: int = MIN_SEEDS) -> Comparison:
     r""":obj:`ours` against :obj:`other` (two records of one dataset and
-    depth), before the family's adjustment."""
+    depth), before the family's adjustment, with the test the runs'
+    splits imply (:func:`design_pairing`); no interval below
+    :obj:`min_seeds` seeds per row (:data:`FEW_SEEDS`)."""
     for r in (ours, other):
         if r.get('not_run'):
             return Comparison(None, NOT_RUN, dict(row=r['row'],
@@ -136,6 +158,7 @@ def compare_cells(ours: Dict[str, Any], other: Dict[str, Any],
                          {k: r[k] for k in ('row', 'settings_run',
                                             'settings', 'cell_runs',
                                             'cell_expected')})
+    pairing = design_pairing(ours, other, pairing)
     mismatch = pairing == 'seed' and split_mismatch(
         ours.get('fingerprint_by_seed') or {},
         other.get('fingerprint_by_seed') or {})
@@ -148,6 +171,10 @@ def compare_cells(ours: Dict[str, Any], other: Dict[str, Any],
                     level, ratio)
     if found.p is not None and math.isnan(found.p):
         return Comparison(None, NOT_A_NUMBER)
+    if seeds_per_row(found) < min_seeds:
+        return Comparison(None, FEW_SEEDS, dict(n=seeds_per_row(found),
+                                                need=min_seeds,
+                                                diff=found.diff))
     naive = (paired_interval(other['test_by_seed'], ours['test_by_seed'],
                              level) if ratio else None)
     flagged = [f"{r['row']} {', '.join(r['flags'])}" for r in (ours, other)
@@ -162,13 +189,16 @@ def compare_cells(ours: Dict[str, Any], other: Dict[str, Any],
                                     or other.get('modified_runs')),
                       failing=tuple((r['row'], r['diagnosis'])
                                     for r in (other, ours)
-                                    if at_chance(r) and r.get('diagnosis')))
+                                    if at_chance(r) and r.get('diagnosis')),
+                      improving=tuple(r['row'] for r in (ours, other)
+                                      if IMPROVING in r.get('flags', ())))
 
 
 def family(records: List[Dict[str, Any]],
            compared: Sequence[Tuple[str, Sequence[str]]], pairing: str,
            level: float, correction: str = 'holm',
-           margin: float = MARGIN) -> Dict[Pair, Comparison]:
+           margin: float = MARGIN, min_seeds: int = MIN_SEEDS
+           ) -> Dict[Pair, Comparison]:
     r"""Every comparison of :obj:`compared` ((row, the rows it is compared
     with) pairs) at every (dataset, depth) of :obj:`records` (one record
     per cell: :func:`shown` or :func:`at_default`), with p-values adjusted
@@ -183,7 +213,8 @@ def family(records: List[Dict[str, Any]],
             for o in against:
                 other = by.get((dataset, o, depth))
                 found[dataset, row, o, depth] = (
-                    compare_cells(ours, other, pairing, level, margin)
+                    compare_cells(ours, other, pairing, level, margin,
+                                  min_seeds)
                     if other else Comparison(None, NO_CELL))
     adjust(found, level, correction)
     return found
@@ -280,9 +311,8 @@ def verdict_or_reason(found: Optional[Comparison]) -> str:
         return NOT_COMPARED
     if found.verdict and found.modified:
         return UNCOMMITTED
-    return found.verdict or (found.why if found.why in (NOT_RUN,
-                                                        SPLITS_DIFFER)
-                             else NOT_COMPARED)
+    return found.verdict or (found.why if found.why in (
+        NOT_RUN, SPLITS_DIFFER, FEW_SEEDS) else NOT_COMPARED)
 
 
 def by_other(found: Dict[Pair, Comparison], against: Sequence[str]
@@ -492,7 +522,8 @@ def views(records: List[Dict[str, Any]],
           compared: Sequence[Tuple[str, Sequence[str]]],
           budgets: Dict[str, int], primary: str, pairing: str, level: float,
           correction: str = 'holm', spread_rule: bool = False,
-          score: Optional[str] = None, margin: float = MARGIN) -> Views:
+          score: Optional[str] = None, margin: float = MARGIN,
+          min_seeds: int = MIN_SEEDS) -> Views:
     r"""The :class:`Views` of :obj:`records` (every record of a depth
     table) for :obj:`compared` ((row, the rows it is compared with)
     pairs). Each compared row gets its :obj:`primary` view (``val`` or
@@ -505,7 +536,7 @@ def views(records: List[Dict[str, Any]],
     cells = {'val': chosen_by_validation(records),
              'default': at_default(records)}
     found = {view: family(cells[view], compared, pairing, level, correction,
-                          margin)
+                          margin, min_seeds)
              for view in ('val', 'default')}
     columns = (annotate(cells['val'], found['val'])
                + annotate(cells['default'], found['default'], 'default_'))

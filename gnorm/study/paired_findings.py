@@ -27,12 +27,11 @@ from gnorm.study.pairing import check_fingerprints
 from gnorm.study.runner import row_seeds
 from gnorm.study.spec import Spec
 from gnorm.study.select import split_test_train
-from gnorm.study.stats import (MARGIN, compare, equivalence_p, exact_p,
+from gnorm.study.stats import (MARGIN, MIN_SEEDS, compare, equivalence_p, exact_p,
                                family_verdict, holm,
                                pair_test_train, paired_interval, where_in,
                                verdict)
 
-MIN_SEEDS = 5
 # Metrics whose lower values are the better ones.
 LOWER_IS_BETTER = ('mae', 'loss')
 # Why a row has no family verdict (``why_not``): its runs are no pairs of

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from gnorm.results import machines, plural, write_records
+from gnorm.results import machines, plural, user_code_words, write_records
 from gnorm.study.verdict_words import METHODS, signed
 from gnorm.study.paired_findings import correction, margin, min_seeds, short
 from gnorm.study.paired_words import (in_words, interval, metric, p_words,
@@ -195,6 +195,16 @@ def elsewhere_section(spec: Spec, runs: Sequence[Dict[str, Any]] = ()
             *[f'| {name} | {score} |' for name, score in found]]
 
 
+def user_code_line(runs: List[Dict[str, Any]]) -> str:
+    r"""`` Code: user code: mynorm.py (sha256 1a2b3c4d).``, the files of
+    the user's code that made :obj:`runs`
+    (:func:`gnorm.results.user_code_words`, a row's runs being its
+    cell); nothing where none names user code."""
+    words = user_code_words(
+        runs, lambda run: f"row {(run.get('config') or {}).get('tag')}")
+    return f' Code: {words}.' if words else ''
+
+
 def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
                  runs_dir: Path, out: Path, sets: Sequence[str],
                  command: str) -> Path:
@@ -214,7 +224,7 @@ def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
         f'in `{os.path.relpath(runs_dir, spec.home())}` (config: '
         f"`{os.path.relpath(spec.source, spec.home())}`"
         + (f" plus `{' '.join(sets)}`" if sets else '') + '). Machines: '
-        f'{machines(ok) or "none yet"}.',
+        f'{machines(ok) or "none yet"}.' + user_code_line(ok),
         '', seeds_note(spec, records), '',
         f'**In words**: {in_words(spec, records)}', '',
         *paired_lines(spec, records), '', *row_lines(spec, records), '',

@@ -111,14 +111,20 @@ class Finished:
         self.folders: Dict[Path, Dict[str, Any]] = {}
 
     def below(self, folders: Sequence[Path]) -> Dict[str, Any]:
-        r"""The finished runs below :obj:`folders`, by key."""
+        r"""The finished runs below :obj:`folders`, by key, but those made
+        by another version of a file of the user's code that their config
+        names (:func:`gnorm.results.user_code.changed_user_code`): the
+        queue trains them again."""
         from gnorm.results import load_runs
+        from gnorm.results.user_code import changed_user_code
         from gnorm.study.compose import index
         found: Dict[str, Any] = {}
         for folder in dict.fromkeys(f.resolve() for f in folders):
             if folder not in self.folders:
-                self.folders[folder] = index(
-                    load_runs(folder, warn=False) if folder.is_dir() else [])
+                self.folders[folder] = {
+                    key: run for key, run in index(
+                        load_runs(folder, warn=False) if folder.is_dir()
+                        else []).items() if not changed_user_code(run)}
             found.update(self.folders[folder])
         return found
 

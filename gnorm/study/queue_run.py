@@ -90,12 +90,16 @@ def first_cheapest(items: List[Pending], rate: Rate) -> List[Pending]:
 
 def finished_here(run: Dict[str, Any]) -> bool:
     r"""Whether :obj:`run`'s folder holds a finished run (``status: ok``;
-    :func:`gnorm.train.train_runs` checks that it is this run's)."""
+    :func:`gnorm.train.train_runs` checks that it is this run's) made by
+    the user's code of now
+    (:func:`gnorm.results.user_code.changed_user_code`)."""
+    from gnorm.results.user_code import changed_user_code
     try:
         found = json.loads((Path(run['dir']) / 'results.json').read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(found, dict) and found.get('status') == 'ok'
+    return isinstance(found, dict) and found.get('status') == 'ok' and \
+        not changed_user_code(found)
 
 
 def busy(run: Dict[str, Any]) -> bool:

@@ -4,7 +4,8 @@ experiments of ``table.beside`` and the published recipe
 (``table.published``), where the data came from, and how many epochs the
 runs trained and where their best validation epochs lie."""
 import json
-from typing import Any, Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.results import value
 from gnorm.results.keys import ADDED_KEYS
@@ -246,8 +247,42 @@ def optimizer_name(counted: List[Dict[str, Any]]) -> str:
     return ' or '.join(names)
 
 
-def protocol_text(counted: List[Dict[str, Any]]) -> str:
-    r"""The protocol of a depth report (:func:`protocol_items`)."""
+def inherited_recipe(source) -> Optional[Tuple[str, Any]]:
+    r"""The first of gnorm's experiments that the spec file :obj:`source`
+    inherits (its ``defaults:`` list naming ``luo``, ``/experiment/luo``
+    or ``{/experiment: luo}``) and the number of epochs that experiment
+    trains (``train.epochs``, composed); :obj:`None` where it inherits
+    none."""
+    import yaml
+    from gnorm.study.spec import experiments
+    try:
+        defaults = (yaml.safe_load(open(source)) or {}).get('defaults') or []
+    except (OSError, yaml.YAMLError):
+        return None
+    known = experiments()
+    for entry in defaults:
+        names = ([entry] if isinstance(entry, str) else
+                 [v for k, v in entry.items() if 'experiment' in str(k)]
+                 if isinstance(entry, dict) else [])
+        for name in names:
+            name = str(name).rpartition('/')[2]
+            if name in known and name != Path(source).stem:
+                return name, compose([f'experiment={name}']).train.epochs
+    return None
+
+
+def protocol_text(counted: List[Dict[str, Any]],
+                  recipe: Optional[Tuple[str, Any]] = None) -> str:
+    r"""The protocol of a depth report (:func:`protocol_items`), and,
+    where the runs trained fewer epochs than the :obj:`recipe` the spec
+    inherits (:func:`inherited_recipe`), that they did."""
     said = protocol_items(counted)
-    return (f'Protocol, as the runs recorded it: {said}.' if said
-            else 'Protocol: no runs yet.')
+    if not said:
+        return 'Protocol: no runs yet.'
+    epochs = {_get(r.get('config', {}), 'train.epochs') for r in counted}
+    if recipe and recipe[1] and any(isinstance(e, int) and e < recipe[1]
+                                     for e in epochs):
+        said += (f'; fewer epochs than the {recipe[1]} of the {recipe[0]} '
+                 f'recipe it inherits: a best epoch late in the run says '
+                 f'the rows were still improving')
+    return f'Protocol, as the runs recorded it: {said}.'

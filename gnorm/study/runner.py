@@ -109,6 +109,25 @@ def cell_seconds(rate: Optional[Rate], composer: Composer,
             else ', no rate for this device yet')
 
 
+def changed_runs(todo: List[Dict[str, Any]],
+                 found: Dict[str, Any]) -> Dict[str, str]:
+    r"""The runs of the cells :obj:`todo` whose finished run in
+    :obj:`found` was made by another version of a file of the user's
+    code its config names
+    (:func:`gnorm.results.user_code.changed_user_code`), by key, each
+    with the ``retraining: ...`` line that says so: they are trained
+    again."""
+    from gnorm.results.user_code import changed_user_code, retraining
+    lines = {}
+    for run in (r for c in todo for r in c['runs'] if r['key'] in found):
+        record = found[run['key']]
+        changed = changed_user_code(record)
+        if changed:
+            lines[run['key']] = retraining(
+                record, changed, record.get('_path') or run['dir'])
+    return lines
+
+
 def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
               sets: Sequence[str], found: Dict[str, Any],
               composer: Composer, threads: Optional[int], dry_run: bool,
@@ -121,13 +140,18 @@ def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
     seconds (:mod:`gnorm.study.queue_cost`)."""
     failed = 0
     total = sum(len(c['runs']) for c in todo)
-    done = sum(r['key'] in found for c in todo for r in c['runs'])
+    retrain = changed_runs(todo, found)
+    done = sum(r['key'] in found and r['key'] not in retrain
+               for c in todo for r in c['runs'])
     print(f'{total} runs in {len(todo)} cells, {done} done, '
           f'{total - done} to run', flush=True)
+    for line in retrain.values():
+        print(line, flush=True)
     if rate is not None:
         print(f'seconds here ({rate.name}): {rate.said()}', flush=True)
     for k, cell in enumerate(todo, start=1):
-        left = [r for r in cell['runs'] if r['key'] not in found]
+        left = [r for r in cell['runs']
+                if r['key'] not in found or r['key'] in retrain]
         n = len(cell['runs'])
         label = (f"[{k}/{len(todo)}] {cell['dataset']} {cell['row']} "
                  f"L={cell['depth']}: {n - len(left)}/{n} done")

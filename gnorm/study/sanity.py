@@ -5,11 +5,17 @@ to its end, or that predicts one class.
 
 Three flags, each of a cell (the seeds of its chosen setting):
 
-* **predicts one class** (:data:`ONE_CLASS`): most seeds put at least
-  :data:`ONE_CLASS_SHARE` of their test nodes in one class, counted from
-  the predictions each run records (``results.json``'s
-  ``test_predictions``). That is a collapse: the model ignores its input.
-  Runs older than that record say nothing here (:func:`one_class`).
+* **predicts one class** (:data:`ONE_CLASS`), where the score is
+  accuracy: most seeds put at least :data:`ONE_CLASS_SHARE` of their
+  test nodes in one class, counted from the predictions each run records
+  (``results.json``'s ``test_predictions``). That is a collapse: the
+  model ignores its input. Runs older than that record say nothing here
+  (:func:`one_class`). Where the score is a ranking (ROC-AUC), the argmax
+  says nothing of it: a model that ranks the nodes well but whose argmax
+  is the majority class (normal for a task with 20 % positives) learned,
+  so there the ranking test below decides alone, and one class by argmax
+  is a note of the cell with its class counts (:func:`argmax_note`),
+  never a flag.
 * **no better than the majority class** (:data:`NO_BETTER`; **no
   better than a random ranking**, :data:`NO_BETTER_AUC`, for ROC-AUC):
   a one-sided test pooled
@@ -32,7 +38,9 @@ Three flags, each of a cell (the seeds of its chosen setting):
   many seeds. A row is flagged where it is not shown better; a row far
   below chance (a minority class everywhere) is flagged too.
 * **still improving** (:data:`IMPROVING`): most seeds reach their best
-  validation score at the last evaluated epoch.
+  validation score in the last tenth of their epochs
+  (:data:`LAST_PART`, :func:`still_improving`): training stopped while
+  the row still improved, so more epochs may change its score.
 
 The test nodes of each run come from the dataset and split its config
 names, read from ``$GNORM_DATA_MIRROR`` where set; a node run whose data
@@ -68,9 +76,11 @@ CHANCE_ALPHA = 0.05
 CHANCE_Z = float(stats.norm.ppf(1 - CHANCE_ALPHA))
 # Words of a flag, as the reports explain it.
 MEANING = {
-    ONE_CLASS: f'most seeds put {ONE_CLASS_SHARE:.0%} or more of their '
-               f'test nodes in one class (the predictions each run '
-               f'records)',
+    ONE_CLASS: f'where the score is accuracy, most seeds put '
+               f'{ONE_CLASS_SHARE:.0%} or more of their test nodes in one '
+               f'class (the predictions each run records; where the score '
+               f'is a ranking, ROC-AUC, a note with the class counts, never '
+               f'a flag: its ranking test decides)',
     NO_BETTER: 'the seeds\' test accuracy, pooled, is not shown above the '
                'majority class of their test nodes (one-sided z below '
                f'{CHANCE_Z:.3f}, level {CHANCE_ALPHA:g}; the variance '
@@ -81,10 +91,14 @@ MEANING = {
                    'a random ranking\'s 0.5 (one-sided z below '
                    f'{CHANCE_Z:.3f}, level {CHANCE_ALPHA:g}; the variance '
                    'counts the test nodes the seeds\' splits share)',
-    IMPROVING: 'most seeds reach their best validation accuracy at the '
-               'last evaluated epoch: training stopped while the row was '
-               'still improving',
+    IMPROVING: 'most seeds reach their best validation accuracy in the '
+               'last tenth of their epochs: training stopped while the row '
+               'was still improving',
 }
+# A run is still improving when its best validation epoch lies in the last
+# tenth of its epochs: a run that had converged would have peaked earlier
+# as often as late, and a peak this late says that more epochs may raise it.
+LAST_PART = 0.1
 
 
 def at_chance(record: Dict[str, Any]) -> bool:
@@ -105,9 +119,11 @@ def meaning(flag: str, said: str = 'accuracy') -> str:
 @dataclass(frozen=True)
 class TestSet:
     r"""The test nodes of a run (sorted indices) and how many of them are
-    in each class."""
+    in each class; how many of its training and validation nodes are."""
     nodes: frozenset
     label_counts: List[int]
+    train_counts: tuple = ()
+    val_counts: tuple = ()
 
     @property
     def majority(self) -> float:
@@ -175,8 +191,32 @@ def _load_test_set(config: Dict[str, Any]) -> Optional[TestSet]:
     labels = data.y[mask]
     if labels.numel() == 0:
         return None
+    classes = int(data.y.max()) + 1
+
+    def counts(part):
+        return tuple(data.y[part].bincount(minlength=classes).tolist())
     return TestSet(frozenset(mask.nonzero().view(-1).tolist()),
-                   labels.bincount().tolist())
+                   labels.bincount().tolist(), counts(data.train_mask),
+                   counts(data.val_mask))
+
+
+def constant_predictor(run: Dict[str, Any]) -> Optional[Dict[str, float]]:
+    r"""What a constant predictor reaches on :obj:`run`'s nodes, for a
+    run that does not record it (``dataset.constant``, as
+    :func:`gnorm.train.node.constant_predictor` writes it): the entropy of
+    its training labels (``train_loss``, nats) and the majority class's
+    share of its validation nodes (``val_score``; 0.5 for ROC-AUC), from
+    the split its config names; :obj:`None` where that is unknown."""
+    found = tested_nodes(run)
+    if found is None or not found.train_counts:
+        return None
+    total = sum(found.train_counts)
+    loss = -sum(c / total * math.log(c / total)
+                for c in found.train_counts if c)
+    val = found.val_counts
+    score = (0.5 if run.get('metric') == 'rocauc'
+             else max(val) / max(sum(val), 1))
+    return {'train_loss': loss, 'val_score': score}
 
 
 def one_class(run: Dict[str, Any]) -> Optional[bool]:
@@ -258,12 +298,51 @@ def _part(run: Dict[str, Any], found: TestSet) -> Optional[tuple]:
 
 
 def still_improving(run: Dict[str, Any]) -> bool:
-    r"""Whether :obj:`run`'s best validation epoch is its last evaluated
-    one."""
+    r"""Whether :obj:`run`'s best validation epoch lies in the last tenth
+    (:data:`LAST_PART`) of its epochs: after epoch
+    :math:`\lfloor 0.9\,E \rfloor` of :math:`E`, the last evaluated
+    one (or the configured number where no curve is recorded)."""
     epochs = (run.get('curve') or {}).get('epoch') or []
     last = epochs[-1] if epochs else (
         run.get('config', {}).get('train', {}).get('epochs'))
-    return run.get('best_epoch') is not None and run['best_epoch'] == last
+    best = run.get('best_epoch')
+    if best is None or not last:
+        return False
+    return best > math.floor((1 - LAST_PART) * last)
+
+
+def ranks(runs: Sequence[Dict[str, Any]]) -> bool:
+    r"""Whether :obj:`runs` are scored by a ranking (ROC-AUC), where
+    chance is a random ranking and the argmax says nothing of it."""
+    return bool(runs) and runs[0].get('metric') == 'rocauc'
+
+
+def argmax_note(runs: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    r"""Where :obj:`runs` are scored by a ranking (:func:`ranks`) and some
+    of them put :data:`ONE_CLASS_SHARE` or more of their test nodes in one
+    class by argmax: how many (``seeds`` of ``runs``) and the predicted and
+    true class counts of their test nodes summed over the runs
+    (``predicted``, ``labels``); :obj:`None` otherwise. A note, not a
+    flag: a good ranking may put every node in the majority class by
+    argmax."""
+    if not ranks(runs):
+        return None
+    seeds = one_class_count(runs)
+    if not seeds:
+        return None
+    recorded = [r['test_predictions'] for r in runs
+                if (r.get('test_predictions') or {}).get('class_counts')]
+    width = max(len(t['class_counts']) for t in recorded)
+
+    def summed(key):
+        total = [0] * width
+        for t in recorded:
+            for i, c in enumerate(t.get(key) or []):
+                total[i] += c
+        return total
+    return {'seeds': seeds, 'runs': len(runs),
+            'predicted': summed('class_counts'),
+            'labels': summed('label_counts')}
 
 
 def one_class_count(runs: Sequence[Dict[str, Any]]) -> Optional[int]:
@@ -279,7 +358,8 @@ def flags(runs: Sequence[Dict[str, Any]], expected: int,
           pooled: Optional[Pooled] = None) -> List[str]:
     r"""The flags of a cell whose chosen setting has :obj:`runs` (of
     :obj:`expected` seeds): :data:`ONE_CLASS` when more than half of them
-    predict one class, :data:`NO_BETTER` when the :obj:`pooled` test
+    predict one class (scored by accuracy; never for a ranking score,
+    :func:`ranks`), :data:`NO_BETTER` when the :obj:`pooled` test
     (:func:`pooled_chance`, computed here if not given) does not show them
     above chance (:data:`NO_BETTER`, or :data:`NO_BETTER_AUC` for
     ROC-AUC), :data:`IMPROVING` when more than half are still
@@ -288,7 +368,7 @@ def flags(runs: Sequence[Dict[str, Any]], expected: int,
     if not runs:
         return found
     half = max(len(runs), expected) / 2
-    if (one_class_count(runs) or 0) > half:
+    if not ranks(runs) and (one_class_count(runs) or 0) > half:
         found.append(ONE_CLASS)
     pooled = pooled or pooled_chance(runs)
     if pooled is not None and pooled.flagged:

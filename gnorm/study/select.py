@@ -23,7 +23,8 @@ from gnorm.errors import GnormError
 from gnorm.results import UNITS, mean_std, plural, score_field, value
 from gnorm.study.compose import setting_label
 from gnorm.study.diagnosis import cell_diagnosis
-from gnorm.study.sanity import (config_split, flags, one_class_count,
+from gnorm.study.sanity import (argmax_note, config_split, flags,
+                                one_class_count,
                                 pooled_chance)
 
 # Means of metrics without counts closer than this are a tie.
@@ -238,6 +239,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                                for t in tied),
                 flags=flags(chosen, cell['expected'], pooled),
                 one_class_seeds=one_class_count(chosen),
+                argmax_note=argmax_note(chosen),
                 diagnosis=cell_diagnosis(chosen),
                 chance_share=pooled and 100 * pooled.chance,
                 chance_threshold=pooled and 100 * pooled.threshold,

@@ -166,13 +166,13 @@ def hydra_folder(source: Path) -> Path:
     return folder
 
 
-def _experiments() -> List[str]:
+def experiments() -> List[str]:
     return sorted(p.stem for p in (CONF_DIR / 'experiment').glob('*.yaml'))
 
 
 def studies() -> List[str]:
     r"""gnorm's experiments that are studies (have a ``table:``)."""
-    return [name for name in _experiments()
+    return [name for name in experiments()
             if '\ntable:' in (CONF_DIR / 'experiment' /
                               f'{name}.yaml').read_text()]
 
@@ -187,7 +187,7 @@ def locate(ref: str) -> tuple:
         if path.suffix != '.yaml':
             raise SpecError(f'a spec file ends in .yaml (Hydra reads no '
                             f'other), got {ref}')
-        if path.stem in _experiments():
+        if path.stem in experiments():
             raise SpecError(f"{ref}: gnorm has an experiment named "
                             f"{path.stem!r}; rename the file")
         return path.stem, path.resolve(), hydra_folder(path)

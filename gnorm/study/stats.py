@@ -55,6 +55,10 @@ from gnorm.errors import renamed
 from gnorm.results import mean_std
 
 LEVEL = 0.95
+# The fewest seeds per row a verdict (beats, loses, equivalent) reads, in
+# depth and paired studies alike (``table.min_seeds``): below it the
+# variance rests on too few degrees of freedom to be read.
+MIN_SEEDS = 5
 PAIRINGS = ('seed', 'none')
 VERDICTS = ('beats', 'loses', 'not distinguishable')
 

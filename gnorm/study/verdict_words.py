@@ -11,7 +11,8 @@ the findings."""
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.monitor.diagnosis import TRAINS
-from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, KINDS,
+from gnorm.study.findings import (BEATS, BOTH_AT_CHANCE, EQUIVALENT, FEW_SEEDS,
+                                  KINDS,
                                   LOSES, MISSING, NOT_A_NUMBER, NOT_COMPARED,
                                   NOT_RUN, OVER_CHANCE, PARTIAL, SAME,
                                   SPLITS_DIFFER, STRONG, UNCOMMITTED,
@@ -96,16 +97,18 @@ def why_text(f: Comparison) -> str:
                 f"{mismatch_words(d['mismatch'])}")
     if f.why == NOT_A_NUMBER:
         return f'{NOT_COMPARED}: a score is not a number'
+    if f.why == FEW_SEEDS:
+        return f"{FEW_SEEDS} (n={d['n']}; {d['need']} needed): no verdict"
     return f.why or NOT_COMPARED
 
 
 def cell_text(f: Comparison, correction: str) -> str:
     r"""A comparison's cell of the table: the verdict (in bold when it
-    holds family-wise), Δ, interval, p and adjusted p, flags."""
+    holds family-wise: a difference or an equivalence), Δ, interval, p and adjusted p, flags."""
     if f.interval is None:
         return why_text(f)
     said = f.verdict or NOT_COMPARED
-    if said in STRONG:
+    if said in STRONG or said == EQUIVALENT:  # each holds family-wise
         said = f'**{said}**'
     text = f'{said} ({interval_text(f.interval)}'
     if f.interval.p is not None:
@@ -183,7 +186,8 @@ def rule_text(row: str, family: FamilySize, level: float,
             f'spec plans, of which {run} have run; a comparison not run '
             f'yet counts as p = 1, so that cells added later can add '
             f'verdicts and never remove one. Bold: a verdict that holds '
-            f'family-wise. Only complete cells (every setting with every '
+            f'family-wise, a difference or an equivalence within the '
+            f'margin. Only complete cells (every setting with every '
             f'seed) are compared.')
 
 
@@ -217,7 +221,8 @@ def comparison(section: Optional[Section], level: float,
     lead = 'Secondary view, in words' if role == 'secondary' else 'In words'
     lines += ['', in_words(row, section.verdicts,
                            family_words(section.size, correction), lead,
-                           section.margin, failed_by_cell(mine)),
+                           section.margin, failed_by_cell(mine),
+                           improving_by_cell(mine)),
               '', kind_counts(mine)]
     sensitivity = detectable_words(section.detect, level, correction,
                                    section.size.planned)
@@ -395,21 +400,49 @@ def cells_text(cells: Sequence[Tuple[str, int]]) -> str:
 
 def diagnosis_text(told: Optional[Dict[str, Any]], short: bool = False
                    ) -> str:
-    r"""``untrainable 8/10 (first/last gradient of layer 1 3e-07, cut
-    0.001)``, and ``; metric-only, no gradients recorded`` where so; with
-    :obj:`short`, the label and count only. Empty without a diagnosis."""
+    r"""``rank-collapsed 6/10 at epoch 1-6 (effective rank of layer 12
+    1.1, cut 1.5: ...); then untrainable from epoch 10 (6 of them)``, and
+    ``; metric-only, no gradients recorded`` where so; with :obj:`short`,
+    the label, count and onset, and what followed. Empty without a
+    diagnosis."""
     if not told:
         return ''
-    text = f"{told['label']} {told['count']}/{told['runs']}"
+    text = (f"{told['label']} {told['count']}/{told['runs']}"
+            + when_text(told['label'], told.get('onset'),
+                        told.get('onset_exact', True)))
+    others = [f'{k} {n}' for k, n in (told.get('counts') or {}).items()
+              if k != told['label']]
+    then = told.get('then')
+    followed = (f"; then {then['label']}"
+                + when_text(then['label'], then['onset'], then['exact'])
+                + f" ({then['count']} of them)" if then else '')
+    followed += f"; the others: {', '.join(others)}" if others else ''
     if short:
-        return text
+        return text + followed
     if told.get('measure') and told['label'] != TRAINS:
         at = '' if told['layer'] is None else f" of layer {told['layer']}"
+        of = f" {told['relative']}" if told.get('relative') else ''
         text += (f" ({told['measure']}{at} {told['value']:.3g}, "
-                 f"cut {told['cut']:g})")
+                 f"cut {told['cut']:g}{of})")
+    text += followed
     if told['metric_only']:
         text += '; metric-only, no gradients recorded'
     return text
+
+
+def when_text(label: str, onset: Optional[Sequence[int]], exact: bool
+              ) -> str:
+    r"""`` at epoch 1`` / `` from epoch 2-10`` (vanishing gradients) /
+    `` by epoch 40`` (known to hold by then, no earlier record) for the
+    first and last epoch a cell's runs' failure began at; empty without
+    one."""
+    if not onset:
+        return ''
+    lo, hi = onset
+    span = f'{lo}' if lo == hi else f'{lo}–{hi}'
+    word = ('by' if not exact else 'from' if label == 'untrainable'
+            else 'at')
+    return f' {word} epoch {span}'
 
 
 def failed_by_cell(found: Dict[Pair, Comparison]
@@ -422,6 +455,31 @@ def failed_by_cell(found: Dict[Pair, Comparison]
                 for row, told in f.failing)
             for (dataset, _, other, depth), f in found.items()
             if f.failing}
+
+
+def improving_by_cell(found: Dict[Pair, Comparison]
+                      ) -> Dict[Tuple[str, str, int], tuple]:
+    r"""Per (other row, dataset, depth), the rows still improving there
+    (:attr:`Comparison.improving`)."""
+    return {(other, dataset, depth): f.improving
+            for (dataset, _, other, depth), f in found.items()
+            if f.improving}
+
+
+def improving_text(cells: Sequence[Tuple[str, int]], other: str,
+                   improving: Dict[Tuple[str, str, int], tuple]) -> str:
+    r"""Which of :obj:`cells` (against :obj:`other`) rest on a row
+    still improving when training stopped: `` (still improving, more
+    epochs may change it: mynorm at minesweeper L=12)``; nothing where
+    none does."""
+    by: Dict[str, List[Tuple[str, int]]] = {}
+    for dataset, depth in cells:
+        for name in improving.get((other, dataset, depth), ()):
+            by.setdefault(name, []).append((dataset, depth))
+    if not by:
+        return ''
+    return ' (still improving, more epochs may change it: ' + '; '.join(
+        f'{name} at {cells_text(where)}' for name, where in by.items()) + ')'
 
 
 def failed_text(cells: Sequence[Tuple[str, int]], other: str,
@@ -453,7 +511,8 @@ def failed_text(cells: Sequence[Tuple[str, int]], other: str,
 def in_words(row: str, verdicts: Dict[str, Dict[str, list]],
              how: str = '', lead: str = 'In words',
              margin: float = 1.0,
-             failed: Optional[Dict[Tuple[str, str, int], tuple]] = None
+             failed: Optional[Dict[Tuple[str, str, int], tuple]] = None,
+             improving: Optional[Dict[Tuple[str, str, int], tuple]] = None
              ) -> str:
     r"""The comparison's table in one paragraph (the README quotes it):
     per other row, the cells where :obj:`row` beats it, loses, or is not
@@ -462,19 +521,23 @@ def in_words(row: str, verdicts: Dict[str, Dict[str, list]],
     (``table.not_run``); :obj:`how`: how the verdicts were read (e.g.
     ``Holm-adjusted over a family of 32``); :obj:`failed`: why the rows
     at chance failed, per cell (:func:`failed_by_cell`), said after the
-    verdicts against a row at chance."""
+    verdicts against a row at chance; :obj:`improving`: the rows still
+    improving when training stopped, per cell
+    (:func:`improving_by_cell`), said after any verdict of their cells."""
     parts = []
     for other, found in verdicts.items():
         said = [f"{said_of(verdict, other, margin=margin)} at "
                 f"{cells_text(found[verdict])}"
                 + (failed_text(found[verdict], other, failed or {})
                    if verdict in CHANCE_KINDS else '')
+                + improving_text(found[verdict], other, improving or {})
                 for verdict in KINDS if found.get(verdict)]
         left = [f"{why}: {cells_text(found[key])}"
                 for key, why in ((NOT_COMPARED, 'not compared yet, '
                                   'incomplete'),
                                  (SPLITS_DIFFER, 'not compared, the '
                                   'splits differ'),
+                                 (FEW_SEEDS, 'not read, too few seeds'),
                                  (UNCOMMITTED, 'not quoted, runs of '
                                   'uncommitted code'),
                                  (NOT_RUN, 'not run here'))

@@ -6,7 +6,9 @@ run continues with the curve the uninterrupted run would have given. A
 run's checkpoint is the same whether it trained alone or in a
 :class:`~gnorm.models.StackedGraphormer`; one saved by a run of another
 identity (another config, another number of processes) is refused
-(:func:`gnorm.results.keys.check_resume`).
+(:func:`gnorm.results.keys.check_resume`), and one saved before a file of
+the user's code that the config names changed is left: the run trains
+from the start (:func:`gnorm.results.user_code.changed_user_code`).
 """
 import os
 from pathlib import Path
@@ -19,6 +21,7 @@ from gnorm.errors import ConfigError
 from gnorm.models import StackedGraphormer
 from gnorm.models.stacked_graphormer import runs_of
 from gnorm.results.keys import check_resume
+from gnorm.results.user_code import changed_user_code, retraining
 
 # ``training`` below: the :class:`gnorm.train.graph.Training` of the loop
 # (its model, optimizer, schedule and number of processes).
@@ -67,8 +70,12 @@ def load_checkpoints(cfgs, checkpoints: List[Path], device: torch.device,
             continue
         state = torch.load(checkpoint, map_location=device,
                            weights_only=False)
-        check_resume(state, OmegaConf.to_container(cfg, resolve=True), world,
-                     checkpoint)
+        config = OmegaConf.to_container(cfg, resolve=True)
+        check_resume(state, config, world, checkpoint)
+        changed = changed_user_code(state, config)
+        if changed:  # the user's code changed: from the start
+            print(retraining(state, changed, checkpoint), flush=True)
+            state = None
         states.append(state)
     if all(state is None for state in states):
         return None
@@ -143,6 +150,7 @@ def save_checkpoints(checkpoints: List[Path], cfgs, training: Any,
         _save(checkpoint, {
             'epoch': epoch, 'config': OmegaConf.to_container(cfg,
                                                              resolve=True),
+            'source': res.get('source'),
             'world_size': training.world,
             'model': training.run_state(run),
             'optimizer': _run_optimizer_state(optimizer, run, runs),

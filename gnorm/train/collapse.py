@@ -8,7 +8,7 @@ tokens).
 import csv
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -26,6 +26,38 @@ def monitor(model: torch.nn.Module,
     run that diverged, gives :obj:`nan` values rather than an error)."""
     return CollapseMonitor(model, metrics=metrics, dtype=torch.float64,
                            nonfinite='nan')
+
+
+@torch.no_grad()
+def squared_norms(model: torch.nn.Module, layers: Sequence[str],
+                  forward: Callable[[], Any]) -> List[List[float]]:
+    r"""Per run (one for a model of one run), the mean squared row norm of
+    each of :obj:`layers`' outputs in the pass :obj:`forward` runs (the
+    scale a diagnosis reads the layers' Dirichlet energies against,
+    :func:`gnorm.monitor.diagnosis.energy_fall`), in float64."""
+    from gnorm.monitor.gradients import squared_norm
+    modules = dict(model.named_modules())
+    found: Dict[int, torch.Tensor] = {}
+
+    def keep(index):
+        def hook(module, args, output):
+            if isinstance(output, torch.Tensor) and output.dim() >= 2:
+                x = output.detach().double()
+                found[index] = squared_norm(x if x.dim() == 3
+                                            else x.unsqueeze(0))
+        return hook
+    handles = [modules[n].register_forward_hook(keep(i))
+               for i, n in enumerate(layers)]
+    try:
+        forward()
+    finally:
+        for h in handles:
+            h.remove()
+    nan = torch.tensor([math.nan], dtype=torch.float64)
+    runs = max((v.numel() for v in found.values()), default=1)
+    table = torch.stack([found.get(i, nan).cpu().expand(runs)
+                         for i in range(len(layers))])  # [L, runs]
+    return table.T.tolist()
 
 
 def run_records(records: Sequence[Dict[str, Any]], run: Optional[int],

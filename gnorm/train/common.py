@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
+from hydra.core.override_parser.types import Quote, QuotedString
 from hydra.errors import InstantiationException
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from gnorm.errors import ConfigError
 from gnorm.results.folders import check_folder
 from gnorm.results.keys import NOT_RESULT_KEYS, is_finished, world_size
+from gnorm.results.user_code import changed_user_code, retraining
 
 # The Hydra configs: gnorm/conf/ in an installed wheel (setup.py ships
 # them there), else conf/ at the top of the repository (a checkout or an
@@ -235,8 +237,13 @@ def unknown_norm_keys(node: DictConfig) -> Optional[str]:
 
 
 def quoted(text: str) -> str:
-    r""":obj:`text` as a quoted value of a Hydra override."""
-    return "'" + text.replace('\\', '\\\\').replace("'", "\\'") + "'"
+    r""":obj:`text` as a quoted value of a Hydra override, which Hydra's
+    parser reads back as :obj:`text`. Hydra's grammar (its own
+    :meth:`QuotedString.with_quotes`) escapes a quote and the backslashes
+    right before a quote only; any other backslash stays as it is (a run
+    folder named after ``'split_index=${seed}'`` holds Hydra's
+    ``$\{seed\}``, which doubled would name another file)."""
+    return QuotedString(text=text, quote=Quote.single).with_quotes()
 
 
 def one_line(error: BaseException) -> str:
@@ -292,12 +299,16 @@ def write_json(path: Path, obj: Dict[str, Any]) -> Dict[str, Any]:
     return obj
 
 
-def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
+def finished_run(path: Path, cfg: DictConfig,
+                 say: bool = False) -> Optional[Dict[str, Any]]:
     r"""The results in :obj:`path` if they are those of a finished run of
     :obj:`cfg` trained by as many processes as this one
-    (:func:`gnorm.results.keys.is_finished`), else :obj:`None`. Raises
-    :class:`ConfigError` if a finished run of another config lies
-    there."""
+    (:func:`gnorm.results.keys.is_finished`) with the user's code of now
+    (:func:`gnorm.results.user_code.changed_user_code`: a file of the
+    user's that the config names changed since, and the run is trained
+    again; with :obj:`say`, a ``retraining: mynorm.py changed since this
+    run`` line says so), else :obj:`None`. Raises :class:`ConfigError`
+    if a finished run of another config lies there."""
     if not path.is_file():
         return None
     try:
@@ -305,7 +316,14 @@ def finished_run(path: Path, cfg: DictConfig) -> Optional[Dict[str, Any]]:
     except (OSError, ValueError):
         return None  # unreadable: run again
     asked = json_safe(OmegaConf.to_container(cfg, resolve=True))
-    return results if is_finished(results, asked, world_size(), path) else None
+    if not is_finished(results, asked, world_size(), path):
+        return None
+    changed = changed_user_code(results, asked)
+    if changed:
+        if say:
+            print(retraining(results, changed, path), flush=True)
+        return None
+    return results
 
 
 def free_memory(device: torch.device) -> int:

@@ -352,12 +352,51 @@ def predicted_on_test(out: torch.Tensor, data, metric: str = 'acc'
     predicted = class_counts(out.argmax(dim=-1), mask, num_classes).tolist()
     labels = class_counts(data.y, mask, num_classes).tolist()
     found = []
-    for pred, true in zip(predicted, labels):
+    for r, (pred, true) in enumerate(zip(predicted, labels)):
         record = {'class_counts': pred, 'label_counts': true}
         if metric == 'rocauc':
             record['positive_rate'] = pred[1] / max(sum(pred), 1)
+            record['scores'] = ranked_scores(out[r], data.y, mask[r])
         found.append(record)
     return found
+
+
+# Significant digits of the stored test scores: enough that the ROC-AUC
+# recomputed from them equals the run's to 1e-6 (ties that rounding could
+# make are that rare).
+SCORE_DIGITS = 7
+
+
+def ranked_scores(out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+                ) -> Dict[str, Any]:
+    r"""What an outside reader needs to recompute a run's test ROC-AUC: the
+    score of each test node (``log_odds``, class 1's logit less class 0's,
+    :data:`SCORE_DIGITS` significant digits) and its label (``labels``, a
+    string of ``0`` and ``1``), in the order of the nodes' indices."""
+    nodes = mask.nonzero().view(-1)
+    odds = (out[nodes, 1].double() - out[nodes, 0].double()).tolist()
+    return {'log_odds': [float(f'{v:.{SCORE_DIGITS}g}') for v in odds],
+            'labels': ''.join(str(int(v)) for v in y[nodes].tolist())}
+
+
+def constant_predictor(data, run: int, metric: str) -> Dict[str, float]:
+    r"""What a constant predictor reaches on run :obj:`run`'s nodes, the
+    ground against which a diagnosis says a run learned nothing: the
+    cross-entropy of the training nodes' class frequencies
+    (``train_loss``, nats: the lowest loss a model that ignores its input
+    reaches) and its validation score (``val_score``: the majority class's
+    share of the validation nodes, or a constant ranking's 0.5 for
+    ROC-AUC)."""
+    def counts(split: str) -> torch.Tensor:
+        return torch.bincount(data.y[data[f'{split}_mask'][run]],
+                              minlength=int(data.y.max()) + 1).double()
+    train = counts('train')
+    p = train / train.sum().clamp_min(1)
+    loss = float(-torch.special.xlogy(p, p).sum())
+    val = counts('val')
+    score = 0.5 if metric == 'rocauc' else float(val.max()
+                                                 / val.sum().clamp_min(1))
+    return {'train_loss': loss, 'val_score': score}
 
 
 def masked_cross_entropy(out: torch.Tensor, y: torch.Tensor,
@@ -524,8 +563,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     ``status: failed`` and stops counting. With :obj:`cuda_graph`, the
     step is replayed as CUDA graphs after its warm-up epochs
     (:class:`~gnorm.train.graphed.GraphedStep`). With :obj:`grad_every`,
-    each run's ``gradients`` (:func:`gradient_recorder`) at epoch 1 and
-    every :obj:`grad_every` epochs, those the step runs eagerly."""
+    each run's ``gradients`` (:func:`gradient_recorder`) at the epochs
+    :func:`gradient_epoch` names, those the step runs eagerly."""
     runs, device = len(results), data.y.device
     optimizer = make_optimizer(model, optimizer, lr, weight_decay)
     names = metric_names(metric)
@@ -548,8 +587,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         for epoch in range(1, epochs + 1):
             losses, metrics = step(optimizer, alive, evaluate=(
                 epoch % eval_every == 0 or epoch == epochs), record=(
-                gradients.record(epoch) if gradients is not None and (
-                    epoch == 1 or epoch % grad_every == 0) else None))
+                gradients.record(epoch) if gradients is not None and
+                gradient_epoch(epoch, grad_every) else None))
             alive = alive & torch.isfinite(losses)
             acc, loss = metrics[:, 1], metrics[:, 2]
             improved = alive & ((acc > best[:, 1]) | (
@@ -580,18 +619,33 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     return best_state
 
 
+# The first epochs a run records each one of: where a failure begins (a
+# representation collapsed by the first Adam step, gradients that vanish
+# by the second), which a record every grad_every epochs would miss.
+EARLY_EPOCHS = 5
+
+
+def gradient_epoch(epoch: int, every: int) -> bool:
+    r"""Whether :obj:`epoch` records gradients (and the layers' trace) at
+    the interval :obj:`every`: each of the first :data:`EARLY_EPOCHS`
+    epochs, then every :obj:`every`-th."""
+    return bool(every) and (epoch <= EARLY_EPOCHS or epoch % every == 0)
+
+
 def gradient_recorder(model: torch.nn.Module, every: int
                       ) -> Optional[Gradients]:
     r"""The recorder of the per-layer gradient norms of :obj:`model`'s
     layers (:class:`~gnorm.monitor.gradients.Gradients` of the layers a
     :class:`~gnorm.monitor.CollapseMonitor` hooks), for a recording
     interval :obj:`every` (0: none). A run's ``gradients`` field then
-    holds, per recorded epoch and layer, the norm of the gradient reaching
-    the layer's output and of its parameters' gradient: what
-    :func:`gnorm.monitor.diagnose` reads to tell an untrainable run."""
+    holds, per recorded epoch (:func:`gradient_epoch`) and layer, the
+    norm of the gradient reaching the layer's output, of its parameters'
+    gradient and of its parameters, and the effective rank and mean
+    cosine of its output (the trace): what :func:`gnorm.monitor.diagnose`
+    reads to tell an untrainable run, and which failure came first."""
     if not every:
         return None
-    return Gradients(model, find_layers(model), model.runs)
+    return Gradients(model, find_layers(model), model.runs, trace=True)
 
 
 def _record(results: List[Dict[str, Any]], first: int,
@@ -786,7 +840,8 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                         'split_sizes': [int(data[f'{s}_mask'][r].sum())
                                         for s in ('train', 'val', 'test')],
                         'split_fingerprint': fingerprints[r],
-                        'leakage': leaked[r]},
+                        'leakage': leaked[r],
+                        'constant': constant_predictor(data, r, metric)},
             'model': str(alone),
             **({} if metric == 'acc' else {'metric': metric}),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
@@ -812,6 +867,8 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     train, val, val_loss, test = metric_names(metric)
     if monitor is not None:
         monitor.remove()
+        norms = collapse.squared_norms(model, monitor.layers, lambda: model(
+            data.x, model.prepare(data.x, data.edge_index)))
     for r, res in enumerate(results):
         if res.get('status') == 'failed':
             continue
@@ -829,5 +886,6 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                 monitor.records, None if model.runs is None else r,
                 res['selected_epoch'])
             res['collapse'] = collapse.collapse_field(records)
+            res['collapse']['squared_norm'] = norms[r]
             collapse.write_csv(paths[r].parent, records)
     return results

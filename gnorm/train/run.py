@@ -38,6 +38,7 @@ import gnorm
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.machine import this_machine
 from gnorm.results.keys import result_config
+from gnorm.results.user_code import user_code
 from gnorm.train.locks import lock_folder, release
 from gnorm.train.common import (  # noqa: F401 (CONF_DIR: gnorm.train.run's)
     CONF_DIR,
@@ -169,6 +170,17 @@ def source() -> Optional[Dict[str, Any]]:
         return None
 
 
+def run_source(cfg: DictConfig) -> Optional[Dict[str, Any]]:
+    r"""Which code makes the run of :obj:`cfg`: gnorm's (:func:`source`)
+    and, where the config names modules of the user's through a
+    ``_target_``, ``user_code``: each one's file and SHA-256
+    (:func:`gnorm.results.user_code.user_code`), which ``resume``
+    compares; :obj:`None` for neither."""
+    mine = user_code(OmegaConf.to_container(cfg, resolve=True))
+    found = source()
+    return {**(found or {}), 'user_code': mine} if mine else found
+
+
 # The folders whose code makes a run's results.
 CODE_PATHS = ('gnorm', 'conf', 'hydra_plugins')
 
@@ -222,7 +234,7 @@ def base_results(cfg: DictConfig, device: torch.device, path: Path,
         'path': str(path),
         'versions': {'gnorm': gnorm.__version__, 'torch': torch.__version__,
                      'torch_geometric': torch_geometric.__version__},
-        'source': source(),
+        'source': run_source(cfg),
     }
 
 
@@ -377,7 +389,7 @@ def train_runs(cfgs: List[DictConfig], output_dirs: List[str],
     for i, (cfg, path) in enumerate(zip(cfgs, paths)):
         if first[i] != i:
             continue  # the folder's first run trains it
-        found = _finished(cfg, path, waited=False)
+        found = _finished(cfg, path, waited=False, say=True)
         if found is not None:
             print(f'done already: {path}', flush=True)
             done[i] = found
@@ -415,13 +427,15 @@ def _first_of_folders(cfgs: List[DictConfig], paths: List[Path],
     return found
 
 
-def _finished(cfg: DictConfig, path: Path,
-              waited: bool) -> Optional[Dict[str, Any]]:
+def _finished(cfg: DictConfig, path: Path, waited: bool,
+              say: bool = False) -> Optional[Dict[str, Any]]:
     r"""The results at :obj:`path` of a finished run of :obj:`cfg` that is
     not to be trained again: with ``resume=true``, or when another process
-    trained it while this one :obj:`waited` for it."""
+    trained it while this one :obj:`waited` for it; one whose user code
+    changed since is trained again (with :obj:`say`, a line says so:
+    :func:`~gnorm.train.common.finished_run`)."""
     if cfg.get('resume', False):
-        return finished_run(path, cfg)
+        return finished_run(path, cfg, say)
     if not waited:
         return None
     try:
