@@ -684,3 +684,27 @@ def test_the_list_shows_cpu_and_gpu_work_with_seconds_here(
                 if 'tiny_queue_cpu' in line]
     assert len(cpu_rows) == 2 and all(line.split()[-2] != '-'
                                       for line in cpu_rows)
+
+
+def test_a_deadline_off_the_main_thread_is_refused_in_one_line():
+    r"""SIGALRM reaches the main thread only: a deadline asked for in
+    another thread is refused, not silently ignored; without a deadline
+    any thread runs."""
+    import threading
+
+    from gnorm.errors import GnormError
+    from gnorm.study import queue_run
+    found = []
+
+    def call(deadline):
+        try:
+            with queue_run.stops_at(deadline):
+                found.append('ran')
+        except GnormError as e:
+            found.append(str(e))
+    for deadline in (queue_run.clock() + 60, queue_run.INF):
+        worker = threading.Thread(target=call, args=(deadline, ))
+        worker.start()
+        worker.join()
+    assert found[0].startswith('a queue deadline binds on the main thread')
+    assert '\n' not in found[0] and found[1] == 'ran'

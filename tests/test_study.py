@@ -1201,3 +1201,22 @@ def test_a_spec_training_fewer_epochs_than_its_recipe_says_so(tmp_path):
     plain = tmp_path / 'plain.yaml'
     plain.write_text('table:\n  kind: depth\n')
     assert inherited_recipe(plain) is None
+
+
+def test_sigterm_stops_a_study_with_143(tmp_path, monkeypatch, capsys):
+    r"""SIGTERM during a study's runs exits 143 (128 + 15), as the queue
+    and python -m gnorm.train do; Ctrl-C stays 130."""
+    import signal
+
+    import gnorm.train
+    from gnorm.errors import Interrupted
+
+    for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        def stop(*args, signum=signum):
+            raise Interrupted(signum)
+        monkeypatch.setattr(gnorm.train, 'train_runs', stop)
+        args = ['table3_paper', *TINY, '--rows', 'none', '--runs',
+                str(tmp_path / f'runs{signum}'), '--scratch',
+                str(tmp_path / 'scratch')]
+        assert study(args) == status
+        assert 'interrupted: finished runs are kept' in capsys.readouterr().err

@@ -184,13 +184,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(plan, args: argparse.Namespace) -> int:
     r"""Trains what :obj:`plan` misses (nothing with ``--report-only``);
-    returns the exit status: 0, 1 when runs failed, 130 when interrupted
-    (Ctrl-C, SIGTERM)."""
+    returns the exit status: 0, 1 when runs failed, 128 + the signal's
+    number when interrupted (130 for Ctrl-C, 143 for SIGTERM), as the
+    queue and ``python -m gnorm.train`` exit."""
     from gnorm.study.runner import sigterm_interrupts
     try:
         with sigterm_interrupts():
             return 1 if not args.report_only and plan.run() else 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print('interrupted: finished runs are kept; run the same command '
               'again to go on', file=sys.stderr, flush=True)
-        return 130
+        return getattr(e, 'exit_code', 130)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from gnorm.errors import Interrupted
+from gnorm.errors import GnormError, Interrupted
 from gnorm.study.queue_cost import Rate, duration, refresh
 from gnorm.study.queue_plan import Pending, eagerly
 from gnorm.study.queue_record import (add_cell, add_failures, claim_runs,
@@ -59,13 +59,17 @@ def _alarm(signum: int, frame: Any) -> None:
 @contextlib.contextmanager
 def stops_at(deadline: float) -> Iterator[None]:
     r"""Raises :class:`Deadline` inside the block at :obj:`deadline` (on
-    :func:`clock`); nothing without one or outside the main thread (where
-    signals cannot go)."""
+    :func:`clock`); nothing without one. A deadline off the main thread,
+    where no signal can reach, is refused in one line
+    (:class:`gnorm.errors.GnormError`) rather than silently not kept."""
     left = deadline - clock()
-    if left == INF or threading.current_thread() is not \
-            threading.main_thread():
+    if left == INF:
         yield
         return
+    if threading.current_thread() is not threading.main_thread():
+        raise GnormError('a queue deadline binds on the main thread only '
+                         '(SIGALRM stops the cell there); call the queue '
+                         'from the main thread, or without a budget')
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3))
     try:
