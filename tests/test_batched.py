@@ -207,7 +207,8 @@ def test_auto_batch_size_follows_memory(monkeypatch):
     assert node.max_runs([compose_train(*TINY, 'batch_runs=3')] * 6, device) == 3
 
 
-@pytest.mark.parametrize('norm', ['none', 'contranorm', 'contranorm_d'])
+@pytest.mark.parametrize('norm', ['none', 'contranorm', 'contranorm_d',
+                                  'contranorm_lin'])
 @pytest.mark.parametrize('avg_degree', [4, 190])
 def test_memory_estimate_covers_saved_tensors(norm, avg_degree):
     r"""What a run keeps for its backward pass (the bulk of its memory) is

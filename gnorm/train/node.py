@@ -243,8 +243,10 @@ def memory_per_run(cfg: DictConfig, num_nodes: int, num_entries: int,
     it trains: every hidden layer keeps ~12 tensors of
     :obj:`[nodes, hidden]` floats for the backward pass (ContraNorm a few
     more; with non-neighbour negatives also a weight and two indices per
-    edge, and a few :obj:`[edges, hidden]` tensors in passing), the input
-    layer its kept entries. A block of model=resgnn counts as a layer as
+    edge, and a few :obj:`[edges, hidden]` tensors in passing; with
+    ``kernel: nystrom`` a few :obj:`[nodes, landmarks]` tensors per layer
+    and, with non-neighbour negatives, an :obj:`[edges, landmarks]` one in
+    passing), the input layer its kept entries. A block of model=resgnn counts as a layer as
     wide as its feed-forward network (twice that with ``conv: sage``), its
     input layer as one more; with ``conv: gat`` it also keeps a few
     :obj:`[edges, hidden]` tensors."""
@@ -260,6 +262,11 @@ def memory_per_run(cfg: DictConfig, num_nodes: int, num_entries: int,
     edges = num_edges + num_nodes  # self-loops included
     if cfg.norm.get('negatives') == 'non_neighbors':
         floats += 6 * edges * cfg.layers + 3 * edges * hidden
+    if cfg.norm.get('kernel') == 'nystrom':
+        k = cfg.norm.get('landmarks', 64)
+        floats += 6 * num_nodes * k * cfg.layers + (
+            3 * edges * k if cfg.norm.get('negatives') == 'non_neighbors'
+            else 0)
     if cfg.model._target_ == 'gnorm.models.ResGNN' and conv == 'gat':
         floats += 3 * edges * hidden * cfg.layers
     return int(4 * floats)
