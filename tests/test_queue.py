@@ -708,3 +708,18 @@ def test_a_deadline_off_the_main_thread_is_refused_in_one_line():
         worker.join()
     assert found[0].startswith('a queue deadline binds on the main thread')
     assert '\n' not in found[0] and found[1] == 'ran'
+
+
+def test_claims_are_removed_when_released(tmp_path):
+    r"""A claim locks its run while held (a second claim gets nothing) and
+    its file is gone once released; the run can be claimed again."""
+    folder = tmp_path / queue_record.CLAIMS
+    held = queue_record.claim_runs(tmp_path, ['a', 'b'])
+    assert set(held) == {'a', 'b'} and len(list(folder.iterdir())) == 2
+    assert queue_record.claim_runs(tmp_path, ['a']) == {}
+    queue_record.release_runs(held)
+    assert list(folder.iterdir()) == []
+    again = queue_record.claim_runs(tmp_path, ['a'])
+    assert set(again) == {'a'}
+    queue_record.release_runs(again)
+    assert list(folder.iterdir()) == []

@@ -16,7 +16,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 RECORD = '.queue.json'
 LOCK = '.queue.lock'
@@ -51,28 +51,54 @@ def locked(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def claim_runs(out: Path, keys: Sequence[str]) -> Dict[str, int]:
+def claim_runs(out: Path, keys: Sequence[str]
+               ) -> Dict[str, Tuple[int, Path]]:
     r"""Claims for this process the runs :obj:`keys` that no other
     process has claimed (a lock on ``<out>/.queue.runs/<digest>``, taken
-    without waiting); returns the claimed runs' file descriptors by key,
-    for :func:`release_runs`."""
+    without waiting); returns the claimed runs' file descriptors and
+    claim files by key, for :func:`release_runs`. A claim file another
+    process removed between this one's open and lock (its release) is
+    opened again, so that two processes never hold locks on two files of
+    one name."""
     folder = out / CLAIMS
     folder.mkdir(parents=True, exist_ok=True)
     held = {}
     for key in keys:
-        fd = os.open(folder / run_digest(key), os.O_RDWR | os.O_CREAT, 0o644)
+        path = folder / run_digest(key)
+        fd = _lock(path)
+        if fd is not None:
+            held[key] = fd, path
+    return held
+
+
+def _lock(path: Path, tries: int = 3) -> Optional[int]:
+    r"""The descriptor of :obj:`path` locked by this process, or
+    :obj:`None` where another holds it."""
+    for _ in range(tries):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            continue
-        held[key] = fd
-    return held
+            return None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # released and removed meanwhile: open it again
+    return None
 
 
-def release_runs(held: Dict[str, int]) -> None:
-    r"""Releases the claims :obj:`held` (:func:`claim_runs`)."""
-    for fd in held.values():
+def release_runs(held: Dict[str, Tuple[int, Path]]) -> None:
+    r"""Releases the claims :obj:`held` (:func:`claim_runs`) and removes
+    their files (while still locked, so that a process waiting on one
+    opens a new file)."""
+    for fd, path in held.values():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
         os.close(fd)
 
 
