@@ -723,3 +723,35 @@ def test_claims_are_removed_when_released(tmp_path):
     assert set(again) == {'a'}
     queue_record.release_runs(again)
     assert list(folder.iterdir()) == []
+
+
+def test_an_alarm_during_a_results_write_waits_for_the_file(tmp_path,
+                                                            monkeypatch):
+    r"""The deadline's SIGALRM falling while results.json is written is held
+    until the file is in place: the run is kept whole, and the alarm then
+    stops the cell."""
+    import signal
+
+    from gnorm.train import common
+
+    class Alarm(Exception):
+        pass
+
+    def ring(signum, frame):
+        raise Alarm
+    real = common._dumps
+
+    def slow(obj, *args):
+        if not args:  # the outermost call: the deadline, mid-write
+            signal.raise_signal(signal.SIGALRM)
+        return real(obj, *args)
+    previous = signal.signal(signal.SIGALRM, ring)
+    monkeypatch.setattr(common, '_dumps', slow)
+    try:
+        with pytest.raises(Alarm):
+            common.write_json(tmp_path / 'results.json', {'status': 'ok'})
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert json.loads((tmp_path / 'results.json').read_text()) == \
+        {'status': 'ok'}
+    assert not (tmp_path / '.results.json.tmp').exists()

@@ -9,14 +9,17 @@ loop over runs (:mod:`gnorm.train.run`) and the sweeper
 (:mod:`gnorm.train.sweep`, through :mod:`gnorm.train.hydra_adapter`) on
 it; the command line (:mod:`gnorm.train.command`) on top.
 """
+import contextlib
 import importlib
 import importlib.resources
 import inspect
 import json
 import math
 import os
+import signal
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
+                    Sequence)
 
 import numpy as np
 import torch
@@ -288,15 +291,33 @@ def _dumps(value: Any, indent: str = '') -> str:
 
 def write_json(path: Path, obj: Dict[str, Any]) -> Dict[str, Any]:
     r"""Writes :obj:`obj` to :obj:`path` atomically (temporary file, then
-    :func:`os.replace`); non-finite numbers become :obj:`null`, float32
+    :func:`os.replace`), with the queue's deadline alarm (``SIGALRM``)
+    held until the file is in place (:func:`alarm_held`: a finished run is
+    never lost to it); non-finite numbers become :obj:`null`, float32
     values their shortest decimal. Returns what it wrote."""
     path.parent.mkdir(parents=True, exist_ok=True)
     obj = json_safe(obj)
     tmp = path.with_name(f'.{path.name}.tmp')
-    with open(tmp, 'w') as f:
-        f.write(_dumps(obj) + '\n')
-    os.replace(tmp, path)
+    with alarm_held():
+        with open(tmp, 'w') as f:
+            f.write(_dumps(obj) + '\n')
+        os.replace(tmp, path)
     return obj
+
+
+@contextlib.contextmanager
+def alarm_held() -> Iterator[None]:
+    r"""Holds ``SIGALRM`` for the block in this thread (where the platform
+    can): an alarm that falls inside it is delivered when it ends."""
+    mask = getattr(signal, 'pthread_sigmask', None)
+    if mask is None:
+        yield
+        return
+    previous = mask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, previous)
 
 
 def finished_run(path: Path, cfg: DictConfig,
