@@ -212,10 +212,22 @@ def scaled(values: Sequence[Any], norms: Optional[Sequence[Any]]
     r"""Each layer's energy over its mean squared row norm :obj:`norms`
     (a Rayleigh quotient: the same whatever scale the layer's output
     has), or the energies themselves without :obj:`norms`."""
-    if not norms or len(norms) != len(values):
+    if not norms or not values or len(norms) != len(values):
         return values
     return [v / n if _finite([v, n]) and n > 0 else None
             for v, n in zip(values, norms)]
+
+
+def energy_ratio(values: Optional[Sequence[Any]],
+                 norms: Optional[Sequence[Any]] = None) -> Optional[float]:
+    r"""The last hidden layer's energy over the first layer's, each
+    :func:`scaled` by :obj:`norms`; :obj:`None` where either is unknown or
+    the first is not positive."""
+    values = scaled(values, norms)
+    if not values or len(values) < 2:
+        return None
+    first, last = values[0], values[-2]
+    return last / first if _finite([first, last]) and first > 0 else None
 
 
 def energy_fall(collapse: Mapping[str, Sequence[Any]]
@@ -229,15 +241,11 @@ def energy_fall(collapse: Mapping[str, Sequence[Any]]
     :math:`\sqrt{1 + d_i}`: the limit of GCN propagation). Either falling
     is the rows converging to a smoothing operator's limit."""
     found = []
-    norms = collapse.get('squared_norm')
     for key, name in ENERGIES.items():
-        values = collapse.get(key)
-        values = scaled(values, norms) if values else values
-        if values and len(values) >= 2 and \
-                _finite(values[:1] + values[-2:-1]) and values[0] > 0:
-            ratio = values[-2] / values[0]
+        ratio = energy_ratio(collapse.get(key), collapse.get('squared_norm'))
+        if ratio is not None:
             found.append(Measure(name, ratio, ENERGY_FALL,
-                                 ratio < ENERGY_FALL, len(values) - 1,
+                                 ratio < ENERGY_FALL, len(collapse[key]) - 1,
                                  FIRST_LAYER))
     return min(found, key=lambda m: m.value) if found else None
 
@@ -250,6 +258,16 @@ def last_rank(collapse: Mapping[str, Sequence[Any]]) -> Optional[float]:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _sensitivity(grad: Optional[float], weight: Optional[float]
+                 ) -> Optional[float]:
+    r""":math:`\|\theta\| \, \|\nabla_\theta L\|` of a layer whose
+    weights' norm is :obj:`weight` (:obj:`None` where it has none) and
+    whose gradient's is :obj:`grad` (0 where none reached it)."""
+    if not weight:
+        return None
+    return 0.0 if grad is None else grad * weight
+
+
 def _sensitivities(gradients: Mapping[str, Sequence[Any]]
                    ) -> Tuple[List[List[Optional[float]]], bool]:
     r"""Per recorded epoch, each layer's sensitivity :math:`\|\theta\|
@@ -260,8 +278,7 @@ def _sensitivities(gradients: Mapping[str, Sequence[Any]]
     grads = gradients.get('param_grad_norm') or []
     weights = gradients.get('param_norm')
     if weights:
-        return [[g * w if w and g is not None else None if not w else 0.0
-                 for g, w in zip(gs, ws)]
+        return [[_sensitivity(g, w) for g, w in zip(gs, ws)]
                 for gs, ws in zip(grads, weights)], True
     has = [any(gs[i] for gs in grads) for i in range(len(grads[0]))] \
         if grads else []
@@ -343,13 +360,9 @@ def _onset(trace: Optional[Mapping[str, Sequence[Any]]], metric: str,
     if not trace or not trace.get(metric):
         return None
     for epoch, values in zip(trace.get('epoch') or [], trace[metric]):
-        value = last_rank({'effective_rank': values}) \
-            if metric == 'effective_rank' else None
-        if metric != 'effective_rank' and values and len(values) >= 2:
-            values = scaled(values, _at(trace, 'squared_norm', epoch))
-            first, last = values[0], values[-2]
-            value = (last / first if _finite([first, last]) and first > 0
-                     else None)
+        value = (last_rank({'effective_rank': values})
+                 if metric == 'effective_rank' else
+                 energy_ratio(values, _at(trace, 'squared_norm', epoch)))
         if value is not None and holds(value):
             return epoch
     return None

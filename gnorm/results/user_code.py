@@ -1,4 +1,4 @@
-r"""(e) Which code of the user's made a run: the modules outside gnorm that
+r"""Which code of the user's made a run: the modules outside gnorm that
 its config names through a ``_target_`` (``norm._target_=mynorm.HalfLN``),
 recorded with a hash of their source (``source.user_code`` in
 ``results.json``: ``{module: {path, sha256}}``), so that ``resume`` and
@@ -123,16 +123,11 @@ def target_modules(target: str) -> Dict[str, Path]:
             if is_user_file(path)}
 
 
-@functools.lru_cache(maxsize=None)
-def _sha256(path: Path, mtime_ns: int, size: int) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def file_sha256(path: Path) -> str:
-    r"""SHA-256 of the bytes of :obj:`path` (read once per version of the
-    file in a process)."""
-    stat = path.stat()
-    return _sha256(path, stat.st_mtime_ns, stat.st_size)
+    r"""SHA-256 of the bytes of :obj:`path`, read each time: an edit that
+    keeps the file's size within the file system's time resolution still
+    counts."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def user_code(config: Dict[str, Any]) -> Dict[str, Dict[str, str]]:
