@@ -112,6 +112,23 @@ def test_experiments():
     assert cfg.norm._target_ == 'torch.nn.Identity'
 
 
+def test_the_fidelity_study_shares_table3_fairs_runs():
+    r"""contranorm_fidelity's exact row trains table3_fair's own cells: the
+    same run identity and the same run folder, so each study's finished
+    runs are the other's."""
+    from gnorm.results.keys import result_config
+    from gnorm.study.spec import load_spec
+    cell = ('dataset=cora', 'layers=16', 'norm=contranorm', 'norm.scale=0.2',
+            'seed=3', 'tag=contranorm')
+    fair, fidelity = (OmegaConf.to_container(
+        compose_train(f'experiment={name}', *cell), resolve=True)
+        for name in ('table3_fair', 'contranorm_fidelity'))
+    assert result_config(fair) == result_config(fidelity)
+    assert fair['table'] != fidelity['table']
+    assert (load_spec('contranorm_fidelity').runs_dir()
+            == load_spec('table3_fair').runs_dir())
+
+
 def test_configs_give_roc_auc_in_percent():
     r"""ROC-AUC reads in % everywhere (summary line, reports): a config's
     comments do not give it as a fraction (``ROC-AUC 0.745``)."""

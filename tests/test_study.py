@@ -1068,6 +1068,8 @@ def test_a_protocol_may_give_its_own_norm_class_its_arguments(
 
 
 @pytest.mark.parametrize('name', ['table3_paper', 'table3_fair',
+                                  'contranorm_fidelity',
+                                  'contranorm_fidelity_luo',
                                   'sepnorm_molhiv', 'sepnorm_molhiv_cpu',
                                   'sepnorm_molhiv_cpu_long'])
 def test_gnorms_own_studies_pass_the_checks(name):
