@@ -17,12 +17,15 @@ of its own and ``DIR/runs.tgz`` rewritten after every cell (for a device
 that sends back a few flat files); ``--finished FILE``: the runs finished
 where the runs folders are (``python -m gnorm.study queue
 --write-finished FILE`` there). A call cut off keeps every finished step
-and cell. The last line says how to bring the results back:
-``--bring-back DIR`` copies the runs into the studies' runs folders
+and cell, and the checkpoints of the runs it stopped (the next window
+resumes them). Ctrl-C or SIGTERM ends the check with every process it
+started (it runs in a process group of its own) and exits 130 or 143.
+The last line says how to bring the results back: ``--bring-back DIR``
+copies the runs into the studies' runs folders
 (``experiments/runs/<name>``; a finished run there is kept), rewrites the
 reports of the studies it touched (``--report-only``), copies the check's
 report into ``experiments/results`` and the GPU's seconds per cost unit
-into ``conf/queue.yaml``.
+and set-up of a cell into ``conf/queue.yaml``.
 
 On CUDA the queue replays its node steps as CUDA graphs (``--cuda-graph``,
 :mod:`gnorm.train.graphed`) where this window's check ran the CUDA suite
@@ -31,8 +34,10 @@ eager one on this GPU. ``--eager`` keeps the queue eager.
 """
 import argparse
 import hashlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -50,9 +55,12 @@ sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from gnorm.bench import read_jsonl  # noqa: E402
 from gnorm.study import queue  # noqa: E402
-from gnorm.study.queue_config import CONFIG, read_config  # noqa: E402
+from gnorm.study.queue_config import (CONFIG, Calibration,  # noqa: E402
+                                      calibration_line, read_config)
 from gnorm.study.queue_plan import WORK, load_specs  # noqa: E402
 from gnorm.study.queue_record import rates, read_record  # noqa: E402
+from gnorm.study.runner import sigterm_interrupts  # noqa: E402
+from gnorm.train.checkpoints import CHECKPOINT  # noqa: E402
 
 from experiments import gpu_check  # noqa: E402
 
@@ -136,12 +144,40 @@ def run_check(args: argparse.Namespace, seconds: float) -> int:
     print(f'GPU check: {why}', flush=True)
     cmd = check_command(args, quick, why)
     try:
-        return subprocess.run(cmd, cwd=ROOT, env=child_env(ROOT),
-                              timeout=seconds).returncode
+        return run_group(cmd, seconds, cwd=ROOT, env=child_env(ROOT))
     except subprocess.TimeoutExpired:
         print(f'the GPU check was cut off after {seconds:.0f} s',
               flush=True)
         return 124
+
+
+def run_group(cmd: List[str], seconds: float, **kwargs) -> int:
+    r"""Runs :obj:`cmd` in a process group of its own (:obj:`kwargs`: of
+    :class:`subprocess.Popen`) for at most :obj:`seconds`; returns its
+    exit status, or raises :class:`subprocess.TimeoutExpired`. However
+    the wait ends (its end, the time limit, Ctrl-C, SIGTERM), the group
+    is ended (:func:`end_group`): no child of the command outlives it."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+    try:
+        return proc.wait(timeout=seconds)
+    finally:
+        end_group(proc)
+
+
+def end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    r"""Ends the process group that :obj:`proc` leads: SIGTERM to all of
+    it, :obj:`grace_s` for :obj:`proc` to exit, then SIGKILL to what is
+    left of the group; :obj:`proc` is waited for."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:  # the group is gone
+            break
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    proc.wait()
 
 
 def check_command(args: argparse.Namespace, quick: bool, why: str
@@ -181,11 +217,17 @@ def packed_runs(out: Path) -> Path:
 
 def pack(runs: Path, archive: Path) -> None:
     r""":obj:`runs` as ``runs/...`` in the gzipped tar :obj:`archive`,
-    replaced at once (a cut-off call keeps the last whole one)."""
+    replaced at once (a cut-off call keeps the last whole one), but the
+    checkpoints of finished runs: a stopped run's goes on to the next
+    window, which resumes it."""
+    def needed(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+        path = runs / Path(info.name).relative_to('runs')
+        return None if path.name == CHECKPOINT and finished(path.parent) \
+            else info
     tmp = archive.with_name(archive.name + '.tmp')
     with tarfile.open(tmp, 'w:gz') as tar:
         if runs.is_dir():
-            tar.add(runs, arcname='runs')
+            tar.add(runs, arcname='runs', filter=needed)
     tmp.replace(archive)
 
 
@@ -295,10 +337,13 @@ def copy_check(folder: Path, results: Path) -> List[Path]:
 
 
 def calibrate(runs: Path, config: Path) -> Dict[str, float]:
-    r"""Writes the seconds per unit of each GPU in the queue's record of
-    :obj:`runs` into ``calibration:`` of :obj:`config` (the newest last);
-    returns those written."""
-    measured = {name: entry['seconds'] / entry['units']
+    r"""Writes the seconds per unit and the set-up of a cell of each GPU
+    in the queue's record of :obj:`runs` (its steady rate and the mean
+    set-up of its cells, :class:`gnorm.study.queue_config.Calibration`)
+    into ``calibration:`` of :obj:`config` (the newest last); returns
+    those written."""
+    measured = {name: Calibration(entry['seconds'] / entry['units'],
+                                  entry.get('setup_s') or 0.0)
                 for name, entry in rates(read_record(runs)).items()
                 if entry.get('device') == 'cuda' and entry.get('units')}
     if not measured:
@@ -307,10 +352,9 @@ def calibrate(runs: Path, config: Path) -> Dict[str, float]:
     for name in measured:
         known.pop(name, None)
     known.update(measured)
-    line = 'calibration: {' + ', '.join(
-        f'"{name}": {value:.4e}' for name, value in known.items()) + '}'
-    text = config.read_text()
-    config.write_text(re.sub(r'^calibration:.*$', line, text, flags=re.M))
+    line = calibration_line(known)
+    config.write_text(re.sub(r'^calibration:.*$', lambda _: line,
+                             config.read_text(), flags=re.M))
     return measured
 
 
@@ -327,7 +371,7 @@ def bring_back(folder: Path, specs: Optional[Sequence] = None,
             status = study([ref, '--report-only']) or status
         for name, value in calibrate(runs, config).items():
             print(f'{config}: calibration of {name}: {value:.3g} s per '
-                  f'unit')
+                  f'unit + {value.setup_s:.3g} s set-up a cell')
     for path in copy_check(folder, results):
         print(f'copied {path}')
     return status
@@ -342,10 +386,11 @@ def main(argv: Optional[Sequence[str]] = None,
     if args.out is None:
         parser().error('--out DIR is required (or --bring-back DIR)')
     try:
-        status = window(args, specs, start)
-    except KeyboardInterrupt:
+        with sigterm_interrupts():  # as Ctrl-C: the check's group ends
+            status = window(args, specs, start)
+    except KeyboardInterrupt as e:
         print('interrupted: what finished is kept', file=sys.stderr)
-        status = 130
+        status = getattr(e, 'exit_code', 130)  # 143 for SIGTERM
     print(f'bring the results back: python experiments/gpu_window.py '
           f'--bring-back {args.out}', flush=True)
     return status

@@ -1,6 +1,9 @@
+import atexit
 import datetime
 import os
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,15 @@ if "GNORM_DATA_MIRROR" not in os.environ and _MIRROR.is_dir():
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     torch.set_num_threads(1)
+
+# The cache of specs, compositions and run records (gnorm.study.cache):
+# the session's own, so that no test reads what another session or the
+# user's calls kept (each process of a session shares it).
+if not os.environ.get("GNORM_CACHE", "").startswith(
+        os.path.join(tempfile.gettempdir(), "gnorm-cache-tests-")):
+    os.environ["GNORM_CACHE"] = tempfile.mkdtemp(prefix="gnorm-cache-tests-")
+    atexit.register(shutil.rmtree, os.environ["GNORM_CACHE"],
+                    ignore_errors=True)
 
 MIRROR = os.environ.get("GNORM_DATA_MIRROR")
 # Tests that read real datasets: `from conftest import MIRROR, needs_mirror`.

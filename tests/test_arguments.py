@@ -1,7 +1,7 @@
 import pytest
 
 from gnorm.errors import ConfigError
-from gnorm.train import check_choices, check_keys, help_text
+from gnorm.train import CONF_DIR, check_choices, check_keys, help_text
 
 
 def _check(args):
@@ -109,8 +109,21 @@ def test_an_output_folder_under_a_file_is_one_line(tmp_path, monkeypatch):
     # The default folder (outputs/... in the working folder).
     monkeypatch.chdir(tmp_path)
     assert output_folder([])[1].startswith('outputs/${dataset.name}/')
-    assert output_folder(['-m', 'experiment=table3_fair'])[1].startswith(
-        'experiments/runs/table3_fair')
+    # An experiment's folder may come from the experiment it builds on
+    # (table3_fair_protocol), and one whose own keys come last keeps it.
+    for name in ('table3_fair', 'contranorm_fidelity'):
+        assert output_folder(['-m', f'experiment={name}'])[1].startswith(
+            'experiments/runs/table3_fair')
+    own = tmp_path / 'conf' / 'experiment'
+    own.mkdir(parents=True)
+    (own / 'base.yaml').write_text('hydra: {sweep: {dir: base_runs}}\n')
+    (own / 'mine.yaml').write_text('defaults: [_self_, base]\n'
+                                   'hydra: {sweep: {dir: my_runs}}\n')
+    (own / 'last.yaml').write_text('defaults: [base]\n'
+                                   'hydra: {sweep: {dir: my_runs}}\n')
+    folders = [tmp_path / 'conf', CONF_DIR]
+    assert output_folder(['-m', 'experiment=mine'], folders)[1] == 'base_runs'
+    assert output_folder(['-m', 'experiment=last'], folders)[1] == 'my_runs'
     check_output_folder([])
     (tmp_path / 'outputs').touch()
     with pytest.raises(ConfigError, match=r'^hydra.run.dir \(default '

@@ -210,3 +210,87 @@ def test_the_window_hands_its_check_a_reason_it_can_parse(tmp_path, flag,
     ctx = check.parser().parse_args(window.check_command(args, kind,
                                                          why)[2:])
     assert (ctx.why, ctx.quick, ctx.device) == (flag, quick, 'cpu')
+
+
+def test_the_calibration_keeps_the_set_up_of_a_cell(tmp_path):
+    r"""A window's cells of 10 s of epochs and 30 s of set-up: the
+    calibration it brings back estimates such a cell at 40 s, not 10 s;
+    a GPU measured without set-up stays a plain number."""
+    from gnorm.study import queue_cost
+    window = experiment('gpu_window')
+    config = tmp_path / 'queue.yaml'
+    shutil.copy(queue_config.CONFIG, config)
+    runs, units = tmp_path / 'runs', 1e10
+    for name, setup in (('GPU A', 30.0), ('GPU B', 0.0)):
+        queue_record.add_cell(runs, name, 'cuda', dict(
+            seconds=10.0 + setup, steady_s=10.0, setup_s=setup,
+            units=units))
+    assert window.calibrate(runs, config) == {'GPU A': 1e-9, 'GPU B': 1e-9}
+    assert 'calibration: {"GPU A": {per_unit: 1.0000e-09, setup_s: 30.0}, ' \
+        '"GPU B": 1.0000e-09}' in config.read_text()
+    found = queue_config.read_config(config)['calibration']
+    assert [found[n].setup_s for n in ('GPU A', 'GPU B')] == [30.0, 0.0]
+    for name, seconds in (('GPU A', 40.0), ('GPU B', 10.0)):
+        rate = queue_cost.rate_of(tmp_path / 'next', name, 'cuda', found,
+                                  committed={})
+        assert rate.estimate(units) == pytest.approx(seconds)
+    # read back and written again: the same line
+    before = config.read_text()
+    window.calibrate(runs, config)
+    assert config.read_text() == before
+
+
+def _alive(pid):
+    r"""Whether the process :obj:`pid` runs (a zombie does not)."""
+    try:
+        stat = Path(f'/proc/{pid}/stat').read_text()
+    except OSError:
+        return False
+    return stat.rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+
+
+def test_sigterm_ends_the_check_and_every_process_it_started(
+        tmp_path, monkeypatch, capsys):
+    r"""SIGTERM while the check runs: the window ends the check and the
+    process the check started (which would outlive both), runs no queue,
+    and exits 143."""
+    import signal
+    import threading
+    import time
+    window = experiment('gpu_window')
+    pids = tmp_path / 'pids'
+    check = (  # starts a sleeper that outlives it, says both pids, sleeps
+        'import os, subprocess, sys, time\n'
+        "sleeper = subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(120)'])\n"
+        f"open({str(pids) + '.tmp'!r}, 'w').write("
+        "f'{os.getpid()} {sleeper.pid}')\n"
+        f"os.replace({str(pids) + '.tmp'!r}, {str(pids)!r})\n"
+        'time.sleep(120)\n')
+    monkeypatch.setattr(window, 'check_command',
+                        lambda *a: [sys.executable, '-c', check])
+    queued = []
+    monkeypatch.setattr(window.queue, 'main',
+                        lambda *a: queued.append(a) or 0)
+
+    def terminate():  # once both run; never the default action on pytest
+        while not pids.exists():
+            time.sleep(0.05)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL,
+                                                signal.SIG_IGN):
+            os.kill(int(pids.read_text().split()[0]), signal.SIGKILL)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=terminate, daemon=True).start()
+    began = time.monotonic()
+    status = window.main(['--device', 'cpu', '--quick', '--out',
+                          str(tmp_path / 'window'), '--budget-s', '100'],
+                         [load_spec(str(tiny_spec(tmp_path / 'study')))])
+    assert status == 143 and queued == []
+    assert time.monotonic() - began < 60
+    ended = time.monotonic() + 10  # a signalled process exits soon after
+    while any(map(_alive, map(int, pids.read_text().split()))) and \
+            time.monotonic() < ended:
+        time.sleep(0.05)
+    assert not any(_alive(int(pid)) for pid in pids.read_text().split())
+    assert 'interrupted: what finished is kept' in capsys.readouterr().err

@@ -176,7 +176,7 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 
 # gnorm.train's modules, each importing only those before it.
 TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
-                'epoch_log', 'graphed', 'node', 'graph_batches', 'graph_config', 'checkpoints', 'graph',
+                'epoch_log', 'graphed', 'checkpoints', 'node', 'graph_batches', 'graph_config', 'graph',
                 'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it: the
 # errors, the machine's description, the benchmarks' harness (torch alone),
@@ -186,7 +186,8 @@ TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
 PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
                   'data', 'results', 'models', 'monitor', 'train', 'study')
 # gnorm.study's modules, each importing only those before it.
-STUDY_LAYERS = ('stats', 'spec', 'compose', 'queue_record',
+STUDY_LAYERS = ('stats', 'cache', 'spec', 'compose', 'run_index',
+                'queue_record',
                 'queue_config', 'queue_cost', 'runner', 'sanity', 'diagnosis',
                 'select',
                 'budget', 'inputs', 'pairing', 'findings', 'depth_gain',

@@ -3,12 +3,14 @@ study marks as GPU work (or those selected), in the priority's order,
 trains what fits in the budget into run folders the study reads, keeps
 what finished when interrupted and trains nothing twice."""
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from gnorm.bench.report import cpu_name
 from gnorm.results import load_runs
+from gnorm.results.keys import record_identity
 from gnorm.study import (queue, queue_config, queue_cost, queue_plan,
                          queue_record, queue_run)
 from gnorm.study.cli import main as study
@@ -616,7 +618,7 @@ def test_two_queues_on_one_folder_train_each_run_once(spec, tmp_path,
             path = Path(r['dir']) / 'results.json'
             path.parent.mkdir(parents=True, exist_ok=True)
             found = dict(status='ok', loop_s=0.2, batch_runs=len(item.left),
-                         config=dict(key=r['key']))
+                         config=json.loads(r['key']))  # a run of its own
             path.write_text(json.dumps(found))
             item.study.found[r['key']] = found
         return 'ok'
@@ -680,10 +682,114 @@ def test_the_list_shows_cpu_and_gpu_work_with_seconds_here(
     assert '2 cells pending (marked GPU work), 4 runs to train, ' in said
     assert said.index('CPU work') < said.index('GPU work')
     assert 'nohup python -m gnorm.study queue --device cpu --work cpu' in said
-    cpu_rows = [line for line in said.splitlines()
+    marked = said.split('(marked CPU work)')[1].split('\n\n')[0]
+    cpu_rows = [line for line in marked.splitlines()
                 if 'tiny_queue_cpu' in line]
     assert len(cpu_rows) == 2 and all(line.split()[-2] != '-'
                                       for line in cpu_rows)
+
+
+LISTING = '(not marked by table.not_run: CPU work, at most 6.0 h a cell ' \
+    "on this machine's CPU), "
+
+
+def columns(line):
+    r"""The columns of a line of ``--list``'s tables (two spaces or more
+    apart)."""
+    return re.split(r'\s{2,}', line.strip())
+
+
+def section(said, head):
+    r"""The rows of the cells of the section of ``--list``'s output
+    :obj:`said` that begins with :obj:`head`: #, cell, runs, units, here,
+    last GPU."""
+    found = said.split(head)[1].split('\n\n')[0]
+    return [columns(line) for line in found.splitlines() if NAME in line]
+
+
+def totals(said):
+    r"""The totals per kind of work of ``--list``'s output :obj:`said`:
+    its cells and runs by kind."""
+    lines = said.split('what is listed, by kind of work')[1].splitlines()
+    return {c[1]: (int(c[0]), int(c[2]))
+            for c in map(columns, lines[2:5])}
+
+
+def test_the_list_shows_the_cells_no_entry_marks_and_totals_per_kind(
+        spec, tmp_path, capsys):
+    r"""``--list`` without ``--work`` lists every cell with unfinished
+    runs: the tiny study's depth 1, which no ``table.not_run`` entry
+    marks, too, each with its estimate here, as CPU work (this CPU's
+    estimate is under :data:`gnorm.study.queue_plan.CPU_WORK_S`); and the
+    totals per kind of work."""
+    committed_run(tmp_path / 'committed', loop_s=4.0, runtime_s=5.0)
+    assert queue.main(['--list', '--device', 'cpu', '--out',
+                       str(tmp_path / 'out'), '--config',
+                       str(write_config(tmp_path))], [spec]) == 0
+    said = capsys.readouterr().out
+    assert f'2 cells pending {LISTING}4 runs to train, ' in said
+    rows = section(said, LISTING)
+    assert sorted(r[1] for r in rows) == [f'{NAME} csbm layernorm L=1',
+                                          f'{NAME} csbm none L=1']
+    assert all(r[4] != '-' for r in rows)  # seconds here
+    assert 'the queue trains these when selected' in said
+    assert totals(said) == {'GPU work': (2, 4), 'CPU work': (2, 4),
+                            'to remake': (0, 0)}
+    # --work takes the marked cells alone, for a list as for training.
+    assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
+    said = capsys.readouterr().out
+    assert LISTING not in said
+    assert totals(said) == {'GPU work': (2, 4), 'CPU work': (0, 0),
+                            'to remake': (0, 0)}
+
+
+def test_an_unmarked_cell_is_cpu_work_where_this_cpu_takes_it_in_time(
+        spec, tmp_path):
+    items = queue_plan.pending([spec], tmp_path / 'out', 'cpu', None)
+    unmarked = [i for i in items if i.mark is None]
+    assert sorted(cells_of(unmarked)) == [('layernorm', 1), ('none', 1)]
+    item, limit = unmarked[0], queue_plan.CPU_WORK_S
+    fast = queue_cost.Rate('cpu', prior=0.5 * limit / item.units)
+    slow = queue_cost.Rate('cpu', prior=2 * limit / item.units)
+    assert queue_plan.classed(item, fast) == 'CPU work'
+    assert queue_plan.classed(item, slow) == 'GPU work'
+    assert queue_plan.classed(item, queue_cost.Rate('cpu')) == 'GPU work'
+    gpu = next(i for i in items if i.mark)  # a mark wins over the estimate
+    assert queue_plan.classed(gpu, fast) == 'GPU work'
+
+
+def test_runs_of_uncommitted_code_are_listed_to_remake(spec, tmp_path,
+                                                       capsys):
+    r"""A cell whose finished runs were made by uncommitted code
+    (``source.modified``: the reports do not quote them) is listed to
+    remake, with its estimate; the list reads each ``results.json``
+    again once its bytes changed."""
+    committed_run(tmp_path / 'committed', loop_s=4.0, runtime_s=5.0)
+    out, config = tmp_path / 'out', str(write_config(tmp_path))
+    assert queue.main(['--device', 'cpu', '--depths', '1', '--out',
+                       str(out), '--config', config], [spec]) == 0
+
+    def made_by(norm, code):
+        for path in out.glob(f'{NAME}/*,norm={norm},*/results.json'):
+            run = json.loads(path.read_text())
+            run.setdefault('source', {})['modified'] = code == 'modified'
+            path.write_text(json.dumps(run))
+    made_by('none', 'committed')
+    made_by('layernorm', 'committed')
+    listing = ['--list', '--device', 'cpu', '--out', str(out), '--config',
+               config]
+    assert queue.main(listing, [spec]) == 0
+    said = capsys.readouterr().out
+    assert '0 cells to remake' in said
+    made_by('layernorm', 'modified')
+    assert queue.main(listing, [spec]) == 0
+    said = capsys.readouterr().out
+    head = '(runs of uncommitted code: source.modified), '
+    assert f'1 cells to remake {head}2 runs to train again, ' in said
+    row, = section(said, head)
+    assert row[1:3] == [f'{NAME} csbm layernorm L=1', '2'] and row[4] != '-'
+    assert 'move the run folders aside' in said
+    assert totals(said)['to remake'] == (1, 2)
 
 
 def test_a_deadline_off_the_main_thread_is_refused_in_one_line():
@@ -755,3 +861,187 @@ def test_an_alarm_during_a_results_write_waits_for_the_file(tmp_path,
     assert json.loads((tmp_path / 'results.json').read_text()) == \
         {'status': 'ok'}
     assert not (tmp_path / '.results.json.tmp').exists()
+
+
+# ------------------------------------------- a window finishes what it stops
+
+
+def _spec_of(folder: Path, **train):
+    r"""The tiny study (:data:`SPEC`, its name) with the training keys
+    :obj:`train` in place of its 2 epochs, in a file of :obj:`folder`."""
+    text = SPEC.format(name=NAME).replace('  epochs: 2\n', ''.join(
+        f'  {key}: {value}\n' for key, value in train.items()))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f'{NAME}.yaml').write_text(text)
+    return load_spec(str(folder / f'{NAME}.yaml'))
+
+
+def _each_epoch(m, now, stop=None):
+    r"""Each node epoch takes a second of the queue's clock :obj:`now`;
+    the deadline falls in epoch :obj:`stop` (counted from the patch)."""
+    from gnorm.train import node
+    real, calls = node.Step.__call__, []
+
+    def step(self, *args, **kwargs):
+        calls.append(1)
+        now[0] += 1
+        if len(calls) == stop:
+            raise queue_run.Deadline()
+        return real(self, *args, **kwargs)
+    m.setattr(node.Step, '__call__', step)
+
+
+def _same_runs(a, b):
+    r"""The runs :obj:`a` and :obj:`b` (load_runs) by folder name: the same
+    curve, selected epoch and scores."""
+    def by_name(runs):
+        return {Path(r['_path']).parent.name: r for r in runs}
+    a, b = by_name(a), by_name(b)
+    assert sorted(a) == sorted(b)
+    for name, run in a.items():
+        for key in ('curve', 'best_epoch', 'selected_epoch', 'test_acc',
+                    'val_acc', 'train_acc'):
+            assert run[key] == b[name][key], (name, key)
+
+
+def test_a_cell_stopped_at_the_deadline_resumes_next_call(tmp_path,
+                                                          monkeypatch,
+                                                          capsys):
+    r"""A cell stopped at the deadline keeps its runs' checkpoints; its
+    seconds and the share of its epochs it kept make the next call's
+    estimate of it (the rest at that pace: no rate had none), and the
+    call after that resumes it and finishes it with the results of an
+    uninterrupted call."""
+    spec = _spec_of(tmp_path / 'spec', epochs=40, checkpoint_every=10)
+    now = [0.0]
+    monkeypatch.setattr(queue_run, 'clock', lambda: now[0])
+    one = [*args(tmp_path), '--rows', 'none', '--depths', '2']
+    out = tmp_path / 'out'
+    with pytest.MonkeyPatch.context() as m:
+        _each_epoch(m, now, stop=25)
+        assert queue.main([*one, '--budget-s', '1000'], [spec]) == 0
+    said = capsys.readouterr().out
+    assert 'stopped at the deadline after 25 s; its finished runs are ' \
+        'kept, and its checkpoints (50% of its epochs kept, 50% left: the ' \
+        'next call resumes them)' in said
+    stopped = [r for r in load_runs(out)]
+    assert [r['status'] for r in stopped] == ['interrupted'] * 2
+    assert [r['checkpoint_epoch'] for r in stopped] == [20, 20]
+    label = f'{NAME} csbm none L=2'
+    entry = queue_record.stopped_cells(out)[label]
+    assert (entry['seconds'], entry['kept'], entry['left']) == (25, .5, .5)
+    # no rate: the stopped training's pace says 25 s for the rest
+    now[0] = 0.0
+    assert queue.main([*one, '--budget-s', '20'], [spec]) == 0
+    assert 'estimate 25 s, 20 s left: skipped' in capsys.readouterr().out
+    now[0] = 0.0
+    with pytest.MonkeyPatch.context() as m:
+        _each_epoch(m, now)
+        assert queue.main([*one, '--budget-s', '1000'], [spec]) == 0
+        assert 'trained 1 cells' in capsys.readouterr().out
+        whole = tmp_path / 'whole'
+        assert queue.main([*one, '--out', str(whole)], [spec]) == 0
+    resumed = load_runs(out)
+    assert [r['resumed_from_epoch'] for r in resumed] == [20, 20]
+    _same_runs(resumed, load_runs(whole))
+    assert label not in queue_record.stopped_cells(out)
+    cell, = queue_record.rate_cells(out, cpu_name())  # the epochs trained
+    assert cell['units'] == queue_record.rate_cells(
+        whole, cpu_name())[0]['units'] / 2
+
+
+def test_a_cell_refused_before_training_is_tried_again(spec, tmp_path,
+                                                       monkeypatch, capsys):
+    r"""Runs refused before they train (here: their dataset missing) fail
+    their cell for the call, said in one line, but count no failure of
+    the runs: once the data is there, every cell trains (it used to be
+    given up after two calls)."""
+    from gnorm.errors import DataError
+    from gnorm.train import node
+
+    def missing(*a, **k):
+        raise DataError('csbm: no raw files in the mirror; pass '
+                        'data.mirror=DIR')
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(node, 'load_data', missing)
+        for _ in range(queue_plan.MAX_FAILURES):
+            assert queue.main(args(tmp_path), [spec]) == 1
+            said = capsys.readouterr()
+            assert said.out.count('refused before training (the error '
+                                  'above): not a failure of its runs') == 2
+            assert said.err.count('csbm: no raw files in the mirror') == 2
+    assert queue_record.failures(tmp_path / 'out') == {}
+    assert queue.main(args(tmp_path), [spec]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith('2 cells pending') and 'trained 2 cells' in said
+
+
+def test_a_given_up_run_says_where_its_reason_is(spec, tmp_path, capsys):
+    out = tmp_path / 'out'
+    first = queue_plan.pending([spec], out, 'cpu', 'GPU work')[0]
+    run = first.left[0]
+    for _ in range(queue_plan.MAX_FAILURES):
+        queue_record.add_failures(out, [run['key']])
+    assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
+    assert (f'given up: {first.label}: 1 runs failed 2 times; not queued '
+            'again (no results.json says why; delete their counts under '
+            '"failed runs" in the .queue.json of --out to queue them '
+            'again)') in capsys.readouterr().out
+    Path(run['dir']).mkdir(parents=True)
+    (Path(run['dir']) / 'results.json').write_text('{"status": "failed"}')
+    assert queue.main(['--list', *args(tmp_path)], [spec]) == 0
+    assert f"not queued again ({run['dir']}/results.json says why)" in \
+        capsys.readouterr().out
+
+
+def test_a_run_of_another_config_in_its_folder_trains_again(tmp_path,
+                                                           capsys):
+    r"""A spec whose runs changed (more epochs) but whose folder names did
+    not: its finished runs of the old config are not this config's, so
+    the queue trains over them (one line per cell says so), and never
+    counts them as trained by another process."""
+    old = _spec_of(tmp_path / 'old', epochs=2)
+    assert queue.main(args(tmp_path), [old]) == 0
+    capsys.readouterr()
+    new = _spec_of(tmp_path / 'new', epochs=3)
+    assert queue.main(args(tmp_path), [new]) == 0
+    said = capsys.readouterr().out
+    assert said.count('2 runs of another config in their folders (differs '
+                      'in train.epochs): trained again') == 2
+    assert 'trained 2 cells' in said and '0 trained by another process' \
+        in said
+    runs = load_runs(tmp_path / 'out')
+    assert len(runs) == 4 and {r['status'] for r in runs} == {'ok'}
+    assert {r['config']['train']['epochs'] for r in runs} == {3}
+
+
+def test_the_finished_sibling_of_a_diverged_run_is_no_failure(spec,
+                                                              tmp_path):
+    r"""Two runs train as one model; one diverges (NaN loss in epoch 2):
+    it alone counts a failure, its sibling is finished and kept."""
+    from gnorm.train import node
+    real, calls = node.Step.__call__, []
+
+    def second_run_diverges(self, *a, **k):
+        calls.append(1)
+        losses, metrics = real(self, *a, **k)
+        if len(calls) == 2:
+            losses = losses.clone()
+            losses[1] = float('nan')
+        return losses, metrics
+
+    out = tmp_path / 'out'
+    items = queue_plan.pending([spec], out, 'cpu', 'GPU work')
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(node.Step, '__call__', second_run_diverges)
+        counts = queue_run.train(items, queue_cost.Rate(cpu_name()),
+                                 queue_run.INF, out, 'cpu')
+    assert counts['failed'] == 1 and counts['trained'] == 1
+    runs = load_runs(out)
+    failed = [r for r in runs if r['status'] == 'failed']
+    assert len(failed) == 1 and len(runs) == 4
+    assert queue_record.failures(out) == {queue_record.run_digest(
+        json.dumps(record_identity(failed[0]), sort_keys=True)): 1}
+    again = queue_plan.pending([spec], out, 'cpu', 'GPU work')
+    assert [len(i.left) for i in again] == [1]

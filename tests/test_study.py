@@ -859,6 +859,31 @@ def test_a_users_spec_and_norm_need_no_hydra_section(tmp_path, monkeypatch,
     assert '6 runs in 2 cells, 6 done, 0 to run' in capsys.readouterr().out
 
 
+def test_a_dry_run_says_each_cells_seconds_and_their_total(
+        tmp_path, monkeypatch, capsys):
+    r"""``--dry-run`` estimates each cell's seconds on this machine (here
+    from one committed run of its CPU) and ends with their total."""
+    from gnorm.machine import cpu_name
+    from gnorm.study import queue_cost
+    run = tmp_path / 'committed' / 'study' / 'run'
+    run.mkdir(parents=True)
+    (run / 'results.json').write_text(json.dumps(dict(
+        status='ok', device='cpu', machine=dict(cpu=cpu_name()),
+        choices=dict(dataset='csbm', norm='none'), overrides=[],
+        config=dict(layers=2, model=dict(hidden_channels=32)),
+        curve=dict(epoch=[1, 2]), batch_runs=1, loop_s=4.0, runtime_s=5.0)))
+    monkeypatch.setattr(queue_cost, 'RUNS', tmp_path / 'committed')
+    spec = _my_study(tmp_path, 'mine_total', monkeypatch=monkeypatch)
+    assert study([str(spec), '--dry-run']) == 0
+    said = capsys.readouterr().out
+    assert '6 runs in 2 cells, 0 done, 6 to run' in said
+    assert said.count(' here\n') == 3  # each cell's, and the total
+    total = said.splitlines()[-1]
+    assert total.startswith('total: 6 runs to run in 2 cells, about ')
+    assert total.endswith(' here')
+    assert not (tmp_path / 'runs').exists()
+
+
 def test_a_paired_study_of_node_runs(tmp_path, monkeypatch):
     r"""Rows paired by seed on node classification: accuracies in %, the
     recipe left to the runs' configs (no Graphormer words)."""

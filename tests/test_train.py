@@ -288,6 +288,116 @@ def test_nan_loss_fails_the_run(tmp_path):
     assert results['best_epoch'] == 1 and 'test_acc' in results['best']
 
 
+# A node run that checkpoints: dropout (its generator's state), gradient
+# records and log flushes that do not fall on the checkpoints' epochs.
+RESUMABLE = [*TINY, 'train.epochs=12', 'train.checkpoint_every=4',
+             'train.log_every=5', 'train.grad_every=3', 'model.dropout=0.5',
+             'resume=true']
+# What an interrupted and resumed node run must give as the whole run did.
+SAME = ('curve', 'best_epoch', 'best', 'selected_epoch', 'train_acc',
+        'val_acc', 'val_loss', 'test_acc', 'test_predictions', 'gradients',
+        'collapse')
+
+
+def _stopped_in_epoch(stop):
+    r"""Ctrl-C in the node step of epoch :obj:`stop` (counted over the
+    calls made inside the block)."""
+    import contextlib
+    from gnorm.train import node
+    real, calls = node.Step.__call__, []
+
+    def step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == stop:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def stopped():
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(node.Step, '__call__', step)
+            with pytest.raises(KeyboardInterrupt):
+                yield
+    return stopped()
+
+
+def _node_runs(folder, seeds, *overrides):
+    from gnorm.train import train_runs
+    cfgs = [compose_train(*RESUMABLE, f'seed={s}', *overrides)
+            for s in seeds]
+    return train_runs(cfgs, [str(folder / f'seed{s}') for s in seeds],
+                      [{}] * len(seeds))
+
+
+def _same_results(a, b):
+    for key in SAME:
+        assert a.get(key) == b.get(key), key
+
+
+def test_a_node_run_resumes_from_its_checkpoint_as_if_uninterrupted(
+        tmp_path):
+    r"""With resume=true a node run writes checkpoint.pt every
+    train.checkpoint_every epochs; stopped after one, it continues from it
+    with the results of the uninterrupted run: the curve, the selected
+    best-validation epoch and its metrics, the dropout masks (generator
+    state) and the gradient records, and metrics.csv holds each epoch
+    once."""
+    full = train(compose_train(*RESUMABLE), output_dir=tmp_path / 'full')
+    assert full['checkpoint_epoch'] == 8 and 'resumed_from_epoch' not in full
+    with _stopped_in_epoch(11):
+        train(compose_train(*RESUMABLE), output_dir=tmp_path / 'cut')
+    stopped = _read(tmp_path / 'cut')
+    assert stopped['status'] == 'interrupted'
+    assert stopped['checkpoint_epoch'] == 8
+    assert stopped['curve']['epoch'] == list(range(1, 11))
+    resumed = train(compose_train(*RESUMABLE), output_dir=tmp_path / 'cut')
+    assert resumed['resumed_from_epoch'] == 8
+    _same_results(full, resumed)
+    assert (tmp_path / 'cut' / 'metrics.csv').read_text() == \
+        (tmp_path / 'full' / 'metrics.csv').read_text()
+    # Without resume=true, no checkpoint is written or read.
+    plain = train(compose_train(*RESUMABLE, 'resume=false'),
+                  output_dir=tmp_path / 'plain')
+    assert not (tmp_path / 'plain' / 'checkpoint.pt').exists()
+    _same_results(full, plain)
+    # A checkpoint of another config is refused, in one line.
+    with _stopped_in_epoch(6):
+        train(compose_train(*RESUMABLE), output_dir=tmp_path / 'other')
+    with pytest.raises(ConfigError, match='belongs to another config '
+                       r'\(differs in train.epochs\)'):
+        train(compose_train(*RESUMABLE, 'train.epochs=13'),
+              output_dir=tmp_path / 'other')
+
+
+def test_stacked_node_runs_resume_together_alone_or_apart(tmp_path):
+    r"""Runs trained as one model resume as one model with the results of
+    the uninterrupted runs; a run of the stack resumes alone (its
+    checkpoint names its weights as a run alone); runs stopped at
+    different epochs (one without a checkpoint) train apart."""
+    full = _node_runs(tmp_path / 'full', [0, 1])
+    assert [r['batch_runs'] for r in full] == [2, 2]
+    with _stopped_in_epoch(7):
+        _node_runs(tmp_path / 'cut', [0, 1])
+    resumed = _node_runs(tmp_path / 'cut', [0, 1])
+    assert [r['resumed_from_epoch'] for r in resumed] == [4, 4]
+    for a, b in zip(full, resumed):
+        _same_results(a, b)
+    alone = _node_runs(tmp_path / 'alone', [1])[0]
+    with _stopped_in_epoch(10):
+        _node_runs(tmp_path / 'cut2', [0, 1])
+    (one, ) = _node_runs(tmp_path / 'cut2', [1])
+    assert one['resumed_from_epoch'] == 8 and one['batch_runs'] == 1
+    assert one['best_epoch'] == alone['best_epoch']
+    assert one['test_acc'] == pytest.approx(alone['test_acc'], abs=0.03)
+    assert one['curve']['loss'] == pytest.approx(alone['curve']['loss'],
+                                                 rel=1e-4)
+    apart = _node_runs(tmp_path / 'cut2', [0, 2])
+    assert [r['batch_runs'] for r in apart] == [1, 1]
+    assert apart[0]['resumed_from_epoch'] == 8
+    assert 'resumed_from_epoch' not in apart[1]
+    _same_results(_node_runs(tmp_path / 'seed2', [2])[0], apart[1])
+
+
 def test_crash_fails_the_run(tmp_path, monkeypatch):
     # An unexpected exception: one line, the traceback in results.json.
     def crash(*args, **kwargs):
@@ -396,20 +506,24 @@ def test_resume_note_of_a_single_node_run(tmp_path):
     from gnorm.train.command import resume_note
     cfg = compose_train(*TINY, 'resume=true')
     note = resume_note(cfg, tmp_path)
-    assert note.startswith('note: resume=true: node runs do not resume')
-    assert '\n' not in note and str(tmp_path) in note
-    (tmp_path / 'results.json').write_text('{}')  # train_runs decides
+    assert note.startswith(f'note: resume=true: {tmp_path} holds no '
+                           'results.json and no checkpoint.pt')
+    assert '\n' not in note
+    (tmp_path / 'checkpoint.pt').write_text('')  # train_runs decides
+    assert resume_note(cfg, tmp_path) is None
+    (tmp_path / 'checkpoint.pt').unlink()
+    (tmp_path / 'results.json').write_text('{}')
     assert resume_note(cfg, tmp_path) is None
     assert resume_note(compose_train(*TINY), tmp_path / 'new') is None
 
 
 @pytest.mark.slow
-def test_cli_says_a_node_run_does_not_resume(tmp_path):
+def test_cli_says_a_new_node_run_has_nothing_to_resume(tmp_path):
     proc = _cli(*TINY, 'train.epochs=1', 'resume=true', cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     notes = [l for l in proc.stderr.splitlines() if l.startswith('note:')]
-    assert len(notes) == 1 and notes[0].startswith(
-        'note: resume=true: node runs do not resume')
+    assert len(notes) == 1 and notes[0].startswith('note: resume=true: ')
+    assert notes[0].endswith('this run trains from the start')
 
 
 @pytest.mark.parametrize('sig,code', [(signal.SIGINT, 130),

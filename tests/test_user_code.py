@@ -132,12 +132,15 @@ def test_a_run_made_before_user_code_was_recorded_trains_again(tmp_path,
 
 def test_the_queue_trains_again_a_run_whose_module_changed(tmp_path, mine):
     name, _, edit = mine
+    from gnorm.results.keys import record_identity
+    from gnorm.study.compose import run_key
     folder = tmp_path / 'runs' / 'run'
-    train(_cfg(name), output_dir=folder)
-    assert finished_here({'dir': folder})
+    run = {'dir': folder, 'key': run_key(record_identity(
+        train(_cfg(name), output_dir=folder)))}
+    assert finished_here(run)
     assert len(Finished().below([tmp_path / 'runs'])) == 1
     edit()
-    assert not finished_here({'dir': folder})
+    assert not finished_here(run)
     assert Finished().below([tmp_path / 'runs']) == {}
     # An edit that breaks the module is a change too (its run says why
     # it does not import when it trains).
@@ -204,6 +207,11 @@ def test_a_study_retrains_runs_of_a_changed_module_and_says_which_made_them(
     # a line; the report names both versions and the cell they share.
     edit()
     after = _sha256(path)
+    assert study([str(spec), '--dry-run']) == 0  # the runs' short records
+    out = capsys.readouterr().out
+    assert '2 runs in 1 cells, 0 done, 2 to run' in out
+    assert sum(line.startswith(f'retraining: {name}.py changed since this '
+                               f'run') for line in out.splitlines()) == 2
     assert study([str(spec), '--threads', '1', '--seeds', '1']) == 0
     out = capsys.readouterr().out
     assert '1 runs in 1 cells, 0 done, 1 to run' in out

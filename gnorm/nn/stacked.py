@@ -156,6 +156,16 @@ class Stacked(torch.nn.Module):
         r"""The module whose :meth:`forward` runs for every run."""
         return self._template[0]
 
+    def state_names(self) -> Dict[str, str]:
+        r"""The names of this module's stacked tensors (``param0``,
+        ``buffer1``...) by the names the module of one run gives them
+        (``weight``, ``running_std``...), so that a run's slice of a
+        state can be saved as the module alone names it."""
+        return {**{f'param{i}': name
+                   for i, name in enumerate(self._param_names)},
+                **{f'buffer{i}': name
+                   for i, name in enumerate(self._buffer_names)}}
+
     def reset_parameters(self):
         r"""Resets the parameters and buffers of every run to the module's
         :meth:`reset_parameters` state."""

@@ -34,12 +34,14 @@ from gnorm.errors import ConfigError, renamed
 # Config keys that do not change what a run computes: where data comes
 # from, the device and its threads, replaying the step as CUDA graphs (the
 # same kernels and dropout masks as eager; the GPU suite checks it),
-# resuming, batching runs together, progress output and logs, recording
-# gradient norms (hooks that only read), and the
+# resuming and how often a checkpoint is written (a resumed run gives the
+# uninterrupted one's results; the tests check it), batching runs
+# together, progress output and logs, recording gradient norms (hooks
+# that only read), and the
 # ``table:`` spec of a table's experiment (which runs a table has, not what
 # one run computes).
 NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads',
-                   'train.cuda_graph', 'resume',
+                   'train.cuda_graph', 'resume', 'train.checkpoint_every',
                    'batch_runs', 'batch_file', 'train.progress',
                    'train.log_every', 'train.log_steps', 'train.tensorboard',
                    'train.grad_every', 'table')

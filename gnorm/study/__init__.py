@@ -16,7 +16,9 @@ writes a report from the runs alone. Guide: ``docs/study.rst``.
 
 Modules, in the order a study uses them: :mod:`~gnorm.study.spec` (find,
 compose and check a spec), :mod:`~gnorm.study.compose` (the runs of a
-depth study), :mod:`~gnorm.study.runner` (train what is missing),
+depth study), :mod:`~gnorm.study.cache` (specs and compositions kept by
+content), :mod:`~gnorm.study.run_index` (the finished runs, each file
+read once per content), :mod:`~gnorm.study.runner` (train what is missing),
 :mod:`~gnorm.study.select` (selection by validation, ties by counts),
 :mod:`~gnorm.study.budget` (each row's settings and default),
 :mod:`~gnorm.study.sanity` (cells that predict one class, are no better
@@ -39,11 +41,19 @@ their order, :mod:`~gnorm.study.queue_cost` their seconds,
 The reproduction of the ContraNorm authors' code lives in this
 repository's ``experiments/authors/``, outside the package.
 """
+import importlib
+
 from gnorm.study.spec import Spec, SpecError, load_spec
-from gnorm.study.stats import (Interval, corrected_interval, detectable,
-                               equivalence_p, holm, paired_interval, verdict,
-                               welch_interval)
 
 __all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'corrected_interval',
            'detectable', 'equivalence_p', 'holm', 'paired_interval',
            'welch_interval', 'verdict']
+
+
+def __getattr__(name: str):
+    r"""The statistics (:mod:`gnorm.study.stats`, which imports scipy)
+    where first used (PEP 562): planning a study needs none."""
+    if name not in __all__:
+        raise AttributeError(f'module {__name__!r} has no attribute '
+                             f'{name!r}')
+    return getattr(importlib.import_module('gnorm.study.stats'), name)

@@ -149,7 +149,9 @@ class Composer:
 
     def run(self, job: List[str], runs_dir: Path) -> Dict[str, Any]:
         r"""One job: ``dir``, ``info`` (for ``results.json``), ``key``
-        (:func:`run_key`) and what :meth:`config` needs."""
+        (:func:`run_key`), its width and epochs (``hidden``, ``epochs``:
+        its cost, :mod:`gnorm.study.queue_cost`) and what :meth:`config`
+        needs."""
         from omegaconf import OmegaConf, open_dict
         from gnorm.train.common import run_names
         from gnorm.train.hydra_adapter import override_dirname
@@ -195,7 +197,10 @@ class Composer:
                     dir=runs_dir / str(full.hydra.sweep.subdir),
                     info={'choices': dict(choices), 'names': names,
                           'overrides': [o.input_line for o in own]},
-                    key=run_key(config_identity(config)))
+                    key=run_key(config_identity(config)),
+                    hidden=int((config.get('model') or {}).get(
+                        'hidden_channels') or 32),
+                    epochs=int(config['train']['epochs']))
 
     def config(self, run: Dict[str, Any]):
         r"""The config of :obj:`run` (a :class:`DictConfig` of its own)."""
@@ -244,11 +249,19 @@ def compose_cells(spec: Spec, todo: List[Dict[str, Any]],
                   sets: Sequence[str], runs_dir: Path) -> Composer:
     r"""Adds to each cell of :obj:`todo` its ``runs``: one per job of its
     multirun, with its ``setting`` (of the row's grid) and ``seed``;
-    returns the :class:`Composer` that makes their configs."""
+    returns the :class:`Composer` that makes their configs (when asked:
+    a cell of one of gnorm's studies that the cache holds for these
+    overrides, :func:`cells_store`, is not composed here)."""
     grid_keys = sorted({k for row in spec.table['rows']
                         for k in grid(spec, row)})
     composer = Composer(grid_keys)
+    store = cells_store(spec)
     for cell in todo:
+        given = json.dumps(arguments(spec, cell, sets))
+        kept = store.get(given) if store else None
+        if kept is not None:
+            cell['runs'] = [_unpacked(run, runs_dir) for run in kept]
+            continue
         cell['runs'] = []
         keys = list(cell['settings'][0])
         for job in composer.jobs(arguments(spec, cell, sets)):
@@ -257,7 +270,40 @@ def compose_cells(spec: Spec, todo: List[Dict[str, Any]],
                 {k: run['values'][k] for k in keys})
             run['seed'] = run['values']['seed']
             cell['runs'].append(run)
+        if store:
+            store.put(given, [_packed(run, runs_dir)
+                              for run in cell['runs']])
+    if store:
+        store.save()
     return composer
+
+
+def cells_store(spec: Spec):
+    r"""The cache of the runs of :obj:`spec`'s cells by their overrides
+    (:class:`gnorm.study.cache.Store`; the runs folder apart), for one
+    of gnorm's studies; :obj:`None` for a user's spec."""
+    if not spec.own:
+        return None
+    from gnorm.study.cache import Store, context
+    from gnorm.study.spec import CONF_DIR
+    conf, key = CONF_DIR, context(CONF_DIR)
+    return Store('cells', spec.experiment, key,
+                 lambda: context(conf) == key)
+
+
+def _packed(run: Dict[str, Any], runs_dir: Path) -> Dict[str, Any]:
+    r""":obj:`run` as the cache keeps it: its folder relative to
+    :obj:`runs_dir`."""
+    folder = Path(run['dir'])
+    return {**run, 'fixed': list(run['fixed']),
+            'dir': (folder.relative_to(runs_dir).as_posix()
+                    if folder.is_relative_to(runs_dir) else str(folder))}
+
+
+def _unpacked(run: Dict[str, Any], runs_dir: Path) -> Dict[str, Any]:
+    r"""The run :obj:`run` the cache kept, its folder in
+    :obj:`runs_dir`."""
+    return {**run, 'fixed': tuple(run['fixed']), 'dir': runs_dir / run['dir']}
 
 
 def index(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:

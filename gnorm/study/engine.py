@@ -45,6 +45,13 @@ class DepthPlan:
         self.found = self._index()
 
     def _index(self) -> Dict[str, Any]:
+        r"""The finished runs by key: for ``--dry-run`` as short records
+        (:mod:`gnorm.study.run_index`), else whole (the report reads
+        them)."""
+        if self.args.dry_run:
+            from gnorm.study.run_index import finished, short_runs
+            runs = self.places.runs
+            return finished(short_runs(runs) if runs.is_dir() else [])
         from gnorm.study.compose import index
         return index(_found(self.places.runs))
 

@@ -2,7 +2,7 @@ r"""``python -m gnorm.study queue``: trains, in one process and within a
 time budget, the cells that gnorm's depth studies leave for a GPU (or a
 CPU), most wanted first, into run folders the studies read.
 
-    python -m gnorm.study queue --list                     # what is pending, in seconds
+    python -m gnorm.study queue --list                     # what is left, with estimates
     python -m gnorm.study queue --budget-s 540 --out DIR   # train what fits into DIR
     python -m gnorm.study queue --device cpu --studies strong_depth --datasets chameleon_filtered --depths 16
 
@@ -10,11 +10,13 @@ Which cells (:mod:`gnorm.study.queue_plan`): the unfinished cells of
 every depth study (gnorm's, or ``--studies``) that the study's
 ``table.not_run`` marks as GPU work (the first entry naming the cell says
 why, and its ``why`` starts with "GPU work"; "CPU work" with ``--device
-cpu``, ``--work`` picks either; ``--list`` shows both), or, with
+cpu``, ``--work`` picks either; ``--list`` shows all, below), or, with
 ``--datasets``, ``--rows`` or ``--depths``, the cells selected. A run is
 finished where the study's runs folder or ``--out`` holds it or the
 ``--finished`` file lists it (written by ``--write-finished`` where the
-runs folders are); a run that failed twice is not queued again.
+runs folders are), a finished run of its own identity; a run that failed
+twice while training is not queued again (one refused before it trains,
+as for missing data, is tried again).
 
 Order: ``conf/queue.yaml``'s ``priority`` (:mod:`gnorm.study.queue_config`),
 the first entry a cell matches; cells of no entry last; the cheapest first
@@ -26,8 +28,9 @@ measured into ``--out``'s record, else ``conf/queue.yaml``'s
 ``calibration``, else the committed runs on the device (x2), else another
 GPU's (x4); each said. A cell starts only when its estimate fits the time
 left of ``--budget-s`` (counted from the start); one running at the end
-is stopped then, its finished runs kept: the call ends within the budget
-and 20 s. Runs go to ``<out>/<runs folder>/<run>``, as in
+is stopped then, its finished runs and its runs' checkpoints kept (the
+next call resumes them, its estimate of the cell at least the pace that
+cell kept): the call ends within the budget and 20 s. Runs go to ``<out>/<runs folder>/<run>``, as in
 ``experiments/runs``; ``<out>/.queue.json`` records each cell's seconds,
 merged under a lock with any other process's. Ctrl-C or SIGTERM keeps
 every finished cell; the same command goes on.
@@ -38,6 +41,20 @@ seconds per unit are a rate of their own (``<GPU> (CUDA graphs)``), the
 eager one its prior. A cell whose step cannot be captured trains again
 eagerly, and so do the cells after it; a run that diverges fails its cell
 once and the queue goes on as it was.
+
+The list (``--list``, :func:`whole`): without ``--work`` or a selection,
+every cell with unfinished runs, whatever marks it: those marked CPU and
+GPU work (the device's first); then those no ``table.not_run`` entry
+marks, classed by their estimate on this machine's CPU
+(:func:`gnorm.study.queue_plan.classed`: CPU work where it is at most
+:data:`~gnorm.study.queue_plan.CPU_WORK_S`, 6 h, else GPU work; the queue
+trains them only when selected); then the cells to remake, whose
+finished runs were made by uncommitted code (``source.modified``: the
+reports do not quote them). Each cell with its runs and its estimates
+here and on the last measured GPU, a run once, and the totals per kind
+of work (GPU work, CPU work, to remake). Specs and compositions come
+from the cache (:mod:`gnorm.study.cache`), the runs from their short
+records (:mod:`gnorm.study.run_index`): seconds, not minutes.
 """
 import argparse
 import sys
@@ -50,7 +67,8 @@ from gnorm.study.queue_config import (AXES, CONFIG, check_priority,
                                       read_config)
 from gnorm.study.queue_cost import (Rate, committed_rates, device_name,
                                     duration, other_gpu, rate_of)
-from gnorm.study.queue_plan import (MAX_FAILURES, WORK, Pending, claim,
+from gnorm.study.queue_plan import (CPU_WORK_S, MAX_FAILURES, WORK,
+                                    Pending, claim, classed,
                                     finished_digests, load_specs, order,
                                     pending, read_digests)
 from gnorm.study.queue_record import failures
@@ -79,8 +97,10 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument('--out', type=Path, default=OUT,
                        help=f'the folder of the runs (default: {OUT})')
     found.add_argument('--list', action='store_true', help='print the '
-                       'pending cells and their estimated seconds; train '
-                       'nothing')
+                       'pending cells (all, without --work or a '
+                       'selection: marked or not, and those to remake) '
+                       'with their estimates and the totals per kind of '
+                       'work; train nothing')
     found.add_argument('--studies', nargs='+', metavar='NAME',
                        help='only these studies (names or spec files; '
                        'default: gnorm\'s depth studies)')
@@ -149,16 +169,21 @@ class Plan:
     r"""What a call trains: the pending ``items`` in order, the ``rate``
     of the device (``eager``: the one a cell failing as CUDA graphs falls
     back to), the ``calibration`` committed, in words ``what``; for
-    ``--list`` the ``sections`` (each kind of work in words and its
-    cells) and the cells whose runs are ``given_up``."""
+    ``--list`` the ``sections`` (each kind of work in words, its cells
+    and a line to print after them), the cells whose runs are
+    ``given_up``, and the rate of this machine's ``cpu`` (it classes the
+    cells no ``table.not_run`` entry marks,
+    :func:`gnorm.study.queue_plan.classed`)."""
     items: List[Pending]
     rate: Rate
     calibration: Dict[str, float]
     device: str
     what: str
     eager: Optional[Rate] = None
-    sections: List[Tuple[str, List[Pending]]] = field(default_factory=list)
+    sections: List[Tuple[str, List[Pending], Optional[str]]] = field(
+        default_factory=list)
     given_up: List[Pending] = field(default_factory=list)
+    cpu: Optional[Rate] = None
 
 
 def kinds(args: argparse.Namespace, device: str,
@@ -180,6 +205,55 @@ def check_device(args: argparse.Namespace, device: str) -> None:
                         f'needs --device cuda, got {device}')
 
 
+# What --list says after the cells of a kind.
+UNMARKED = ('the queue trains these when selected (--datasets, --rows, '
+            '--depths), or once table.not_run marks them')
+REMAKE_WHAT = 'runs of uncommitted code: source.modified'
+REMAKE = ('their runs count as finished and the reports leave them out: '
+          'move the run folders aside, then train them again from '
+          'committed code (the study, or the queue with a selection)')
+
+
+def whole(specs: Sequence[Spec], args: argparse.Namespace, device: str,
+          priority: Sequence[Dict[str, Any]], cpu: Rate,
+          failed: Dict[str, int], digests: Sequence[str]
+          ) -> Tuple[List[Tuple[str, List[Pending], Optional[str]]],
+                     List[Pending]]:
+    r"""The sections of ``--list`` without ``--work`` or a selection:
+    every cell with unfinished runs, those ``table.not_run`` marks by
+    their mark (the device's kind first), the others classed by their
+    estimate on this machine's CPU :obj:`cpu`
+    (:func:`~gnorm.study.queue_plan.classed`), each run listed once; then
+    the cells to remake (runs of uncommitted code); and the cells with
+    runs given up."""
+    found = pending(specs, args.out, device, None, {}, digests,
+                    args.cuda_graph, failed, remake=True)
+    items = [i for i in found if not i.remake]
+    given_up = [i for i in items if i.given_up]
+    taken: set = set()
+    sections = []
+    for kind in kinds(args, device, {}):
+        marked = [i for i in items if (i.mark or '').startswith(WORK[kind])]
+        sections.append((in_words({}, WORK[kind]),
+                         claim(order(marked, priority), taken), None))
+    unmarked = claim(order([i for i in items if not any(
+        (i.mark or '').startswith(w) for w in WORK.values())], priority),
+        taken)
+    limit = duration(CPU_WORK_S)
+    for work, words in ((WORK['cpu'], f'at most {limit} a cell on this '
+                                      f'machine\'s CPU'),
+                        (WORK['gpu'], f'over {limit} a cell on this '
+                                      f'machine\'s CPU, or no estimate '
+                                      f'there')):
+        sections.append((f'not marked by table.not_run: {work}, {words}',
+                         [i for i in unmarked if classed(i, cpu) == work],
+                         UNMARKED))
+    sections.append((REMAKE_WHAT,
+                     claim(order([i for i in found if i.remake], priority)),
+                     REMAKE))
+    return sections, given_up
+
+
 def prepare(args: argparse.Namespace,
             specs: Optional[Sequence[Spec]]) -> Plan:
     r"""The :class:`Plan` of :obj:`args` over :obj:`specs` (default:
@@ -195,19 +269,24 @@ def prepare(args: argparse.Namespace,
     check_priority(config['priority'], specs, args.config)
     check_folder(args.out, f'--out {args.out}', write=not args.list)
     failed, digests = failures(args.out), read_digests(args.finished)
-    sections, given_up = [], []
-    for kind in kinds(args, device, selection):
-        found = pending(specs, args.out, device, WORK[kind], selection,
-                        digests, args.cuda_graph, failed)
-        given_up += [i for i in found if i.given_up]
-        sections.append((in_words(selection, WORK[kind]),
-                         claim(order(found, config['priority']))))
     name, calibration = device_name(device), config['calibration']
+    cpu = rate_of(args.out, device_name('cpu'), 'cpu', calibration)
+    if args.list and not args.work and not selection:
+        sections, given_up = whole(specs, args, device, config['priority'],
+                                   cpu, failed, digests)
+    else:
+        sections, given_up = [], []
+        for kind in kinds(args, device, selection):
+            found = pending(specs, args.out, device, WORK[kind], selection,
+                            digests, args.cuda_graph, failed)
+            given_up += [i for i in found if i.given_up]
+            sections.append((in_words(selection, WORK[kind]),
+                             claim(order(found, config['priority'])), None))
     return Plan(sections[0][1], rate_of(args.out, name, device, calibration,
                                         args.cuda_graph), calibration,
                 device, sections[0][0],
                 rate_of(args.out, name, device, calibration)
-                if args.cuda_graph else None, sections, given_up)
+                if args.cuda_graph else None, sections, given_up, cpu)
 
 
 # ---------------------------------------------------------------- output
@@ -232,55 +311,99 @@ def last_gpu(calibration: Dict[str, float]) -> Rate:
 def background(what: str) -> Optional[str]:
     r"""The command that trains the CPU work here in the background, into
     the studies' runs folders (:obj:`None` for other work)."""
-    if 'CPU work' not in what:
+    if not what.startswith(in_words({}, WORK['cpu'])):
         return None
     return ('nohup python -m gnorm.study queue --device cpu --work cpu '
             '--out experiments/runs --threads 1 > outputs/queue-cpu.log '
             '2>&1 &')
 
 
+def row(k: str, label: str, runs: int, units: float, rate: Rate,
+        gpu: Rate, cells: int = 1) -> Tuple[str, ...]:
+    r"""A line of ``--list``'s tables: its seconds here (:obj:`rate`) and
+    on the last GPU."""
+    return (k, label, str(runs), f'{units:.3g}',
+            duration(rate.estimate(units, cells)),
+            duration(gpu.estimate(units, cells)))
+
+
 def show_section(what: str, items: List[Pending], rate: Rate,
-                 gpu: Rate) -> None:
+                 gpu: Rate, after: Optional[str] = None) -> None:
     r"""Prints the cells :obj:`items` of one kind of work (:obj:`what`)
-    with their seconds here (:obj:`rate`) and on the last GPU."""
+    with their seconds here (:obj:`rate`) and on the last GPU, then
+    :obj:`after`."""
     runs = sum(len(i.left) for i in items)
     total = sum(i.units for i in items)
-    print(f'\n{len(items)} cells pending ({what}), {runs} runs to train, '
+    remake = what == REMAKE_WHAT
+    print(f"\n{len(items)} cells {'to remake' if remake else 'pending'} "
+          f"({what}), {runs} runs to train{' again' if remake else ''}, "
           f'{duration(rate.estimate(total, len(items)))} here')
-
-    def line(k, label, runs, units, cells=1):
-        return (k, label, str(runs), f'{units:.3g}',
-                duration(rate.estimate(units, cells)),
-                duration(gpu.estimate(units, cells)))
+    if not items:
+        return
     table([('#', 'cell', 'runs', 'units', 'here', 'last GPU'),
-           *(line(str(k), i.label, len(i.left), i.units)
+           *(row(str(k), i.label, len(i.left), i.units, rate, gpu)
              for k, i in enumerate(items, start=1)),
-           line('', 'total', runs, total, len(items))])
+           row('', 'total', runs, total, rate, gpu, len(items))])
     command = background(what)
-    if command and items:
+    if command:
         print(f'start it here, in the background (one such process per '
               f'free core; they share the folder):\n  {command}')
+    if after:
+        print(f'({after})')
+
+
+def show_totals(plan: Plan, gpu: Rate) -> None:
+    r"""Prints the cells listed per kind of work (GPU work, CPU work, to
+    remake) with their runs and seconds here and on the last GPU; an
+    unmarked cell counts as :func:`~gnorm.study.queue_plan.classed`
+    says."""
+    kinds_: Dict[str, List[Pending]] = {WORK['gpu']: [], WORK['cpu']: [],
+                                        'to remake': []}
+    for _, items, _ in plan.sections:
+        for i in items:
+            kind = 'to remake' if i.remake else classed(i, plan.cpu)
+            kinds_[kind].append(i)
+    print(f'\nwhat is listed, by kind of work (a cell no table.not_run '
+          f'entry marks is CPU work where this machine\'s CPU takes at '
+          f'most {duration(CPU_WORK_S)} for it, else GPU work):')
+    table([('cells', 'kind', 'runs', 'units', 'here', 'last GPU'),
+           *(row(str(len(items)), k, sum(len(i.left) for i in items),
+                 sum(i.units for i in items), plan.rate, gpu, len(items))
+             for k, items in kinds_.items())])
+
+
+def why_given_up(item: Pending) -> str:
+    r"""Where the reason its runs were given up is written: the
+    ``results.json`` of the first that has one, else what to do (the
+    failures are counted in the queue's ``.queue.json``)."""
+    for run in item.given_up:
+        path = Path(run['dir']) / 'results.json'
+        if path.is_file():
+            return f'{path} says why'
+    return ('no results.json says why; delete their counts under "failed '
+            'runs" in the .queue.json of --out to queue them again')
 
 
 def show(plan: Plan) -> None:
     r"""Prints the pending cells of every section of :obj:`plan` in the
     queue's order, with their seconds on this device and on the last
-    measured GPU, and the runs given up."""
+    measured GPU, the runs given up and the totals per kind of work."""
     gpu = last_gpu(plan.calibration)
     print(f'here ({plan.device}: {plan.rate.name or "no CUDA device"}): '
           f'{plan.rate.said()}')
     print(f'last measured GPU: {gpu.name}, {gpu.prior:.3g} s per unit'
           if gpu.name else 'last measured GPU: none (conf/queue.yaml '
           'calibration, committed runs)')
-    for what, items in plan.sections:
-        show_section(what, items, plan.rate, gpu)
+    for what, items, after in plan.sections:
+        show_section(what, items, plan.rate, gpu, after)
     for item in plan.given_up:
         print(f'given up: {item.label}: {len(item.given_up)} runs failed '
-              f'{MAX_FAILURES} times; not queued again (their results.json '
-              f'say why)')
-    if not any(items for _, items in plan.sections):
+              f'{MAX_FAILURES} times; not queued again ({why_given_up(item)})')
+    if not any(items for _, items, _ in plan.sections):
         print('(--work gpu or cpu takes the cells table.not_run marks as '
               'GPU or CPU work; --datasets, --rows, --depths select cells)')
+        return
+    show_totals(plan, gpu)
 
 
 def head(plan: Plan, budget_s: float) -> str:
@@ -352,10 +475,10 @@ def planned(args: argparse.Namespace, specs: Optional[Sequence[Spec]],
         print('the budget ended while planning; nothing was trained',
               flush=True)
         return None, 0
-    except KeyboardInterrupt:  # while planning: nothing written yet
+    except KeyboardInterrupt as e:  # while planning: nothing written yet
         print('interrupted while planning; nothing was trained or written',
               file=sys.stderr, flush=True)
-        return None, 130
+        return None, getattr(e, 'exit_code', 130)  # 143: SIGTERM (a window)
 
 
 def main(argv: Optional[Sequence[str]] = None,

@@ -1,8 +1,12 @@
 r"""The GPU queue's config, ``conf/queue.yaml``: ``priority``, the order
 in which the queue trains the cells (a list of entries ``{study,
 datasets?, rows?, depths?}``), and ``calibration``, each GPU's seconds per
-cost unit by name (the last measured last). Read and checked here; a bad
-value is one line (:class:`gnorm.study.spec.SpecError`)."""
+cost unit by name (the last measured last), with the set-up of a cell
+(``{per_unit: S, setup_s: T}``; a plain number: no set-up). Read and
+checked here (:class:`Calibration`), and written back
+(:func:`calibration_line`); a bad value is one line
+(:class:`gnorm.study.spec.SpecError`)."""
+import math
 from pathlib import Path
 from typing import Any, Dict, Sequence
 
@@ -44,22 +48,73 @@ def load_yaml(path: Path) -> Dict[str, Any]:
     return found
 
 
+CALIBRATION_KEYS = ('per_unit', 'setup_s')
+
+
+class Calibration(float):
+    r"""A GPU's calibration: its seconds per cost unit (the number itself,
+    the steady rate of the epochs alone) and ``setup_s``, the seconds of a
+    cell's set-up (data, compose, first steps), which an estimate adds
+    once a cell (:class:`gnorm.study.queue_cost.Rate`)."""
+    setup_s: float
+
+    def __new__(cls, per_unit: float, setup_s: float = 0.0):
+        found = super().__new__(cls, per_unit)
+        found.setup_s = float(setup_s)
+        return found
+
+
+def _finite(value: Any) -> bool:
+    r"""Whether :obj:`value` is a finite number (not a bool; NaN is
+    not)."""
+    return not isinstance(value, bool) and \
+        isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def check_calibration(calibration: Dict[str, Any], path: Path) -> None:
     r"""Raises :class:`SpecError` for a calibration that is not a finite
-    number of seconds per unit > 0 (NaN too)."""
+    number of seconds per unit > 0 (NaN too), or a mapping of one
+    (``per_unit``) and of the seconds of a cell's set-up >= 0
+    (``setup_s``)."""
     for name, value in calibration.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not 0 < value < float('inf'):  # NaN fails too
+        per_unit, setup = (value.get('per_unit'), value.get('setup_s', 0.0)) \
+            if isinstance(value, dict) else (value, 0.0)
+        keys = set(value) if isinstance(value, dict) else set()
+        if keys - set(CALIBRATION_KEYS) or not _finite(per_unit) or \
+                not _finite(setup) or per_unit <= 0 or setup < 0:
             raise SpecError(f'{path}: calibration of {name!r} must be '
                             f'seconds per unit (a finite number > 0), got '
-                            f'{value!r}')
+                            f'{value!r}; with the set-up of a cell: '
+                            f'{{per_unit: S, setup_s: seconds >= 0}}')
+
+
+def calibrations(calibration: Dict[str, Any]) -> Dict[str, Calibration]:
+    r"""The checked :obj:`calibration` of ``conf/queue.yaml`` as
+    :class:`Calibration` values, in its order."""
+    return {name: Calibration(value['per_unit'], value.get('setup_s', 0.0))
+            if isinstance(value, dict) else Calibration(value)
+            for name, value in calibration.items()}
+
+
+def calibration_line(calibration: Dict[str, float]) -> str:
+    r"""The ``calibration:`` line of ``conf/queue.yaml`` that
+    :func:`read_config` reads back as :obj:`calibration` (each GPU's
+    seconds per unit, a plain number where there is no set-up)."""
+    def value(found: float) -> str:
+        setup = round(float(getattr(found, 'setup_s', 0.0)), 3)
+        return (f'{{per_unit: {found:.4e}, setup_s: {setup!r}}}' if setup
+                else f'{found:.4e}')
+    return 'calibration: {' + ', '.join(
+        f'"{name}": {value(found)}'
+        for name, found in calibration.items()) + '}'
 
 
 def read_config(path: Path, known: Sequence[str] = ()) -> Dict[str, Any]:
     r"""``priority`` (a list of entries: ``study`` and optional
     ``datasets``, ``rows``, ``depths``) and ``calibration`` (GPU name:
-    seconds per unit) of :obj:`path`; :class:`SpecError` for a bad entry
-    or a study not among :obj:`known` and gnorm's."""
+    seconds per unit with the set-up of a cell, :class:`Calibration`) of
+    :obj:`path`; :class:`SpecError` for a bad entry or a study not among
+    :obj:`known` and gnorm's."""
     found = load_yaml(path)
     known = {*known, *studies()}
     for entry in found.get('priority') or []:
@@ -70,7 +125,7 @@ def read_config(path: Path, known: Sequence[str] = ()) -> Dict[str, Any]:
     calibration = dict(found.get('calibration') or {})
     check_calibration(calibration, path)
     return dict(priority=list(found.get('priority') or []),
-                calibration=calibration)
+                calibration=calibrations(calibration))
 
 
 def check_priority(priority: Sequence[Dict[str, Any]],

@@ -8,23 +8,25 @@ Where a device's rate comes from, the first that has one:
 
 1. the cells trained on it into the queue's folder (``.queue.json``,
    :mod:`gnorm.study.queue_record`, every process's);
-2. ``conf/queue.yaml``'s ``calibration`` for its name (a GPU's, written by
-   ``experiments/gpu_window.py --bring-back``);
+2. ``conf/queue.yaml``'s ``calibration`` for its name (a GPU's steady
+   rate and set-up, written by ``experiments/gpu_window.py
+   --bring-back``);
 3. the committed runs of ``experiments/runs`` trained on it
    (:func:`committed_rates`: each run's ``loop_s``, else ``runtime_s``, per
-   run of its batch, over its units at the epochs it trained), times
+   run of its batch, over its units at the epochs it trained,
+   :func:`gnorm.study.run_index.run_cell`), times
    :data:`PRIOR_SCALE`: a prior that overstates rather than understates;
 4. for a GPU, another GPU's rate (2 or 3) times :data:`OTHER_GPU_SCALE`;
 
 else there is no rate for the device yet, and the cheapest cell trains
 first to give one. Each rate says which it is (:attr:`Rate.source`)."""
 import functools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.study.queue_record import rates, read_record, totals
+from gnorm.study.run_index import short_runs
 from gnorm.study.spec import REPO
 
 RUNS = REPO / 'experiments' / 'runs'  # the committed runs; tests set theirs
@@ -35,15 +37,14 @@ NO_RATE = ('no rate for this device yet: the cheapest cell trains first '
            'experiments/gpu_window.py --bring-back DIR)')
 
 
-def units(composer, cell: Dict[str, Any], left: List[Dict[str, Any]]
-          ) -> int:
-    r"""The cost units of the runs :obj:`left` of :obj:`cell`, at their
-    width and epochs (:func:`gnorm.study.compose.cost`)."""
+def units(cell: Dict[str, Any], left: List[Dict[str, Any]]) -> int:
+    r"""The cost units of the runs :obj:`left` of :obj:`cell`, at the
+    width and epochs of the first (``hidden``, ``epochs``: each run's, as
+    :meth:`gnorm.study.compose.Composer.run` gives them;
+    :func:`gnorm.study.compose.cost`)."""
     from gnorm.study.compose import cost
-    cfg = composer.config(left[0])
-    hidden = int(cfg.model.get('hidden_channels') or 32)
     return len(left) * cost(cell['dataset'], cell['depth'], cell['base'],
-                            hidden, int(cfg.train.epochs))
+                            left[0]['hidden'], left[0]['epochs'])
 
 
 def device_name(device: str) -> Optional[str]:
@@ -73,59 +74,6 @@ def duration(seconds: Optional[float]) -> str:
 # -------------------------------------------------- the committed runs
 
 
-def run_units(run: Dict[str, Any]) -> Optional[int]:
-    r"""The cost units of the committed run :obj:`run` (its
-    ``results.json``) at the epochs it trained; :obj:`None` where its
-    record lacks them."""
-    from gnorm.study.compose import cost
-    config, curve = run.get('config') or {}, run.get('curve') or {}
-    choices = run.get('choices') or {}
-    dataset = choices.get('dataset') or (run.get('dataset') or {}).get(
-        'name')
-    epochs = (curve.get('epoch') or [None])[-1]
-    if not dataset or not epochs or not config.get('layers'):
-        return None
-    base = [f"norm={choices.get('norm')}", *(run.get('overrides') or [])]
-    hidden = int((config.get('model') or {}).get('hidden_channels') or 32)
-    return cost(dataset, int(config['layers']), base, hidden, int(epochs))
-
-
-def run_machine(run: Dict[str, Any]) -> Optional[str]:
-    r"""The device a run trained on by name: its GPU's, else its CPU's."""
-    machine = run.get('machine') or {}
-    return (machine.get('gpu') if str(run.get('device')).startswith('cuda')
-            else machine.get('cpu'))
-
-
-def run_seconds(run: Dict[str, Any]) -> Dict[str, float]:
-    r"""A run's share of its batch's seconds: ``steady_s`` (``loop_s``,
-    the epochs alone, where recorded, else ``runtime_s``) and ``setup_s``
-    (the rest), each over the runs of the batch."""
-    share = max(int(run.get('batch_runs') or 1), 1)
-    wall = float(run['runtime_s'])
-    steady = float(run.get('loop_s') or wall)
-    return dict(steady_s=steady / share, setup_s=max(wall - steady, 0.0))
-
-
-def read_run(path: Path) -> Optional[Dict[str, Any]]:
-    r"""The committed run at :obj:`path` as a cell of one run (its
-    machine, device, seconds and units), or :obj:`None`: unfinished,
-    unreadable or without its units."""
-    try:
-        run = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if run.get('status') != 'ok' or not run.get('runtime_s'):
-        return None
-    found = run_units(run)
-    if not found or not run_machine(run):
-        return None
-    seconds = run_seconds(run)
-    return dict(machine=run_machine(run), device=str(run['device']),
-                seconds=seconds['steady_s'] + seconds['setup_s'],
-                units=found, **seconds)
-
-
 def committed_rates(root: Optional[Path] = None
                     ) -> Dict[str, Dict[str, Any]]:
     r"""Per device name, the rate of the finished runs below :obj:`root`
@@ -137,11 +85,13 @@ def committed_rates(root: Optional[Path] = None
 
 @functools.lru_cache(maxsize=4)
 def rates_below(root: Path) -> Dict[str, Dict[str, Any]]:
-    r""":func:`committed_rates` of :obj:`root`, read once."""
+    r""":func:`committed_rates` of :obj:`root`, read once (each run as a
+    cell from its short record: :func:`gnorm.study.run_index.run_cell`)."""
     cells: Dict[str, List[Dict[str, Any]]] = {}
-    for path in sorted(Path(root).glob('*/*/results.json')):
-        run = read_run(path)
-        if run is not None:
+    for record in short_runs(root) if Path(root).is_dir() else []:
+        run = record['cell']
+        if run is not None and len(Path(record['_path']).relative_to(
+                root).parts) == 3:  # <study>/<run>/results.json
             cells.setdefault(run['machine'], []).append(run)
     return {name: dict(totals(found), device=found[0]['device'],
                        runs=len(found))
@@ -210,8 +160,9 @@ def prior_of(name: Optional[str], device: str,
              committed: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     r"""The prior of the device :obj:`name` (see the module's text, 2 to
     4): ``prior``, ``prior_setup`` and ``source``."""
-    if name in calibration:
+    if name in calibration:  # with its set-up (queue_config.Calibration)
         return dict(prior=calibration[name],
+                    prior_setup=getattr(calibration[name], 'setup_s', 0.0),
                     source='conf/queue.yaml calibration')
     if name in committed:
         c = committed[name]
@@ -223,6 +174,8 @@ def prior_of(name: Optional[str], device: str,
         if device == 'cuda' else None
     if other is not None:
         return dict(prior=other[1] * OTHER_GPU_SCALE,
+                    prior_setup=getattr(other[1], 'setup_s', 0.0)
+                    * OTHER_GPU_SCALE,
                     source=f'prior: the rate of {other[0]}, '
                     f'x{OTHER_GPU_SCALE:g}')
     return dict(source=NO_RATE)
@@ -240,6 +193,7 @@ def rate_of(out: Path, name: Optional[str], device: str,
     had = rates(read_record(out)).get(key) or {}
     if graphed and key in calibration:
         prior = dict(prior=calibration[key],
+                     prior_setup=getattr(calibration[key], 'setup_s', 0.0),
                      source='conf/queue.yaml calibration')
     else:
         prior = prior_of(name, device, calibration, committed)

@@ -3,7 +3,14 @@ studies (:func:`pending`: those ``table.not_run`` marks as GPU or CPU
 work, or those selected, with their unfinished runs), ordered by the
 priority (:func:`order`), each run claimed by the first cell that has it
 (:func:`claim`). A run that failed :data:`MAX_FAILURES` times in the
-queue's folder is not queued again (:attr:`Pending.given_up`)."""
+queue's folder is not queued again (:attr:`Pending.given_up`).
+
+For ``--list``, every cell with unfinished runs whatever its mark
+(``work=None``), and the cells to remake (``remake=True``): those whose
+finished runs were made by uncommitted code (``source.modified``), which
+the reports do not quote. A cell no ``table.not_run`` entry marks is
+classed by its estimate on this machine's CPU (:func:`classed`): CPU
+work where it takes at most :data:`CPU_WORK_S`, else GPU work."""
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -18,6 +25,10 @@ WORK = {'gpu': 'GPU work', 'cpu': 'CPU work'}
 # A run that failed this many times (a run that diverges diverges again)
 # is not queued again; --list names it.
 MAX_FAILURES = 2
+# A cell that no table.not_run entry marks is CPU work where this
+# machine's CPU takes at most this long for it (its estimate): a night on
+# one core, as the cells marked CPU work (under 5 h here); else GPU work.
+CPU_WORK_S = 6 * 3600.0
 
 
 @dataclass
@@ -36,14 +47,19 @@ class Study:
 @dataclass
 class Pending:
     r"""A cell with unfinished runs (:obj:`left`), its cost ``units``, its
-    ``place`` in the priority, and the runs it gives up (``given_up``:
-    failed :data:`MAX_FAILURES` times)."""
+    ``place`` in the priority, the runs it gives up (``given_up``:
+    failed :data:`MAX_FAILURES` times), its ``mark`` (why
+    ``table.not_run`` leaves it, :func:`marked`; :obj:`None` unmarked);
+    where ``remake``, :obj:`left` are its finished runs of uncommitted
+    code instead."""
     study: Study
     cell: Dict[str, Any]
     left: List[Dict[str, Any]]
     units: float
     place: int = 0
     given_up: List[Dict[str, Any]] = field(default_factory=list)
+    mark: Optional[str] = None
+    remake: bool = False
 
     @property
     def graphed(self) -> bool:
@@ -60,7 +76,7 @@ class Pending:
         own), its units scaled to them."""
         return Pending(self.study, self.cell, left,
                        self.units * len(left) / max(len(self.left), 1),
-                       self.place, self.given_up)
+                       self.place, self.given_up, self.mark, self.remake)
 
 
 def load_specs(refs: Optional[Sequence[str]] = None) -> List[Spec]:
@@ -92,13 +108,27 @@ def marked(spec: Spec, cell: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def wanted(spec: Spec, cell: Dict[str, Any], work: str,
+def wanted(spec: Spec, cell: Dict[str, Any], work: Optional[str],
            selection: Dict[str, Any]) -> bool:
     r"""Whether the queue takes :obj:`cell`: selected, or without a
-    :obj:`selection` marked as :obj:`work` ("GPU work")."""
+    :obj:`selection` marked as :obj:`work` ("GPU work"; :obj:`None`:
+    every cell)."""
     if selection:
         return names(selection, cell)
-    return (marked(spec, cell) or '').startswith(work)
+    return work is None or (marked(spec, cell) or '').startswith(work)
+
+
+def classed(item: Pending, cpu) -> str:
+    r"""The kind of work of the cell :obj:`item`: its mark's ("GPU work",
+    "CPU work"), else, unmarked, CPU work where :obj:`cpu` (this
+    machine's CPU's :class:`~gnorm.study.queue_cost.Rate`) takes at most
+    :data:`CPU_WORK_S` for it, else GPU work (also without a CPU rate)."""
+    for work in WORK.values():
+        if (item.mark or '').startswith(work):
+            return work
+    seconds = cpu.estimate(item.units)
+    return WORK['cpu'] if seconds is not None and seconds <= CPU_WORK_S \
+        else WORK['gpu']
 
 
 class Finished:
@@ -111,20 +141,19 @@ class Finished:
         self.folders: Dict[Path, Dict[str, Any]] = {}
 
     def below(self, folders: Sequence[Path]) -> Dict[str, Any]:
-        r"""The finished runs below :obj:`folders`, by key, but those made
-        by another version of a file of the user's code that their config
-        names (:func:`gnorm.results.user_code.changed_user_code`): the
-        queue trains them again."""
-        from gnorm.results import load_runs
-        from gnorm.results.user_code import changed_user_code
-        from gnorm.study.compose import index
+        r"""The finished runs below :obj:`folders` by key, as short
+        records (:mod:`gnorm.study.run_index`), but those made by another
+        version of a file of the user's code that their config names
+        (:func:`gnorm.results.user_code.changed_user_code`): the queue
+        trains them again."""
+        from gnorm.study.run_index import changed_code, finished, short_runs
         found: Dict[str, Any] = {}
         for folder in dict.fromkeys(f.resolve() for f in folders):
             if folder not in self.folders:
                 self.folders[folder] = {
-                    key: run for key, run in index(
-                        load_runs(folder, warn=False) if folder.is_dir()
-                        else []).items() if not changed_user_code(run)}
+                    key: run for key, run in finished(
+                        short_runs(folder) if folder.is_dir()
+                        else []).items() if not changed_code(run)}
             found.update(self.folders[folder])
         return found
 
@@ -142,13 +171,17 @@ def overrides(device: str, graphed: bool) -> List[str]:
             *(['train.cuda_graph=true'] if graphed else [])]
 
 
-def study_pending(spec: Spec, out: Path, device: str, work: str,
+def study_pending(spec: Spec, out: Path, device: str, work: Optional[str],
                   selection: Dict[str, Any], done: Finished,
                   graphed: bool = False,
-                  failed: Optional[Dict[str, int]] = None) -> List[Pending]:
-    r"""The cells of :obj:`spec` the queue takes that have unfinished
-    runs, their runs composed into ``<out>/<runs folder>``; a run
-    :obj:`failed` (by digest) :data:`MAX_FAILURES` times is given up."""
+                  failed: Optional[Dict[str, int]] = None,
+                  remake: bool = False) -> List[Pending]:
+    r"""The cells of :obj:`spec` the queue takes (:func:`wanted`) that
+    have unfinished runs, their runs composed into ``<out>/<runs
+    folder>``; a run :obj:`failed` (by digest) :data:`MAX_FAILURES` times
+    is given up. With :obj:`remake`, also those with finished runs of
+    uncommitted code, as items of their own (:attr:`Pending.remake`)."""
+    from gnorm.study.run_index import modified
     from gnorm.study.compose import cells, compose_cells
     t = spec.table
     todo = [c for c in cells(spec, t['datasets'], list(t['rows']),
@@ -173,25 +206,35 @@ def study_pending(spec: Spec, out: Path, device: str, work: str,
         left = [r for r in unfinished
                 if failed.get(run_digest(r['key']), 0) < MAX_FAILURES]
         given_up = [r for r in unfinished if r not in left]
+        mark = marked(spec, cell)
         if unfinished:
             found.append(Pending(study, cell, left,
-                                 units(composer, cell, left) if left else 0,
-                                 given_up=given_up))
+                                 units(cell, left) if left else 0,
+                                 given_up=given_up, mark=mark))
+        again = [r for r in cell['runs'] if r['key'] in study.found
+                 and modified(study.found[r['key']])]
+        if remake and again:
+            found.append(Pending(study, cell, again,
+                                 units(cell, again), mark=mark,
+                                 remake=True))
     return found
 
 
-def pending(specs: Sequence[Spec], out: Path, device: str, work: str,
-            selection: Optional[Dict[str, Any]] = None,
+def pending(specs: Sequence[Spec], out: Path, device: str,
+            work: Optional[str], selection: Optional[Dict[str, Any]] = None,
             digests: Sequence[str] = (), graphed: bool = False,
-            failed: Optional[Dict[str, int]] = None) -> List[Pending]:
-    r"""The pending cells of :obj:`specs` (see the module's text);
-    :obj:`digests`: of runs finished elsewhere (:func:`run_digest`);
-    :obj:`graphed`: their steps replayed as CUDA graphs; :obj:`failed`:
-    the runs' failure counts (a cell whose runs are all given up is kept
-    for :attr:`Pending.given_up`, without runs left)."""
+            failed: Optional[Dict[str, int]] = None,
+            remake: bool = False) -> List[Pending]:
+    r"""The pending cells of :obj:`specs` (see the module's text; work
+    :obj:`None`: whatever their mark); :obj:`digests`: of runs finished
+    elsewhere (:func:`run_digest`); :obj:`graphed`: their steps replayed
+    as CUDA graphs; :obj:`failed`: the runs' failure counts (a cell whose
+    runs are all given up is kept for :attr:`Pending.given_up`, without
+    runs left); :obj:`remake`: with the cells to remake."""
     done = Finished(digests)
     return [item for spec in specs for item in study_pending(
-        spec, out, device, work, selection or {}, done, graphed, failed)]
+        spec, out, device, work, selection or {}, done, graphed, failed,
+        remake)]
 
 
 def eagerly(items: Sequence[Pending], device: str) -> List[Pending]:
@@ -217,7 +260,7 @@ def eagerly(items: Sequence[Pending], device: str) -> List[Pending]:
             found[i] = Pending(eager, cell, [r for r in cell['runs']
                                              if r['key'] in keys],
                                items[i].units, items[i].place,
-                               items[i].given_up)
+                               items[i].given_up, items[i].mark)
     return found
 
 
@@ -259,14 +302,19 @@ def order(items: List[Pending], priority: Sequence[Dict[str, Any]]
     return sorted(items, key=lambda i: (i.place, i.units))
 
 
-def claim(items: List[Pending]) -> List[Pending]:
+def claim(items: List[Pending], taken: Optional[set] = None
+          ) -> List[Pending]:
     r""":obj:`items` in order, each without the runs an earlier one trains
-    (studies that share runs: one identity, one folder), its units scaled
-    to the runs left; those left without runs dropped."""
-    taken, found = set(), []
+    (studies that share runs: one identity in one runs folder, as
+    :class:`Finished` counts them) or :obj:`taken` holds (identities and
+    runs folders; those of :obj:`items` are added), its units scaled to
+    the runs left; those left without runs dropped. A run of one identity
+    in the runs folders of two studies is two runs."""
+    taken, found = (set() if taken is None else taken), []
     for item in items:
-        left = [r for r in item.left if r['key'] not in taken]
-        taken.update(r['key'] for r in left)
+        where = str(item.study.spec.runs_dir())
+        left = [r for r in item.left if (r['key'], where) not in taken]
+        taken.update((r['key'], where) for r in left)
         if left:
             item.units = item.units * len(left) // len(item.left)
             item.left = left

@@ -2,7 +2,11 @@ r"""The GPU queue's record, ``<out>/.queue.json``: per rate name (a
 device's name, ``<GPU> (CUDA graphs)`` for graphed steps) the cells
 trained there, each with its wall seconds, its steady seconds (the epochs
 alone) and its set-up seconds (data, compose, first steps), and its cost
-units; and per run (by :func:`run_digest`) how many times it failed.
+units; per run (by :func:`run_digest`) how many times it failed while
+training; and per cell stopped at a deadline (by its label) the seconds
+its last training took and the shares of its epochs that training kept
+and left (:func:`add_stopped`), which the next call's estimate of the
+cell reads.
 
 Many processes may train into one folder: each adds what it did under the
 folder's lock (``<out>/.queue.lock``, :func:`fcntl.flock`): it reads the
@@ -21,6 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 RECORD = '.queue.json'
 LOCK = '.queue.lock'
 FAILED = 'failed runs'  # the record's key of the runs' failure counts
+STOPPED = 'stopped cells'  # the record's key of the cells stopped last
 
 
 CLAIMS = '.queue.runs'  # <out>/.queue.runs/<digest>: a run's claim
@@ -154,6 +159,31 @@ def add_failures(out: Path, keys: Sequence[str]) -> Dict[str, int]:
     return counts
 
 
+def add_stopped(out: Path, label: str,
+                stopped: Optional[Dict[str, Any]]) -> None:
+    r"""Records, under the lock, that the cell :obj:`label` was stopped:
+    :obj:`stopped` (its ``seconds``, and the shares of its epochs it
+    ``kept`` and ``left``) replaces what an earlier stop recorded;
+    :obj:`None` forgets the cell (it finished)."""
+    with locked(out):
+        record = read_record(out)
+        cells = dict(record.get(STOPPED) or {})
+        if stopped is None and label not in cells:
+            return
+        if stopped is None:
+            del cells[label]
+        else:
+            cells[label] = stopped
+        record[STOPPED] = cells
+        write_whole(out, record)
+
+
+def stopped_cells(out: Path) -> Dict[str, Dict[str, Any]]:
+    r"""The cells stopped at a deadline in :obj:`out` (:func:`add_stopped`),
+    by label."""
+    return dict(read_record(out).get(STOPPED) or {})
+
+
 def failures(out: Path) -> Dict[str, int]:
     r"""How many times each run (by digest) failed in :obj:`out`."""
     return dict(read_record(out).get(FAILED) or {})
@@ -165,5 +195,6 @@ def rate_cells(out: Path, name: str) -> List[Dict[str, Any]]:
 
 
 def rates(record: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
-    r"""The rates of :obj:`record` by name (without the failure counts)."""
-    return {k: v for k, v in record.items() if k != FAILED}
+    r"""The rates of :obj:`record` by name (without the failure counts and
+    the stopped cells)."""
+    return {k: v for k, v in record.items() if k not in (FAILED, STOPPED)}

@@ -5,35 +5,47 @@ fits the time left; a cell without an estimate (no rate for the device
 yet) starts only as the cheapest. A cell running at the deadline is
 stopped then (:func:`stops_at`: ``SIGALRM`` raises :class:`Deadline`, and
 :func:`gnorm.train.train_runs` writes what its runs hold, as for Ctrl-C);
-its finished runs are kept. The call ends within its budget and
+its finished runs are kept, and so are its runs' checkpoints (node runs
+write one every ``train.checkpoint_every`` epochs): the next call resumes
+them. Its seconds and the shares of its epochs it kept and left are
+recorded (:func:`gnorm.study.queue_record.add_stopped`), and the next
+call's estimate of the cell is at least what they say
+(:func:`estimate_of`). The call ends within its budget and
 :data:`MARGIN_S`.
 
 Before each cell the queue claims its runs (a lock of each run in
 ``<out>/.queue.runs``, held while the cell trains) and checks them again:
-those another queue claimed, another process finished meanwhile, or one
-trains now (it holds the run folder's lock), are not this process's to
-train, count or time. After each cell it adds the
-cell to the record (:func:`gnorm.study.queue_record.add_cell`, merged
+those another queue claimed, another process finished meanwhile (a
+finished run of the run's own identity), or one trains now (it holds the
+run folder's lock), are not this process's to train, count or time. A
+folder that holds a run of another config (the spec changed, its folder
+names did not) is trained over, one line says so. After each cell it adds
+the cell to the record (:func:`gnorm.study.queue_record.add_cell`, merged
 with every other writer's) and re-estimates from the merged rate. After
 any failure the cells left are sorted cheapest first. A cell whose step
 cannot be captured as CUDA graphs trains again eagerly, and so do the
 cells after it; a run that diverges fails its cell and the queue goes on
-as it was; the runs of a failed cell count a failure each
-(:func:`gnorm.study.queue_record.add_failures`)."""
+as it was. Only a run that failed while training counts a failure
+(:func:`gnorm.study.queue_record.add_failures`): a run its cell finished
+does not, and a cell refused before training (missing data, out of memory
+at the start, a bad config: no run wrote its results) counts none, and
+is tried again by the next call."""
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from gnorm.errors import GnormError, Interrupted
 from gnorm.study.queue_cost import Rate, duration, refresh
 from gnorm.study.queue_plan import Pending, eagerly
-from gnorm.study.queue_record import (add_cell, add_failures, claim_runs,
-                                      rate_cells, release_runs)
+from gnorm.study.queue_record import (add_cell, add_failures, add_stopped,
+                                      claim_runs, rate_cells, release_runs,
+                                      stopped_cells)
 from gnorm.study.runner import CAPTURE, DIVERGED, FAILED, OK
 from gnorm.train.common import one_line
 
@@ -92,18 +104,69 @@ def first_cheapest(items: List[Pending], rate: Rate) -> List[Pending]:
     return [cheapest, *(i for i in items if i is not cheapest)]
 
 
-def finished_here(run: Dict[str, Any]) -> bool:
-    r"""Whether :obj:`run`'s folder holds a finished run (``status: ok``;
-    :func:`gnorm.train.train_runs` checks that it is this run's) made by
-    the user's code of now
-    (:func:`gnorm.results.user_code.changed_user_code`)."""
-    from gnorm.results.user_code import changed_user_code
+def record_of(run: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    r"""The ``results.json`` in :obj:`run`'s folder (:obj:`None`: none, or
+    unreadable)."""
     try:
         found = json.loads((Path(run['dir']) / 'results.json').read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(found, dict) and found.get('status') == 'ok' and \
-        not changed_user_code(found)
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def same_run(record: Dict[str, Any], run: Dict[str, Any]) -> bool:
+    r"""Whether :obj:`record` (a ``results.json``) is of :obj:`run`'s
+    identity (:func:`gnorm.results.keys.record_identity`, as its ``key``
+    says it: :func:`gnorm.study.compose.run_key`)."""
+    from gnorm.results.keys import record_identity
+    from gnorm.study.compose import run_key
+    return run_key(record_identity(record)) == run['key']
+
+
+def finished_here(run: Dict[str, Any]) -> bool:
+    r"""Whether :obj:`run`'s folder holds a finished run (``status: ok``)
+    of :obj:`run`'s identity (:func:`same_run`) made by the user's code of
+    now (:func:`gnorm.results.user_code.changed_user_code`)."""
+    from gnorm.results.user_code import changed_user_code
+    found = record_of(run)
+    return found is not None and found.get('status') == 'ok' and \
+        same_run(found, run) and not changed_user_code(found)
+
+
+def other_config(run: Dict[str, Any]) -> Optional[str]:
+    r"""How the run that :obj:`run`'s folder holds (its ``results.json``,
+    finished or stopped) differs from :obj:`run` (``train.epochs``: the
+    dotted keys where their identities differ), or :obj:`None`: the
+    folder holds none, or one of :obj:`run`'s identity."""
+    from gnorm.results.keys import differences, record_identity
+    found = record_of(run)
+    if found is None or not isinstance(found.get('config'), dict) or \
+            same_run(found, run):
+        return None
+    keys = differences(record_identity(found), json.loads(run['key']))
+    return ', '.join(keys[:4]) + (', ...' if len(keys) > 4 else '')
+
+
+def train_over(item: Pending, runs: List[Dict[str, Any]]) -> None:
+    r"""Removes the ``results.json`` and ``checkpoint.pt`` of the
+    :obj:`runs` of :obj:`item` whose folders hold a run of another config
+    (:func:`other_config`), so that they train again rather than being
+    refused (``resume=true`` keeps another config's run); one line says
+    so."""
+    from gnorm.train.checkpoints import CHECKPOINT
+    others = {r['key']: other_config(r) for r in runs}
+    others = {k: v for k, v in others.items() if v is not None}
+    if not others:
+        return
+    for run in (r for r in runs if r['key'] in others):
+        for name in ('results.json', CHECKPOINT):
+            try:
+                os.unlink(Path(run['dir']) / name)
+            except FileNotFoundError:
+                pass
+    print(f'{item.label}: {len(others)} runs of another config in their '
+          f'folders (differs in {next(iter(others.values()))}): trained '
+          f'again', flush=True)
 
 
 def busy(run: Dict[str, Any]) -> bool:
@@ -119,8 +182,9 @@ def busy(run: Dict[str, Any]) -> bool:
 
 def still_left(item: Pending, claimed: Dict[str, int]) -> Optional[Pending]:
     r""":obj:`item` with only the runs this process :obj:`claimed` that
-    no other process finished meanwhile or trains now; :obj:`None` when
-    none is left."""
+    no other process finished meanwhile (a finished run of its identity:
+    a folder of another config's run is this process's, to train over)
+    or trains now; :obj:`None` when none is left."""
     left = [r for r in item.left if r['key'] in claimed
             and not finished_here(r) and not busy(r)]
     if not left:
@@ -156,10 +220,28 @@ def train_cell(item: Pending) -> str:
         return FAILED
 
 
+def epochs_of(record: Dict[str, Any], run: Dict[str, Any]) -> int:
+    r"""The epochs of the run :obj:`run` (its ``results.json``
+    :obj:`record`'s config, else its composition's), at least 1."""
+    train = (record.get('config') or {}).get('train') or {}
+    return max(int(train.get('epochs') or run.get('epochs') or 1), 1)
+
+
+def trained_share(found: List[Dict[str, Any]],
+                  runs: List[Dict[str, Any]]) -> float:
+    r"""The share of the epochs of :obj:`runs` that their results
+    :obj:`found` trained in this call: a run resumed from a checkpoint
+    (``resumed_from_epoch``) trained only the rest."""
+    shares = [1 - int(f.get('resumed_from_epoch') or 0) / epochs_of(f, r)
+              for f, r in zip(found, runs)]
+    return sum(shares) / len(shares) if shares else 1.0
+
+
 def timed(item: Pending, seconds: float) -> Dict[str, Any]:
     r"""The record's entry of :obj:`item` trained in :obj:`seconds`: its
     steady seconds (the ``loop_s`` of its runs' results, each over the
-    runs of its batch), its set-up (the rest) and units."""
+    runs of its batch), its set-up (the rest) and units (those of the
+    epochs trained here: a resumed run's rest)."""
     found = [item.study.found.get(r['key']) or {} for r in item.left]
     loops = [f['loop_s'] / max(int(f.get('batch_runs') or 1), 1)
              for f in found if f.get('loop_s') is not None]
@@ -170,15 +252,33 @@ def timed(item: Pending, seconds: float) -> Dict[str, Any]:
                 row=c['row'], depth=c['depth'], runs=len(item.left),
                 cuda_graph=item.graphed, seconds=round(seconds, 3),
                 steady_s=round(steady, 3),
-                setup_s=round(seconds - steady, 3), units=item.units)
+                setup_s=round(seconds - steady, 3),
+                units=round(item.units * trained_share(found, item.left), 3))
 
 
-def fits(item: Pending, rate: Rate, deadline: float,
-         tag: str) -> Optional[str]:
+def estimate_of(item: Pending, rate: Rate,
+                stopped: Optional[Dict[str, Any]] = None) -> Optional[float]:
+    r"""The seconds :obj:`item` is estimated to take: :obj:`rate`'s; for a
+    cell stopped at a deadline before (:obj:`stopped`:
+    :func:`gnorm.study.queue_record.add_stopped`), the share of its epochs
+    it left, and at least what that training says: that share at the pace
+    it kept its share, or, where it kept none, the seconds it ran more."""
+    if not stopped:
+        return rate.estimate(item.units)
+    found = rate.estimate(item.units * stopped['left'])
+    if stopped['kept'] > 0:
+        floor = stopped['seconds'] * stopped['left'] / stopped['kept']
+    else:
+        floor = stopped['seconds'] + (found or 0.0)
+    return floor if found is None else max(found, floor)
+
+
+def fits(item: Pending, rate: Rate, deadline: float, tag: str,
+         stopped: Optional[Dict[str, Any]] = None) -> Optional[str]:
     r"""Why :obj:`item` does not train now (``unreached``: no time left,
-    ``skipped``: its estimate exceeds the time left, said in a line), or
-    :obj:`None`."""
-    left_s, estimate = deadline - clock(), rate.estimate(item.units)
+    ``skipped``: its estimate (:func:`estimate_of`) exceeds the time left,
+    said in a line), or :obj:`None`."""
+    left_s, estimate = deadline - clock(), estimate_of(item, rate, stopped)
     if left_s <= 0:
         return 'unreached'
     if estimate is not None and estimate > left_s:
@@ -192,15 +292,68 @@ def fits(item: Pending, rate: Rate, deadline: float,
     return None
 
 
-def failed_cell(item: Pending, ended: str, tag: str, out: Path) -> None:
+Stamp = Optional[Tuple[int, int]]
+
+
+def stamp(run: Dict[str, Any]) -> Stamp:
+    r"""When :obj:`run`'s ``results.json`` was last replaced (its inode
+    and modification time; :obj:`None`: none), to tell the runs a cell's
+    training wrote."""
+    try:
+        found = os.stat(Path(run['dir']) / 'results.json')
+    except OSError:
+        return None
+    return found.st_ino, found.st_mtime_ns
+
+
+def written(item: Pending, before: Dict[str, Stamp]) -> List[Dict[str, Any]]:
+    r"""The runs of :obj:`item` whose ``results.json`` was written since
+    :obj:`before` (:func:`stamp` by key): those its training reached."""
+    return [r for r in item.left if stamp(r) != before[r['key']]]
+
+
+def kept_and_left(item: Pending, wrote: List[Dict[str, Any]]
+                  ) -> Tuple[float, float]:
+    r"""The shares of :obj:`item`'s epochs that its training, stopped,
+    kept (a run's epochs from where it resumed to its last checkpoint,
+    ``checkpoint_epoch``, or to its end where it finished; only the runs
+    it :obj:`wrote` count) and that are left to train."""
+    keys = {r['key'] for r in wrote}
+    kept = left = 0.0
+    for run in item.left:
+        found = record_of(run) or {}
+        epochs = epochs_of(found, run)
+        done = epochs if found.get('status') == 'ok' else \
+            int(found.get('checkpoint_epoch') or 0)
+        began = int(found.get('resumed_from_epoch') or 0) \
+            if run['key'] in keys else done
+        kept += max(done - began, 0) / epochs
+        left += (epochs - done) / epochs
+    runs = max(len(item.left), 1)
+    return kept / runs, left / runs
+
+
+def failed_cell(item: Pending, ended: str, tag: str, out: Path,
+                wrote: List[Dict[str, Any]]) -> None:
     r"""Says how :obj:`item` failed and counts a failure of each of its
-    runs left unfinished in :obj:`out`'s record."""
-    if ended == DIVERGED:  # a run's loss, not the capture
+    runs that failed while training (its results, which the cell
+    :obj:`wrote`, not a finished run) in :obj:`out`'s record. A run the
+    cell finished is kept as finished; a cell refused before training
+    (no run written: missing data, out of memory at the start, a bad
+    config) counts no failure and is tried again by the next call."""
+    done = {r['key']: record_of(r) for r in wrote if finished_here(r)}
+    item.study.found.update(done)
+    failed = [r['key'] for r in wrote if r['key'] not in done]
+    if not wrote:
+        print(f'{tag}: refused before training (the error above): not a '
+              f'failure of its runs, tried again by the next call',
+              flush=True)
+    elif ended == DIVERGED:  # a run's loss, not the capture
         print(f'{tag}: a run diverged (recorded as failed); the queue goes '
               f'on' + (' with CUDA graphs' if item.graphed else ''),
               flush=True)
-    add_failures(out, [r['key'] for r in item.left
-                       if r['key'] not in item.study.found])
+    if failed:
+        add_failures(out, failed)
 
 
 class Queue:
@@ -242,7 +395,8 @@ class Queue:
                f'{len(item.left)} runs')
         if self.rate.name:  # every writer's cells so far
             refresh(self.rate, rate_cells(self.out, self.rate.name))
-        why = fits(item, self.rate, self.deadline, tag)
+        why = fits(item, self.rate, self.deadline, tag,
+                   stopped_cells(self.out).get(item.label))
         if why == 'unreached':
             self.counts['unreached'] += 1 + len(self.todo)
             return False
@@ -252,19 +406,18 @@ class Queue:
         return self.cell(item, tag)
 
     def cell(self, item: Pending, tag: str) -> bool:
-        r"""Trains :obj:`item`; whether the queue goes on."""
-        began = clock()
+        r"""Trains :obj:`item` (over the runs of another config its
+        folders hold, :func:`train_over`); whether the queue goes on."""
+        train_over(item, item.left)
+        began, before = clock(), {r['key']: stamp(r) for r in item.left}
         try:
             with stops_at(self.deadline):
                 ended = train_cell(item)
         except Deadline:
-            print(f'{tag}: stopped at the deadline after '
-                  f'{duration(clock() - began)}; its finished runs are '
-                  f'kept', flush=True)
-            self.counts['stopped'] += 1
-            self.counts['unreached'] += len(self.todo)
+            self.stopped(item, tag, clock() - began, written(item, before))
             return False
         if ended == OK:
+            add_stopped(self.out, item.label, None)
             refresh(self.rate, add_cell(self.out, self.rate.name,
                                         self.device,
                                         timed(item, clock() - began)))
@@ -276,12 +429,35 @@ class Queue:
                                                self.device))
             self.rate, self.done = self.eager, self.done - 1
         else:
-            failed_cell(item, ended, tag, self.out)
+            failed_cell(item, ended, tag, self.out, written(item, before))
             self.counts['failed'] += 1
             self.todo = cheapest_first(self.todo)
         if self.after_cell is not None:
             self.after_cell()
         return True
+
+    def stopped(self, item: Pending, tag: str, seconds: float,
+                wrote: List[Dict[str, Any]]) -> None:
+        r"""Says that :obj:`item` was stopped at the deadline after
+        :obj:`seconds` and, where it stopped runs that were training
+        (:obj:`wrote` their results, interrupted), records its seconds and
+        the shares of its epochs kept and left for the next call's
+        estimate (a cell stopped waiting for another process's run is not
+        measured)."""
+        cut = any((record_of(r) or {}).get('status') == 'interrupted'
+                  for r in wrote)
+        kept, left = kept_and_left(item, wrote)
+        if cut:
+            add_stopped(self.out, item.label, dict(
+                seconds=round(seconds, 3), kept=round(kept, 6),
+                left=round(left, 6), units=item.units))
+        print(f'{tag}: stopped at the deadline after {duration(seconds)}; '
+              f'its finished runs are kept'
+              + (f', and its checkpoints ({kept:.0%} of its epochs kept, '
+                 f'{left:.0%} left: the next call resumes them)' if cut
+                 else ''), flush=True)
+        self.counts['stopped'] += 1
+        self.counts['unreached'] += len(self.todo)
 
 
 def train(items: List[Pending], rate: Rate, deadline: float, out: Path,

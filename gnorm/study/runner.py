@@ -98,13 +98,13 @@ def train_here(cell: Dict[str, Any], left: List[Dict[str, Any]],
     return OK
 
 
-def cell_seconds(rate: Optional[Rate], composer: Composer,
-                 cell: Dict[str, Any], left: List[Dict[str, Any]]) -> str:
-    r"""``, about 25 min here`` for the runs :obj:`left` of :obj:`cell` at
-    :obj:`rate` (``no rate`` without one); nothing without a rate."""
+def cell_seconds(rate: Optional[Rate], cost: float, cells: int = 1) -> str:
+    r"""``, about 25 min here`` for :obj:`cells` cells of :obj:`cost` cost
+    units in all at :obj:`rate` (``no rate`` without one for this
+    device); nothing without :obj:`rate`."""
     if rate is None:
         return ''
-    seconds = rate.estimate(units(composer, cell, left))
+    seconds = rate.estimate(cost, cells)
     return (f', about {duration(seconds)} here' if seconds is not None
             else ', no rate for this device yet')
 
@@ -114,14 +114,16 @@ def changed_runs(todo: List[Dict[str, Any]],
     r"""The runs of the cells :obj:`todo` whose finished run in
     :obj:`found` was made by another version of a file of the user's
     code its config names
-    (:func:`gnorm.results.user_code.changed_user_code`), by key, each
-    with the ``retraining: ...`` line that says so: they are trained
+    (:func:`gnorm.results.user_code.changed_user_code`; :obj:`found`
+    holds full or short records, :mod:`gnorm.study.run_index`), by key,
+    each with the ``retraining: ...`` line that says so: they are trained
     again."""
-    from gnorm.results.user_code import changed_user_code, retraining
+    from gnorm.results.user_code import retraining
+    from gnorm.study.run_index import changed_code
     lines = {}
     for run in (r for c in todo for r in c['runs'] if r['key'] in found):
         record = found[run['key']]
-        changed = changed_user_code(record)
+        changed = changed_code(record)
         if changed:
             lines[run['key']] = retraining(
                 record, changed, record.get('_path') or run['dir'])
@@ -137,8 +139,8 @@ def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
     study in this process (with :obj:`launcher`: each cell with unfinished
     runs as a ``python -m gnorm.train -m`` multirun); returns the number
     of cells that failed. :obj:`rate`: the device's, to say each cell's
-    seconds (:mod:`gnorm.study.queue_cost`)."""
-    failed = 0
+    seconds and their total (:mod:`gnorm.study.queue_cost`)."""
+    failed, cells_left, runs_left, cost_left = 0, 0, 0, 0
     total = sum(len(c['runs']) for c in todo)
     retrain = changed_runs(todo, found)
     done = sum(r['key'] in found and r['key'] not in retrain
@@ -159,14 +161,20 @@ def run_cells(spec: Spec, todo: List[Dict[str, Any]], runs_dir: Path,
             print(label, flush=True)
             continue
         args = command(spec, cell, runs_dir, sets, launcher)
+        cost = units(cell, left)
+        cells_left, runs_left = cells_left + 1, runs_left + len(left)
+        cost_left += cost
         print(f"{label}, {'would run' if dry_run else 'running'} "
-              f'{len(left)}{cell_seconds(rate, composer, cell, left)}'
+              f'{len(left)}{cell_seconds(rate, cost)}'
               f'\n  {shlex.join(args)}', flush=True)
         if dry_run:
             continue
         ok = (_subprocess(args[1:], threads) if launcher
               else train_here(cell, left, composer, found) == OK)
         failed += not ok
+    if rate is not None:
+        print(f'total: {runs_left} runs to run in {cells_left} cells'
+              f'{cell_seconds(rate, cost_left, cells_left)}', flush=True)
     return failed
 
 

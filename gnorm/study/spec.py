@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set
 
 from gnorm.errors import ConfigError, closest
 from gnorm.results import NOT_CONFIG_KEYS
-from gnorm.study.stats import CORRECTIONS, LEVEL, MARGIN, PAIRINGS
+from gnorm.study.cache import Store, context  # hashes gnorm's code first
 from gnorm.train import CONF_DIR
 from gnorm.train.common import import_error, one_line
 
@@ -96,6 +96,7 @@ class Spec:
 
     @property
     def level(self) -> float:
+        from gnorm.study.stats import LEVEL  # scipy: where first used
         return float(self.table.get('level', LEVEL))
 
     @property
@@ -208,10 +209,21 @@ def compose(overrides: Sequence[str], hydra: bool = False):
 
 def load_spec(ref: str) -> Spec:
     r"""The :class:`Spec` of :obj:`ref` (see :func:`locate`), checked
-    (:func:`check_spec`)."""
+    (:func:`check_spec`). One of gnorm's studies that the cache holds
+    (:mod:`gnorm.study.cache`: composed and checked from the same
+    ``conf/`` and code) is not composed again; the files it names and
+    the classes its rows import are checked each time."""
     from omegaconf import OmegaConf
     experiment, source, folder = locate(ref)
     spec = Spec(experiment, experiment, source, folder, {})
+    store = _spec_store(spec)
+    kept = store.get('table') if store else None
+    if kept is not None:
+        spec.table = kept
+        spec.name = str(spec.table.get('name') or experiment)
+        _check_files(spec)
+        _check_targets(spec)
+        return spec
     try:
         cfg = compose(spec.overrides())
     except Exception as e:
@@ -223,7 +235,20 @@ def load_spec(ref: str) -> Spec:
     spec.table = OmegaConf.to_container(cfg.table, resolve=True)
     spec.name = str(spec.table.get('name') or experiment)
     check_spec(spec)
+    if store:
+        store.put('table', spec.table)
+        store.save()
     return spec
+
+
+def _spec_store(spec: Spec):
+    r"""The cache of :obj:`spec`'s checked ``table:`` for one of gnorm's
+    studies (:class:`gnorm.study.cache.Store`); :obj:`None` for a
+    user's spec (its rows may name code outside gnorm)."""
+    if not spec.own:
+        return None
+    conf, key = CONF_DIR, context(CONF_DIR)
+    return Store('spec', spec.experiment, key, lambda: context(conf) == key)
 
 
 # ------------------------------------------------------------- checks
@@ -450,6 +475,13 @@ def _protocol_hint(key: str, known: Set[str]) -> str:
     return other or 'python -m gnorm.train --cfg job lists the keys'
 
 
+def _check_files(spec: Spec) -> None:
+    r"""The files ``table.paper``, ``notes`` and ``authors`` name exist."""
+    for key in ('paper', 'notes', 'authors'):
+        if isinstance(spec.table.get(key), str):
+            spec.file(key)
+
+
 def _check_targets(spec: Spec) -> None:
     r"""Every ``..._target_=module.Class`` of a row imports."""
     for row, overrides in spec.table['rows'].items():
@@ -471,6 +503,7 @@ def check_spec(spec: Spec) -> None:
     differently, grid values that are equal or print alike, depths below
     1, negative seeds, a grid key no config has, a class that does not
     import."""
+    from gnorm.study.stats import CORRECTIONS, PAIRINGS
     table = spec.table
     _check_table_keys(spec)
     if spec.kind not in KINDS:
@@ -508,9 +541,7 @@ def check_spec(spec: Spec) -> None:
         check_node_task(spec.name, table['datasets'])
     _check_compare(spec)
     _check_budget(spec)
-    for key in ('paper', 'notes', 'authors'):
-        if isinstance(table.get(key), str):
-            spec.file(key)
+    _check_files(spec)
     _check_targets(spec)
     check_row_keys(spec)
     _check_protocol(spec)
@@ -519,6 +550,7 @@ def check_spec(spec: Spec) -> None:
 def _check_margin(spec: Spec) -> None:
     r"""``table.margin``, the margin of equivalence in points of the
     study's score, must be a finite number > 0."""
+    from gnorm.study.stats import MARGIN
     margin = spec.table.get('margin', MARGIN)
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) \
             or not 0 < margin < float('inf'):

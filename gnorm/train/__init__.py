@@ -29,15 +29,32 @@ Modules, each importing only those above it in this list:
 * :mod:`gnorm.train.arguments`: unknown options and keys, ``--help``;
 * :mod:`gnorm.train.command`: the command line.
 """
+import importlib
+
 from gnorm.errors import interrupt_exits
 
 with interrupt_exits():  # Ctrl-C while the command imports torch: one line
     from gnorm.train.common import CONF_DIR, check_config, write_json
-    from gnorm.train.node import build_model, load_data
-    from gnorm.train.run import (resolve_device, seed_everything, train,
-                                 train_runs)
-    from gnorm.train.arguments import check_choices, check_keys, help_text
-    from gnorm.train.command import cli, main
+
+# The others are imported where first used (PEP 562), so that what only
+# reads configs and results (``python -m gnorm.study queue --list``, a
+# study's ``--dry-run``) does not import torch_geometric.
+_WHERE = {'build_model': 'node', 'load_data': 'node',
+          'resolve_device': 'run', 'seed_everything': 'run', 'train': 'run',
+          'train_runs': 'run', 'check_choices': 'arguments',
+          'check_keys': 'arguments', 'help_text': 'arguments',
+          'cli': 'command', 'main': 'command'}
+
+
+def __getattr__(name: str):
+    r"""The function :obj:`name` of :data:`__all__`, imported from its
+    module on first use."""
+    if name not in _WHERE:
+        raise AttributeError(f'module {__name__!r} has no attribute '
+                             f'{name!r}')
+    with interrupt_exits():
+        module = importlib.import_module(f'{__name__}.{_WHERE[name]}')
+    return getattr(module, name)
 
 __all__ = [
     'CONF_DIR',

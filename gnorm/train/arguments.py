@@ -19,8 +19,7 @@ from gnorm.errors import ConfigError
 from gnorm.errors import closest as errors_closest
 from gnorm.results.folders import check_folder
 from gnorm.results.keys import dotted_keys
-from gnorm.train.common import quoted, source_folder
-from gnorm.train.run import CONF_DIR
+from gnorm.train.common import CONF_DIR, quoted, source_folder
 
 # Command-line flags after which the primary config may not be ours.
 OTHER_CONFIGS = ('--config-path', '-cp')
@@ -305,6 +304,30 @@ def _raw(path: Path, key: str) -> Any:
     return node
 
 
+def _experiment_raw(conf_dir: Folders, name: str, key: str) -> Any:
+    r"""The value of dotted :obj:`key` in the experiment config
+    :obj:`name`, not resolved, as its defaults list composes it: the
+    experiments it names (``- luo``) in order, with its own keys where
+    ``_self_`` stands (last if it is not named); :obj:`None` if none has
+    it."""
+    path = _first(conf_dir, f'experiment/{name}.yaml')
+    if path is None:
+        return None
+    defaults = _raw(path, 'defaults') or []
+    if '_self_' not in defaults:
+        defaults = [*defaults, '_self_']
+    value = None
+    for entry in defaults:
+        if entry == '_self_':
+            found = _raw(path, key)
+        elif isinstance(entry, str):
+            found = _experiment_raw(conf_dir, entry, key)
+        else:  # an override of another group: not an experiment
+            continue
+        value = value if found is None else found
+    return value
+
+
 def output_folder(argv: List[str], conf_dir: Folders = CONF_DIR,
                   ) -> Tuple[str, str, bool]:
     r"""The key of the folder Hydra makes first for :obj:`argv`
@@ -322,9 +345,8 @@ def output_folder(argv: List[str], conf_dir: Folders = CONF_DIR,
             experiment = override.value()
     if value is not None:
         return key, value, True
-    path = _first(conf_dir, f'experiment/{experiment}.yaml')
-    if experiment is not None and path is not None:
-        value = _raw(path, key)
+    if experiment is not None:
+        value = _experiment_raw(conf_dir, str(experiment), key)
     if value is None:
         value = _raw(_folders(conf_dir)[0] / 'hydra' / 'default.yaml',
                      key.split('.', 1)[1])

@@ -48,16 +48,18 @@ def job_label() -> str:
 
 def resume_note(cfg: DictConfig, folder: Path) -> Optional[str]:
     r"""The line that says what ``resume=true`` does for a single node run
-    whose folder holds no results (the default folder is new for every
-    run): nothing, since node runs keep no checkpoint; else :obj:`None`."""
+    whose folder holds neither results nor a checkpoint (the default
+    folder is new for every run): nothing, the run trains from the start;
+    else :obj:`None`."""
+    from gnorm.train.checkpoints import CHECKPOINT
     if not cfg.get('resume', False) or \
             cfg.dataset.get('task', 'node') != 'node' or \
-            (folder / 'results.json').exists():
+            (folder / 'results.json').exists() or \
+            (folder / CHECKPOINT).exists():
         return None
-    return (f"note: resume=true: node runs do not resume (they keep no "
-            f"checkpoint; a finished one is skipped), and {folder} holds "
-            f"no results.json (without hydra.run.dir each run gets a new "
-            f"folder): this run trains from the start")
+    return (f"note: resume=true: {folder} holds no results.json and no "
+            f"{CHECKPOINT} to resume from (without hydra.run.dir each run "
+            f"gets a new folder): this run trains from the start")
 
 
 def error_line(error: GnormError,

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import (Any, Dict, List, NamedTuple, Optional, Sequence, Tuple,
                     Union)
@@ -30,6 +31,9 @@ from gnorm.monitor import CollapseMonitor, find_layers
 from gnorm.monitor.gradients import Gradients
 from gnorm.results.keys import batch_key as runs_key
 import gnorm.train.collapse as collapse
+from gnorm.train.checkpoints import (CHECKPOINT, load_node_checkpoints,
+                                     restore_node_loop, restore_node_results,
+                                     resume_groups, save_node_checkpoints)
 from gnorm.train.graphed import GraphedStep
 from gnorm.train.epoch_log import NODE_CURVE, EpochLog
 from gnorm.train.progress import Progress, on_one_line
@@ -122,6 +126,11 @@ def check_config(cfg: DictConfig) -> None:
     if not is_int(eval_every) or eval_every < 1:
         raise ConfigError(f"train.eval_every must be an integer >= 1, got "
                           f"{eval_every!r}; pass e.g. train.eval_every=10")
+    every = cfg.train.get('checkpoint_every', 0)
+    if not is_int(every) or every < 0:
+        raise ConfigError(f"train.checkpoint_every must be an integer >= 0 "
+                          f"(0: no checkpoint), got {every!r}; pass e.g. "
+                          f"train.checkpoint_every=200")
     if cfg.norm._target_ == 'gnorm.nn.SepNorm':
         raise ConfigError("norm=sepnorm normalises a graph token apart from "
                           "the others and needs model=graphormer on a "
@@ -538,6 +547,68 @@ def make_optimizer(model: torch.nn.Module, name: str, lr: float,
                              fused=True if not cuda else None)
 
 
+@dataclass
+class Loop:
+    r"""What the epochs of :func:`fit` carry from one to the next, per run
+    (the leading dimension), on the device: the weights of its
+    best-validation epoch so far (``best_state``, as the model's state
+    dict), that epoch's :data:`METRICS` (``best``, :obj:`[runs, 4]`) and
+    number (``best_epoch``, 0 before any), and whether its loss stayed
+    finite (``alive``)."""
+    best_state: Dict[str, torch.Tensor]
+    best: torch.Tensor
+    best_epoch: torch.Tensor
+    alive: torch.Tensor
+
+    @classmethod
+    def start(cls, model: torch.nn.Module, runs: int,
+              device: torch.device) -> 'Loop':
+        r"""The loop of :obj:`runs` runs of :obj:`model` before epoch 1."""
+        best = torch.full((runs, len(METRICS)), math.nan, device=device)
+        best[:, 1] = -math.inf  # the validation score
+        return cls({k: v.clone() for k, v in model.state_dict().items()},
+                   best, torch.zeros(runs, dtype=torch.long, device=device),
+                   torch.ones(runs, dtype=torch.bool, device=device))
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module, epoch: int,
+               losses: torch.Tensor, metrics: torch.Tensor) -> None:
+        r"""After :obj:`epoch` (its :obj:`losses` :obj:`[runs]` and
+        :obj:`metrics` :obj:`[runs, 4]`): a run whose loss is not finite is
+        no longer alive, and one alive whose validation score rose (or
+        held with a lower loss) keeps :obj:`model`'s weights as its
+        best."""
+        self.alive = self.alive & torch.isfinite(losses)
+        acc, loss = metrics[:, 1], metrics[:, 2]
+        improved = self.alive & ((acc > self.best[:, 1]) | (
+            (acc == self.best[:, 1]) & (loss < self.best[:, 2])))
+        for key, value in model.state_dict().items():
+            keep = improved if model.runs is not None else improved[0]
+            keep = keep.view(keep.shape + (1, ) * (value.dim() - keep.dim()))
+            self.best_state[key].copy_(torch.where(keep, value,
+                                                   self.best_state[key]))
+        self.best = torch.where(improved.unsqueeze(-1), metrics, self.best)
+        self.best_epoch = torch.where(improved, epoch, self.best_epoch)
+
+
+@dataclass
+class Resume:
+    r"""The checkpoints of the runs :obj:`cfgs` of :func:`fit`
+    (``checkpoints``: one ``checkpoint.pt`` per run, written every
+    ``every`` epochs before the last; 0: never) and the ``states`` the
+    runs continue from (:obj:`None`: from the start;
+    :mod:`gnorm.train.checkpoints`)."""
+    checkpoints: List[Path]
+    cfgs: Sequence[DictConfig]
+    every: int
+    states: Optional[List[Dict[str, Any]]] = None
+
+    def due(self, epoch: int, epochs: int) -> bool:
+        r"""Whether a checkpoint is written after :obj:`epoch` of
+        :obj:`epochs`."""
+        return self.every > 0 and epoch % self.every == 0 and epoch < epochs
+
+
 def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         epochs: int, lr: float, weight_decay: float,
         generators: Sequence[torch.Generator], progress: bool = True,
@@ -546,7 +617,8 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
         logs: Optional[Sequence[EpochLog]] = None, metric: str = 'acc',
         optimizer: str = 'adam',
         cuda_graph: bool = False,
-        grad_every: int = 0) -> Dict[str, torch.Tensor]:
+        grad_every: int = 0,
+        resume: Optional[Resume] = None) -> Dict[str, torch.Tensor]:
     r"""Full-batch Adam (or :obj:`optimizer`, :func:`make_optimizer`) of
     the runs of :obj:`model` (one per entry of
     :obj:`results`), each on its own training nodes (the masks of
@@ -571,59 +643,61 @@ def fit(model: torch.nn.Module, data, results: List[Dict[str, Any]],
     step is replayed as CUDA graphs after its warm-up epochs
     (:class:`~gnorm.train.graphed.GraphedStep`). With :obj:`grad_every`,
     each run's ``gradients`` (:func:`gradient_recorder`) at the epochs
-    :func:`gradient_epoch` names, those the step runs eagerly."""
+    :func:`gradient_epoch` names, those the step runs eagerly. With
+    :obj:`resume` (:class:`Resume`), each run's checkpoint is written
+    every ``every`` epochs (its epochs reach the host and its
+    :obj:`results` first), and runs with ``states`` continue from them:
+    their weights, optimizer, best epoch, curve (restored into
+    :obj:`results` by the caller), dropout generators and gradient records
+    are those of the uninterrupted run at that epoch."""
     runs, device = len(results), data.y.device
     optimizer = make_optimizer(model, optimizer, lr, weight_decay)
     names = metric_names(metric)
-    for r in results:
-        r.update(curve={k: [] for k in ('epoch', 'loss', *names)},
-                 best_epoch=0, best=None)
-    best_state = {k: v.clone() for k, v in model.state_dict().items()}
-    alive = torch.ones(runs, dtype=torch.bool, device=device)
-    best = torch.full((runs, len(METRICS)), math.nan, device=device)
-    best[:, 1] = -math.inf  # the validation score
-    best_epoch = torch.zeros(runs, dtype=torch.long, device=device)
+    loop = Loop.start(model, runs, device)
+    gradients = gradient_recorder(model, grad_every)
+    start = 1
+    if resume is not None and resume.states:
+        start = restore_node_loop(resume.states, model, optimizer, loop,
+                                  list(generators), gradients)
+    else:
+        for r in results:
+            r.update(curve={k: [] for k in ('epoch', 'loss', *names)},
+                     best_epoch=0, best=None)
     step = Step(model, data, generators, precision, compile, metric,
                 static=cuda_graph)
     if cuda_graph:
         step = GraphedStep(step)
-    gradients = gradient_recorder(model, grad_every)
     pending = []  # per epoch [runs, 2 + len(METRICS)]: alive, loss, metrics
     desc = 'train' if runs == 1 else f'train (mean of {runs} runs)'
     with Progress(epochs, every=log_every, desc=desc, bar=progress) as bar:
-        for epoch in range(1, epochs + 1):
-            losses, metrics = step(optimizer, alive, evaluate=(
+        if start > 1:
+            bar.update(start - 1)
+        for epoch in range(start, epochs + 1):
+            losses, metrics = step(optimizer, loop.alive, evaluate=(
                 epoch % eval_every == 0 or epoch == epochs), record=(
                 gradients.record(epoch) if gradients is not None and
                 gradient_epoch(epoch, grad_every) else None))
-            alive = alive & torch.isfinite(losses)
-            acc, loss = metrics[:, 1], metrics[:, 2]
-            improved = alive & ((acc > best[:, 1]) | (
-                (acc == best[:, 1]) & (loss < best[:, 2])))
-            with torch.no_grad():
-                for key, value in model.state_dict().items():
-                    keep = improved if model.runs is not None else \
-                        improved[0]
-                    keep = keep.view(keep.shape + (1, ) * (
-                        value.dim() - keep.dim()))
-                    best_state[key].copy_(torch.where(keep, value,
-                                                      best_state[key]))
-            best = torch.where(improved.unsqueeze(-1), metrics, best)
-            best_epoch = torch.where(improved, epoch, best_epoch)
-            pending.append(torch.cat([alive.unsqueeze(-1).to(metrics.dtype),
-                                      losses.detach().unsqueeze(-1).float(),
-                                      metrics], dim=-1))
-            if epoch == epochs or (log_every > 0 and epoch % log_every == 0):
+            loop.update(model, epoch, losses, metrics)
+            pending.append(torch.cat([
+                loop.alive.unsqueeze(-1).to(metrics.dtype),
+                losses.detach().unsqueeze(-1).float(), metrics], dim=-1))
+            saving = resume is not None and resume.due(epoch, epochs)
+            if epoch == epochs or saving or (log_every > 0 and
+                                             epoch % log_every == 0):
                 _record(results, epoch - len(pending) + 1,
-                        torch.stack(pending).tolist(), best.tolist(),
-                        best_epoch.tolist(), logs, lr, names)
+                        torch.stack(pending).tolist(), loop.best.tolist(),
+                        loop.best_epoch.tolist(), logs, lr, names)
                 pending = []
                 _show(bar, results, epoch, metric)
+            if saving:
+                save_node_checkpoints(resume.checkpoints, resume.cfgs, epoch,
+                                      model, optimizer, loop, results,
+                                      list(generators), gradients)
     if gradients is not None:
         for r, res in enumerate(results):
             res['gradients'] = gradients.field(
                 None if model.runs is None else r)
-    return best_state
+    return loop.best_state
 
 
 # The first epochs a run records each one of: where a failure begins (a
@@ -791,6 +865,34 @@ def split_leakage(data, cfgs: Sequence[DictConfig],
     return out
 
 
+def csv_curve(curve: Optional[Dict[str, list]], lr: float,
+              names: Sequence[str] = METRICS) -> Dict[str, list]:
+    r"""The columns of ``metrics.csv`` (:data:`NODE_CURVE`) that a run's
+    :obj:`curve` (a restored one; :obj:`None`: none yet) fills, each
+    epoch as :func:`csv_row` writes it."""
+    rows = [csv_row(dict(zip(curve, values)), lr, names)
+            for values in zip(*curve.values())] if curve else []
+    return {k: [row[k] for row in rows] for k in NODE_CURVE}
+
+
+def run_apart(groups: List[List[int]], cfgs: Sequence[DictConfig],
+              device: torch.device, results: List[Dict[str, Any]],
+              paths: Sequence[Path]) -> List[Dict[str, Any]]:
+    r"""Trains each of the :obj:`groups` of runs (indices of :obj:`cfgs`:
+    runs whose checkpoints are of one epoch,
+    :func:`gnorm.train.checkpoints.resume_groups`) as a model of its own,
+    torch's random streams seeded as for a batch of its own; returns
+    every run's :obj:`results`."""
+    for group in groups:
+        def pick(found):
+            return [found[i] for i in group]
+        for i in group:
+            results[i]['batch_runs'] = len(group)
+        torch.manual_seed(cfgs[group[0]].seed)  # CPU and every CUDA device
+        run(pick(cfgs), device, pick(results), pick(paths))
+    return results
+
+
 def split_name(cfg: DictConfig) -> str:
     r"""``chameleon, geom_gcn split 0`` (or ``random split of seed 3``)."""
     return (f'{cfg.dataset.name}, '
@@ -811,8 +913,20 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
     :class:`~gnorm.monitor.CollapseMonitor` in float64 (all runs in one
     pass). Each run folder gets ``metrics.csv`` (per epoch) and
     ``collapse.csv`` (per layer). A run whose loss stops being finite is marked
-    ``status: failed`` (:func:`gnorm.train.run.train_runs` records it)."""
+    ``status: failed`` (:func:`gnorm.train.run.train_runs` records it).
+
+    With ``resume=true`` each run writes ``checkpoint.pt`` every
+    ``train.checkpoint_every`` epochs, and a run whose folder holds one
+    continues from it (:mod:`gnorm.train.checkpoints`: one of another
+    config is refused) with the results it would have had uninterrupted;
+    runs whose checkpoints are of different epochs train apart
+    (:func:`run_apart`)."""
     cfg = cfgs[0]
+    checkpoints = [p.parent / CHECKPOINT for p in paths]
+    states = load_node_checkpoints(cfgs, checkpoints, device)
+    groups = resume_groups(states)
+    if len(groups) > 1:
+        return run_apart(groups, cfgs, device, results, paths)
     data = load_runs(cfgs, device)
     num_classes = int(data.y.max()) + 1
     metric = dataset_metric(cfg)
@@ -853,8 +967,14 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
             **({} if metric == 'acc' else {'metric': metric}),
             'num_parameters': sum(p.numel() for p in alone.parameters()),
         })
-    logs = [EpochLog(p.parent, {k: [] for k in NODE_CURVE}, metric,
-                     columns=NODE_CURVE) for p in paths]
+    restore_node_results(states, results)
+    logs = [EpochLog(p.parent, csv_curve(res.get('curve'), cfg.train.lr,
+                                         metric_names(metric)),
+                     metric, columns=NODE_CURVE)
+            for p, res in zip(paths, results)]
+    resume = Resume(checkpoints, cfgs, cfg.train.get('checkpoint_every', 0)
+                    if cfg.get('resume', False) else 0,
+                    None if states[0] is None else states)
     start = time.perf_counter()
     with matmul_precision(cfg.train.precision, device):
         best_state = fit(model, data, results, cfg.train.epochs,
@@ -863,7 +983,7 @@ def run(cfgs: Sequence[DictConfig], device: torch.device,
                          cfg.train.precision, cfg.train.compile,
                          cfg.train.get('eval_every', 1), logs, metric,
                          optimizer_name(cfg), cuda_graph(cfg, device),
-                         cfg.train.get('grad_every', 0))
+                         cfg.train.get('grad_every', 0), resume)
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     loop_s = time.perf_counter() - start  # the epochs alone (all runs)
