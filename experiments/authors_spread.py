@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from gnorm.errors import one_line_errors  # noqa: E402
 from gnorm.results import load_runs  # noqa: E402
-from gnorm.study.inputs import relative  # noqa: E402
-from gnorm.study.plot import save_bytes  # noqa: E402
+from gnorm.study.spec.inputs import relative  # noqa: E402
+from gnorm.study.reports.plot import save_bytes  # noqa: E402
 from experiments.authors.report import (plot_twins, read_authors,  # noqa: E402
                                         read_twins, report, twin_lines)
 

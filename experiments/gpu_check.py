@@ -326,8 +326,9 @@ def monitor(ctx, budget):
 
 # ------------------------------------------------------------ f. Table 3
 def table3_cell(ctx, budget):
-    from gnorm.study.compose import cells
-    from gnorm.study.spec import compose, load_spec
+    from gnorm.study.runs.compose import cells
+    from gnorm.study.spec.find import compose
+    from gnorm.study.spec.load import load_spec
     spec = load_spec('table3_paper')
     t = spec.table
     dataset, row = 'cora', 'contranorm'
@@ -380,7 +381,7 @@ def table3_cell(ctx, budget):
                f'Extrapolation: table_h = fixed_s + (cell_s - fixed_s) x '
                f'cost_ratio, cost_ratio = the sum over the table\'s '
                f'{len(every)} cells at {len(t["seeds"])} seeds of '
-               f'gnorm.study.compose\'s run cost (runs x depth x (edges + '
+               f'gnorm.study.runs.compose\'s run cost (runs x depth x (edges + '
                f'32 nodes, + nodes^2/6 for ContraNorm)) / this cell\'s cost'
                + (f' x {table_epochs}/{epochs} epochs' if epochs else '')
                + '. Per-cell data loading counts as work, so the rule '

@@ -10,7 +10,7 @@ report (its digest, :func:`gpu_check.gpu_code_digest`, differs from the
 one ``experiments/results/gpu_check_<device>.md`` records), else the
 quick one (every step at tiny sizes); ``--quick`` or ``--full`` decides
 instead, ``--check-steps`` runs only those steps (``''`` for none). The
-check's report says which it ran and why. Then it runs then ``python -m gnorm.study queue`` (:mod:`gnorm.study.queue`:
+check's report says which it ran and why. Then it runs then ``python -m gnorm.study queue`` (:mod:`gnorm.study.queue.command`:
 the cells gnorm's studies leave for a GPU, most wanted first) for the
 seconds left, its runs into ``DIR/runs``; with ``--pack`` into a folder
 of its own and ``DIR/runs.tgz`` rewritten after every cell (for a device
@@ -54,12 +54,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from gnorm.bench import read_jsonl  # noqa: E402
-from gnorm.study import queue  # noqa: E402
-from gnorm.study.queue_config import (CONFIG, Calibration,  # noqa: E402
+from gnorm.study.queue import command as queue  # noqa: E402
+from gnorm.study.queue.config import (CONFIG, Calibration,  # noqa: E402
                                       calibration_line, read_config)
-from gnorm.study.queue_plan import WORK, load_specs  # noqa: E402
-from gnorm.study.queue_record import rates, read_record  # noqa: E402
-from gnorm.study.runner import sigterm_interrupts  # noqa: E402
+from gnorm.study.queue.plan import WORK, load_specs  # noqa: E402
+from gnorm.study.runs.record import rates, read_record  # noqa: E402
+from gnorm.study.runs.runner import sigterm_interrupts  # noqa: E402
 from gnorm.train.checkpoints import CHECKPOINT  # noqa: E402
 
 from experiments import gpu_check  # noqa: E402
@@ -339,7 +339,7 @@ def copy_check(folder: Path, results: Path) -> List[Path]:
 def calibrate(runs: Path, config: Path) -> Dict[str, float]:
     r"""Writes the seconds per unit and the set-up of a cell of each GPU
     in the queue's record of :obj:`runs` (its steady rate and the mean
-    set-up of its cells, :class:`gnorm.study.queue_config.Calibration`)
+    set-up of its cells, :class:`gnorm.study.queue.config.Calibration`)
     into ``calibration:`` of :obj:`config` (the newest last); returns
     those written."""
     measured = {name: Calibration(entry['seconds'] / entry['units'],

@@ -76,10 +76,10 @@ def _acc(row: Dict) -> str:
 def reading(runs_dir: Path) -> Optional[str]:
     r"""The paragraph the README quotes: the first folder's ContraNorm and
     no-norm rows, each against the constant predictor (the majority class
-    of Cora's public test nodes, :func:`gnorm.study.sanity.
+    of Cora's public test nodes, :func:`gnorm.study.findings.sanity.
     chance_accuracy`), and where ContraNorm is below no norm at 2 layers
     (``p4two``, at the first folder's dropout)."""
-    from gnorm.study.sanity import chance_accuracy
+    from gnorm.study.findings.sanity import chance_accuracy
     first = runs_dir / next(iter(FOLDERS))
     runs = load_runs(first, warn=False) if first.is_dir() else []
     rows = aggregate(runs, BY, METRICS) if runs else []

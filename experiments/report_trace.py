@@ -1,6 +1,6 @@
 r"""The modules of gnorm a study's report writing passes through, in call
 order: the module that runs at each call and return inside the report
-writer (``gnorm.study.depth_report.write_report`` or the paired one),
+writer (``gnorm.study.reports.depth.write_report`` or the paired one),
 consecutive repeats collapsed, code outside gnorm counted as its caller's,
 a loop over cells read as one pass (:func:`without_loops`).
 It measures how far computing and wording are apart: each visit to a
@@ -97,7 +97,8 @@ def trace_study(spec: str) -> Tuple[List[str], List[str]]:
     r""":func:`trace`'s two lists for the report writer of the study
     :obj:`spec` (``python -m gnorm.study SPEC --report-only`` into a
     temporary folder)."""
-    from gnorm.study import depth_report, paired_report
+    from gnorm.study.reports import depth as depth_report
+    from gnorm.study.reports import paired as paired_report
     from gnorm.study.cli import main as study_main
     found = {}
     originals = {module: module.write_report

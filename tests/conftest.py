@@ -24,7 +24,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     torch.set_num_threads(1)
 
-# The cache of specs, compositions and run records (gnorm.study.cache):
+# The cache of specs, compositions and run records (gnorm.study.spec.cache):
 # the session's own, so that no test reads what another session or the
 # user's calls kept (each process of a session shares it).
 if not os.environ.get("GNORM_CACHE", "").startswith(
@@ -175,12 +175,13 @@ def comparison_lines(records, row, against, pairing, level,
                      min_seeds=2):
     r"""A depth report's comparison section of :obj:`row` against
     :obj:`against` over :obj:`records`, its family alone: the findings
-    (:func:`gnorm.study.findings.family`, then
-    :func:`~gnorm.study.findings.section`), then their words
-    (:func:`gnorm.study.verdict_words.comparison`). :obj:`min_seeds`: 2,
+    (:func:`gnorm.study.findings.compare.family`, then
+    :func:`~gnorm.study.findings.compare.section`), then their words
+    (:func:`gnorm.study.words.verdicts.comparison`). :obj:`min_seeds`: 2,
     so that constructed cells of 3 seeds get verdicts (a study's default
     is :data:`gnorm.study.stats.MIN_SEEDS`)."""
-    from gnorm.study import findings, verdict_words
+    from gnorm.study.findings import compare as findings
+    from gnorm.study.words import verdicts as verdict_words
     cells = (findings.chosen_by_validation(records) if view == 'val'
              else findings.at_default(records))
     rows = {r['row'] for r in cells}

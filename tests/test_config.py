@@ -117,7 +117,7 @@ def test_the_fidelity_study_shares_table3_fairs_runs():
     same run identity and the same run folder, so each study's finished
     runs are the other's."""
     from gnorm.results.keys import result_config
-    from gnorm.study.spec import load_spec
+    from gnorm.study.spec.load import load_spec
     cell = ('dataset=cora', 'layers=16', 'norm=contranorm', 'norm.scale=0.2',
             'seed=3', 'tag=contranorm')
     fair, fidelity = (OmegaConf.to_container(

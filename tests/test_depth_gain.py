@@ -1,14 +1,14 @@
 r"""What depth does for each row of a depth study
-(gnorm.study.depth_gain): the best depth by validation against the
+(gnorm.study.findings.depth_gain): the best depth by validation against the
 shallowest, paired by split, one family over the (dataset, row) pairs."""
 import statistics
 
 import pytest
 
-from gnorm.study import sanity
-from gnorm.study.depth_gain import SHALLOWEST, depth_gains
-from gnorm.study.depth_report import gain_text
-from gnorm.study.findings import BEATS, OVER_CHANCE, UNDECIDED
+from gnorm.study.findings import sanity
+from gnorm.study.findings.compare import BEATS, OVER_CHANCE, UNDECIDED
+from gnorm.study.findings.depth_gain import SHALLOWEST, depth_gains
+from gnorm.study.reports.depth import gain_text
 from gnorm.study.stats import CORRECTED_T, corrected_interval
 
 SEEDS = range(10)

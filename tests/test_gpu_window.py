@@ -14,8 +14,9 @@ import pytest
 
 from conftest import experiment, needs_mirror
 from gnorm.results import load_runs
-from gnorm.study import queue_config, queue_record
-from gnorm.study.spec import load_spec
+from gnorm.study.queue import config as queue_config
+from gnorm.study.runs import record as queue_record
+from gnorm.study.spec.load import load_spec
 from test_queue import NAME, tiny_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,7 +217,7 @@ def test_the_calibration_keeps_the_set_up_of_a_cell(tmp_path):
     r"""A window's cells of 10 s of epochs and 30 s of set-up: the
     calibration it brings back estimates such a cell at 40 s, not 10 s;
     a GPU measured without set-up stays a plain number."""
-    from gnorm.study import queue_cost
+    from gnorm.study.runs import cost as queue_cost
     window = experiment('gpu_window')
     config = tmp_path / 'queue.yaml'
     shutil.copy(queue_config.CONFIG, config)

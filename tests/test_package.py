@@ -185,17 +185,23 @@ TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
 # (this repository's measurements) above them all.
 PACKAGE_LAYERS = ('__init__', 'errors', 'machine', 'bench', 'nn', 'metrics',
                   'data', 'results', 'models', 'monitor', 'train', 'study')
-# gnorm.study's modules, each importing only those before it.
-STUDY_LAYERS = ('stats', 'cache', 'spec', 'compose', 'run_index',
-                'queue_record',
-                'queue_config', 'queue_cost', 'runner', 'sanity', 'diagnosis',
-                'select',
-                'budget', 'inputs', 'pairing', 'findings', 'depth_gain',
-                'depth_findings',
-                'verdict_words', 'variants', 'paired_findings',
-                'paired_words', 'plot', 'recipe', 'depth_report',
-                'paired_report',
-                'engine', 'queue_plan', 'queue_run', 'queue', 'cli')
+# gnorm.study's parts, each importing only those before it: the statistics,
+# the spec, the runs, what they show, the queue, the words, the reports, the
+# plan of a study and the command.
+STUDY_PARTS = ('stats', 'spec', 'runs', 'findings', 'queue', 'words',
+               'reports', 'engine', 'cli')
+# Within each sub-package of gnorm.study, each module imports only those
+# before it; the sub-package's __init__ says its job and imports nothing.
+STUDY_INNER = {
+    'spec': ('table', 'cache', 'inputs', 'find', 'check', 'load'),
+    'runs': ('compose', 'record', 'budget', 'index', 'cost', 'runner',
+             'pairing'),
+    'findings': ('sanity', 'diagnosis', 'select', 'compare', 'paired',
+                 'depth_gain', 'depth'),
+    'queue': ('config', 'plan', 'run', 'listing', 'command'),
+    'words': ('verdicts', 'paired', 'variants'),
+    'reports': ('recipe', 'plot', 'paired', 'depth'),
+}
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).
 INNER_LAYERS = {
@@ -258,18 +264,50 @@ def test_imports_run_one_way():
             if other in TRAIN_LAYERS:
                 assert TRAIN_LAYERS.index(other) < TRAIN_LAYERS.index(name), \
                     (name, module)
-    study = gnorm / 'study'
-    assert {p.stem for p in study.glob('*.py')} == {
-        *STUDY_LAYERS, '__init__', '__main__'}
-    for name in STUDY_LAYERS:
-        for module in _imports(study / f'{name}.py'):
-            other = _part(module, 'gnorm.study.')
-            if other in STUDY_LAYERS:
-                assert STUDY_LAYERS.index(other) < STUDY_LAYERS.index(name), \
-                    (name, module)
+    _study_imports_run_one_way(gnorm / 'study')
     plugin = REPO / 'hydra_plugins' / 'gnorm_sweeper' / 'gnorm_sweeper.py'
     assert {m for m in _imports(plugin) if m.startswith('gnorm')} == {
         'gnorm.train.sweep', 'gnorm.train.sweep.BatchedSweeper'}
+
+
+def _study_imports_run_one_way(study):
+    r"""gnorm.study's parts (:data:`STUDY_PARTS`) and the modules within
+    each sub-package (:data:`STUDY_INNER`) import only those before them;
+    a sub-package's ``__init__`` holds its paragraph and no import."""
+    assert {p.stem for p in study.glob('*.py')} | {
+        p.name for p in study.iterdir() if (p / '__init__.py').is_file()} \
+        == {*STUDY_PARTS, '__init__', '__main__'}
+    for path in study.rglob('*.py'):
+        rel = path.relative_to(study).with_suffix('').parts
+        if rel[0] in ('__init__', '__main__'):
+            continue
+        mine = STUDY_PARTS.index(rel[0])
+        for module in _imports(path):
+            other = _part(module, 'gnorm.study.')
+            if other in STUDY_PARTS:
+                assert STUDY_PARTS.index(other) <= mine, (rel, module)
+    for package, layers in STUDY_INNER.items():
+        folder = study / package
+        assert {p.stem for p in folder.glob('*.py')} == {*layers,
+                                                          '__init__'}
+        init = ast.parse((folder / '__init__.py').read_text())
+        assert ast.get_docstring(init) and len(init.body) == 1, package
+        for name in layers:
+            for module in _imports(folder / f'{name}.py'):
+                other = _part(module, f'gnorm.study.{package}.')
+                if other in layers:
+                    assert layers.index(other) < layers.index(name), \
+                        (package, name, module)
+
+
+def test_a_long_study_module_says_why():
+    r"""A module of gnorm.study over 400 lines says why it stays one in
+    its opening docstring (a paragraph starting "One module")."""
+    for path in (REPO / 'gnorm' / 'study').rglob('*.py'):
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            doc = ast.get_docstring(ast.parse(text)) or ''
+            assert '\n\nOne module' in doc, path
 
 
 def _modules():
@@ -354,10 +392,9 @@ def test_one_function_per_concept_and_no_test_names():
 # A study computes its findings as data, then renders them: these modules
 # compute (statistics, comparisons, pairing) and these render (words,
 # reports, plots).
-COMPUTING = ('stats', 'diagnosis', 'pairing', 'findings', 'depth_findings',
-             'paired_findings')
-RENDERING = ('verdict_words', 'variants', 'paired_words', 'plot', 'recipe',
-             'depth_report', 'paired_report')
+COMPUTING = ('stats', 'findings/diagnosis', 'runs/pairing', 'findings/compare',
+             'findings/depth', 'findings/paired')
+RENDERING = ('words', 'reports')
 
 
 def _sentences(tree):

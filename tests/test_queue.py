@@ -11,10 +11,15 @@ import pytest
 from gnorm.bench.report import cpu_name
 from gnorm.results import load_runs
 from gnorm.results.keys import record_identity
-from gnorm.study import (queue, queue_config, queue_cost, queue_plan,
-                         queue_record, queue_run)
 from gnorm.study.cli import main as study
-from gnorm.study.spec import SpecError, load_spec
+from gnorm.study.queue import command as queue
+from gnorm.study.queue import config as queue_config
+from gnorm.study.queue import plan as queue_plan
+from gnorm.study.queue import run as queue_run
+from gnorm.study.runs import cost as queue_cost
+from gnorm.study.runs import record as queue_record
+from gnorm.study.spec.load import load_spec
+from gnorm.study.spec.table import SpecError
 
 pytestmark = pytest.mark.usefixtures('one_thread', 'no_committed_runs')
 
@@ -286,7 +291,7 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     stand-in capture that raises what CUDA raises) trains again eagerly,
     and so does every cell after it; the runs are those an eager call
     trains (same folders), recorded under the eager rate."""
-    import gnorm.study.compose
+    import gnorm.study.runs.compose
     import gnorm.train
     out = tmp_path / 'out'
     items = queue_plan.pending([spec], out, 'cpu', 'GPU work', graphed=True)
@@ -298,7 +303,7 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
     folders = sorted(str(r['dir']) for i in items for r in i.left)
     calls, composed = [], []
     real = gnorm.train.train_runs
-    real_compose = gnorm.study.compose.compose_cells
+    real_compose = gnorm.study.runs.compose.compose_cells
 
     def counted(*a):
         calls.append(a)
@@ -310,7 +315,7 @@ def test_a_cell_failing_as_cuda_graphs_trains_again_eagerly(spec, tmp_path,
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(gnorm.train, 'train_runs', counted)
-        m.setattr(gnorm.study.compose, 'compose_cells', compose_counted)
+        m.setattr(gnorm.study.runs.compose, 'compose_cells', compose_counted)
         _graphs_on_the_cpu(m, _capture_fails)
         counts = queue_run.train(items, graphed, queue_run.INF, out, 'cpu',
                                  eager=eager)
@@ -453,7 +458,7 @@ def committed_run(folder: Path, loop_s: float, runtime_s: float,
 
 def test_committed_runs_give_a_steady_rate_and_their_set_up_apart(
         tmp_path):
-    from gnorm.study.compose import cost
+    from gnorm.study.runs.compose import cost
     committed_run(tmp_path / 'runs', loop_s=3.0, runtime_s=5.0)
     found = queue_cost.committed_rates(tmp_path / 'runs')[cpu_name()]
     units = cost('csbm', 2, ['norm=none'], 32, 2)
@@ -720,7 +725,7 @@ def test_the_list_shows_the_cells_no_entry_marks_and_totals_per_kind(
     r"""``--list`` without ``--work`` lists every cell with unfinished
     runs: the tiny study's depth 1, which no ``table.not_run`` entry
     marks, too, each with its estimate here, as CPU work (this CPU's
-    estimate is under :data:`gnorm.study.queue_plan.CPU_WORK_S`); and the
+    estimate is under :data:`gnorm.study.queue.plan.CPU_WORK_S`); and the
     totals per kind of work."""
     committed_run(tmp_path / 'committed', loop_s=4.0, runtime_s=5.0)
     assert queue.main(['--list', '--device', 'cpu', '--out',
@@ -799,7 +804,7 @@ def test_a_deadline_off_the_main_thread_is_refused_in_one_line():
     import threading
 
     from gnorm.errors import GnormError
-    from gnorm.study import queue_run
+    from gnorm.study.queue import run as queue_run
     found = []
 
     def call(deadline):

@@ -36,6 +36,7 @@ def test_a_depth_report_enters_each_module_once_or_twice():
     trace = experiment('report_trace')
     visits, entries = trace.trace_study('heterophily_baselines')
     counts = trace.entry_counts(entries)
-    assert counts['depth_report'] == counts['depth_findings'] == 1
-    assert {'findings', 'stats', 'plot', 'verdict_words'} <= set(counts)
+    assert counts['reports.depth'] == counts['findings.depth'] == 1
+    assert {'findings.compare', 'stats', 'reports.plot',
+            'words.verdicts'} <= set(counts)
     assert max(counts.values()) <= 2, counts

@@ -14,17 +14,18 @@ import pytest
 from gnorm.results import label, load_runs
 from gnorm.results import overrides as run_overrides
 from gnorm.results.keys import NOT_RESULT_KEYS, record_identity
-from gnorm.study import findings as study_compare
-from gnorm.study.findings import chosen_by_validation
-from gnorm.study import verdict_words
-from gnorm.study import plot as study_plot
 from gnorm.study import stats
 from gnorm.study.cli import main as study
-from gnorm.study.compose import cells, compose_cells, run_key, setting_label
-from gnorm.study.depth_report import _cell as cell_text, completeness, tie_rule
-from gnorm.study.inputs import read_authors, read_notes, with_authors_runs
-from gnorm.study.select import summarise
-from gnorm.study.spec import Spec, load_spec, settings as spec_settings
+from gnorm.study.findings import compare as study_compare
+from gnorm.study.findings.compare import chosen_by_validation
+from gnorm.study.findings.select import summarise
+from gnorm.study.reports import plot as study_plot
+from gnorm.study.reports.depth import _cell as cell_text, completeness, tie_rule
+from gnorm.study.runs.compose import cells, compose_cells, run_key, setting_label
+from gnorm.study.spec.inputs import read_authors, read_notes, with_authors_runs
+from gnorm.study.spec.load import load_spec
+from gnorm.study.spec.table import Spec, settings as spec_settings
+from gnorm.study.words import verdicts as verdict_words
 from conftest import USER_NORM, compose_train, needs_mirror, comparison_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +174,7 @@ def test_each_runs_key_is_that_of_composing_it_alone(tmp_path):
     is that of its own composition."""
     from omegaconf import OmegaConf
     from gnorm.results.keys import config_identity
-    from gnorm.study.compose import late_paths
+    from gnorm.study.runs.compose import late_paths
     for name, dataset in (('strong_depth', 'chameleon_filtered'),
                           ('table3_fair', 'cora')):
         spec = load_spec(name)
@@ -864,7 +865,7 @@ def test_a_dry_run_says_each_cells_seconds_and_their_total(
     r"""``--dry-run`` estimates each cell's seconds on this machine (here
     from one committed run of its CPU) and ends with their total."""
     from gnorm.machine import cpu_name
-    from gnorm.study import queue_cost
+    from gnorm.study.runs import cost as queue_cost
     run = tmp_path / 'committed' / 'study' / 'run'
     run.mkdir(parents=True)
     (run / 'results.json').write_text(json.dumps(dict(
@@ -1214,7 +1215,7 @@ def test_a_depth_study_reads_no_verdict_below_its_minimum_of_seeds():
 
 
 def test_a_spec_training_fewer_epochs_than_its_recipe_says_so(tmp_path):
-    from gnorm.study.recipe import inherited_recipe, protocol_text
+    from gnorm.study.reports.recipe import inherited_recipe, protocol_text
     spec = tmp_path / 'mine.yaml'
     spec.write_text('# @package _global_\ndefaults:\n  - luo\n'
                     'train:\n  epochs: 100\n')

@@ -1,6 +1,6 @@
 r"""The cache of what studies compute before they train
-(:mod:`gnorm.study.cache`) and the short records of finished runs
-(:mod:`gnorm.study.run_index`): an entry is what composing or reading
+(:mod:`gnorm.study.spec.cache`) and the short records of finished runs
+(:mod:`gnorm.study.runs.index`): an entry is what composing or reading
 again gives, it is found by content (an edit that keeps a file's size and
 time is another key), and a process whose code changed writes none."""
 import dataclasses
@@ -12,10 +12,14 @@ import pytest
 from omegaconf import OmegaConf
 
 from gnorm.results.keys import record_identity
-from gnorm.study import cache, compose, run_index
-from gnorm.study import spec as spec_module
-from gnorm.study.compose import cells, compose_cells, run_key
-from gnorm.study.spec import load_spec
+from gnorm.study.runs import compose
+from gnorm.study.runs import index as run_index
+from gnorm.study.runs.compose import cells, compose_cells, run_key
+from gnorm.study.spec import check as spec_check
+from gnorm.study.spec import find as spec_find
+from gnorm.study.spec import load as spec_load
+from gnorm.study.spec import cache
+from gnorm.study.spec.load import load_spec
 
 SPEC = '''# @package _global_
 collapse_metrics: false
@@ -45,9 +49,10 @@ def own(tmp_path, monkeypatch):
     user.write_text(SPEC)
     found = load_spec(str(user))
     conf = tmp_path / 'conf'
-    shutil.copytree(spec_module.CONF_DIR, conf)
+    shutil.copytree(spec_find.CONF_DIR, conf)
     (conf / 'experiment' / 'tiny_own.yaml').write_text(SPEC)
-    monkeypatch.setattr(spec_module, 'CONF_DIR', conf)
+    for module in (spec_find, spec_check, spec_load):
+        monkeypatch.setattr(module, 'CONF_DIR', conf)
     monkeypatch.setenv('GNORM_CACHE', str(tmp_path / 'cache'))
     return dataclasses.replace(
         found, source=conf / 'experiment' / 'tiny_own.yaml',
@@ -117,7 +122,7 @@ def test_a_spec_of_gnorms_is_checked_once_for_its_content(monkeypatch):
 
     def checked(spec):
         raise AssertionError('a spec the cache holds was checked again')
-    monkeypatch.setattr(spec_module, 'check_spec', checked)
+    monkeypatch.setattr(spec_load, 'check_spec', checked)
     again = load_spec('table3_paper')
     assert again == first and again.own
 

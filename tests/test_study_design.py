@@ -10,13 +10,13 @@ import pytest
 from conftest import comparison_lines
 from scipy import stats as scipy_stats
 
-from gnorm.study import findings as study_compare
-from gnorm.study import verdict_words as depth_words
-from gnorm.study import paired_findings as study_paired
-from gnorm.study.paired_words import verdict_words
 from gnorm.study import stats
-from gnorm.study.sanity import MEANING, NO_BETTER
-from gnorm.study.spec import load_spec
+from gnorm.study.findings import compare as study_compare
+from gnorm.study.findings import paired as study_paired
+from gnorm.study.findings.sanity import MEANING, NO_BETTER
+from gnorm.study.spec.load import load_spec
+from gnorm.study.words import verdicts as depth_words
+from gnorm.study.words.paired import verdict_words
 
 
 # --- paired studies choose their test from the design ----------------------
@@ -130,7 +130,7 @@ def test_no_better_than_chance_is_worded_as_a_pooled_one_sided_test():
 
 
 def test_a_flagged_cell_shows_its_pooled_z_and_its_one_class_seeds():
-    from gnorm.study.depth_report import _cell as cell_text
+    from gnorm.study.reports.depth import _cell as cell_text
     record = dict(runs=10, expected=10, test_mean=23.14, test_std=9.0,
                   setting=None, ties='', flags=[NO_BETTER], paper_mean=None,
                   not_run=None, one_class_seeds=4, chance_z=0.41,
@@ -170,7 +170,8 @@ def test_a_comparison_not_run_counts_in_the_family_as_p_1():
 
 
 def test_a_spec_declares_its_primary_view():
-    from gnorm.study.spec import SpecError, check_spec
+    from gnorm.study.spec.check import check_spec
+    from gnorm.study.spec.table import SpecError
     spec = load_spec('table3_fair')
     spec.table['primary'] = 'budget'
     check_spec(spec)
@@ -181,7 +182,7 @@ def test_a_spec_declares_its_primary_view():
 
 
 def test_the_secondary_view_is_labelled_and_not_read_as_the_verdict():
-    from gnorm.study import depth_report
+    from gnorm.study.reports import depth as depth_report
     spec = load_spec('table3_paper')
     shown = depth_report.primary(spec)
     assert shown == 'val'
@@ -256,14 +257,14 @@ def _paper_cell(metric, diff, std, runs=10):
     ('rocauc', 1.4, 0.52, True), ('rocauc', -1.6, 0.52, False)])
 def test_a_cell_reproduces_within_2_paper_stds_or_1_5_roc_auc_points(
         metric, diff, std, said):
-    from gnorm.study.select import REPRODUCED, reproduced
+    from gnorm.study.findings.select import REPRODUCED, reproduced
     assert reproduced(_paper_cell(metric, diff, std), REPRODUCED) is said
     assert reproduced(_paper_cell(metric, diff, std, runs=5),
                       REPRODUCED) is None  # not every seed yet
 
 
 def test_per_dataset_overrides_go_to_that_datasets_runs_only():
-    from gnorm.study.compose import cells
+    from gnorm.study.runs.compose import cells
     spec = load_spec('heterophily_baselines')
     found = {c['dataset']: c['base'] for c in cells(
         spec, ['chameleon_filtered', 'minesweeper'], ['gcn'], [3], [0])}

@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 from gnorm.results import load_runs
-from gnorm.study import paired_findings as study_paired
-from gnorm.study import paired_words
-from gnorm.study import runner as study_runner
-from gnorm.study import plot as study_plot
 from gnorm.study import stats
 from gnorm.study.cli import main as study
-from gnorm.study.verdict_words import signed
-from gnorm.study.pairing import check_fingerprints
-from gnorm.study.spec import compose, load_spec
+from gnorm.study.findings import paired as study_paired
+from gnorm.study.reports import plot as study_plot
+from gnorm.study.runs import runner as study_runner
+from gnorm.study.runs.pairing import check_fingerprints
+from gnorm.study.spec.find import compose
+from gnorm.study.spec.load import load_spec
+from gnorm.study.words import paired as paired_words
+from gnorm.study.words.verdicts import signed
 
 
 def _spec(**table):

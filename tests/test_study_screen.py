@@ -17,9 +17,13 @@ from scipy import stats as scipy_stats
 from conftest import comparison_lines
 
 from gnorm.errors import GnormError
-from gnorm.study import findings, sanity, stats
-from gnorm.study.select import split_test_train
-from gnorm.study.spec import SpecError, check_spec, load_spec
+from gnorm.study import stats
+from gnorm.study.findings import compare as findings
+from gnorm.study.findings import sanity
+from gnorm.study.findings.select import split_test_train
+from gnorm.study.spec.check import check_spec
+from gnorm.study.spec.load import load_spec
+from gnorm.study.spec.table import SpecError
 
 
 def _run(seed, split='platonov', split_index=None, fingerprint=None,
@@ -306,7 +310,7 @@ def test_not_distinguishable_reads_equivalent_or_undecided():
 
 
 def test_a_margin_that_is_not_a_positive_number_is_refused(tmp_path):
-    from gnorm.study.spec import _check_margin
+    from gnorm.study.spec.check import _check_margin
     from test_queue import tiny_spec
     spec = load_spec(str(tiny_spec(tmp_path)))
     spec.table['margin'] = 'one'
@@ -354,7 +358,7 @@ def test_one_class_by_argmax_is_a_note_where_the_score_is_a_ranking(
     note = sanity.argmax_note(runs)
     assert note == {'seeds': 10, 'runs': 10, 'predicted': [4000, 0],
                     'labels': [3200, 800]}
-    from gnorm.study.depth_report import chance_text
+    from gnorm.study.reports.depth import chance_text
     text = chance_text({'flags': [], 'argmax_note': note, 'chance_z': 31.5,
                         'runs': 10, 'one_class_seeds': 10})
     assert 'predicted [4000, 0], labels [3200, 800]' in text

@@ -8,11 +8,13 @@ import pytest
 
 from conftest import comparison_lines
 
-from gnorm.study import findings as study_compare
-from gnorm.study import sanity
-from gnorm.study import select as study_select
-from gnorm.study.budget import default_setting, defaults
-from gnorm.study.spec import SpecError, check_spec, load_spec
+from gnorm.study.findings import compare as study_compare
+from gnorm.study.findings import sanity
+from gnorm.study.findings import select as study_select
+from gnorm.study.runs.budget import default_setting, defaults
+from gnorm.study.spec.check import check_spec
+from gnorm.study.spec.load import load_spec
+from gnorm.study.spec.table import SpecError
 from gnorm.study.stats import CORRECTED_T, PAIRED_T
 
 # Two settings of table3_fair's chameleon L=2 cell (ContraNorm s=0.5 and
@@ -167,7 +169,7 @@ def test_chance_accuracy_of_coras_public_split():
 
 def _cora_public_config():
     from omegaconf import OmegaConf
-    from gnorm.study.spec import compose
+    from gnorm.study.spec.find import compose
     return OmegaConf.to_container(compose(['dataset=cora',
                                            'split=public']), resolve=True)
 
@@ -211,7 +213,7 @@ def test_the_committed_fair_report_names_its_family_and_budgets():
 
 
 def test_variant_words_say_which_verdicts_hold_on_the_variant():
-    from gnorm.study.variants import variant_summary, variant_words
+    from gnorm.study.words.variants import variant_summary, variant_words
     found = {}
     for depth, (orig, var) in {2: ('beats', 'beats'),
                                4: ('beats', 'undecided'),

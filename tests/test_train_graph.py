@@ -15,14 +15,14 @@ from torch_geometric.loader import DataLoader
 
 import gnorm.train.epoch_log as epoch_log
 import gnorm.train.graph as graph
-from gnorm.train.checkpoints import _generators
 from gnorm.data.molecules import zinc_fixture
 from gnorm.errors import ConfigError, GnormError, TrainingError
 from gnorm.models import Graphormer
 from gnorm.monitor import CollapseMonitor
-from gnorm.train.collapse import GRAPH_METRICS
 from gnorm.results import aggregate, load_runs
 from gnorm.train import check_choices, check_config, train
+from gnorm.train.checkpoints import _generators
+from gnorm.train.collapse import GRAPH_METRICS
 from gnorm.train.run import train_runs
 from conftest import (MIRROR, compose_train, free_port, join_gloo,
                       needs_mirror)
@@ -346,8 +346,9 @@ def test_sepnorm_experiments_compose_with_their_table():
 def test_sepnorm_report_is_generated_from_runs(tmp_path):
     from omegaconf import OmegaConf
     from gnorm.study.cli import main as study
-    from gnorm.study.runner import run_folder, run_overrides
-    from gnorm.study.spec import compose, load_spec
+    from gnorm.study.runs.runner import run_folder, run_overrides
+    from gnorm.study.spec.find import compose
+    from gnorm.study.spec.load import load_spec
     from gnorm.train.common import json_safe
     spec = load_spec('sepnorm_molhiv_cpu')
     for row, tests in (('sharenorm', [0.70, 0.74]), ('sepnorm_bn_ln',

@@ -18,9 +18,9 @@ from gnorm.results import code, load_runs, user_code_words
 from gnorm.results.user_code import (changed_user_code, is_user_file,
                                      user_code)
 from gnorm.study.cli import main as study
-from gnorm.study.queue_plan import Finished
-from gnorm.study.paired_report import user_code_line
-from gnorm.study.queue_run import finished_here
+from gnorm.study.queue.plan import Finished
+from gnorm.study.queue.run import finished_here
+from gnorm.study.reports.paired import user_code_line
 from gnorm.train import train
 from gnorm.train.common import finished_run
 from conftest import USER_NORM, compose_train
@@ -133,7 +133,7 @@ def test_a_run_made_before_user_code_was_recorded_trains_again(tmp_path,
 def test_the_queue_trains_again_a_run_whose_module_changed(tmp_path, mine):
     name, _, edit = mine
     from gnorm.results.keys import record_identity
-    from gnorm.study.compose import run_key
+    from gnorm.study.runs.compose import run_key
     folder = tmp_path / 'runs' / 'run'
     run = {'dir': folder, 'key': run_key(record_identity(
         train(_cfg(name), output_dir=folder)))}

@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from gnorm.errors import DataError
 from gnorm.results import mean_std, plural, value
 from gnorm.results.keys import drop_keys, record_identity
-from gnorm.study.inputs import read_records, relative
-from gnorm.study.plot import save_figure
+from gnorm.study.reports.plot import save_figure
+from gnorm.study.spec.inputs import read_records, relative
 from gnorm.study.stats import LEVEL, holm, permutation_p, smallest_p
 
 from experiments.authors.speed import speed_lines

@@ -14,36 +14,28 @@ is missing (many runs as one model, or a Hydra launcher), counts a cell
 only when every setting and seed finished with the study's config, and
 writes a report from the runs alone. Guide: ``docs/study.rst``.
 
-Modules, in the order a study uses them: :mod:`~gnorm.study.spec` (find,
-compose and check a spec), :mod:`~gnorm.study.compose` (the runs of a
-depth study), :mod:`~gnorm.study.cache` (specs and compositions kept by
-content), :mod:`~gnorm.study.run_index` (the finished runs, each file
-read once per content), :mod:`~gnorm.study.runner` (train what is missing),
-:mod:`~gnorm.study.select` (selection by validation, ties by counts),
-:mod:`~gnorm.study.budget` (each row's settings and default),
-:mod:`~gnorm.study.sanity` (cells that predict one class, are no better
-than chance pooled over their seeds, or still improve),
-:mod:`~gnorm.study.stats` (intervals, p-values, Holm's family,
-equivalence within a margin, the difference a design detects),
-:mod:`~gnorm.study.pairing` (which runs a paired study may pair),
-:mod:`~gnorm.study.findings` (a depth study's comparisons as data),
-:mod:`~gnorm.study.verdict_words` (them in words), :mod:`~gnorm.study.variants` (verdicts on a
-dataset and its variant), :mod:`~gnorm.study.paired_findings` (a paired study as data),
-:mod:`~gnorm.study.paired_words` (its readings in words),
-:mod:`~gnorm.study.depth_report`, :mod:`~gnorm.study.paired_report`,
-:mod:`~gnorm.study.recipe`, :mod:`~gnorm.study.plot` (the reports),
-:mod:`~gnorm.study.engine` and :mod:`~gnorm.study.cli` (the command),
-:mod:`~gnorm.study.queue` (the cells left for a GPU, in a time budget:
-:mod:`~gnorm.study.queue_plan` which cells, :mod:`~gnorm.study.queue_config`
-their order, :mod:`~gnorm.study.queue_cost` their seconds,
-:mod:`~gnorm.study.queue_run` training them by a deadline,
-:mod:`~gnorm.study.queue_record` what each process trained).
+Sub-packages, in the order a study uses them, each importing only those
+before it: :mod:`~gnorm.study.spec` (find, compose, check and cache a
+spec), :mod:`~gnorm.study.runs` (the runs of its cells, what is
+finished, training what is missing, pairing, each cell's cost),
+:mod:`~gnorm.study.findings` (selection by validation, screens,
+diagnoses, comparisons, what depth does: data, no words; the statistics
+are :mod:`~gnorm.study.stats`), :mod:`~gnorm.study.queue` (the cells left
+for a GPU or the CPU, trained within a time budget),
+:mod:`~gnorm.study.words` (the findings in words) and
+:mod:`~gnorm.study.reports` (the ``.md``, ``.csv`` and plots); then
+:mod:`~gnorm.study.engine` (a study's plan) and :mod:`~gnorm.study.cli`
+(the command). A new screen goes in :mod:`gnorm.study.findings.sanity`,
+a new verdict kind in :mod:`gnorm.study.findings.compare` with its words
+in :mod:`gnorm.study.words.verdicts`, a new study kind as a plan in
+:mod:`~gnorm.study.engine` with its findings and its report.
 The reproduction of the ContraNorm authors' code lives in this
 repository's ``experiments/authors/``, outside the package.
 """
 import importlib
 
-from gnorm.study.spec import Spec, SpecError, load_spec
+from gnorm.study.spec.load import load_spec
+from gnorm.study.spec.table import Spec, SpecError
 
 __all__ = ['Spec', 'SpecError', 'load_spec', 'Interval', 'corrected_interval',
            'detectable', 'equivalence_p', 'holm', 'paired_interval',

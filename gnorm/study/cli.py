@@ -6,7 +6,7 @@ its report.
     python -m gnorm.study my_study.yaml --report-only  # only the report
     python -m gnorm.study my_study.yaml --datasets cora --rows mine --depths 16 32
     python -m gnorm.study table3_fair --set train.epochs=5   # a scratch study
-    python -m gnorm.study queue --list                 # the cells left for a GPU (gnorm.study.queue)
+    python -m gnorm.study queue --list                 # the cells left for a GPU (gnorm.study.queue.command)
 
 Where things go. Without a selection or ``--set``, runs go to the
 study's runs folder and the report to its report folder (gnorm's studies:
@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from gnorm.errors import GnormError
-from gnorm.study.spec import (SpecError, Spec, check_node_task, check_sets,
-                              config_sets, known_datasets, load_spec,
-                              set_name, studies)
+from gnorm.study.spec.check import check_node_task, check_sets
+from gnorm.study.spec.find import known_datasets, studies
+from gnorm.study.spec.load import load_spec
+from gnorm.study.spec.table import SpecError, Spec, config_sets, set_name
 
 SCRATCH = Path('outputs') / 'study'
 
@@ -151,8 +152,8 @@ class Places:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ['queue']:  # the GPU queue: gnorm.study.queue
-        from gnorm.study.queue import main as queue
+    if argv[:1] == ['queue']:  # the GPU queue: gnorm.study.queue.command
+        from gnorm.study.queue.command import main as queue
         return queue(argv[1:])
     args = parser().parse_args(argv)
     try:
@@ -187,7 +188,7 @@ def _run(plan, args: argparse.Namespace) -> int:
     returns the exit status: 0, 1 when runs failed, 128 + the signal's
     number when interrupted (130 for Ctrl-C, 143 for SIGTERM), as the
     queue and ``python -m gnorm.train`` exit."""
-    from gnorm.study.runner import sigterm_interrupts
+    from gnorm.study.runs.runner import sigterm_interrupts
     try:
         with sigterm_interrupts():
             return 1 if not args.report_only and plan.run() else 0

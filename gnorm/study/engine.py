@@ -1,6 +1,6 @@
 r"""A study's plan: what it runs and what its report counts, for both
 kinds (:class:`DepthPlan`, :class:`PairedPlan`). ``run()`` trains what is
-missing (:mod:`gnorm.study.runner`) and returns the number of failures;
+missing (:mod:`gnorm.study.runs.runner`) and returns the number of failures;
 ``report()`` writes the report from the runs on disk and returns its
 ``.md``."""
 import argparse
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 from gnorm.results import load_runs
-from gnorm.study.spec import SpecError, Spec, compose, config_sets
+from gnorm.study.spec.find import compose
+from gnorm.study.spec.table import SpecError, Spec, config_sets
 from gnorm.train.common import one_line
 
 
@@ -23,7 +24,7 @@ class DepthPlan:
     report covers (the whole study for its own report)."""
 
     def __init__(self, spec: Spec, args: argparse.Namespace, places):
-        from gnorm.study.compose import cells, compose_cells
+        from gnorm.study.runs.compose import cells, compose_cells
         table = spec.table
         self.spec, self.args, self.places = spec, args, places
 
@@ -46,17 +47,17 @@ class DepthPlan:
 
     def _index(self) -> Dict[str, Any]:
         r"""The finished runs by key: for ``--dry-run`` as short records
-        (:mod:`gnorm.study.run_index`), else whole (the report reads
+        (:mod:`gnorm.study.runs.index`), else whole (the report reads
         them)."""
         if self.args.dry_run:
-            from gnorm.study.run_index import finished, short_runs
+            from gnorm.study.runs.index import finished, short_runs
             runs = self.places.runs
             return finished(short_runs(runs) if runs.is_dir() else [])
-        from gnorm.study.compose import index
+        from gnorm.study.runs.compose import index
         return index(_found(self.places.runs))
 
     def run(self) -> int:
-        from gnorm.study.runner import run_cells
+        from gnorm.study.runs.runner import run_cells
         args = self.args
         try:
             return run_cells(self.spec, self.todo, self.places.runs,
@@ -69,19 +70,19 @@ class DepthPlan:
 
     def rate(self):
         r"""The seconds per unit of this device (``--dry-run`` says each
-        cell's seconds): :func:`gnorm.study.queue_cost.rate_here`."""
+        cell's seconds): :func:`gnorm.study.runs.cost.rate_here`."""
         import torch
-        from gnorm.study.queue_config import CONFIG, read_config
-        from gnorm.study.queue_cost import rate_here
+        from gnorm.study.queue.config import CONFIG, read_config
+        from gnorm.study.runs.cost import rate_here
         device = 'cuda' if torch.cuda.is_available() else 'cpu'
         return rate_here(device, read_config(CONFIG)['calibration'])
 
     def report(self) -> Path:
-        from gnorm.study.depth_report import write_report
-        from gnorm.study.inputs import (read_authors, read_notes, read_paper,
-                                        with_authors_runs)
-        from gnorm.study.budget import defaults as budget_defaults
-        from gnorm.study.select import summarise
+        from gnorm.study.reports.depth import write_report
+        from gnorm.study.spec.inputs import (read_authors, read_notes,
+                                             read_paper, with_authors_runs)
+        from gnorm.study.runs.budget import defaults as budget_defaults
+        from gnorm.study.findings.select import summarise
         spec, table = self.spec, self.spec.table
         paper = read_paper(spec.file('paper')) if table.get('paper') else {}
         authors = read_authors(spec.file('authors'))
@@ -116,16 +117,16 @@ class PairedPlan:
                             f"{one_line(e)}") from e
 
     def run(self) -> int:
-        from gnorm.study.runner import run_paired
+        from gnorm.study.runs.runner import run_paired
         args = self.args
         return run_paired(self.spec, args.rows or list(self.spec.table['rows']),
                           args.seeds, self.places.runs, args.set,
                           args.threads, args.dry_run)
 
     def report(self) -> Path:
-        from gnorm.study.paired_findings import summarise
-        from gnorm.study.paired_report import write_report
-        from gnorm.study.pairing import study_runs
+        from gnorm.study.findings.paired import summarise
+        from gnorm.study.reports.paired import write_report
+        from gnorm.study.runs.pairing import study_runs
         spec = self.spec
         runs = study_runs(spec, _found(self.places.runs), self.args.set)
         records = summarise(spec, runs, list(spec.table['rows']))

@@ -18,7 +18,7 @@ A comparison of row B with row A is the difference of their means,
 * **paired over resampled splits** (:func:`corrected_interval`), where
   seed :math:`k` trains on split :math:`k` of one pool of nodes
   (``split: random``, or the dataset's stored splits indexed by seed:
-  the runs' split fingerprints differ, :func:`gnorm.study.select.
+  the runs' split fingerprints differ, :func:`gnorm.study.findings.select.
   split_test_train`): the training sets of the splits overlap, so the
   differences are not independent and the plain paired t interval is too
   narrow. The corrected resampled t of Nadeau & Bengio (2003, "Inference
@@ -40,6 +40,11 @@ lower, and is otherwise **not distinguishable** from A with these seeds.
 :func:`verdict` reads one interval alone (the same as an unadjusted p).
 Standard deviations of the intervals use ddof=1; the means ± std shown
 beside them in the reports use ddof=0 (:func:`gnorm.results.mean_std`).
+
+One module: every test a study may use, its intervals and its family
+adjustment, so that the choice between them (:func:`design_test`) and
+every number a report prints come from one place that a statistician
+can check in one read.
 """
 import itertools
 import math
@@ -289,7 +294,7 @@ def holm(pvalues: Sequence[Optional[float]]) -> List[Optional[float]]:
     :math:`\max_{j \le i} \min(1, (m - j + 1)\, p_{(j)})`. Rejecting
     where the adjusted p is below :math:`\alpha` holds the probability of
     any false rejection in the family at :math:`\alpha`. A comparison
-    planned but not run yet enters as p = 1 (:func:`gnorm.study.findings.
+    planned but not run yet enters as p = 1 (:func:`gnorm.study.findings.compare.
     family`): it counts in :math:`m` and can reject nothing."""
     order = sorted((p, k) for k, p in enumerate(pvalues)
                    if p is not None and not math.isnan(p))

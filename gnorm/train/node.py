@@ -34,12 +34,12 @@ import gnorm.train.collapse as collapse
 from gnorm.train.checkpoints import (CHECKPOINT, load_node_checkpoints,
                                      restore_node_loop, restore_node_results,
                                      resume_groups, save_node_checkpoints)
-from gnorm.train.graphed import GraphedStep
-from gnorm.train.epoch_log import NODE_CURVE, EpochLog
-from gnorm.train.progress import Progress, on_one_line
-from gnorm.train.scores import SCORES, accuracy, class_counts, roc_auc
 from gnorm.train.common import (free_memory, is_int, one_line, option,
                                  run_name, unknown_norm_keys)
+from gnorm.train.epoch_log import NODE_CURVE, EpochLog
+from gnorm.train.graphed import GraphedStep
+from gnorm.train.progress import Progress, on_one_line
+from gnorm.train.scores import SCORES, accuracy, class_counts, roc_auc
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +360,7 @@ def predicted_on_test(out: torch.Tensor, data, metric: str = 'acc'
     largest logit), the number whose label is each class
     (``label_counts``), and for a dataset scored by ROC-AUC the share
     predicted positive (``positive_rate``). A chance screen reads them
-    (:mod:`gnorm.study.sanity`): a run that puts nearly every test node in
+    (:mod:`gnorm.study.findings.sanity`): a run that puts nearly every test node in
     one class has collapsed, whatever its accuracy."""
     out = out.view(-1, *out.shape[-2:])  # [runs, nodes, classes]
     num_classes = out.size(-1)

@@ -1,0 +1,178 @@
+r"""What the queue prints: the :class:`Plan` of a call (its cells, its
+rate, and for ``--list`` its sections by kind of work), the tables of
+``--list`` with each cell's seconds here and on the last measured GPU,
+the totals per kind of work, the runs given up and the first line of a
+call that trains. Nothing here plans or trains
+(:mod:`~gnorm.study.queue.command`).
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gnorm.study.queue.plan import (CPU_WORK_S, MAX_FAILURES, WORK, Pending,
+                                    classed)
+from gnorm.study.queue.run import INF, MARGIN_S
+from gnorm.study.runs.cost import Rate, committed_rates, duration, other_gpu
+
+
+def in_words(selection: Dict[str, Any], work: str) -> str:
+    r"""The cells the queue takes, in words."""
+    if not selection:
+        return f'marked {work}'
+    return 'selected: ' + '; '.join(
+        f"{key} {', '.join(map(str, values))}"
+        for key, values in selection.items())
+
+
+@dataclass
+class Plan:
+    r"""What a call trains: the pending ``items`` in order, the ``rate``
+    of the device (``eager``: the one a cell failing as CUDA graphs falls
+    back to), the ``calibration`` committed, in words ``what``; for
+    ``--list`` the ``sections`` (each kind of work in words, its cells
+    and a line to print after them), the cells whose runs are
+    ``given_up``, and the rate of this machine's ``cpu`` (it classes the
+    cells no ``table.not_run`` entry marks,
+    :func:`gnorm.study.queue.plan.classed`)."""
+    items: List[Pending]
+    rate: Rate
+    calibration: Dict[str, float]
+    device: str
+    what: str
+    eager: Optional[Rate] = None
+    sections: List[Tuple[str, List[Pending], Optional[str]]] = field(
+        default_factory=list)
+    given_up: List[Pending] = field(default_factory=list)
+    cpu: Optional[Rate] = None
+
+
+# What --list says after the cells of a kind.
+UNMARKED = ('the queue trains these when selected (--datasets, --rows, '
+            '--depths), or once table.not_run marks them')
+REMAKE_WHAT = 'runs of uncommitted code: source.modified'
+REMAKE = ('their runs count as finished and the reports leave them out: '
+          'move the run folders aside, then train them again from '
+          'committed code (the study, or the queue with a selection)')
+
+
+def table(rows: List[Sequence[str]]) -> None:
+    r"""Prints :obj:`rows` as aligned columns (text left, figures right)."""
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    for r in rows:
+        print('  '.join(v.ljust(w) if k == 1 else v.rjust(w)
+                        for k, (v, w) in enumerate(zip(r, widths))).rstrip())
+
+
+def last_gpu(calibration: Dict[str, float]) -> Rate:
+    r"""The rate of the last GPU measured: ``conf/queue.yaml``'s
+    :obj:`calibration`, else the committed runs' (:obj:`None` name
+    without any)."""
+    found = other_gpu('', calibration, committed_rates())
+    return Rate(*found) if found else Rate(None)
+
+
+def background(what: str) -> Optional[str]:
+    r"""The command that trains the CPU work here in the background, into
+    the studies' runs folders (:obj:`None` for other work)."""
+    if not what.startswith(in_words({}, WORK['cpu'])):
+        return None
+    return ('nohup python -m gnorm.study queue --device cpu --work cpu '
+            '--out experiments/runs --threads 1 > outputs/queue-cpu.log '
+            '2>&1 &')
+
+
+def row(k: str, label: str, runs: int, units: float, rate: Rate,
+        gpu: Rate, cells: int = 1) -> Tuple[str, ...]:
+    r"""A line of ``--list``'s tables: its seconds here (:obj:`rate`) and
+    on the last GPU."""
+    return (k, label, str(runs), f'{units:.3g}',
+            duration(rate.estimate(units, cells)),
+            duration(gpu.estimate(units, cells)))
+
+
+def show_section(what: str, items: List[Pending], rate: Rate,
+                 gpu: Rate, after: Optional[str] = None) -> None:
+    r"""Prints the cells :obj:`items` of one kind of work (:obj:`what`)
+    with their seconds here (:obj:`rate`) and on the last GPU, then
+    :obj:`after`."""
+    runs = sum(len(i.left) for i in items)
+    total = sum(i.units for i in items)
+    remake = what == REMAKE_WHAT
+    print(f"\n{len(items)} cells {'to remake' if remake else 'pending'} "
+          f"({what}), {runs} runs to train{' again' if remake else ''}, "
+          f'{duration(rate.estimate(total, len(items)))} here')
+    if not items:
+        return
+    table([('#', 'cell', 'runs', 'units', 'here', 'last GPU'),
+           *(row(str(k), i.label, len(i.left), i.units, rate, gpu)
+             for k, i in enumerate(items, start=1)),
+           row('', 'total', runs, total, rate, gpu, len(items))])
+    command = background(what)
+    if command:
+        print(f'start it here, in the background (one such process per '
+              f'free core; they share the folder):\n  {command}')
+    if after:
+        print(f'({after})')
+
+
+def show_totals(plan: Plan, gpu: Rate) -> None:
+    r"""Prints the cells listed per kind of work (GPU work, CPU work, to
+    remake) with their runs and seconds here and on the last GPU; an
+    unmarked cell counts as :func:`~gnorm.study.queue.plan.classed`
+    says."""
+    kinds_: Dict[str, List[Pending]] = {WORK['gpu']: [], WORK['cpu']: [],
+                                        'to remake': []}
+    for _, items, _ in plan.sections:
+        for i in items:
+            kind = 'to remake' if i.remake else classed(i, plan.cpu)
+            kinds_[kind].append(i)
+    print(f'\nwhat is listed, by kind of work (a cell no table.not_run '
+          f'entry marks is CPU work where this machine\'s CPU takes at '
+          f'most {duration(CPU_WORK_S)} for it, else GPU work):')
+    table([('cells', 'kind', 'runs', 'units', 'here', 'last GPU'),
+           *(row(str(len(items)), k, sum(len(i.left) for i in items),
+                 sum(i.units for i in items), plan.rate, gpu, len(items))
+             for k, items in kinds_.items())])
+
+
+def why_given_up(item: Pending) -> str:
+    r"""Where the reason its runs were given up is written: the
+    ``results.json`` of the first that has one, else what to do (the
+    failures are counted in the queue's ``.queue.json``)."""
+    for run in item.given_up:
+        path = Path(run['dir']) / 'results.json'
+        if path.is_file():
+            return f'{path} says why'
+    return ('no results.json says why; delete their counts under "failed '
+            'runs" in the .queue.json of --out to queue them again')
+
+
+def show(plan: Plan) -> None:
+    r"""Prints the pending cells of every section of :obj:`plan` in the
+    queue's order, with their seconds on this device and on the last
+    measured GPU, the runs given up and the totals per kind of work."""
+    gpu = last_gpu(plan.calibration)
+    print(f'here ({plan.device}: {plan.rate.name or "no CUDA device"}): '
+          f'{plan.rate.said()}')
+    print(f'last measured GPU: {gpu.name}, {gpu.prior:.3g} s per unit'
+          if gpu.name else 'last measured GPU: none (conf/queue.yaml '
+          'calibration, committed runs)')
+    for what, items, after in plan.sections:
+        show_section(what, items, plan.rate, gpu, after)
+    for item in plan.given_up:
+        print(f'given up: {item.label}: {len(item.given_up)} runs failed '
+              f'{MAX_FAILURES} times; not queued again ({why_given_up(item)})')
+    if not any(items for _, items, _ in plan.sections):
+        print('(--work gpu or cpu takes the cells table.not_run marks as '
+              'GPU or CPU work; --datasets, --rows, --depths select cells)')
+        return
+    show_totals(plan, gpu)
+
+
+def head(plan: Plan, budget_s: float) -> str:
+    r"""The first line of a call that trains."""
+    return (f'{len(plan.items)} cells pending ({plan.what}), '
+            f'{sum(len(i.left) for i in plan.items)} runs; '
+            + (f'budget {duration(budget_s)} (+ {MARGIN_S:g} s to stop)'
+               if budget_s < INF else 'no time limit')
+            + f' on {plan.device} ({plan.rate.name}): {plan.rate.said()}')

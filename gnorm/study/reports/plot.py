@@ -1,0 +1,351 @@
+r"""The plots of a study's report, PNG without the metadata that changes
+between matplotlib versions (the same runs give the same bytes): a depth
+study's accuracy vs depth and effective rank vs layer, a paired study's
+validation curves."""
+import io
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from gnorm.results import plural, score_field
+from gnorm.study.findings.paired import factor, score, short
+from gnorm.study.findings.select import scores_said
+from gnorm.study.words.verdicts import partial
+
+
+def save_bytes(path: Path, data: bytes) -> None:
+    r"""Writes :obj:`data` to :obj:`path` unless it already holds exactly
+    that (a regenerated report leaves an unchanged file untouched)."""
+    if not (path.is_file() and path.read_bytes() == data):
+        path.write_bytes(data)
+
+
+def save_figure(fig, path: Path) -> None:
+    r"""Saves :obj:`fig` as PNG without the metadata that changes between
+    matplotlib versions, so the same records give the same bytes."""
+    import matplotlib.pyplot as plt
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=110, bbox_inches='tight',
+                metadata={'Software': None})
+    plt.close(fig)
+    save_bytes(path, buffer.getvalue())
+
+
+def _spans(depths: List[int]) -> str:
+    return ', '.join(f'L={d}' for d in depths)
+
+
+def _grid(rows: int, columns: int, width: float, height: float):
+    r"""A figure of :obj:`rows` x :obj:`columns` panels, :obj:`width` x
+    :obj:`height` inches, and its axes as a 2-D array."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt.subplots(rows, columns, figsize=(width, height),
+                        squeeze=False)
+
+
+def _panels(n: int, height: float = 3.4):
+    fig, axes = _grid(1, n, 4 * n, height)
+    return fig, axes[0]
+
+
+# Points between a panel's lower edge and its notes: below the tick labels
+# and the axis label, whatever the panel's height.
+NOTES_BELOW = 34
+
+
+def _notes(ax, notes: List[str]) -> None:
+    r"""Writes :obj:`notes` under the panel :obj:`ax`, below its axis
+    label, off the data."""
+    if notes:
+        ax.annotate('\n'.join(notes), (0.0, 0.0), xycoords='axes fraction',
+                    xytext=(0, -NOTES_BELOW), textcoords='offset points',
+                    fontsize=7, va='top', color='0.25')
+
+
+def _rows(rows: List[str], every: List[str]) -> str:
+    r""":obj:`rows` by name, or ``every row`` when they are all of
+    :obj:`every` (two or more)."""
+    return 'every row' if len(rows) > 1 and rows == every \
+        else ', '.join(rows)
+
+
+def plot_depth(cells: List[Dict[str, Any]], path: Path,
+               paper_lines: bool, authors: Optional[Dict] = None,
+               figure_title: Optional[str] = None,
+               scores: Optional[Dict[str, str]] = None) -> None:
+    r"""Test accuracy vs depth of :obj:`cells` (one record per cell: the
+    setting chosen by validation,
+    :func:`gnorm.study.findings.compare.chosen_by_validation`), a panel per
+    dataset, its axis named by :obj:`scores` (dataset → score in words;
+    default: :func:`gnorm.study.findings.select.scores_said` of its cells): per row a line with a
+    std band through its complete cells only; a partial cell is an open
+    marker labelled ``k of n settings``; a missing cell is not drawn and
+    is listed under the panel. :obj:`paper_lines`: the paper's values too
+    (dashed, crosses); only where the splits are the paper's. :obj:`authors`
+    (:func:`read_authors`): the authors' code's mean at every scale it ran,
+    a diamond each, in the row's colour. :obj:`figure_title`: the
+    figure's title (the spec's)."""
+    authors = authors or {}
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    drawn = cells
+    datasets = list(dict.fromkeys(r['dataset'] for r in drawn
+                                  if r['cell_runs']))
+    empty = [d for d in dict.fromkeys(r['dataset'] for r in drawn)
+             if d not in datasets]
+    row_names = list(dict.fromkeys(r['row'] for r in drawn))
+    depths = sorted({r['layers'] for r in drawn})
+    fig, axes = _panels(max(len(datasets), 1))
+    noted = 0  # the most lines of notes under a panel
+    for ax, dataset in zip(axes, datasets):
+        lacking: Dict[str, List[str]] = {}  # depths without runs -> rows
+        for k, row in enumerate(row_names):
+            rs = sorted((r for r in drawn if r['dataset'] == dataset
+                         and r['row'] == row), key=lambda r: r['layers'])
+            color = f'C{k}'
+            done = [r for r in rs if r['complete']]  # the line joins these
+            x = [r['layers'] for r in done]
+            m = [r['test_mean'] for r in done]
+            s = [r['test_std'] for r in done]
+            ax.errorbar(x, m, yerr=s, fmt='o-', color=color, capsize=2,
+                        elinewidth=0.8)
+            ax.fill_between(x, [a - b for a, b in zip(m, s)],
+                            [a + b for a, b in zip(m, s)], color=color,
+                            alpha=0.15, lw=0)
+            for r in rs:
+                if r['cell_runs'] and not r['complete']:
+                    ax.plot(r['layers'], r['test_mean'], 'o', mfc='white',
+                            color=color)
+                    last = r['layers'] == depths[-1]  # label inwards
+                    ax.annotate(partial(r), (r['layers'], r['test_mean']),
+                                xytext=(-5 if last else 5, 3),
+                                textcoords='offset points', fontsize=6,
+                                color=color, ha='right' if last else 'left')
+            for why in dict.fromkeys(r.get('not_run') for r in rs
+                                     if r['cell_runs'] == 0):
+                none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0
+                               and r.get('not_run') == why])
+                said = 'not run here' if why else 'no runs'
+                lacking.setdefault(f'{said} at {none}', []).append(row)
+            theirs = [(layers, run['mean'])
+                      for (d, name, layers), runs in authors.items()
+                      if d == dataset and name == row for run in runs]
+            if theirs:
+                ax.plot(*zip(*theirs), 'D', color=color, mec='black',
+                        ms=7, ls='none', zorder=4)  # over gnorm's markers
+            paper = [r for r in rs if r['paper_mean'] is not None]
+            if paper_lines and paper:
+                ax.plot([r['layers'] for r in paper],
+                        [r['paper_mean'] for r in paper], 'x--',
+                        color=color, alpha=0.6)
+        ax.set_xscale('log', base=2)
+        ax.xaxis.set_major_locator(FixedLocator(depths))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
+        ax.set_title(dataset)
+        ax.set_xlabel('layers')
+        scored = (scores[dataset] if scores else
+                  scores_said([r for r in drawn if r['dataset'] == dataset]))
+        ax.set_ylabel(f'test {scored} (%)')
+        ax.grid(alpha=0.3)
+        notes = [f'{_rows(rows, row_names)}: {said}'
+                 for said, rows in lacking.items()]
+        _notes(ax, notes)
+        noted = max(noted, len(notes))
+    handles = [Line2D([], [], color=f'C{k}', marker='o', label=row)
+               for k, row in enumerate(row_names)]
+    handles.append(Line2D([], [], color='0.4', marker='o', ls='none',
+                          mfc='white', label='partial cell (not every '
+                          'setting and seed run): not on the line'))
+    if paper_lines:
+        handles.append(Line2D([], [], color='0.4', marker='x', ls='--',
+                              label='paper'))
+    if authors:
+        handles.append(Line2D([], [], color='0.4', marker='D', mec='black',
+                              ls='none', label="authors' code, their recipe "
+                              '(one per scale run)'))
+    title = ('gnorm: mean ± std over seeds (error bar and band); the '
+             'setting chosen by validation')
+    if not paper_lines and any(r['paper_mean'] is not None for r in drawn):
+        title += ("; the paper's values are not drawn: its splits differ, "
+                  'not comparable')
+    if empty:
+        title += f"\nno runs yet, not drawn: {', '.join(empty)}"
+    if any(r.get('not_run') for r in drawn):
+        title += ('\nnot run here: cells the study leaves for another machine '
+                  '(table.not_run; the report says why)')
+    width, height = fig.get_size_inches()  # room for the notes' lines
+    fig.set_size_inches(width, height + 0.13 * noted)
+    fig.legend(handles=handles, loc='upper center',
+               ncol=min(len(handles), 4 * len(axes)), fontsize=8,
+               title=title, title_fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    if figure_title:
+        fig.suptitle(figure_title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def _output_tick(ax, n: int) -> None:
+    r"""Integer layer ticks 1..:obj:`n` on :obj:`ax`'s x axis, at most
+    about 8, the last always shown and labelled ``out`` (the layer whose
+    width is the classes: its effective rank is at most their number)."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator
+    step = max(1, math.ceil(n / 8))
+    ticks = [t for t in range(1, n, step) if n - t > step / 2] + [n]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FixedFormatter(
+        [str(t) for t in ticks[:-1]] + ['out']))
+
+
+def _erank_panel(ax, drawn: List[Dict[str, Any]], row_names: List[str],
+                 dataset: str, depth: int) -> None:
+    r"""One panel of :func:`plot_erank`: the effective rank by layer of
+    each row's cell at (:obj:`dataset`, :obj:`depth`)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    here = [r for r in drawn if r['dataset'] == dataset
+            and r['layers'] == depth]
+    ax.set_title(f'{dataset}, {depth} layers', fontsize=9)
+    if not here:
+        ax.axis('off')
+        ax.text(0.5, 0.5, 'no effective ranks', transform=ax.transAxes,
+                ha='center', fontsize=8, color='0.4')
+        return
+    out = max(len(r['erank']) for r in here)
+    dotted = []
+    for k, row in enumerate(row_names):
+        r = next((r for r in here if r['row'] == row), None)
+        if r is None:
+            continue
+        # hidden layers at their depth, the output layer at "out"
+        layers = [*range(1, len(r['erank'])), out]
+        ax.plot(layers, r['erank'], color=f'C{k}',
+                ls='-' if r['complete'] else ':')
+        ax.fill_between(layers, r['erank_min'], r['erank_max'],
+                        color=f'C{k}', alpha=0.15, lw=0)
+        if not r['complete']:
+            dotted.append(f'{row} ({partial(r)})')
+    ax.set_xlabel('layer (the last: the output layer)')
+    ax.set_ylabel('effective rank')
+    _output_tick(ax, out)
+    ax.set_yscale('log')
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.grid(alpha=0.3)
+    _notes(ax, [f"partial cell, dotted: {', '.join(dotted)}"]
+           if dotted else [])
+
+
+def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
+    r"""Effective rank vs layer of every cell with effective ranks among
+    :obj:`cells` (one record per cell, as :func:`plot_depth` takes; mean
+    over seeds, band: min to max), a panel per (dataset, depth): a row of
+    panels per dataset, a column per depth, so that a reader sees at which
+    depth and layer each row collapses; returns whether there was any to
+    plot (no file otherwise)."""
+    from matplotlib.lines import Line2D
+
+    drawn = [r for r in cells if r['erank']]
+    datasets = list(dict.fromkeys(r['dataset'] for r in drawn))
+    if not datasets:
+        return False
+    depths = sorted({r['layers'] for r in drawn})
+    row_names = list(dict.fromkeys(r['row'] for r in cells))
+    fig, axes = _grid(len(datasets), len(depths), 3.2 * len(depths) + 0.8,
+                      3.0 * len(datasets))
+    for panels, dataset in zip(axes, datasets):
+        for ax, depth in zip(panels, depths):
+            _erank_panel(ax, drawn, row_names, dataset, depth)
+    handles = [Line2D([], [], color=f'C{k}', label=row)
+               for k, row in enumerate(row_names)
+               if any(r['row'] == row for r in drawn)]
+    fig.legend(handles=handles, loc='upper center', ncol=len(handles),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0),
+               title='mean over seeds of the setting chosen by validation; '
+               'band: min to max over seeds; a row without a line in a '
+               'panel has no effective ranks there (not run, or not '
+               'recorded)', title_fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    return True
+
+
+MARKERS = 'os^vD'
+
+
+def plot_curves(records: List[Dict[str, Any]], path: Path, title: str,
+                where: Optional[str], metric: str) -> None:
+    r"""A paired study's validation :obj:`metric` per epoch: each row's
+    mean over seeds as a line and the min–max over seeds as a band; with
+    one epoch per run (no curve to draw), each row's seeds as dots beside
+    their mean ± std."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    named = f'{where}, {title}' if where and where != title else title
+    if all(len(run['curve']['epoch']) <= 1
+           for r in records for run in r['runs_list']):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        _plot_seeds(ax, records, named, metric)
+        fig.tight_layout()
+        return save_figure(fig, path)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for k, r in enumerate(records):
+        _plot_band(ax, r, f'C{k}', MARKERS[k % len(MARKERS)])
+    ax.set_xlabel('epoch')
+    ax.set_ylabel(f'validation {metric} (%)')
+    ax.grid(alpha=0.3)
+    ax.set_title(f'{named}: validation {metric} per epoch',
+                 fontsize=9)
+    ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), fontsize=8,
+              title='line: mean over seeds\nband: min–max over seeds',
+              title_fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
+    r"""A row's mean validation metric per epoch over its seeds, and the
+    band from the seeds' minimum to their maximum."""
+    per_epoch: Dict[int, List[float]] = {}
+    for run in record['runs_list']:
+        scale, key = factor(run), score_field(run, 'val')
+        for e, v in zip(run['curve']['epoch'], run['curve'][key]):
+            per_epoch.setdefault(e, []).append(scale * v)
+    if not per_epoch:
+        return
+    epochs = sorted(per_epoch)
+    values = [per_epoch[e] for e in epochs]
+    ax.fill_between(epochs, [min(v) for v in values],
+                    [max(v) for v in values], color=color, alpha=0.15,
+                    lw=0)
+    ax.plot(epochs, [sum(v) / len(v) for v in values], color=color, lw=1.6,
+            marker=marker, ms=4, markevery=max(1, len(epochs) // 20),
+            label=f"{short(record)} ({plural(record['runs'], 'seed')})")
+
+
+def _plot_seeds(ax, records: List[Dict[str, Any]], title: str,
+                metric: str) -> None:
+    r"""Validation metric of runs of one epoch: a dot per seed, the mean ±
+    std over seeds beside them, a column per row."""
+    for k, r in enumerate(records):
+        values = [score(run, 'val') for run in r['runs_list']]
+        ax.plot([k - 0.08] * len(values), values, 'o', color=f'C{k}',
+                alpha=0.6, ms=5)
+        if values:
+            ax.errorbar([k + 0.08], [r['val_mean']], yerr=[r['val_std']],
+                        fmt='D', color=f'C{k}', capsize=4)
+    ax.set_xticks(range(len(records)))
+    ax.set_xticklabels([f"{short(r)}\n({plural(r['runs'], 'seed')})"
+                        for r in records], fontsize=7)
+    ax.set_xlim(-0.5, len(records) - 0.5)
+    ax.set_ylabel(f'validation {metric} (%)')
+    ax.grid(axis='y', alpha=0.3)
+    ax.set_title(f'{title}: one epoch per run, no curve\n'
+                 'dots: each seed; diamond and bar: mean ± std over seeds '
+                 '(ddof=0)', fontsize=9)
