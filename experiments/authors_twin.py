@@ -32,13 +32,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument('--every', type=int, default=10,
                         help='record every this many epochs')
     args = authors_gcn.parse_cell_arguments(parser, argv)
-    from gnorm.train import node
+    from gnorm.train import node_setup
 
     code = Path(args.code)
     targv = ag.their_argv(args.dataset, args.layers, args.scale, args.epochs)
     targs = ag.their_parser(code).parse_args(targv)
     cfg = gnorm_config(args.dataset, args.layers, args.scale, args.mirror)
-    data = node.load_data(cfg)
+    data = node_setup.load_data(cfg)
     with ag.their_code(code, args.dataset, args.mirror) as their:
         tdata = ag.load_their_data(their, targs)
         check_same_data(tdata, data)

@@ -1,6 +1,6 @@
 """What recording gradient norms costs a node run, side by side.
 
-Each case trains one model for blocks of 50 epochs (``gnorm.train.node.fit``,
+Each case trains one model for blocks of 50 epochs (``gnorm.train.node_loop.fit``,
 as ``python -m gnorm.train`` does, a call per block) with
 ``train.grad_every`` at its default (10: epochs 1, 10, ..., 50 recorded, 6 of
 50, as a 200-epoch run records 21) and with 0 (none), in rotating order after
@@ -28,8 +28,10 @@ from gnorm.bench import markdown_table, write_jsonl  # noqa: E402
 from gnorm.bench.timing import alternate, medians  # noqa: E402
 from gnorm.machine import machine_words, this_machine  # noqa: E402
 from gnorm.train import CONF_DIR  # noqa: E402
-from gnorm.train.node import (build_model, dataset_metric, fit,  # noqa: E402
-                              load_runs, optimizer_name)
+from gnorm.train.node import load_runs  # noqa: E402
+from gnorm.train.node_loop import fit  # noqa: E402
+from gnorm.train.node_setup import (build_model, dataset_metric,  # noqa: E402
+                                    optimizer_name)
 
 OUT = ROOT / 'experiments' / 'results' / 'bench_gradients_cpu.md'
 CASES = {

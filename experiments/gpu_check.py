@@ -209,7 +209,7 @@ def deep_gcn(ctx, budget):
                              step_ms=step_ms, **prof,
                              kernel_share=prof['kernel_ms'] / step_ms))
     notes.append('step: hand-written = forward, backward, Adam as above; '
-                 'gnorm = gnorm.train.node.Step (the training update and '
+                 'gnorm = gnorm.train.node_loop.Step (the training update and '
                  'the evaluation pass of every epoch, AdamW); gnorm, CUDA '
                  'graphs = the same step replayed as two CUDA graphs '
                  '(train.cuda_graph, gnorm.train.graphed.GraphedStep), '
@@ -219,11 +219,11 @@ def deep_gcn(ctx, budget):
 
 def gnorm_steps(model, data, device: str, graphed: bool):
     r"""{name: one epoch of :obj:`model` on :obj:`data`} through gnorm's
-    training step (:class:`gnorm.train.node.Step`, as ``gnorm.train``
+    training step (:class:`gnorm.train.node_loop.Step`, as ``gnorm.train``
     runs it), replayed as CUDA graphs with :obj:`graphed`; the graphs are
     captured before it is returned, so that a timing sees replays only."""
     from gnorm.train.graphed import GraphedStep
-    from gnorm.train.node import Step, make_optimizer
+    from gnorm.train.node_loop import Step, make_optimizer
     data = data.clone()
     for split in ('train', 'val', 'test'):  # one run: masks [1, nodes]
         data[f'{split}_mask'] = data[f'{split}_mask'].unsqueeze(0)

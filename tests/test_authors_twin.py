@@ -23,8 +23,8 @@ def test_their_model_and_gnorms_take_the_same_steps(layers, scale):
     targs = ag.their_parser(CODE).parse_args(
         ag.their_argv('cora', layers, scale, 3))
     cfg = twin.gnorm_config('cora', layers, scale, MIRROR)
-    from gnorm.train import node
-    data = node.load_data(cfg)
+    from gnorm.train import node_setup
+    data = node_setup.load_data(cfg)
     with ag.their_code(CODE, 'cora', MIRROR) as their:
         tdata = ag.load_their_data(their, targs)
         twin.check_same_data(tdata, data)

@@ -197,14 +197,14 @@ def test_batch_that_does_not_fit_is_split(tmp_path, monkeypatch):
 
 
 def test_auto_batch_size_follows_memory(monkeypatch):
-    from gnorm.train import node
+    from gnorm.train import node_setup
     cfgs = [compose_train(*TINY, f'seed={s}') for s in range(6)]
     device = torch.device('cpu')
-    assert node.max_runs(cfgs, device) == 6  # plenty of memory
-    need = node.memory_per_run(cfgs[0], 120, 120 * 32)
-    monkeypatch.setattr(node, 'free_memory', lambda device: 5 * need)
-    assert node.max_runs(cfgs, device) == 2  # half of the free memory
-    assert node.max_runs([compose_train(*TINY, 'batch_runs=3')] * 6, device) == 3
+    assert node_setup.max_runs(cfgs, device) == 6  # plenty of memory
+    need = node_setup.memory_per_run(cfgs[0], 120, 120 * 32)
+    monkeypatch.setattr(node_setup, 'free_memory', lambda device: 5 * need)
+    assert node_setup.max_runs(cfgs, device) == 2  # half of the free memory
+    assert node_setup.max_runs([compose_train(*TINY, 'batch_runs=3')] * 6, device) == 3
 
 
 @pytest.mark.parametrize('norm', ['none', 'contranorm', 'contranorm_d',
@@ -214,16 +214,16 @@ def test_memory_estimate_covers_saved_tensors(norm, avg_degree):
     r"""What a run keeps for its backward pass (the bulk of its memory) is
     below the estimate, on a sparse and on an almost complete graph
     (non-neighbour ContraNorm keeps a weight and indices per edge)."""
-    from gnorm.train import node
+    from gnorm.train import node_setup
     cfg = compose_train('dataset=csbm', 'dataset.num_nodes=200', 'layers=16',
                         f'dataset.avg_degree={avg_degree}',
                         'dataset.homophily=0.34', f'norm={norm}')
-    data = node.load_data(cfg)
-    model = node.build_model(cfg, data.num_features,
+    data = node_setup.load_data(cfg)
+    model = node_setup.build_model(cfg, data.num_features,
                              int(data.y.max()) + 1).train()
     saved, _ = saved_bytes(lambda: model(data.x, data.edge_index))
     entries = int((data.x != 0).sum())
-    need = node.memory_per_run(cfg, data.num_nodes, entries, data.num_edges)
+    need = node_setup.memory_per_run(cfg, data.num_nodes, entries, data.num_edges)
     assert saved <= need
 
 
@@ -236,7 +236,7 @@ def test_bad_batch_runs_is_one_line(tmp_path, value):
 
 
 def test_batch_key_groups_runs():
-    from gnorm.train.node import batch_key
+    from gnorm.train.node_setup import batch_key
     base = batch_key(compose_train(*TINY, 'norm=contranorm', 'seed=0'))
     assert batch_key(compose_train(*TINY, 'norm=contranorm', 'seed=3',
                               'norm.scale=0.2')) == base

@@ -9,8 +9,7 @@ import torch
 from gnorm.errors import ConfigError, TrainingError
 from gnorm.models import DeepGCN
 from gnorm.nn import ContraNorm
-from gnorm.train import train
-from gnorm.train import node
+from gnorm.train import node, node_eval, node_setup, train
 from conftest import compose_train
 
 TINY = ['dataset=csbm', 'dataset.num_nodes=200', 'layers=3',
@@ -34,7 +33,7 @@ def _step_inputs(runs=2, seed=0):
                     norm=norm, runs=runs)
     model.reset_parameters([torch.Generator().manual_seed(r)
                             for r in range(runs)])
-    return model, x, edge_index, y, node.mask_index(mask)
+    return model, x, edge_index, y, node_eval.mask_index(mask)
 
 
 def _losses_and_grads(model, fn):
@@ -56,7 +55,7 @@ def test_training_step_compiles_without_graph_break(backend):
 
     def step():
         out = model(x, graph)
-        return node.masked_cross_entropy(out, y, index)
+        return node_eval.masked_cross_entropy(out, y, index)
     compiled = torch.compile(step, fullgraph=True, backend=backend)
     expected = _losses_and_grads(model, step)
     got = _losses_and_grads(model, compiled)
@@ -66,7 +65,7 @@ def test_training_step_compiles_without_graph_break(backend):
     # and the eager step on the CSR graph is the same step
     csr = model.prepare(x, edge_index)
     eager = _losses_and_grads(
-        model, lambda: node.masked_cross_entropy(model(x, csr), y, index))
+        model, lambda: node_eval.masked_cross_entropy(model(x, csr), y, index))
     assert torch.allclose(eager[0], expected[0], atol=1e-6)
 
 
@@ -76,7 +75,7 @@ def test_training_step_compile_detects_host_reads():
 
     def step():
         out = model(x, edge_index)  # derives the graph: data_ptr, nonzero
-        return node.masked_cross_entropy(out, y, index)
+        return node_eval.masked_cross_entropy(out, y, index)
     with pytest.raises(Exception, match='(?i)data-dependent|graph break|unsupported'):
         torch.compile(step, fullgraph=True, backend='aot_eager')()
 
@@ -154,27 +153,27 @@ def test_precision_and_compile_errors(tmp_path, overrides, match):
 
 
 def test_second_load_is_a_cache_hit(monkeypatch):
-    node.clear_data_cache()
+    node_setup.clear_data_cache()
     calls = []
-    load = node.load_dataset
-    monkeypatch.setattr(node, 'load_dataset',
+    load = node_setup.load_dataset
+    monkeypatch.setattr(node_setup, 'load_dataset',
                         lambda *a, **k: calls.append(k) or load(*a, **k))
     cfgs = [compose_train(*TINY, 'split=random', f'seed={s}')
             for s in (0, 1)]
-    first = node.load_data(cfgs[0])
-    again = node.load_data(cfgs[0])
+    first = node_setup.load_data(cfgs[0])
+    again = node_setup.load_data(cfgs[0])
     assert len(calls) == 1 and again is not first and again.x is first.x
     # Runs of two splits: the masks are stacked on a copy; the cache keeps
     # its own, and the splits share the graph's tensors.
     data = node.load_runs(cfgs)
     assert len(calls) == 2 and data.train_mask.shape == (2, 200)
-    assert node.load_data(cfgs[1]).x is first.x
-    cached = node.load_data(cfgs[0])
+    assert node_setup.load_data(cfgs[1]).x is first.x
+    cached = node_setup.load_data(cfgs[0])
     assert cached.train_mask.shape == (200, ) and len(calls) == 2
     assert torch.equal(cached.train_mask, data.train_mask[0])
-    moved = node.load_data(cfgs[0]).apply(lambda t: t[:1])  # in place
+    moved = node_setup.load_data(cfgs[0]).apply(lambda t: t[:1])  # in place
     assert moved.x.size(0) == 1
-    assert node.load_data(cfgs[0]).x is first.x
-    node.clear_data_cache()
-    node.load_data(cfgs[0])
+    assert node_setup.load_data(cfgs[0]).x is first.x
+    node_setup.clear_data_cache()
+    node_setup.load_data(cfgs[0])
     assert len(calls) == 3

@@ -388,7 +388,9 @@ def _recorded(fn):
 
 
 def _fit_runs(device, cuda_graph, *overrides, epochs=8):
-    from gnorm.train.node import build_model, fit, load_runs
+    from gnorm.train.node import load_runs
+    from gnorm.train.node_loop import fit
+    from gnorm.train.node_setup import build_model
     cfgs = [compose_train(*NODE, f'device={device}', 'model.dropout=0.3',
                           'train.eval_every=2', f'seed={s}', *overrides)
             for s in (0, 1)]
@@ -435,7 +437,7 @@ def test_graphed_step_reads_alive_and_skips_evaluation_at_each_replay():
     replay does not overwrite, and an epoch without evaluation gets NaN
     metrics without running the evaluation."""
     from gnorm.train.graphed import GraphedStep
-    from gnorm.train.node import Step
+    from gnorm.train.node_loop import Step
 
     class Counting:
         data = type('Data', (), {'x': torch.zeros(1)})()

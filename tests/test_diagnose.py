@@ -20,7 +20,6 @@ from gnorm.monitor.diagnosis import (DISAGREE, DIVERGED, OVERFITS,
                                     NO_NORMS, UNTRAINABLE,
                                     diagnose_measures)
 from gnorm.monitor.gradients import layer_parameters
-from gnorm.train.node import fit
 from conftest import compose_train
 
 pytestmark = pytest.mark.usefixtures('one_thread')

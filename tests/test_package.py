@@ -176,7 +176,8 @@ def test_wheel_without_extras_trains_on_cora(tmp_path):
 
 # gnorm.train's modules, each importing only those before it.
 TRAIN_LAYERS = ('scores', 'common', 'hydra_adapter', 'progress', 'collapse',
-                'epoch_log', 'graphed', 'checkpoints', 'node', 'graph_batches', 'graph_config', 'graph',
+                'epoch_log', 'graphed', 'checkpoints', 'node_setup', 'node_eval',
+                'node_loop', 'node', 'graph_batches', 'graph_config', 'graph',
                 'locks', 'run', 'sweep', 'arguments', 'command')
 # gnorm's packages and modules, each importing only those before it: the
 # errors, the machine's description, the benchmarks' harness (torch alone),

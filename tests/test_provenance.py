@@ -9,7 +9,7 @@ import torch
 
 from gnorm.data import split_fingerprint
 from gnorm.train import train
-from gnorm.train.node import load_data
+from gnorm.train.node_setup import load_data
 from gnorm.train.run import _diff_sha256, peak_memory
 from conftest import compose_train, needs_mirror
 

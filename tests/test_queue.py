@@ -273,11 +273,11 @@ def _graphs_on_the_cpu(m, capture):
     graphs' capture (a stand-in: the CPU has no CUDA graphs), after one
     warm-up epoch (the tiny study trains 2)."""
     import functools
-    from gnorm.train import graphed, node
+    from gnorm.train import graphed, node, node_loop
     m.setattr(node, 'cuda_graph',
               lambda cfg, device: bool(cfg.train.get('cuda_graph')))
     m.setattr(graphed, 'cuda_capture', lambda generators=None: capture)
-    m.setattr(node, 'GraphedStep',
+    m.setattr(node_loop, 'GraphedStep',
               functools.partial(graphed.GraphedStep, warmup=1))
 
 
@@ -884,8 +884,8 @@ def _spec_of(folder: Path, **train):
 def _each_epoch(m, now, stop=None):
     r"""Each node epoch takes a second of the queue's clock :obj:`now`;
     the deadline falls in epoch :obj:`stop` (counted from the patch)."""
-    from gnorm.train import node
-    real, calls = node.Step.__call__, []
+    from gnorm.train import node_loop
+    real, calls = node_loop.Step.__call__, []
 
     def step(self, *args, **kwargs):
         calls.append(1)
@@ -893,7 +893,7 @@ def _each_epoch(m, now, stop=None):
         if len(calls) == stop:
             raise queue_run.Deadline()
         return real(self, *args, **kwargs)
-    m.setattr(node.Step, '__call__', step)
+    m.setattr(node_loop.Step, '__call__', step)
 
 
 def _same_runs(a, b):
@@ -1025,8 +1025,8 @@ def test_the_finished_sibling_of_a_diverged_run_is_no_failure(spec,
                                                               tmp_path):
     r"""Two runs train as one model; one diverges (NaN loss in epoch 2):
     it alone counts a failure, its sibling is finished and kept."""
-    from gnorm.train import node
-    real, calls = node.Step.__call__, []
+    from gnorm.train import node_loop
+    real, calls = node_loop.Step.__call__, []
 
     def second_run_diverges(self, *a, **k):
         calls.append(1)
@@ -1039,7 +1039,7 @@ def test_the_finished_sibling_of_a_diverged_run_is_no_failure(spec,
     out = tmp_path / 'out'
     items = queue_plan.pending([spec], out, 'cpu', 'GPU work')
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(node.Step, '__call__', second_run_diverges)
+        m.setattr(node_loop.Step, '__call__', second_run_diverges)
         counts = queue_run.train(items, queue_cost.Rate(cpu_name()),
                                  queue_run.INF, out, 'cpu')
     assert counts['failed'] == 1 and counts['trained'] == 1

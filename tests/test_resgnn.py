@@ -14,7 +14,7 @@ from torch_geometric.utils import to_undirected
 
 from gnorm.models import ResGNN
 from gnorm.nn import ContraNorm, PairNorm, SepNorm
-from gnorm.train import node, train
+from gnorm.train import node_loop, node_setup, train
 from gnorm.train.run import train_runs
 from conftest import compose_train, saved_bytes
 
@@ -336,22 +336,22 @@ def test_preset_is_the_recipe():
                                                         1000, 1)
     assert cfg.select == 'best_val' and cfg.split == 'platonov'
     assert cfg.dataset.normalize_features is False
-    node.check_config(cfg)
+    node_setup.check_config(cfg)
     cfg = compose_train('experiment=platonov', 'dataset=minesweeper',
                         'model.conv=sage', 'layers=4')
     assert cfg.dataset.metric == 'rocauc' and cfg.model.num_layers == 4
     # Without the preset: Adam, as before.
-    assert node.optimizer_name(compose_train('model=resgnn')) == 'adam'
+    assert node_setup.optimizer_name(compose_train('model=resgnn')) == 'adam'
     with pytest.raises(Exception, match="unknown train.optimizer='sgd'"):
-        node.check_config(compose_train('train.optimizer=sgd'))
+        node_setup.check_config(compose_train('train.optimizer=sgd'))
 
 
 @pytest.mark.parametrize('runs', [None, 3])
 def test_adamw_groups_spare_biases_and_norms(runs):
     cfg = compose_train(*TINY, 'experiment=platonov',
                         'model.hidden_channels=8', 'train.weight_decay=0.1')
-    model = node.build_model(cfg, 6, 3, runs=[cfg] * runs if runs else None)
-    optimizer = node.make_optimizer(model, 'adamw', 3e-5, 0.1)
+    model = node_setup.build_model(cfg, 6, 3, runs=[cfg] * runs if runs else None)
+    optimizer = node_loop.make_optimizer(model, 'adamw', 3e-5, 0.1)
     assert isinstance(optimizer, torch.optim.AdamW)
     decay, spared = optimizer.param_groups
     assert (decay['weight_decay'], spared['weight_decay']) == (0.1, 0.0)
@@ -362,7 +362,7 @@ def test_adamw_groups_spare_biases_and_norms(runs):
     # the norms' weights and biases, then the biases of the linear layers
     assert len(spared['params']) == 2 * (2 + 1) + 1 + 2 * 2 + 1
     # Adam as before: one group, L2 decay on everything.
-    adam = node.make_optimizer(model, 'adam', 0.005, 5e-4)
+    adam = node_loop.make_optimizer(model, 'adam', 0.005, 5e-4)
     assert type(adam) is torch.optim.Adam and len(adam.param_groups) == 1
 
 
@@ -397,7 +397,7 @@ def test_runs_train_together_as_alone(tmp_path):
     cfgs = [compose_train(*TINY, 'experiment=platonov',
                           'model.hidden_channels=8', 'train.lr=0.01',
                           f'seed={s}') for s in (0, 1)]
-    assert node.batch_key(cfgs[0]) == node.batch_key(cfgs[1]) is not None
+    assert node_setup.batch_key(cfgs[0]) == node_setup.batch_key(cfgs[1]) is not None
     alone = [train_runs([c], [str(tmp_path / f'alone{i}')])[0]
              for i, c in enumerate(cfgs)]
     together = train_runs(cfgs, [str(tmp_path / f'batch{i}')
@@ -418,15 +418,15 @@ def test_memory_estimate_covers_saved_tensors(conv, norm):
                         'dataset.avg_degree=20', 'experiment=platonov',
                         'model.hidden_channels=16', f'model.conv={conv}',
                         'model.heads=2', f'norm={norm}')
-    data = node.load_data(cfg)
-    model = node.build_model(cfg, data.num_features,
+    data = node_setup.load_data(cfg)
+    model = node_setup.build_model(cfg, data.num_features,
                              int(data.y.max()) + 1).train()
     saved, _ = saved_bytes(lambda: model(data.x, data.edge_index))
     entries = int((data.x != 0).sum())
-    need = node.memory_per_run(cfg, data.num_nodes, entries, data.num_edges)
+    need = node_setup.memory_per_run(cfg, data.num_nodes, entries, data.num_edges)
     assert saved <= need
     cfgs = [cfg] * 4
-    assert 1 <= node.max_runs(cfgs, torch.device('cpu')) <= 4
+    assert 1 <= node_setup.max_runs(cfgs, torch.device('cpu')) <= 4
 
 
 # ------------------------------------ Luo et al.'s post-norm block (block=post)
@@ -570,8 +570,8 @@ def test_luo_preset_is_their_minesweeper_recipe():
                                                         2000, 1)
     assert cfg.select == 'best_val' and cfg.split == 'platonov'
     assert cfg.dataset.metric == 'rocauc'
-    node.check_config(cfg)
-    model = node.build_model(cfg, 7, 2)
+    node_setup.check_config(cfg)
+    model = node_setup.build_model(cfg, 7, 2)
     assert len(model.norms) == 12 and len(model.skips) == 12
     assert isinstance(model.norms[0], torch.nn.BatchNorm1d)
 

@@ -4,7 +4,7 @@ import math
 import pytest
 
 import gnorm.train.graph as graph
-import gnorm.train.node as node
+from gnorm.train import node_setup
 from gnorm.errors import ConfigError
 from gnorm.results import aggregate, load_runs, main, repeat_keys
 from gnorm.results.keys import (batch_key, check_resume, config_identity,
@@ -78,10 +78,10 @@ def test_batch_key_ignores_only_the_stacked_keys():
                                  'threads=1'])
 def test_node_runs_that_differ_in_a_logged_key_train_apart(key):
     base = compose_train(*NODE, 'select=last', 'seed=0')
-    assert node.batch_key(base) == node.batch_key(
+    assert node_setup.batch_key(base) == node_setup.batch_key(
         compose_train(*NODE, 'select=last', 'seed=1'))
-    assert node.batch_key(compose_train(*NODE, 'select=last', key)) != \
-        node.batch_key(base)
+    assert node_setup.batch_key(compose_train(*NODE, 'select=last', key)) != \
+        node_setup.batch_key(base)
 
 
 @pytest.mark.parametrize('key', ['train.eval_every=2', 'train.log_steps=7',

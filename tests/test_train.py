@@ -22,7 +22,7 @@ from gnorm.models import DeepGCN
 from gnorm.monitor import METRICS
 from gnorm.train import collapse as train_collapse
 from gnorm.train.epoch_log import NODE_CURVE, csv_value
-from gnorm.train.node import evaluate
+from gnorm.train.node_eval import evaluate
 from gnorm.train import CONF_DIR, train, write_json
 from conftest import MIRROR, compose_train, needs_mirror
 
@@ -303,8 +303,8 @@ def _stopped_in_epoch(stop):
     r"""Ctrl-C in the node step of epoch :obj:`stop` (counted over the
     calls made inside the block)."""
     import contextlib
-    from gnorm.train import node
-    real, calls = node.Step.__call__, []
+    from gnorm.train import node_loop
+    real, calls = node_loop.Step.__call__, []
 
     def step(self, *args, **kwargs):
         calls.append(1)
@@ -315,7 +315,7 @@ def _stopped_in_epoch(stop):
     @contextlib.contextmanager
     def stopped():
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(node.Step, '__call__', step)
+            m.setattr(node_loop.Step, '__call__', step)
             with pytest.raises(KeyboardInterrupt):
                 yield
     return stopped()

@@ -106,12 +106,12 @@ def twin(their, targs, tdata, cfg, data, seed: int, dtype: str = 'float32',
     and at the last, records both training losses, both test accuracies
     and :func:`weight_difference`."""
     import torch
-    from gnorm.train import node
+    from gnorm.train import node_setup
     torch.manual_seed(seed)
     theirs = getattr(their.models, targs.model)(
         targs, tdata.x.size(1), int(tdata.y.max()) + 1)
     theirs.dropout = gnorm_dropout()(targs.dropout)
-    ours = node.build_model(cfg, data.x.size(1), int(data.y.max()) + 1)
+    ours = node_setup.build_model(cfg, data.x.size(1), int(data.y.max()) + 1)
     copy_weights(theirs, ours)
     to = getattr(torch, dtype)
     theirs, ours = theirs.to(to), ours.to(to)

@@ -39,7 +39,7 @@ with interrupt_exits():  # Ctrl-C while the command imports torch: one line
 # The others are imported where first used (PEP 562), so that what only
 # reads configs and results (``python -m gnorm.study queue --list``, a
 # study's ``--dry-run``) does not import torch_geometric.
-_WHERE = {'build_model': 'node', 'load_data': 'node',
+_WHERE = {'build_model': 'node_setup', 'load_data': 'node_setup',
           'resolve_device': 'run', 'seed_everything': 'run', 'train': 'run',
           'train_runs': 'run', 'check_choices': 'arguments',
           'check_keys': 'arguments', 'help_text': 'arguments',

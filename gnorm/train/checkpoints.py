@@ -181,8 +181,8 @@ def save_checkpoints(checkpoints: List[Path], cfgs, training: Any,
 
 
 # ------------------------------------------------------------ node runs
-# ``loop`` below: the :class:`gnorm.train.node.Loop` of
-# :func:`gnorm.train.node.fit` (each run's best-validation weights, their
+# ``loop`` below: the :class:`gnorm.train.node_loop.Loop` of
+# :func:`gnorm.train.node_loop.fit` (each run's best-validation weights, their
 # metrics and epoch so far, and whether the run is alive).
 
 # What a node run's checkpoint keeps of its results: the epochs so far.

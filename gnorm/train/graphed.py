@@ -46,7 +46,7 @@ def cuda_capture(generators: Optional[Sequence[torch.Generator]] = None
 
 
 class GraphedStep:
-    r"""A :class:`gnorm.train.node.Step` whose two passes run as captured
+    r"""A :class:`gnorm.train.node_loop.Step` whose two passes run as captured
     graphs. The first :obj:`warmup` epochs run eagerly (on a side stream
     on CUDA, as capture requires; they also create the optimizer's state),
     then the training update and the evaluation pass are captured

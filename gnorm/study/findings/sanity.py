@@ -170,7 +170,7 @@ def _load_test_set(config: Dict[str, Any]) -> Optional[TestSet]:
     from omegaconf import OmegaConf
 
     from gnorm.train.common import one_line
-    from gnorm.train.node import load_data
+    from gnorm.train.node_setup import load_data
     config = copy.deepcopy(config)
     data_options = config.setdefault('data', {})
     mirror = (os.environ.get('GNORM_DATA_MIRROR')
@@ -203,7 +203,7 @@ def _load_test_set(config: Dict[str, Any]) -> Optional[TestSet]:
 def constant_predictor(run: Dict[str, Any]) -> Optional[Dict[str, float]]:
     r"""What a constant predictor reaches on :obj:`run`'s nodes, for a
     run that does not record it (``dataset.constant``, as
-    :func:`gnorm.train.node.constant_predictor` writes it): the entropy of
+    :func:`gnorm.train.node_eval.constant_predictor` writes it): the entropy of
     its training labels (``train_loss``, nats) and the majority class's
     share of its validation nodes (``val_score``; 0.5 for ROC-AUC), from
     the split its config names; :obj:`None` where that is unknown."""
