@@ -4,7 +4,7 @@ One process runs the steps of :data:`STEPS` in order, each within its own
 time budget (smaller under ``--quick``; :func:`gnorm.bench.run_steps`):
 a. the CUDA suite (``pytest -m cuda``); b. layers (:mod:`experiments.cases.layers`) in
 fp32 and bf16; c. a 32-layer DeepGCN step on Cora against its kernel time
-in ``torch.profiler``; d. Graphormer-slim (:mod:`bench_graphormer`),
+in ``torch.profiler``; d. Graphormer-slim (:mod:`experiments.bench.graphormer`),
 eager and compiled; e. the collapse monitor's overhead
 (:mod:`experiments.cases.monitor`); f. one Table 3 cell end to end and the whole
 table extrapolated. Report: ``<out>/gpu_check_<device>.{jsonl,md}``,
@@ -129,7 +129,7 @@ def layers(ctx, budget):
         f'random graph with {layer_cases.DEGREE} in-edges per node.',
         'peak GiB: torch.cuda.max_memory_allocated above the start' if cuda
         else 'peak GiB: n/a on the CPU (one process: its peak RSS is not '
-        'the layer\'s; bench_layers.py measures it per subprocess)',
+        'the layer\'s; bench/layers.py measures it per subprocess)',
         f'dense n x n reference where its ~6 n x n tensors need at most '
         f'{dense_limit:.1f} GiB']
     cells = [(dtype, layer, ref) for dtype in ('float32', 'bfloat16')

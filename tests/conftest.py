@@ -64,15 +64,16 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def experiment(name):
-    r"""The script ``experiments/<name>.py`` as a module (the folder on
-    ``sys.path``: the scripts import each other): `from conftest import
-    experiment`."""
+    r"""The script ``experiments/<name>.py`` as a module (``bench/layers``:
+    ``experiments/bench/layers.py``; the folder on ``sys.path``: the
+    scripts import each other): `from conftest import experiment`."""
     import importlib.util
     import sys
     folder = Path(__file__).resolve().parents[1] / "experiments"
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name.replace('/', '.'),
+                                                  folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

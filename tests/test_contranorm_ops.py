@@ -2,7 +2,7 @@ import pytest
 
 from conftest import experiment
 
-bench = experiment('bench_contranorm_ops')
+bench = experiment('bench/contranorm_ops')
 
 
 @pytest.mark.parametrize('setting', [

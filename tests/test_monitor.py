@@ -548,7 +548,7 @@ def test_the_guide_quotes_the_committed_benchmark():
     experiments/results/bench_monitor_cpu.jsonl, as is its report."""
     import re
     from pathlib import Path
-    bench = experiment('bench_monitor')
+    bench = experiment('bench/monitor')
     rows = bench.load_rows()
     assert [r['model'] for r in rows] == [
         'DeepGCN, 32 layers, full batch',
@@ -562,7 +562,7 @@ def test_the_guide_quotes_the_committed_benchmark():
                        r'/bench-monitor-numbers', page, re.S).group(1)
     assert quoted == bench.guide_table(rows)
     assert bench.with_guide_table(page, rows) == page
-    command = 'python experiments/bench_monitor.py'
+    command = 'python experiments/bench/monitor.py'
     assert bench.report(rows, command) == bench.OUT.read_text()
     # The guide's reading of the rows.
     deep, gat, two = rows

@@ -20,7 +20,7 @@ def _layer_row(layer, impl, n, status='ok', note=None):
 
 
 def test_layer_benchmark_names_what_it_did_not_measure(tmp_path):
-    bench = _script('bench_layers')
+    bench = _script('bench/layers')
     rows = [_layer_row('contranorm', 'gnorm', 1000),
             _layer_row('contranorm', 'reference', 1000),
             _layer_row('contranorm', 'gnorm', 50000, 'skipped', 'est. 900 s'),
@@ -40,7 +40,7 @@ def test_layer_benchmark_names_what_it_did_not_measure(tmp_path):
 
 
 def test_graphormer_benchmark_plot_shows_every_series(tmp_path):
-    bench = _script('bench_graphormer')
+    bench = _script('bench/graphormer')
     path = tmp_path / 'bench_graphormer_cpu.jsonl'
     rows = [dict(dataset='zinc', batch_size=b, dtype='float32', norm=norm,
                  bucket=0, version=version, rev='abc', data_s=0.01,
@@ -59,7 +59,7 @@ def test_graphormer_benchmark_plot_shows_every_series(tmp_path):
 
 
 def test_graphormer_parts_report_gives_the_layers_share(tmp_path):
-    parts = _script('bench_graphormer_parts')
+    parts = _script('bench/graphormer_parts')
     path = tmp_path / 'bench_graphormer_parts_cpu.jsonl'
     ms = {('full', 0.1): 380.0, ('full', 0.0): 320.0, ('layers', 0.1): 330.0,
           ('layers', 0.0): 250.0, ('linear', 0.0): 100.0}
@@ -74,7 +74,7 @@ def test_graphormer_parts_report_gives_the_layers_share(tmp_path):
 
 
 def test_graphormer_runs_report_gives_the_stack_speed_up(tmp_path):
-    runs = _script('bench_graphormer_runs')
+    runs = _script('bench/graphormer_runs')
     path = tmp_path / 'bench_graphormer_runs_cpu.jsonl'
     rows = [dict(dataset='zinc', recipe='small', norm='sepnorm', runs=5,
                  batch_size=64, steps=5, separate_ms=150.0, stacked_ms=100.0,

@@ -1,4 +1,4 @@
-r"""A Graphormer training step, the cases of ``experiments/bench_graphormer*.py``
+r"""A Graphormer training step, the cases of ``experiments/bench/graphormer*.py``
 and of the GPU check's Graphormer step.
 
 Graphormer-slim (:func:`model`: 12 layers, hidden 80, 8 heads; multi-hop
@@ -66,7 +66,7 @@ def model(name: str, norm: str, dropout: float = 0.1) -> torch.nn.Module:
 def loss_function() -> Callable:
     r"""``gnorm.train.graph``'s loss of one batch in the code this process
     imports: ``batch_loss``, named ``_loss`` in the revisions before it
-    (a baseline of ``experiments/bench_graphormer.py``)."""
+    (a baseline of ``experiments/bench/graphormer.py``)."""
     import gnorm.train.graph as graph
     return getattr(graph, 'batch_loss', None) or getattr(graph, '_loss')
 

@@ -1,5 +1,5 @@
 r"""A layer's forward and backward pass beside its reference, the cases of
-``experiments/bench_layers.py`` and of the GPU check's layer step.
+``experiments/bench/layers.py`` and of the GPU check's layer step.
 
 Every case is one layer on one random graph of :obj:`n` nodes with
 :data:`DEGREE` in-edges per node and :obj:`d` channels: ContraNorm

@@ -1,5 +1,5 @@
 r"""The collapse monitor's cost beside training, the cases of
-``experiments/bench_monitor.py`` and of the GPU check's monitor step.
+``experiments/bench/monitor.py`` and of the GPU check's monitor step.
 
 A case trains two copies of one model (the same seed) side by side, one
 never monitored and one with a :class:`~gnorm.monitor.CollapseMonitor`

@@ -1,4 +1,4 @@
-r"""The harness of gnorm's benchmarks (``experiments/bench_*.py``,
+r"""The harness of gnorm's benchmarks (``experiments/bench/*.py``,
 ``experiments/gpu_check.py``), depending on torch and the standard library
 alone (matplotlib for plots):
 

@@ -9,7 +9,7 @@ a warm-up round, one CPU thread; the ratio of the medians is the cost
 PairNorm (the paper protocol's deep cells), and Minesweeper, Luo et al.'s
 12-layer block with BatchNorm (``experiment=luo``).
 
-    python experiments/bench_gradients.py  # results/bench_gradients_cpu.{md,jsonl}
+    python experiments/bench/gradients.py  # results/bench_gradients_cpu.{md,jsonl}
 """
 import argparse
 import os
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.bench import markdown_table, write_jsonl  # noqa: E402
@@ -113,7 +113,7 @@ def main(argv=None):
               f"({r['with_s']:.3f} s / {r['without_s']:.3f} s)")
     out = Path(args.out)
     write_jsonl(out.with_suffix('.jsonl'), rows)
-    out.write_text(report(rows, 'python experiments/bench_gradients.py'))
+    out.write_text(report(rows, 'python experiments/bench/gradients.py'))
     print(f'report: {out}')
 
 

@@ -6,7 +6,7 @@ metrics, and two alone) and PyG's ``GAT`` on neighbour-sampled batches,
 then each metric alone. Report: ``results/bench_monitor_cpu.{md,jsonl}`` and the table of
 docs/monitor.rst (docs/benchmarks.rst).
 
-    python experiments/bench_monitor.py  # results/bench_monitor_cpu.{md,jsonl}
+    python experiments/bench/monitor.py  # results/bench_monitor_cpu.{md,jsonl}
 """
 import argparse
 import json
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gnorm.bench import (markdown_table, read_jsonl,  # noqa: E402
@@ -143,7 +143,7 @@ def main(argv=None):
         print(json.dumps(row), flush=True)
     rows[0]['metric_s'] = metric_costs(data, args.repeats)
     out = Path(args.out)
-    command = 'python experiments/bench_monitor.py' + (
+    command = 'python experiments/bench/monitor.py' + (
         f' --repeats {args.repeats}' if args.repeats != 25 else '')
     out.write_text(report(rows, command))
     write_jsonl(out.with_suffix('.jsonl'), rows)

@@ -18,9 +18,9 @@ grows with n (the exponent between successive n and of a least-squares
 fit, 1 = linear). Report: ``<out>/bench_contranorm_linear_cpu.md`` (rows:
 ``.jsonl``).
 
-    python experiments/bench_contranorm_linear.py            # ~10 minutes
-    python experiments/bench_contranorm_linear.py --exact-cap 600
-    python experiments/bench_contranorm_linear.py --report-only
+    python experiments/bench/contranorm_linear.py            # ~10 minutes
+    python experiments/bench/contranorm_linear.py --exact-cap 600
+    python experiments/bench/contranorm_linear.py --report-only
 """
 import argparse
 import json
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from gnorm.bench import (ChildFailed, PeakMemory, alternate,  # noqa: E402
@@ -247,7 +247,7 @@ def main(argv=None):
     rows_path = out / 'bench_contranorm_linear_cpu.jsonl'
     measure_into(args, rows_path, measure_rows(args),
                  key=lambda r: (r['negatives'], r['n'], r['kernel']))
-    command = 'python experiments/bench_contranorm_linear.py' + (
+    command = 'python experiments/bench/contranorm_linear.py' + (
         f' --exact-cap {args.exact_cap:g}' if args.exact_cap != 120 else '') \
         + (f" --sizes {' '.join(map(str, args.sizes))}"
            if list(args.sizes) != list(SIZES) else '')

@@ -20,8 +20,8 @@ not on the machine; both paths are counted on the CPU: ``csr``, the
 sparse CSR kernels the CPU takes, and ``index``, the index gathers and
 scatters that CUDA and torch.compile take.
 
-    python experiments/bench_contranorm_ops.py      # writes experiments/results/contranorm_ops.md
-    python experiments/bench_contranorm_ops.py --paths index --out /tmp/ops.md
+    python experiments/bench/contranorm_ops.py      # writes experiments/results/contranorm_ops.md
+    python experiments/bench/contranorm_ops.py --paths index --out /tmp/ops.md
 """
 import argparse
 import sys
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's gnorm
 
 from torch_geometric.utils import scatter  # noqa: E402
@@ -430,7 +430,7 @@ def report(tables: Dict[str, list], args) -> list:
         '# ContraNorm: aten ops per layer-step, before and after the '
         'op-count cut',
         '',
-        f'* command: `python experiments/bench_contranorm_ops.py '
+        f'* command: `python experiments/bench/contranorm_ops.py '
         f'--paths {" ".join(tables)}`; torch {torch.__version__}',
         f'* one forward + backward of one ContraNorm layer (scale 0.7, '
         f'LayerNorm on), n = {args.n} nodes, d = {args.d} channels, '
