@@ -502,7 +502,7 @@ def test_post_block_gradcheck(conv):
         f, (x.requires_grad_(), weight.requires_grad_()))
 
 
-@pytest.mark.parametrize('conv', ['gcn', 'sage'])
+@pytest.mark.parametrize('conv', ['gcn', 'sage', 'gcn-linear-init'])
 @pytest.mark.parametrize('norm', ['batchnorm', 'layernorm', 'contranorm',
                                   'none'])
 def test_post_block_runs_equal_single_models(conv, norm):
@@ -513,8 +513,9 @@ def test_post_block_runs_equal_single_models(conv, norm):
     x, edge_index = _graph(num_nodes=15, num_features=9)
     seeds = [3, 7, 11]
     factory = {**NORMS, 'batchnorm': torch.nn.BatchNorm1d}[norm]
+    conv, _, init = conv.partition('-')
     kwargs = dict(num_layers=3, hidden_channels=8, conv=conv, dropout=0.3,
-                  block='post')
+                  block='post', conv_init='linear' if init else 'glorot')
     batched = ResGNN(9, 2, runs=3, norm=[factory] * 3, **kwargs).double()
     batched.reset_parameters(_seeded(seeds))
     out = batched.train()(x, edge_index, generators=_seeded(seeds))
@@ -551,11 +552,47 @@ def test_post_block_runs_equal_single_models(conv, norm):
                                      r"'sage' or 'none', got 'gat'$"),
     (dict(block='post', conv='none', skip='none'), r"maps nothing; pass "
                                                    r"skip='linear'"),
+    (dict(block='post', conv_init='xavier'), r"ResGNN got "
+     r"conv_init='xavier'; pass one of glorot, linear$"),
+    (dict(block='pre', conv_init='linear'), r"conv_init='linear' sets the "
+     r"GCN convolution of the post-norm block; pass block='post'"),
 ])
 def test_post_block_errors_are_one_line(kwargs, match):
     with pytest.raises(ValueError, match=match) as info:
         ResGNN(5, 3, num_layers=2, hidden_channels=8, **kwargs)
     assert '\n' not in str(info.value)
+
+
+def test_conv_init_draws_as_its_layer_and_computes_the_same_function():
+    r"""conv_init='linear' draws each GCN convolution's weight and bias
+    from torch.nn.Linear's U(+-1/sqrt(c_in)) (the bias added after the
+    propagation), 'glorot' from Glorot's bound with a zero bias (PyG's
+    GCNConv); with the same parameters, both are the same function."""
+    x, edge_index = _graph(num_nodes=15, num_features=9)
+    kwargs = dict(num_layers=3, hidden_channels=64, block='post',
+                  dropout=0.0)
+    models = {init: ResGNN(9, 2, conv_init=init, **kwargs).double()
+              for init in ('glorot', 'linear')}
+    for init, model in models.items():
+        model.reset_parameters(_seeded([5]))
+        for conv, bias in zip(model.convs, model.conv_bias):
+            c_in, c_out = conv.in_channels, conv.out_channels
+            bound = (math.sqrt(6.0 / (c_in + c_out)) if init == 'glorot'
+                     else 1.0 / math.sqrt(c_in))
+            w = conv.weight.abs().max().item()
+            assert 0.9 * bound < w <= bound, (init, w, bound)
+            assert conv.bias is None
+            if init == 'glorot':
+                assert not bias.any()
+            else:
+                assert 0.5 * bound < bias.abs().max().item() <= bound
+    models['glorot'].load_state_dict(models['linear'].state_dict())
+    assert torch.allclose(models['glorot'].eval()(x, edge_index),
+                          models['linear'].eval()(x, edge_index),
+                          atol=1e-12)
+    assert "conv_init='linear'" in repr(models['linear'])
+    cfg = compose_train('experiment=luo', 'model.conv_init=linear')
+    assert node_setup.build_model(cfg, 7, 2).conv_init == 'linear'
 
 
 def test_luo_preset_is_their_minesweeper_recipe():

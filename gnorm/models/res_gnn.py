@@ -25,6 +25,10 @@ BLOCKS = ('pre', 'post')
 # et al.'s), the input itself (the first block, whose input is the raw
 # features, maps it linearly), or none (the plain stack).
 SKIPS = ('linear', 'identity', 'none')
+# The initialisation of a post-norm block's GCN convolution: PyG's GCNConv's
+# (Glorot's weights, zero bias; Luo et al.'s code), or torch.nn.Linear's
+# (weight and bias from U(+-1/sqrt(c_in)), the bias after the propagation).
+CONV_INITS = ('glorot', 'linear')
 
 
 class RunLinear(RunConv):
@@ -247,6 +251,12 @@ class ResGNN(GraphCalls, torch.nn.Module):
         skip (str, optional): The skip of a post-norm block,
             :obj:`"linear"`, :obj:`"identity"` or :obj:`"none"`.
             (default: :obj:`"linear"`)
+        conv_init (str, optional): The initialisation of a post-norm
+            block's :obj:`"gcn"` convolution: :obj:`"glorot"` (PyG's
+            GCNConv: Glorot's weights, zero bias) or :obj:`"linear"`
+            (:class:`torch.nn.Linear`'s: weight and bias from
+            :math:`\mathcal{U}(\pm 1/\sqrt{c_{in}})`, the bias added
+            after the propagation). (default: :obj:`"glorot"`)
     """
     def __init__(
         self,
@@ -264,11 +274,13 @@ class ResGNN(GraphCalls, torch.nn.Module):
         runs: Optional[int] = None,
         block: str = 'pre',
         skip: str = 'linear',
+        conv_init: str = 'glorot',
     ):
         super().__init__()
         for name, value, choices in (('block', block, BLOCKS),
                                      ('skip', skip, SKIPS),
-                                     ('conv', conv, CONVS)):
+                                     ('conv', conv, CONVS),
+                                     ('conv_init', conv_init, CONV_INITS)):
             if value not in choices:
                 raise ValueError(f"ResGNN got {name}={value!r}; pass one of "
                                  f"{', '.join(choices)}")
@@ -279,6 +291,11 @@ class ResGNN(GraphCalls, torch.nn.Module):
             raise ValueError("ResGNN's post-norm block with conv='none' "
                              "and skip='none' maps nothing; pass "
                              "skip='linear' (an MLP) or a conv")
+        if conv_init != 'glorot' and (block, conv) != ('post', 'gcn'):
+            raise ValueError(f"ResGNN's conv_init={conv_init!r} sets the "
+                             f"GCN convolution of the post-norm block; "
+                             f"pass block='post' and conv='gcn', or "
+                             f"conv_init='glorot'")
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"ResGNN needs num_layers >= 1, got "
                              f"{num_layers!r}")
@@ -314,6 +331,7 @@ class ResGNN(GraphCalls, torch.nn.Module):
         self.runs = runs
         self.block = block
         self.skip = skip
+        self.conv_init = conv_init
         if block == 'post':
             self._build_post(factories)
         else:
@@ -332,9 +350,10 @@ class ResGNN(GraphCalls, torch.nn.Module):
         runs, hidden, layers = self.runs, self.hidden_channels, \
             self.num_layers
         widths = [self.in_channels] + [hidden] * (layers - 1)
-        conv = GlorotLinear if self.conv == 'gcn' else RunLinear
+        glorot = self.conv == 'gcn' and self.conv_init == 'glorot'
         self.convs = torch.nn.ModuleList(
-            conv(widths[i], hidden, runs)
+            GlorotLinear(widths[i], hidden, runs) if glorot else
+            RunLinear(widths[i], hidden, runs, bias=self.conv != 'gcn')
             for i in range(layers if self.conv != 'none' else 0))
         self.conv_bias = torch.nn.ParameterList(
             torch.nn.Parameter(torch.zeros(*((runs, ) if runs else ()),
@@ -352,6 +371,20 @@ class ResGNN(GraphCalls, torch.nn.Module):
         # each block's output, then the logits: outputs.0 ... outputs.{L}
         self.outputs = torch.nn.ModuleList(
             LayerOutput() for _ in range(layers + 1))
+
+    def _reset_conv_bias(self, conv: RunLinear, bias: Tensor,
+                         generators: Optional[Sequence[torch.Generator]]
+                         ) -> None:
+        r"""A GCN convolution's bias: zero (:obj:`conv_init="glorot"`), or
+        drawn from :obj:`conv`'s bound for run :math:`r` by
+        :obj:`generators[r]` after its weight (:obj:`"linear"`)."""
+        if self.conv_init == 'glorot':
+            bias.zero_()
+            return
+        bound = conv.init_bound()
+        for r, row in enumerate(bias.view(-1, bias.size(-1))):
+            gen = generators[r] if generators is not None else None
+            row.uniform_(-bound, bound, generator=gen)
 
     def _build_pre(self, factories: Optional[list], ff_channels: int
                    ) -> None:
@@ -454,8 +487,8 @@ class ResGNN(GraphCalls, torch.nn.Module):
                     if i < len(group):
                         group[i].reset_parameters(generators)
             with torch.no_grad():
-                for bias in self.conv_bias:
-                    bias.zero_()
+                for conv, bias in zip(self.convs, self.conv_bias):
+                    self._reset_conv_bias(conv, bias, generators)
             self.lin_out.reset_parameters(generators)
             return
         self.lin_in.reset_parameters(generators)
@@ -634,4 +667,6 @@ class ResGNN(GraphCalls, torch.nn.Module):
             args.append(f'runs={self.runs}')
         if self.block != 'pre':
             args.append(f'block={self.block!r}, skip={self.skip!r}')
+            if self.conv_init != 'glorot':
+                args.append(f'conv_init={self.conv_init!r}')
         return f'{self.__class__.__name__}({", ".join(args)})'

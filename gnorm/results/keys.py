@@ -51,7 +51,8 @@ NOT_RESULT_KEYS = ('data.root', 'data.mirror', 'device', 'threads',
 ADDED_KEYS = {'train.precision': 'fp32', 'train.compile': False,
               'train.data_seed': None, 'train.eval_every': 1,
               'dataset.metric': 'acc', 'train.optimizer': 'adam',
-              'model.block': 'pre', 'model.skip': 'linear'}
+              'model.block': 'pre', 'model.skip': 'linear',
+              'model.conv_init': 'glorot'}
 # Keys that change nothing a run selects when its ``select`` is ``last``:
 # how often it evaluates (evaluation draws no random number and changes no
 # weight or statistic; the last epoch is always evaluated).
