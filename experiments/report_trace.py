@@ -6,6 +6,14 @@ a loop over cells read as one pass (:func:`without_loops`).
 It measures how far computing and wording are apart: each visit to a
 module is one pass, a pass to a module left before is a return.
 
+The walk goes by rooms too: a room is a sub-package of gnorm.study (its
+job: spec, runs, findings, words, reports, ...; ``stats`` is one of its
+own). A room is entered when a call from another room reaches it; the
+walk lists the rooms entered, in order, a loop over cells read once, and
+a room entered again after the walk left it is a return
+(:func:`room_walk`). A report that computes its findings first and words
+them after enters each room once.
+
     python experiments/report_trace.py table3_fair
 """
 import argparse
@@ -24,11 +32,21 @@ def _module(frame) -> str:
     return name if name.startswith('gnorm.') else ''
 
 
+def room(module: str) -> str:
+    r"""The room of a gnorm module: its sub-package of gnorm.study
+    (``gnorm.study.findings.depth`` -> ``findings``; ``gnorm.study.stats``
+    -> ``stats``), else ``''`` (outside gnorm.study: its caller's room)."""
+    if not module.startswith('gnorm.study.'):
+        return ''
+    return module.removeprefix('gnorm.study.').split('.')[0]
+
+
 def trace(writer, *args, **kwargs) -> Tuple[List[str], List[str], Any]:
     r"""Runs ``writer(*args, **kwargs)`` once and returns the gnorm
     modules it passed through, in order, consecutive repeats collapsed;
-    the modules it entered by a call from another module, in order; and
-    what it returned."""
+    the modules it entered by a call from another module, each as
+    ``caller -> callee`` rooms' module, in order (:func:`entries_of`);
+    and what it returned."""
     visits: List[str] = []
     entries: List[str] = []
     stack: List[str] = []
@@ -41,7 +59,7 @@ def trace(writer, *args, **kwargs) -> Tuple[List[str], List[str], Any]:
         if event == 'call':
             module = _module(frame) or (stack[-1] if stack else '')
             if module and (not stack or stack[-1] != module):
-                entries.append(module)
+                entries.append(f"{stack[-1] if stack else ''} -> {module}")
             stack.append(module)
             visit(module)
         elif event == 'return' and stack:
@@ -118,13 +136,42 @@ def trace_study(spec: str) -> Tuple[List[str], List[str]]:
     return found['visits'], found['entries']
 
 
+def entries_of(entries: List[str]) -> List[str]:
+    r"""The modules entered of :func:`trace`'s second list
+    (``caller -> callee``: the callee)."""
+    return [e.rpartition(' -> ')[2] for e in entries]
+
+
 def entry_counts(entries: List[str]) -> Dict[str, int]:
     r"""How often each gnorm.study module was entered by a call from
     another (:func:`trace`'s second list, a loop over cells read once)."""
     counts: Dict[str, int] = {}
-    for module in without_loops(_study(entries)):
+    for module in without_loops(_study(entries_of(entries))):
         counts[module] = counts.get(module, 0) + 1
     return counts
+
+
+def room_walk(entries: List[str], loops_once: bool = True) -> List[str]:
+    r"""The rooms (:func:`room`) a call from another room entered, in order
+    (:func:`trace`'s second list; a call between two modules of one room,
+    or to code outside gnorm.study, enters none), consecutive repeats
+    collapsed, a loop over cells read once (every pass with
+    :obj:`loops_once` false)."""
+    walk: List[str] = []
+    caller_room = {}
+    for entry in entries:
+        caller, _, callee = entry.partition(' -> ')
+        here = caller_room.get(caller, room(caller))
+        there = room(callee) or here
+        caller_room[callee] = there
+        if there and there != here and (not walk or walk[-1] != there):
+            walk.append(there)
+    return without_loops(walk) if loops_once else walk
+
+
+def returns(walk: List[str]) -> int:
+    r"""How often :obj:`walk` enters a room it entered before."""
+    return len(walk) - len(set(walk))
 
 
 def main(argv=None) -> None:
@@ -141,6 +188,9 @@ def main(argv=None) -> None:
     print(summary(visits))
     print('entered by a call from another module: ' + ', '.join(
         f'{m} {n}' for m, n in entry_counts(entries).items()))
+    walk = room_walk(entries)
+    print(f"rooms: {' -> '.join(walk)} ({returns(walk)} returns to a room "
+          f'left before)')
 
 
 if __name__ == '__main__':

@@ -200,7 +200,7 @@ STUDY_INNER = {
     'findings': ('sanity', 'diagnosis', 'select', 'compare', 'paired',
                  'depth_gain', 'depth'),
     'queue': ('config', 'plan', 'run', 'listing', 'command'),
-    'words': ('verdicts', 'paired', 'variants'),
+    'words': ('flags', 'verdicts', 'paired', 'variants'),
     'reports': ('recipe', 'plot', 'paired', 'depth'),
 }
 # Within the packages that split one concern per module: each module

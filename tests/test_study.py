@@ -1215,7 +1215,8 @@ def test_a_depth_study_reads_no_verdict_below_its_minimum_of_seeds():
 
 
 def test_a_spec_training_fewer_epochs_than_its_recipe_says_so(tmp_path):
-    from gnorm.study.reports.recipe import inherited_recipe, protocol_text
+    from gnorm.study.reports.recipe import protocol_text
+    from gnorm.study.spec.find import inherited_recipe
     spec = tmp_path / 'mine.yaml'
     spec.write_text('# @package _global_\ndefaults:\n  - luo\n'
                     'train:\n  epochs: 100\n')

@@ -13,7 +13,8 @@ from scipy import stats as scipy_stats
 from gnorm.study import stats
 from gnorm.study.findings import compare as study_compare
 from gnorm.study.findings import paired as study_paired
-from gnorm.study.findings.sanity import MEANING, NO_BETTER
+from gnorm.study.findings.sanity import NO_BETTER
+from gnorm.study.words.flags import MEANING
 from gnorm.study.spec.load import load_spec
 from gnorm.study.words import verdicts as depth_words
 from gnorm.study.words.paired import verdict_words
@@ -132,7 +133,8 @@ def test_no_better_than_chance_is_worded_as_a_pooled_one_sided_test():
 def test_a_flagged_cell_shows_its_pooled_z_and_its_one_class_seeds():
     from gnorm.study.reports.depth import _cell as cell_text
     record = dict(runs=10, expected=10, test_mean=23.14, test_std=9.0,
-                  setting=None, ties='', flags=[NO_BETTER], paper_mean=None,
+                  setting=None, ties='', flags=[NO_BETTER], at_chance=True,
+                  paper_mean=None,
                   not_run=None, one_class_seeds=4, chance_z=0.41,
                   chance_share=35.07)
     text = cell_text(record)

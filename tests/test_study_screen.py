@@ -359,7 +359,8 @@ def test_one_class_by_argmax_is_a_note_where_the_score_is_a_ranking(
     assert note == {'seeds': 10, 'runs': 10, 'predicted': [4000, 0],
                     'labels': [3200, 800]}
     from gnorm.study.reports.depth import chance_text
-    text = chance_text({'flags': [], 'argmax_note': note, 'chance_z': 31.5,
+    text = chance_text({'flags': [], 'at_chance': False,
+                        'argmax_note': note, 'chance_z': 31.5,
                         'runs': 10, 'one_class_seeds': 10})
     assert 'predicted [4000, 0], labels [3200, 800]' in text
     assert 'its ranking test decides' in text

@@ -2,17 +2,20 @@ r"""What a depth study's report says, computed in one pass before any word
 is written: the cells (chosen by validation, and at each row's default),
 the comparisons of ``table.compare`` as families and sections, the cells
 against the paper, the counts of complete cells, each row's settings,
-what depth does for each row (:mod:`gnorm.study.findings.depth_gain`) and what
-the spec says about itself. :mod:`gnorm.study.reports.depth` renders
-it (Markdown, CSV, plots); nothing here writes a sentence."""
+what depth does for each row (:mod:`gnorm.study.findings.depth_gain`),
+the family its gains make, and what the spec says about itself (the
+recipe it inherits included). :mod:`gnorm.study.reports.depth` renders it
+(Markdown, CSV, plots); nothing here writes a sentence."""
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gnorm.study.findings.compare import UNCOMMITTED, Section, views
-from gnorm.study.findings.depth_gain import DepthGain, depth_gains
+from gnorm.study.findings.compare import (UNCOMMITTED, FamilySize, Section,
+                                          family_size, views)
+from gnorm.study.findings.depth_gain import DepthGain, depth_gains, family
 from gnorm.study.findings.select import REPRODUCED, reproduced, scores_said
+from gnorm.study.spec.find import inherited_recipe
 from gnorm.study.spec.table import REPO, Spec, budget, grid, set_name
 from gnorm.study.stats import MARGIN, MIN_SEEDS
 
@@ -75,6 +78,9 @@ class DepthFindings:
     correction: str
     gains: List[DepthGain]            # what depth does, per (dataset, row);
                                       # none for a table of one depth
+    gain_size: Optional[FamilySize]   # the gains as one family, its size
+    recipe: Optional[Tuple[str, Any]]  # the experiment the spec inherits
+                                       # and its epochs
 
 
 def not_run(spec: Spec, records: List[Dict[str, Any]]) -> None:
@@ -173,6 +179,7 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     source = (os.path.relpath(spec.source, REPO) if spec.own
               else spec.source.name)
     runs = os.path.relpath(runs_dir, spec.home())
+    recipe = inherited_recipe(spec.source)
     # the cells and their comparisons
     not_run(spec, records)
     score = scores_said(records)
@@ -186,10 +193,12 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     # their scores and the paper
     scores = {d: scores_said([r for r in cells if r['dataset'] == d])
               for d in dict.fromkeys(r['dataset'] for r in cells)}
+    # what depth does
+    gains = (depth_gains(cells, pairing, level, correction, margin, need)
+             if len(spec.table['depths']) > 1 else [])
     return DepthFindings(
         name, source, runs, _whole(spec, records), records, cells,
         found.columns, found.sections, rows, _equal_budget(budgets, pairs),
         _reproduction(spec, cells), counts(cells), score, scores, level,
-        correction, depth_gains(cells, pairing, level, correction, margin,
-                                need)
-        if len(spec.table['depths']) > 1 else [])
+        correction, gains, family_size(family(gains)) if gains else None,
+        recipe)

@@ -74,27 +74,6 @@ ONE_CLASS_SHARE = 0.95
 # The one-sided level of the pooled test against chance, and its z.
 CHANCE_ALPHA = 0.05
 CHANCE_Z = float(stats.norm.ppf(1 - CHANCE_ALPHA))
-# Words of a flag, as the reports explain it.
-MEANING = {
-    ONE_CLASS: f'where the score is accuracy, most seeds put '
-               f'{ONE_CLASS_SHARE:.0%} or more of their test nodes in one '
-               f'class (the predictions each run records; where the score '
-               f'is a ranking, ROC-AUC, a note with the class counts, never '
-               f'a flag: its ranking test decides)',
-    NO_BETTER: 'the seeds\' test accuracy, pooled, is not shown above the '
-               'majority class of their test nodes (one-sided z below '
-               f'{CHANCE_Z:.3f}, level {CHANCE_ALPHA:g}; the variance '
-               'counts the test nodes the seeds\' splits share); a row '
-               'far below it, e.g. one predicting a minority class, is '
-               'flagged too',
-    NO_BETTER_AUC: 'the seeds\' test ROC-AUC, pooled, is not shown above '
-                   'a random ranking\'s 0.5 (one-sided z below '
-                   f'{CHANCE_Z:.3f}, level {CHANCE_ALPHA:g}; the variance '
-                   'counts the test nodes the seeds\' splits share)',
-    IMPROVING: 'most seeds reach their best validation accuracy in the '
-               'last tenth of their epochs: training stopped while the row '
-               'was still improving',
-}
 # A run is still improving when its best validation epoch lies in the last
 # tenth of its epochs: a run that had converged would have peaked earlier
 # as often as late, and a peak this late says that more epochs may raise it.
@@ -108,12 +87,6 @@ def at_chance(record: Dict[str, Any]) -> bool:
 
 
 _TEST_SETS: Dict[str, Optional['TestSet']] = {}
-
-
-def meaning(flag: str, said: str = 'accuracy') -> str:
-    r"""The words of :obj:`flag` in a report whose cells are scored by
-    :obj:`said` (:func:`gnorm.study.findings.select.scores_said`)."""
-    return MEANING[flag].replace('validation accuracy', f'validation {said}')
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from gnorm.errors import GnormError
 from gnorm.results import UNITS, mean_std, plural, score_field, value
 from gnorm.study.findings.diagnosis import cell_diagnosis
-from gnorm.study.findings.sanity import (argmax_note, config_split, flags,
-                                         one_class_count, pooled_chance)
+from gnorm.study.findings.sanity import (argmax_note, at_chance,
+                                         config_split, flags, one_class_count,
+                                         pooled_chance)
 from gnorm.study.runs.compose import setting_label
 
 # Means of metrics without counts closer than this are a tie.
@@ -177,7 +178,9 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
     ``flag['rows']`` more than ``flag['paper_stds']`` paper stds from the
     paper gets a ``note`` (from :obj:`notes`, or that none is known), and,
     where :obj:`authors` (:func:`read_authors`) ran the cell, gnorm's
-    accuracy at the scales they ran."""
+    accuracy at the scales they ran. ``flags`` are its sanity flags and
+    ``at_chance`` whether they say it learned nothing
+    (:func:`gnorm.study.findings.sanity.at_chance`)."""
     flag = flag or {}
     notes, authors = notes or {}, authors or {}
     defaults = defaults or {}
@@ -254,6 +257,7 @@ def summarise(todo: List[Dict[str, Any]], found: Dict[str, Dict[str, Any]],
                 erank=_curve(erank, _mean), erank_min=_curve(erank, min),
                 erank_max=_curve(erank, max),
             ))
+            records[-1]['at_chance'] = at_chance(records[-1])
     # A cell without runs is scored as its dataset's cells with runs.
     metric_of = {r['dataset']: r['metric'] for r in records if r['runs']}
     for r in records:

@@ -16,15 +16,15 @@ from gnorm.results import code, machines, plural, write_records
 from gnorm.study.findings.compare import (BEATS, BOTH_AT_CHANCE, EQUIVALENT,
                                           FEW_SEEDS, LOSES, OVER_CHANCE,
                                           UNCOMMITTED, UNDECIDED, UNDER_CHANCE,
-                                          chosen_by_validation, family_size)
+                                          chosen_by_validation)
 from gnorm.study.findings.depth import (Counts, DepthFindings, RowSettings,
                                         counts, depth_findings, primary)
-from gnorm.study.findings.depth_gain import DepthGain, family
-from gnorm.study.findings.sanity import MEANING, at_chance, meaning
+from gnorm.study.findings.depth_gain import DepthGain
 from gnorm.study.findings.select import TIE
 from gnorm.study.reports.plot import plot_depth, plot_erank, save_bytes
-from gnorm.study.reports.recipe import inherited_recipe, protocol_text
+from gnorm.study.reports.recipe import protocol_text
 from gnorm.study.spec.table import Spec
+from gnorm.study.words.flags import MEANING, meaning
 from gnorm.study.words.variants import variant_summary, variant_words
 from gnorm.study.words.verdicts import (comparison, diagnosis_text,
                                         family_words, p_text, signed, why_text)
@@ -88,7 +88,7 @@ def chance_text(r: Dict[str, Any]) -> str:
     its seeds predict one class: the pooled score against chance with its
     z, and how many seeds predict one class (or that its runs record no
     predictions, so that the flag rests on the pooled test alone)."""
-    flagged = at_chance(r)
+    flagged = r['at_chance']
     note = r.get('argmax_note')
     if note:
         return (f"<br>note: {note['seeds']} of {note['runs']} seeds put "
@@ -133,7 +133,7 @@ def chance_lines(cells: List[Dict[str, Any]], said: str) -> List[str]:
     if not parts:
         return []
     flagged = [f"{r['dataset']} {r['row']} L={r['layers']}"
-               for r in cells if at_chance(r)]
+               for r in cells if r['at_chance']]
     return ['', f'**Chance** (the screen of each cell\'s seeds pooled, '
             f'test {said}): ' + '; '.join(parts) + '. '
             + (f"Flagged: {', '.join(flagged)}." if flagged
@@ -233,7 +233,7 @@ def header(spec: Spec, found: DepthFindings, counted: List[Dict],
         f'{_coverage(found)} '
         f'Machines: {machines(counted) or "none yet"}.'
         + (f' Code: {made_by}.' if made_by else ''),
-        '', protocol_text(counted, inherited_recipe(spec.source)), '',
+        '', protocol_text(counted, found.recipe), '',
         'Rows (overrides; settings tried, each chosen per (dataset, depth) '
         f'by mean validation {said}): '
         + '; '.join(map(_settings_text, found.rows)) + '.',
@@ -344,7 +344,7 @@ def gain_lines(found: DepthFindings) -> List[str]:
     gains, score = found.gains, found.score
     if not gains:
         return []
-    size = family_size(family(gains))
+    size = found.gain_size
     method = ''.join(f', {m}' for m in size.methods)
     lines = ['', '## What depth does', '',
              f"Each row's best depth by mean validation {score} against its "

@@ -4,7 +4,6 @@ experiments of ``table.beside`` and the published recipe
 (``table.published``), where the data came from, and how many epochs the
 runs trained and where their best validation epochs lie."""
 import json
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.results import value
@@ -247,35 +246,11 @@ def optimizer_name(counted: List[Dict[str, Any]]) -> str:
     return ' or '.join(names)
 
 
-def inherited_recipe(source) -> Optional[Tuple[str, Any]]:
-    r"""The first of gnorm's experiments that the spec file :obj:`source`
-    inherits (its ``defaults:`` list naming ``luo``, ``/experiment/luo``
-    or ``{/experiment: luo}``) and the number of epochs that experiment
-    trains (``train.epochs``, composed); :obj:`None` where it inherits
-    none."""
-    import yaml
-    from gnorm.study.spec.find import experiments
-    try:
-        defaults = (yaml.safe_load(open(source)) or {}).get('defaults') or []
-    except (OSError, yaml.YAMLError):
-        return None
-    known = experiments()
-    for entry in defaults:
-        names = ([entry] if isinstance(entry, str) else
-                 [v for k, v in entry.items() if 'experiment' in str(k)]
-                 if isinstance(entry, dict) else [])
-        for name in names:
-            name = str(name).rpartition('/')[2]
-            if name in known and name != Path(source).stem:
-                return name, compose([f'experiment={name}']).train.epochs
-    return None
-
-
 def protocol_text(counted: List[Dict[str, Any]],
                   recipe: Optional[Tuple[str, Any]] = None) -> str:
     r"""The protocol of a depth report (:func:`protocol_items`), and,
     where the runs trained fewer epochs than the :obj:`recipe` the spec
-    inherits (:func:`inherited_recipe`), that they did."""
+    inherits (:func:`gnorm.study.spec.find.inherited_recipe`), that they did."""
     said = protocol_items(counted)
     if not said:
         return 'Protocol: no runs yet.'

@@ -10,7 +10,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
+
+import yaml
 
 from gnorm.study.spec.table import SpecError
 from gnorm.train import CONF_DIR
@@ -68,3 +70,26 @@ def compose(overrides: Sequence[str], hydra: bool = False):
 
 def known_datasets() -> List[str]:
     return sorted(p.stem for p in (CONF_DIR / 'dataset').glob('*.yaml'))
+
+
+def inherited_recipe(source) -> Optional[Tuple[str, Any]]:
+    r"""The first of gnorm's experiments that the spec file :obj:`source`
+    inherits (its ``defaults:`` list naming ``luo``, ``/experiment/luo``
+    or ``{/experiment: luo}``) and the number of epochs that experiment
+    trains (``train.epochs``, composed); :obj:`None` where it inherits
+    none."""
+    try:
+        defaults = (yaml.safe_load(Path(source).read_text()) or {}).get(
+            'defaults') or []
+    except (OSError, yaml.YAMLError):
+        return None
+    known = experiments()
+    for entry in defaults:
+        names = ([entry] if isinstance(entry, str) else
+                 [v for k, v in entry.items() if 'experiment' in str(k)]
+                 if isinstance(entry, dict) else [])
+        for name in names:
+            name = str(name).rpartition('/')[2]
+            if name in known and name != Path(source).stem:
+                return name, compose([f'experiment={name}']).train.epochs
+    return None

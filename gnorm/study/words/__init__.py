@@ -1,5 +1,6 @@
 r"""The findings in words: every sentence a report or the README quotes.
-:mod:`~gnorm.study.words.verdicts` says a depth study's comparisons
+:mod:`~gnorm.study.words.flags` says what each sanity flag of a cell
+means, :mod:`~gnorm.study.words.verdicts` says a depth study's comparisons
 (beats, loses, not distinguishable, with their intervals and p),
 :mod:`~gnorm.study.words.variants` whether they hold on a dataset's
 variant, and :mod:`~gnorm.study.words.paired` a paired study's readings.

@@ -24,7 +24,7 @@ from gnorm.study.findings.compare import (BEATS, BOTH_AT_CHANCE, EQUIVALENT,
                                           UNDECIDED, UNDER_CHANCE, Comparison,
                                           Detectable, ExactPower, FamilySize,
                                           Pair, Section)
-from gnorm.study.findings.sanity import MEANING, meaning
+from gnorm.study.words.flags import MEANING, meaning
 from gnorm.study.runs.pairing import Mismatch
 from gnorm.study.stats import CORRECTED_T, PAIRED_T, WELCH, Interval
 
