@@ -17,7 +17,6 @@ from gnorm.study.findings.depth_gain import DepthGain, depth_gains, family
 from gnorm.study.findings.select import REPRODUCED, reproduced, scores_said
 from gnorm.study.spec.find import inherited_recipe
 from gnorm.study.spec.table import REPO, Spec, budget, grid, set_name
-from gnorm.study.stats import MARGIN, MIN_SEEDS
 
 
 @dataclass(frozen=True)
@@ -173,7 +172,7 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     budget-matched with ``default_`` in the names)."""
     # the spec, read once
     name, level = set_name(spec.name, sets), spec.level
-    correction = spec.table.get('correction', 'holm')
+    correction = spec.correction
     pairing, first, pairs = spec.pairing, primary(spec), compared(spec)
     rows = _rows(spec, defaults or {})
     source = (os.path.relpath(spec.source, REPO) if spec.own
@@ -184,8 +183,7 @@ def depth_findings(spec: Spec, records: List[Dict[str, Any]],
     not_run(spec, records)
     score = scores_said(records)
     budgets = {r.row: r.budget for r in rows}
-    margin = float(spec.table.get('margin', MARGIN))
-    need = int(spec.table.get('min_seeds', MIN_SEEDS))
+    margin, need = spec.margin, spec.min_seeds
     found = views(records, pairs, budgets, first,
                   pairing, level, correction,
                   bool(spec.table.get('spread_rule')), score, margin, need)

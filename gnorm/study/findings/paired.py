@@ -27,8 +27,8 @@ from gnorm.study.findings.select import split_test_train
 from gnorm.study.runs.pairing import check_fingerprints
 from gnorm.study.runs.runner import row_seeds
 from gnorm.study.spec.table import Spec
-from gnorm.study.stats import (MARGIN, MIN_SEEDS, compare, equivalence_p,
-                               exact_p, family_verdict, holm, pair_test_train,
+from gnorm.study.stats import (compare, equivalence_p, exact_p,
+                               family_verdict, holm, pair_test_train,
                                paired_interval, where_in, verdict)
 
 # Metrics whose lower values are the better ones.
@@ -48,8 +48,6 @@ def short(record: Dict[str, Any]) -> str:
     return record['label'].split(' (')[0]
 
 
-def min_seeds(spec: Spec) -> int:
-    return int(spec.table.get('min_seeds', MIN_SEEDS))
 
 
 def kind(run: Dict[str, Any]) -> str:
@@ -114,7 +112,7 @@ def row_record(spec: Spec, runs: List[Dict[str, Any]],
     return dict(
         row=row, label=label(spec, row), runs=len(ok),
         expected=len(row_seeds(spec, row)),
-        enough=len(ok) >= min_seeds(spec), test_mean=test,
+        enough=len(ok) >= spec.min_seeds, test_mean=test,
         test_std=test_std, val_mean=val, val_std=val_std,
         seeds=sorted(by_seed(ok, 'test')),
         epochs=sorted({_last(r) for r in ok}),
@@ -148,7 +146,7 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
             f'{key}_naive_lo': naive and naive.lo,
             f'{key}_naive_hi': naive and naive.hi,
             f'{key}_naive_p': naive and naive.p,
-            f'{key}_equivalence_p': equivalence_p(found, margin(spec))})
+            f'{key}_equivalence_p': equivalence_p(found, spec.margin)})
         if key == 'test':
             record['paired_seeds'] = list(found.seeds)
             record['method'] = found.method
@@ -156,13 +154,13 @@ def against(spec: Spec, record: Dict[str, Any], base: Dict[str, Any],
             record['test_exact_p'] = (exact_p(a, b, found.method)
                                       if found.diffs else None)
     record['pairs'] = len(record['paired_seeds'])
-    record['margin'] = margin(spec)
+    record['margin'] = spec.margin
     record['paper_diff'] = (None if None in (record['paper'], base['paper'])
                             else record['paper'] - base['paper'])
     record['higher'] = higher_is_better(
         spec, base['runs_list'] + record['runs_list'])
     record['unpaired'] = unpaired
-    record['decides'] = not unpaired and record['pairs'] >= min_seeds(spec)
+    record['decides'] = not unpaired and record['pairs'] >= spec.min_seeds
     record['why_not'] = (UNPAIRED if unpaired else
                          None if record['decides'] else FEW_SEEDS)
     record['test_alone'] = (oriented(verdict(record['test_lo'],
@@ -192,15 +190,8 @@ def summarise(spec: Spec, runs: List[Dict[str, Any]],
     return records
 
 
-def correction(spec: Spec) -> str:
-    r"""``table.correction``: ``holm`` (default) or ``none``."""
-    return str(spec.table.get('correction', 'holm'))
 
 
-def margin(spec: Spec) -> float:
-    r"""``table.margin``: the margin of equivalence, in points of the
-    score (default :data:`gnorm.study.stats.MARGIN`)."""
-    return float(spec.table.get('margin', MARGIN))
 
 
 def read_family(spec: Spec, records: List[Dict[str, Any]]) -> None:
@@ -215,10 +206,10 @@ def read_family(spec: Spec, records: List[Dict[str, Any]]) -> None:
     deciding = [r for r in records if r['decides']]
     for key in ('test', 'test_last'):
         raw = [r[f'{key}_p'] for r in deciding]
-        adjusted = holm(raw) if correction(spec) == 'holm' else raw
+        adjusted = holm(raw) if spec.correction == 'holm' else raw
         same = [1.0 if r[f'{key}_equivalence_p'] is None
                 else r[f'{key}_equivalence_p'] for r in deciding]
-        same = holm(same) if correction(spec) == 'holm' else same
+        same = holm(same) if spec.correction == 'holm' else same
         for r, p, q in zip(deciding, adjusted, same):
             r[f'{key}_p_adj'] = p
             r[f'{key}_equivalence_p_adj'] = q

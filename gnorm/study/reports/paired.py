@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, user_code_words, write_records
-from gnorm.study.findings.paired import correction, margin, min_seeds, short
+from gnorm.study.findings.paired import short
 from gnorm.study.reports.plot import plot_curves, save_bytes
 from gnorm.study.reports.recipe import (epochs_note, data_note, protocol_items,
                                         recipe_lines, recipes)
@@ -35,7 +35,7 @@ COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
 def seeds_note(spec: Spec, records: List[Dict[str, Any]]) -> str:
     r"""How many seeds the rows have, against the ones a decision
     needs."""
-    need = min_seeds(spec)
+    need = spec.min_seeds
     few = [r for r in records if r['runs'] < need]
     if not few:
         return (f'**Seeds**: every row has at least {need} finished '
@@ -99,15 +99,15 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         + f'. Test {name} (%) at '
         f"each run's best validation epoch (the weights the runs select) "
         f'and at its last epoch, validation {name} at the best. '
-        + (f'The rows that decide (at least {min_seeds(spec)} paired seeds: '
+        + (f'The rows that decide (at least {spec.min_seeds} paired seeds: '
            f'{family}) are one family: the readings use the Holm-adjusted '
            f'p of the test at the best validation epoch (`table.correction'
            f': holm`), below {1 - spec.level:.2f} for "better" or "worse"; '
-           f'otherwise "equivalent" within ±{margin(spec):g} when the two '
-           f'one-sided tests of |Δ| < {margin(spec):g} (TOST, '
+           f'otherwise "equivalent" within ±{spec.margin:g} when the two '
+           f'one-sided tests of |Δ| < {spec.margin:g} (TOST, '
            f'`table.margin`), Holm-adjusted the same way, give p below '
            f'{1 - spec.level:.2f}, else "undecided". '
-           if correction(spec) == 'holm' else
+           if spec.correction == 'holm' else
            'Each reading uses its own p (`table.correction: none`). ')
         + (f"Paper Δ: the paper's value of the row − its {base} value "
            f'({paper_recipe(spec)}), and where it lies relative to the '

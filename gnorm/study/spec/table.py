@@ -92,6 +92,25 @@ class Spec:
         return float(self.table.get('level', LEVEL))
 
     @property
+    def correction(self) -> str:
+        r"""``table.correction``: ``holm`` (default) or ``none``."""
+        return str(self.table.get('correction', 'holm'))
+
+    @property
+    def margin(self) -> float:
+        r"""``table.margin``: the margin of equivalence, in points of the
+        score (default :data:`gnorm.study.stats.MARGIN`)."""
+        from gnorm.study.stats import MARGIN
+        return float(self.table.get('margin', MARGIN))
+
+    @property
+    def min_seeds(self) -> int:
+        r"""``table.min_seeds``: the seeds a comparison needs to decide
+        (default :data:`gnorm.study.stats.MIN_SEEDS`)."""
+        from gnorm.study.stats import MIN_SEEDS
+        return int(self.table.get('min_seeds', MIN_SEEDS))
+
+    @property
     def own(self) -> bool:
         r"""Whether the spec is one of gnorm's (``conf/experiment/``)."""
         return self.folder is None

@@ -6,8 +6,7 @@ computes a statistic: every number and verdict comes from the records."""
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import plural
-from gnorm.study.findings.paired import (FEW_SEEDS, UNPAIRED, correction, kind,
-                                         min_seeds, short)
+from gnorm.study.findings.paired import FEW_SEEDS, UNPAIRED, kind, short
 from gnorm.study.findings.select import score_words
 from gnorm.study.spec.table import Spec
 from gnorm.study.words.verdicts import mismatch_words, p_text, signed
@@ -43,7 +42,7 @@ def p_words(spec: Spec, record: Dict[str, Any], key: str = 'test') -> str:
     if raw is None:
         return ''
     text = f'p={p_text(raw)}'
-    if correction(spec) == 'holm' and adjusted is not None:
+    if spec.correction == 'holm' and adjusted is not None:
         text += f', Holm {p_text(adjusted)}'
     return text
 
@@ -98,7 +97,7 @@ def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
                 f"{verdict_words(record, base)}.")
     head = (f"**{short(record)}** − {base}, test "
             f"{metric(spec, record.get('runs_list', ()))}: ")
-    need = min_seeds(spec)
+    need = spec.min_seeds
     if record['test_lo'] is None or not record.get('decides'):
         alone = reading(record['test_alone'], base, record.get('margin', 1.0))
         text = (f"{head}{rules(spec, record)}: not enough seeds to decide "
@@ -139,7 +138,7 @@ def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
     rules and whether each holds 0 and the paper's value (from its own
     recipe); then the other rows' readings (family-wise)."""
     base = short(records[0])
-    need = min_seeds(spec)
+    need = spec.min_seeds
     parts, others = [], {}
     for r in records[1:]:
         if r.get('unpaired'):
@@ -163,7 +162,7 @@ def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
                          + f" ({paper} comes {paper_recipe(spec)})")
     parts += [f"{', '.join(rows)}: {said}" for said, rows in others.items()]
     family = sum(bool(r.get('decides')) for r in records[1:])
-    how = ('' if correction(spec) != 'holm' or not family else
+    how = ('' if spec.correction != 'holm' or not family else
            f" (readings Holm-adjusted over the {plural(family, 'row')} "
            'compared)')
     return '; '.join(parts) + how + '.'
