@@ -939,6 +939,13 @@ def test_a_cell_stopped_at_the_deadline_resumes_next_call(tmp_path,
     now[0] = 0.0
     assert queue.main([*one, '--budget-s', '20'], [spec]) == 0
     assert 'estimate 25 s, 20 s left: skipped' in capsys.readouterr().out
+    # --list gives the cell the estimate a call that trains plans with
+    assert queue.main([*one, '--list'], [spec]) == 0
+    listed = [' '.join(line.split()) for line in
+              capsys.readouterr().out.splitlines()
+              if line.lstrip().startswith(('1 ', 'total '))]
+    assert len(listed) == 4 and all(' 25 s ' in f'{line} '
+                                    for line in listed), listed
     now[0] = 0.0
     with pytest.MonkeyPatch.context() as m:
         _each_epoch(m, now)

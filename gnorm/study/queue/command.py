@@ -70,7 +70,7 @@ from gnorm.study.queue.plan import (CPU_WORK_S, WORK, Pending, claim, classed,
                                     pending, read_digests)
 from gnorm.study.queue.run import INF, MARGIN_S, Deadline, Queue, stops_at
 from gnorm.study.runs.cost import Rate, device_name, duration, rate_of
-from gnorm.study.runs.record import failures
+from gnorm.study.runs.record import failures, stopped_cells
 from gnorm.study.spec.table import Spec, SpecError
 
 OUT = Path('outputs') / 'queue'
@@ -244,7 +244,8 @@ def prepare(args: argparse.Namespace,
                                         args.cuda_graph), calibration,
                 device, sections[0][0],
                 rate_of(args.out, name, device, calibration)
-                if args.cuda_graph else None, sections, given_up, cpu)
+                if args.cuda_graph else None, sections, given_up, cpu,
+                stopped_cells(args.out))
 
 
 # ------------------------------------------------------------- command

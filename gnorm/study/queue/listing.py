@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.study.queue.plan import (CPU_WORK_S, MAX_FAILURES, WORK, Pending,
                                     classed)
-from gnorm.study.queue.run import INF, MARGIN_S
+from gnorm.study.queue.run import INF, MARGIN_S, estimate_of
 from gnorm.study.runs.cost import Rate, committed_rates, duration, other_gpu
 
 
@@ -31,9 +31,11 @@ class Plan:
     back to), the ``calibration`` committed, in words ``what``; for
     ``--list`` the ``sections`` (each kind of work in words, its cells
     and a line to print after them), the cells whose runs are
-    ``given_up``, and the rate of this machine's ``cpu`` (it classes the
+    ``given_up``, the rate of this machine's ``cpu`` (it classes the
     cells no ``table.not_run`` entry marks,
-    :func:`gnorm.study.queue.plan.classed`)."""
+    :func:`gnorm.study.queue.plan.classed`) and the cells ``stopped`` at a
+    deadline before, by label (:func:`gnorm.study.runs.record.stopped_cells`:
+    their estimates here are at least what that training said)."""
     items: List[Pending]
     rate: Rate
     calibration: Dict[str, float]
@@ -44,6 +46,7 @@ class Plan:
         default_factory=list)
     given_up: List[Pending] = field(default_factory=list)
     cpu: Optional[Rate] = None
+    stopped: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 # What --list says after the cells of a kind.
@@ -81,32 +84,46 @@ def background(what: str) -> Optional[str]:
             '2>&1 &')
 
 
-def row(k: str, label: str, runs: int, units: float, rate: Rate,
-        gpu: Rate, cells: int = 1) -> Tuple[str, ...]:
-    r"""A line of ``--list``'s tables: its seconds here (:obj:`rate`) and
+def here_s(items: Sequence[Pending], rate: Rate,
+           stopped: Dict[str, Dict[str, Any]]) -> Optional[float]:
+    r"""The seconds of :obj:`items` here, summed: each cell's estimate
+    at :obj:`rate`, and for a cell :obj:`stopped` at a deadline before at
+    least what that training said (:func:`~gnorm.study.queue.run.estimate_of`,
+    as a call that trains plans it); :obj:`None` without a rate."""
+    found = [estimate_of(i, rate, stopped.get(i.label)) for i in items]
+    return None if any(s is None for s in found) else sum(found)
+
+
+def row(k: str, label: str, items: Sequence[Pending], rate: Rate,
+        gpu: Rate, stopped: Dict[str, Dict[str, Any]]) -> Tuple[str, ...]:
+    r"""A line of ``--list``'s tables for the cells :obj:`items` (one
+    cell, or a total): runs, cost units, seconds here (:func:`here_s`) and
     on the last GPU."""
-    return (k, label, str(runs), f'{units:.3g}',
-            duration(rate.estimate(units, cells)),
-            duration(gpu.estimate(units, cells)))
+    units = sum(i.units for i in items)
+    return (k, label, str(sum(len(i.left) for i in items)), f'{units:.3g}',
+            duration(here_s(items, rate, stopped)),
+            duration(gpu.estimate(units, len(items))))
 
 
 def show_section(what: str, items: List[Pending], rate: Rate,
-                 gpu: Rate, after: Optional[str] = None) -> None:
+                 gpu: Rate, after: Optional[str] = None,
+                 stopped: Optional[Dict[str, Dict[str, Any]]] = None
+                 ) -> None:
     r"""Prints the cells :obj:`items` of one kind of work (:obj:`what`)
-    with their seconds here (:obj:`rate`) and on the last GPU, then
-    :obj:`after`."""
+    with their seconds here (:obj:`rate`, :func:`here_s`) and on the last
+    GPU, then :obj:`after`."""
+    stopped = stopped or {}
     runs = sum(len(i.left) for i in items)
-    total = sum(i.units for i in items)
     remake = what == REMAKE_WHAT
     print(f"\n{len(items)} cells {'to remake' if remake else 'pending'} "
           f"({what}), {runs} runs to train{' again' if remake else ''}, "
-          f'{duration(rate.estimate(total, len(items)))} here')
+          f'{duration(here_s(items, rate, stopped))} here')
     if not items:
         return
     table([('#', 'cell', 'runs', 'units', 'here', 'last GPU'),
-           *(row(str(k), i.label, len(i.left), i.units, rate, gpu)
+           *(row(str(k), i.label, [i], rate, gpu, stopped)
              for k, i in enumerate(items, start=1)),
-           row('', 'total', runs, total, rate, gpu, len(items))])
+           row('', 'total', items, rate, gpu, stopped)])
     command = background(what)
     if command:
         print(f'start it here, in the background (one such process per '
@@ -130,8 +147,7 @@ def show_totals(plan: Plan, gpu: Rate) -> None:
           f'entry marks is CPU work where this machine\'s CPU takes at '
           f'most {duration(CPU_WORK_S)} for it, else GPU work):')
     table([('cells', 'kind', 'runs', 'units', 'here', 'last GPU'),
-           *(row(str(len(items)), k, sum(len(i.left) for i in items),
-                 sum(i.units for i in items), plan.rate, gpu, len(items))
+           *(row(str(len(items)), k, items, plan.rate, gpu, plan.stopped)
              for k, items in kinds_.items())])
 
 
@@ -158,7 +174,7 @@ def show(plan: Plan) -> None:
           if gpu.name else 'last measured GPU: none (conf/queue.yaml '
           'calibration, committed runs)')
     for what, items, after in plan.sections:
-        show_section(what, items, plan.rate, gpu, after)
+        show_section(what, items, plan.rate, gpu, after, plan.stopped)
     for item in plan.given_up:
         print(f'given up: {item.label}: {len(item.given_up)} runs failed '
               f'{MAX_FAILURES} times; not queued again ({why_given_up(item)})')
