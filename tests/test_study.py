@@ -16,7 +16,6 @@ from gnorm.results import overrides as run_overrides
 from gnorm.results.keys import NOT_RESULT_KEYS, record_identity
 from gnorm.study import stats
 from gnorm.study.cli import main as study
-from gnorm.study.findings import compare as study_compare
 from gnorm.study.findings.compare import chosen_by_validation
 from gnorm.study.findings.select import summarise
 from gnorm.study.reports import plot as study_plot
@@ -25,7 +24,6 @@ from gnorm.study.runs.compose import cells, compose_cells, run_key, setting_labe
 from gnorm.study.spec.inputs import read_authors, read_notes, with_authors_runs
 from gnorm.study.spec.load import load_spec
 from gnorm.study.spec.table import Spec, settings as spec_settings
-from gnorm.study.words import verdicts as verdict_words
 from conftest import USER_NORM, compose_train, needs_mirror, comparison_lines
 
 ROOT = Path(__file__).resolve().parents[1]
