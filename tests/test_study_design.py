@@ -14,9 +14,9 @@ from gnorm.study import stats
 from gnorm.study.findings import compare as study_compare
 from gnorm.study.findings import paired as study_paired
 from gnorm.study.findings.sanity import NO_BETTER
-from gnorm.study.words.flags import MEANING
 from gnorm.study.spec.load import load_spec
 from gnorm.study.words import verdicts as depth_words
+from gnorm.study.words.flags import MEANING
 from gnorm.study.words.paired import verdict_words
 
 

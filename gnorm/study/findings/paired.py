@@ -48,8 +48,6 @@ def short(record: Dict[str, Any]) -> str:
     return record['label'].split(' (')[0]
 
 
-
-
 def kind(run: Dict[str, Any]) -> str:
     return (metric_name(run) or 'metric') if 'test_metric' in run else 'acc'
 
@@ -188,10 +186,6 @@ def summarise(spec: Spec, runs: List[Dict[str, Any]],
                              for r in records[1:]]
     read_family(spec, records[1:])
     return records
-
-
-
-
 
 
 def read_family(spec: Spec, records: List[Dict[str, Any]]) -> None:

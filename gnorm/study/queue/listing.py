@@ -105,14 +105,12 @@ def row(k: str, label: str, items: Sequence[Pending], rate: Rate,
             duration(gpu.estimate(units, len(items))))
 
 
-def show_section(what: str, items: List[Pending], rate: Rate,
-                 gpu: Rate, after: Optional[str] = None,
-                 stopped: Optional[Dict[str, Dict[str, Any]]] = None
-                 ) -> None:
+def show_section(what: str, items: List[Pending], rate: Rate, gpu: Rate,
+                 stopped: Dict[str, Dict[str, Any]],
+                 after: Optional[str] = None) -> None:
     r"""Prints the cells :obj:`items` of one kind of work (:obj:`what`)
-    with their seconds here (:obj:`rate`, :func:`here_s`) and on the last
-    GPU, then :obj:`after`."""
-    stopped = stopped or {}
+    with their seconds here (:obj:`rate`, :obj:`stopped`: :func:`here_s`)
+    and on the last GPU, then :obj:`after`."""
     runs = sum(len(i.left) for i in items)
     remake = what == REMAKE_WHAT
     print(f"\n{len(items)} cells {'to remake' if remake else 'pending'} "
@@ -174,7 +172,7 @@ def show(plan: Plan) -> None:
           if gpu.name else 'last measured GPU: none (conf/queue.yaml '
           'calibration, committed runs)')
     for what, items, after in plan.sections:
-        show_section(what, items, plan.rate, gpu, after, plan.stopped)
+        show_section(what, items, plan.rate, gpu, plan.stopped, after)
     for item in plan.given_up:
         print(f'given up: {item.label}: {len(item.given_up)} runs failed '
               f'{MAX_FAILURES} times; not queued again ({why_given_up(item)})')

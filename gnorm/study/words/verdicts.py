@@ -24,9 +24,9 @@ from gnorm.study.findings.compare import (BEATS, BOTH_AT_CHANCE, EQUIVALENT,
                                           UNDECIDED, UNDER_CHANCE, Comparison,
                                           Detectable, ExactPower, FamilySize,
                                           Pair, Section)
-from gnorm.study.words.flags import MEANING, meaning
 from gnorm.study.runs.pairing import Mismatch
 from gnorm.study.stats import CORRECTED_T, PAIRED_T, WELCH, Interval
+from gnorm.study.words.flags import MEANING, meaning
 
 # A verdict as the in-words paragraph says it of a row; {other}: the row
 # it is compared with, {margin}: the study's margin of equivalence.
