@@ -201,7 +201,7 @@ STUDY_INNER = {
                  'depth_gain', 'depth'),
     'queue': ('config', 'plan', 'run', 'listing', 'command'),
     'words': ('flags', 'verdicts', 'paired', 'variants'),
-    'reports': ('recipe', 'plot', 'paired', 'depth'),
+    'reports': ('recipe', 'plot', 'curves', 'paired', 'depth'),
 }
 # Within the packages that split one concern per module: each module
 # imports only those before it (the package's __init__ re-exports).

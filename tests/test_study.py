@@ -630,6 +630,49 @@ def test_the_curve_joins_complete_cells_across_a_missing_depth(
     assert note.get_position()[1] == -study_plot.NOTES_BELOW
 
 
+
+def test_a_depth_panel_spans_its_runs_shows_every_row_and_keeps_its_width(
+        tmp_path, monkeypatch):
+    r"""Three rows of equal scores at 2, 4, 8 and 12 layers, two of them
+    planned but not run at 16 and 32: the axis spans 2 to 12 with ticks
+    that do not overlap, each row sits beside the others at every depth
+    (none hides another), and the note of the missing depths stays within
+    the panel's width, so that the layout keeps the panel wide."""
+    settings = [{'norm.scale': 1.0}]
+    cells, found = [], {}
+    for row in ('batchnorm', 'a_norm_with_a_long_name_of_its_own', 'none'):
+        for depth in (2, 4, 8, 12) + ((16, 32) if row != 'none' else ()):
+            ran = depth <= 12
+            cell, more = _cell(row, settings, [(0.7, 0.9)] if ran else [],
+                               seeds=(depth, depth + 100))
+            cell.update(depth=depth)
+            cells.append(cell)
+            found.update(more)
+    records = summarise(cells, found, {})
+    figures = []
+    monkeypatch.setattr(study_plot, 'save_figure',
+                        lambda fig, path: figures.append(fig))
+    study_plot.plot_depth(chosen_by_validation(records),
+                          tmp_path / 'depth.png', paper_lines=False)
+    fig, = figures
+    ax, = fig.axes
+    assert list(ax.get_xticks()) == [2, 4, 8, 12]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+    first, second, _ = [line for line in ax.lines
+                        if line.get_linestyle() == '-']
+    assert list(first.get_ydata()) == list(second.get_ydata())
+    for a, b in zip(first.get_xdata(), second.get_xdata()):
+        assert a < b and abs(b / a - 2 ** study_plot.DODGE) < 1e-9
+    note, = [t for t in ax.texts if 'no runs' in t.get_text()]
+    assert len(note.get_text().splitlines()) == 2  # the long note wrapped
+    panel = ax.get_window_extent(renderer)
+    assert note.get_window_extent(renderer).width <= panel.width * 1.05
+    assert panel.width > 0.6 * fig.get_window_extent(renderer).width
+
+
 TINY_SPEC = '''# @package _global_
 defaults:
   - table3_paper

@@ -16,7 +16,7 @@ from gnorm.results import load_runs
 from gnorm.study import stats
 from gnorm.study.cli import main as study
 from gnorm.study.findings import paired as study_paired
-from gnorm.study.reports import plot as study_plot
+from gnorm.study.reports import curves as study_curves
 from gnorm.study.runs import runner as study_runner
 from gnorm.study.runs.pairing import check_fingerprints
 from gnorm.study.spec.find import compose
@@ -231,7 +231,7 @@ def test_one_epoch_runs_are_dots_per_seed_not_a_curve(tmp_path, monkeypatch):
     records = study_paired.summarise(spec, load_runs(runs), ['sharenorm'])
     figures = []
     monkeypatch.setattr(plt, 'close', figures.append)
-    study_plot.plot_curves(records, tmp_path / 'val.png', 'test',
+    study_curves.plot_curves(records, tmp_path / 'val.png', 'test',
                            'ogbg-molhiv', 'ROC-AUC')
     ax, = figures[0].axes
     dots, = [line for line in ax.lines if len(line.get_xdata()) == 3]
@@ -435,7 +435,7 @@ def test_curves_show_the_mean_and_band_of_every_row(tmp_path, monkeypatch):
                                      rows)
     figures = []
     monkeypatch.setattr(plt, 'close', figures.append)
-    study_plot.plot_curves(records, tmp_path / 'val.png', 'test',
+    study_curves.plot_curves(records, tmp_path / 'val.png', 'test',
                            'ogbg-molhiv', 'ROC-AUC')
     ax, = figures[0].axes
     assert len(ax.collections) == len(ax.lines) == len(rows)  # band, line

@@ -2,8 +2,9 @@ r"""A study's report, from its runs alone: :mod:`~gnorm.study.reports.depth`
 (a depth study's ``.md``, ``.csv`` and plots),
 :mod:`~gnorm.study.reports.paired` (a paired study's),
 :mod:`~gnorm.study.reports.recipe` (the recipe, read from the runs'
-recorded configs) and :mod:`~gnorm.study.reports.plot` (the plots, PNG
-without changing metadata). The same runs give the same bytes. A depth
+recorded configs), :mod:`~gnorm.study.reports.plot` (a depth study's
+plots, PNG without changing metadata) and
+:mod:`~gnorm.study.reports.curves` (a paired study's). The same runs give the same bytes. A depth
 report computes its findings in one pass
 (:func:`gnorm.study.findings.depth.depth_findings`: the spec, the runs,
 the statistics), then words them (:mod:`gnorm.study.words`): its writing

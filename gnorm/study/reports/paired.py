@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, user_code_words, write_records
 from gnorm.study.findings.paired import short
-from gnorm.study.reports.plot import plot_curves, save_bytes
+from gnorm.study.reports.curves import plot_curves
+from gnorm.study.reports.plot import save_bytes
 from gnorm.study.reports.recipe import (epochs_note, data_note, protocol_items,
                                         recipe_lines, recipes)
 from gnorm.study.spec.table import Spec, set_name

@@ -1,14 +1,13 @@
-r"""The plots of a study's report, PNG without the metadata that changes
-between matplotlib versions (the same runs give the same bytes): a depth
-study's accuracy vs depth and effective rank vs layer, a paired study's
-validation curves."""
+r"""The plots of a depth study's report, PNG without the metadata that
+changes between matplotlib versions (the same runs give the same bytes):
+accuracy vs depth and effective rank vs layer; the saving a paired
+study's curves (:mod:`~gnorm.study.reports.curves`) share."""
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from gnorm.results import plural, score_field
-from gnorm.study.findings.paired import factor, score, short
 from gnorm.study.findings.select import scores_said
 from gnorm.study.words.verdicts import partial
 
@@ -53,15 +52,42 @@ def _panels(n: int, height: float = 3.4):
 # Points between a panel's lower edge and its notes: below the tick labels
 # and the axis label, whatever the panel's height.
 NOTES_BELOW = 34
+# Characters of a line of notes: a 4-inch panel's width at 7 points.
+NOTES_WIDTH = 60
 
 
-def _notes(ax, notes: List[str]) -> None:
+def _wrapped(notes: List[str]) -> List[str]:
+    r""":obj:`notes` as the lines they take under a panel: each cut at
+    :data:`NOTES_WIDTH` characters, its further lines indented."""
+    return [line for note in notes for line in textwrap.wrap(
+        note, NOTES_WIDTH, subsequent_indent='  ', break_on_hyphens=False)]
+
+
+def _notes(ax, notes: List[str]) -> int:
     r"""Writes :obj:`notes` under the panel :obj:`ax`, below its axis
-    label, off the data."""
-    if notes:
-        ax.annotate('\n'.join(notes), (0.0, 0.0), xycoords='axes fraction',
+    label, off the data, no wider than the panel (a long note takes more
+    lines, so the layout never narrows the panel to make room for it);
+    returns the number of lines written."""
+    lines = _wrapped(notes)
+    if lines:
+        ax.annotate('\n'.join(lines), (0.0, 0.0), xycoords='axes fraction',
                     xytext=(0, -NOTES_BELOW), textcoords='offset points',
                     fontsize=7, va='top', color='0.25')
+    return len(lines)
+
+
+# Octaves between neighbouring rows' points at one depth: about a
+# marker's width on a 4-inch panel of 2 to 12 layers, so that rows of
+# equal scores stay visible side by side, while every point stays nearer
+# its own depth than the next (6 rows span 0.25 octave; 12 and 16 layers
+# are 0.42 apart).
+DODGE = 0.05
+
+
+def _dodged(layers: List[int], k: int, n: int) -> List[float]:
+    r""":obj:`layers` moved sideways for row :obj:`k` of :obj:`n` on a
+    log-2 axis, the rows centred on the depth (one row: not moved)."""
+    return [d * 2 ** (DODGE * (k - (n - 1) / 2)) for d in layers]
 
 
 def _rows(rows: List[str], every: List[str]) -> str:
@@ -69,6 +95,77 @@ def _rows(rows: List[str], every: List[str]) -> str:
     :obj:`every` (two or more)."""
     return 'every row' if len(rows) > 1 and rows == every \
         else ', '.join(rows)
+
+
+def _depth_panel(ax, drawn: List[Dict[str, Any]], row_names: List[str],
+                 dataset: str, paper_lines: bool, authors: Dict,
+                 scored: str) -> List[str]:
+    r"""One panel of :func:`plot_depth`: :obj:`dataset`'s rows against
+    depth, its axis spanning only the depths where it has runs; returns
+    its notes (the cells not drawn, by depth)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    here = [r for r in drawn if r['dataset'] == dataset]
+    depths = sorted({r['layers'] for r in here if r['cell_runs']})
+    lacking: Dict[str, List[str]] = {}  # depths without runs -> rows
+    placed = [row for row in row_names  # side by side: rows with runs here
+              if any(r['row'] == row and r['cell_runs'] for r in here)]
+    for k, row in enumerate(row_names):
+        rs = sorted((r for r in here if r['row'] == row),
+                    key=lambda r: r['layers'])
+        color = f'C{k}'
+
+        def at(layers: List[int]) -> List[float]:
+            return (_dodged(layers, placed.index(row), len(placed))
+                    if row in placed else layers)
+
+        done = [r for r in rs if r['complete']]  # the line joins these
+        x = at([r['layers'] for r in done])
+        m = [r['test_mean'] for r in done]
+        s = [r['test_std'] for r in done]
+        ax.errorbar(x, m, yerr=s, fmt='o-', color=color, capsize=2,
+                    elinewidth=0.8, ms=4)
+        ax.fill_between(x, [a - b for a, b in zip(m, s)],
+                        [a + b for a, b in zip(m, s)], color=color,
+                        alpha=0.15, lw=0)
+        for r in rs:
+            if r['cell_runs'] and not r['complete']:
+                ax.plot(at([r['layers']]), r['test_mean'], 'o', mfc='white',
+                        color=color, ms=5)
+                last = r['layers'] == depths[-1]  # label inwards
+                ax.annotate(partial(r), (at([r['layers']])[0],
+                                         r['test_mean']),
+                            xytext=(-5 if last else 5, 3),
+                            textcoords='offset points', fontsize=6,
+                            color=color, ha='right' if last else 'left')
+        for why in dict.fromkeys(r.get('not_run') for r in rs
+                                 if r['cell_runs'] == 0):
+            none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0
+                           and r.get('not_run') == why])
+            said = 'not run here' if why else 'no runs'
+            lacking.setdefault(f'{said} at {none}', []).append(row)
+        theirs = [(layers, run['mean'])
+                  for (d, name, layers), runs in authors.items()
+                  if d == dataset and name == row for run in runs]
+        if theirs:
+            ax.plot(at([t[0] for t in theirs]), [t[1] for t in theirs], 'D',
+                    color=color, mec='black', ms=7, ls='none',
+                    zorder=4)  # over gnorm's markers
+        paper = [r for r in rs if r['paper_mean'] is not None]
+        if paper_lines and paper:
+            ax.plot(at([r['layers'] for r in paper]),
+                    [r['paper_mean'] for r in paper], 'x--',
+                    color=color, alpha=0.6)
+    ax.set_xscale('log', base=2)
+    ax.xaxis.set_major_locator(FixedLocator(depths))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
+    ax.set_title(dataset)
+    ax.set_xlabel('layers')
+    ax.set_ylabel(f'test {scored} (%)')
+    ax.grid(alpha=0.3)
+    return [f'{_rows(rows, row_names)}: {said}'
+            for said, rows in lacking.items()]
 
 
 def plot_depth(cells: List[Dict[str, Any]], path: Path,
@@ -82,14 +179,15 @@ def plot_depth(cells: List[Dict[str, Any]], path: Path,
     default: :func:`gnorm.study.findings.select.scores_said` of its cells): per row a line with a
     std band through its complete cells only; a partial cell is an open
     marker labelled ``k of n settings``; a missing cell is not drawn and
-    is listed under the panel. :obj:`paper_lines`: the paper's values too
+    is listed under the panel, whose axis spans the depths with runs.
+    Rows at one depth sit side by side (:data:`DODGE`), so that equal
+    scores hide no row. :obj:`paper_lines`: the paper's values too
     (dashed, crosses); only where the splits are the paper's. :obj:`authors`
     (:func:`read_authors`): the authors' code's mean at every scale it ran,
     a diamond each, in the row's colour. :obj:`figure_title`: the
     figure's title (the spec's)."""
     authors = authors or {}
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     drawn = cells
     datasets = list(dict.fromkeys(r['dataset'] for r in drawn
@@ -97,65 +195,14 @@ def plot_depth(cells: List[Dict[str, Any]], path: Path,
     empty = [d for d in dict.fromkeys(r['dataset'] for r in drawn)
              if d not in datasets]
     row_names = list(dict.fromkeys(r['row'] for r in drawn))
-    depths = sorted({r['layers'] for r in drawn})
     fig, axes = _panels(max(len(datasets), 1))
     noted = 0  # the most lines of notes under a panel
     for ax, dataset in zip(axes, datasets):
-        lacking: Dict[str, List[str]] = {}  # depths without runs -> rows
-        for k, row in enumerate(row_names):
-            rs = sorted((r for r in drawn if r['dataset'] == dataset
-                         and r['row'] == row), key=lambda r: r['layers'])
-            color = f'C{k}'
-            done = [r for r in rs if r['complete']]  # the line joins these
-            x = [r['layers'] for r in done]
-            m = [r['test_mean'] for r in done]
-            s = [r['test_std'] for r in done]
-            ax.errorbar(x, m, yerr=s, fmt='o-', color=color, capsize=2,
-                        elinewidth=0.8)
-            ax.fill_between(x, [a - b for a, b in zip(m, s)],
-                            [a + b for a, b in zip(m, s)], color=color,
-                            alpha=0.15, lw=0)
-            for r in rs:
-                if r['cell_runs'] and not r['complete']:
-                    ax.plot(r['layers'], r['test_mean'], 'o', mfc='white',
-                            color=color)
-                    last = r['layers'] == depths[-1]  # label inwards
-                    ax.annotate(partial(r), (r['layers'], r['test_mean']),
-                                xytext=(-5 if last else 5, 3),
-                                textcoords='offset points', fontsize=6,
-                                color=color, ha='right' if last else 'left')
-            for why in dict.fromkeys(r.get('not_run') for r in rs
-                                     if r['cell_runs'] == 0):
-                none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0
-                               and r.get('not_run') == why])
-                said = 'not run here' if why else 'no runs'
-                lacking.setdefault(f'{said} at {none}', []).append(row)
-            theirs = [(layers, run['mean'])
-                      for (d, name, layers), runs in authors.items()
-                      if d == dataset and name == row for run in runs]
-            if theirs:
-                ax.plot(*zip(*theirs), 'D', color=color, mec='black',
-                        ms=7, ls='none', zorder=4)  # over gnorm's markers
-            paper = [r for r in rs if r['paper_mean'] is not None]
-            if paper_lines and paper:
-                ax.plot([r['layers'] for r in paper],
-                        [r['paper_mean'] for r in paper], 'x--',
-                        color=color, alpha=0.6)
-        ax.set_xscale('log', base=2)
-        ax.xaxis.set_major_locator(FixedLocator(depths))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)
-        ax.set_title(dataset)
-        ax.set_xlabel('layers')
         scored = (scores[dataset] if scores else
                   scores_said([r for r in drawn if r['dataset'] == dataset]))
-        ax.set_ylabel(f'test {scored} (%)')
-        ax.grid(alpha=0.3)
-        notes = [f'{_rows(rows, row_names)}: {said}'
-                 for said, rows in lacking.items()]
-        _notes(ax, notes)
-        noted = max(noted, len(notes))
+        notes = _depth_panel(ax, drawn, row_names, dataset, paper_lines,
+                             authors, scored)
+        noted = max(noted, _notes(ax, notes))
     handles = [Line2D([], [], color=f'C{k}', marker='o', label=row)
                for k, row in enumerate(row_names)]
     handles.append(Line2D([], [], color='0.4', marker='o', ls='none',
@@ -170,6 +217,8 @@ def plot_depth(cells: List[Dict[str, Any]], path: Path,
                               '(one per scale run)'))
     title = ('gnorm: mean ± std over seeds (error bar and band); the '
              'setting chosen by validation')
+    if len(row_names) > 1:
+        title += '; rows side by side at each depth'
     if not paper_lines and any(r['paper_mean'] is not None for r in drawn):
         title += ("; the paper's values are not drawn: its splits differ, "
                   'not comparable')
@@ -273,79 +322,3 @@ def plot_erank(cells: List[Dict[str, Any]], path: Path) -> bool:
     fig.tight_layout()
     save_figure(fig, path)
     return True
-
-
-MARKERS = 'os^vD'
-
-
-def plot_curves(records: List[Dict[str, Any]], path: Path, title: str,
-                where: Optional[str], metric: str) -> None:
-    r"""A paired study's validation :obj:`metric` per epoch: each row's
-    mean over seeds as a line and the min–max over seeds as a band; with
-    one epoch per run (no curve to draw), each row's seeds as dots beside
-    their mean ± std."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    named = f'{where}, {title}' if where and where != title else title
-    if all(len(run['curve']['epoch']) <= 1
-           for r in records for run in r['runs_list']):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        _plot_seeds(ax, records, named, metric)
-        fig.tight_layout()
-        return save_figure(fig, path)
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for k, r in enumerate(records):
-        _plot_band(ax, r, f'C{k}', MARKERS[k % len(MARKERS)])
-    ax.set_xlabel('epoch')
-    ax.set_ylabel(f'validation {metric} (%)')
-    ax.grid(alpha=0.3)
-    ax.set_title(f'{named}: validation {metric} per epoch',
-                 fontsize=9)
-    ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), fontsize=8,
-              title='line: mean over seeds\nband: min–max over seeds',
-              title_fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
-
-
-def _plot_band(ax, record: Dict[str, Any], color: str, marker: str) -> None:
-    r"""A row's mean validation metric per epoch over its seeds, and the
-    band from the seeds' minimum to their maximum."""
-    per_epoch: Dict[int, List[float]] = {}
-    for run in record['runs_list']:
-        scale, key = factor(run), score_field(run, 'val')
-        for e, v in zip(run['curve']['epoch'], run['curve'][key]):
-            per_epoch.setdefault(e, []).append(scale * v)
-    if not per_epoch:
-        return
-    epochs = sorted(per_epoch)
-    values = [per_epoch[e] for e in epochs]
-    ax.fill_between(epochs, [min(v) for v in values],
-                    [max(v) for v in values], color=color, alpha=0.15,
-                    lw=0)
-    ax.plot(epochs, [sum(v) / len(v) for v in values], color=color, lw=1.6,
-            marker=marker, ms=4, markevery=max(1, len(epochs) // 20),
-            label=f"{short(record)} ({plural(record['runs'], 'seed')})")
-
-
-def _plot_seeds(ax, records: List[Dict[str, Any]], title: str,
-                metric: str) -> None:
-    r"""Validation metric of runs of one epoch: a dot per seed, the mean ±
-    std over seeds beside them, a column per row."""
-    for k, r in enumerate(records):
-        values = [score(run, 'val') for run in r['runs_list']]
-        ax.plot([k - 0.08] * len(values), values, 'o', color=f'C{k}',
-                alpha=0.6, ms=5)
-        if values:
-            ax.errorbar([k + 0.08], [r['val_mean']], yerr=[r['val_std']],
-                        fmt='D', color=f'C{k}', capsize=4)
-    ax.set_xticks(range(len(records)))
-    ax.set_xticklabels([f"{short(r)}\n({plural(r['runs'], 'seed')})"
-                        for r in records], fontsize=7)
-    ax.set_xlim(-0.5, len(records) - 0.5)
-    ax.set_ylabel(f'validation {metric} (%)')
-    ax.grid(axis='y', alpha=0.3)
-    ax.set_title(f'{title}: one epoch per run, no curve\n'
-                 'dots: each seed; diamond and bar: mean ± std over seeds '
-                 '(ddof=0)', fontsize=9)
