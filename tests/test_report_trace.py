@@ -82,3 +82,19 @@ def test_a_depth_report_computes_then_words(depth_walk):
     every = trace.room_walk(entries, loops_once=False)
     after = every[every.index('words'):]
     assert not COMPUTING & set(after), after
+
+
+def test_a_paired_report_computes_then_words():
+    r"""A paired report's writing, room by room: its findings first
+    (:func:`gnorm.study.findings.paired.paired_findings`: the rows, their
+    curves, what the spec says), then the words; no computing room is
+    entered once the wording began, and the walk returns to a room it left
+    at most once (the spec, read again after the statistics)."""
+    trace = experiment('report_trace')
+    _, entries = trace.trace_study('sepnorm_molhiv_cpu')
+    walk = trace.room_walk(entries)
+    assert walk[:2] == ['reports', 'findings'] and 'words' in walk
+    assert trace.returns(walk) <= 1, walk
+    every = trace.room_walk(entries, loops_once=False)
+    after = every[every.index('words'):]
+    assert not COMPUTING & set(after), after

@@ -32,6 +32,36 @@ def _spec(**table):
     return spec
 
 
+def _found(spec, records):
+    r"""The findings the words of a paired report read, of hand-made
+    :obj:`records` (the baseline first) under :obj:`spec`."""
+    for r in records:
+        r.setdefault('short', study_paired.short(r))
+        r.setdefault('metric_said', study_paired.metric_said(
+            spec, r.get('runs_list', ())))
+    return study_paired.PairedFindings(
+        name=spec.name, source='', runs='', records=records,
+        base=records[0]['short'], metric=records[0]['metric_said'],
+        level=spec.level, correction=spec.correction, margin=spec.margin,
+        min_seeds=spec.min_seeds,
+        family=sum(bool(r.get('decides')) for r in records[1:]),
+        same_recipe=False, config={}, beside=[], curves=[], one_epoch=False)
+
+
+def _sentence(spec, row, base='ShareNorm'):
+    r"""The sentence of :obj:`row` against a baseline labelled
+    :obj:`base`."""
+    found = _found(spec, [{'label': base}, row])
+    return paired_words.sentence(found, found.records[1])
+
+
+def _plot(records, path):
+    r"""The curves of :obj:`records` plotted as a report does."""
+    study_curves.plot_curves([study_paired.row_curve(r) for r in records],
+                             study_paired.one_epoch(records), path, 'test',
+                             'ogbg-molhiv', 'ROC-AUC')
+
+
 def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
@@ -231,8 +261,7 @@ def test_one_epoch_runs_are_dots_per_seed_not_a_curve(tmp_path, monkeypatch):
     records = study_paired.summarise(spec, load_runs(runs), ['sharenorm'])
     figures = []
     monkeypatch.setattr(plt, 'close', figures.append)
-    study_curves.plot_curves(records, tmp_path / 'val.png', 'test',
-                           'ogbg-molhiv', 'ROC-AUC')
+    _plot(records, tmp_path / 'val.png')
     ax, = figures[0].axes
     dots, = [line for line in ax.lines if len(line.get_xdata()) == 3]
     assert [round(v, 6) for v in dots.get_ydata()] == [70.0, 66.0, 60.0]
@@ -314,8 +343,7 @@ def _row(diff, lo, hi, pairs=5, paper=None, last=None):
     (-1.0, 2.0, 'not distinguishable from ShareNorm at this recipe.'),
 ])
 def test_sentence_reads_the_interval_against_zero(lo, hi, reading):
-    text = paired_words.sentence(_spec(), _row((lo + hi) / 2, lo, hi),
-                                 'ShareNorm')
+    text = _sentence(_spec(), _row((lo + hi) / 2, lo, hi))
     assert text.startswith('**SepNorm BN+LN** \u2212 ShareNorm, test '
                            'ROC-AUC: ')
     assert '(n=5) at the best validation epoch; ' in text
@@ -324,8 +352,7 @@ def test_sentence_reads_the_interval_against_zero(lo, hi, reading):
 
 
 def test_sentence_says_when_the_last_epoch_reads_otherwise():
-    text = paired_words.sentence(
-        _spec(), _row(0.3, -1.0, 1.6, last=(1.1, 0.2, 2.0)), 'ShareNorm')
+    text = _sentence(_spec(), _row(0.3, -1.0, 1.6, last=(1.1, 0.2, 2.0)))
     assert text.endswith(
         '+1.10 [+0.20, +2.00] (n=5) at the last epoch: not distinguishable '
         'from ShareNorm at this recipe (at the last epoch: better than '
@@ -338,8 +365,7 @@ def test_sentence_says_when_the_last_epoch_reads_otherwise():
     (-2.0, 'below the interval'),
 ])
 def test_sentence_places_the_papers_difference(paper, where):
-    text = paired_words.sentence(_spec(), _row(1.5, 0.5, 3.0, paper=paper),
-                                 'ShareNorm')
+    text = _sentence(_spec(), _row(1.5, 0.5, 3.0, paper=paper))
     assert text.endswith(
         f"The paper's {signed(paper)} (with the paper's own recipe, not this "
         f"study's) lies {where} at the best validation epoch and {where} at "
@@ -347,13 +373,11 @@ def test_sentence_places_the_papers_difference(paper, where):
 
 
 def test_sentence_with_too_few_seeds_does_not_decide():
-    text = paired_words.sentence(
-        _spec(), _row(1.5, 0.5, 3.0, pairs=4, paper=2.28), 'ShareNorm')
+    text = _sentence(_spec(), _row(1.5, 0.5, 3.0, pairs=4, paper=2.28))
     assert ': not enough seeds to decide (4 paired seeds, 5 needed); the ' \
         'interval of these 4 alone reads "better than ShareNorm".' in text
     assert text.endswith('and inside the interval at the last epoch.')
-    text = paired_words.sentence(
-        _spec(), _row(1.5, None, None, pairs=1, paper=2.28), 'ShareNorm')
+    text = _sentence(_spec(), _row(1.5, None, None, pairs=1, paper=2.28))
     assert text.endswith("5 needed). The paper's +2.28 (with the paper's "
                          "own recipe, not this study's) cannot be placed.")
 
@@ -435,8 +459,7 @@ def test_curves_show_the_mean_and_band_of_every_row(tmp_path, monkeypatch):
                                      rows)
     figures = []
     monkeypatch.setattr(plt, 'close', figures.append)
-    study_curves.plot_curves(records, tmp_path / 'val.png', 'test',
-                           'ogbg-molhiv', 'ROC-AUC')
+    _plot(records, tmp_path / 'val.png')
     ax, = figures[0].axes
     assert len(ax.collections) == len(ax.lines) == len(rows)  # band, line
     seeds = [run['curve']['val_metric'] for run in records[4]['runs_list']]
@@ -460,7 +483,7 @@ def test_sepnorm_in_words_places_0_and_the_papers_difference(lo, hi, says):
     base = {'label': 'ShareNorm (LayerNorm)'}
     row = _row((lo + hi) / 2, lo, hi, pairs=32, paper=2.28)
     few = {**_row(0.0, -1.0, 1.0, pairs=3), 'label': 'SepNorm LN+LN (x)'}
-    words = paired_words.in_words(_spec(), [base, row, few])
+    words = paired_words.in_words(_found(_spec(), [base, row, few]))
     assert words.startswith('SepNorm BN+LN − ShareNorm, test ROC-AUC: ')
     assert f'(n=32) at the best validation epoch, which {says}; ' in words
     assert f'(n=32) at the last epoch, which {says} (the paper' in words
@@ -552,9 +575,8 @@ def test_a_row_on_other_splits_is_not_compared(tmp_path):
     assert paired_words.verdict_words(row, 'ShareNorm') == \
         f'not compared: {why}'
     assert row['runs'] == 5  # its seeds, shown without a difference
-    assert paired_words.sentence(spec, row, 'ShareNorm').endswith(
-        f'not compared: {why}.')
-    assert paired_words.in_words(spec, records) == (
+    assert _sentence(spec, row).endswith(f'not compared: {why}.')
+    assert paired_words.in_words(_found(spec, records)) == (
         f'SepNorm BN+LN: not compared: {why}.')
 
 

@@ -124,16 +124,14 @@ class PairedPlan:
                           args.threads, args.dry_run)
 
     def report(self) -> Path:
-        from gnorm.study.findings.paired import summarise
         from gnorm.study.reports.paired import write_report
         from gnorm.study.runs.pairing import study_runs
         spec = self.spec
         runs = study_runs(spec, _found(self.places.runs), self.args.set)
-        records = summarise(spec, runs, list(spec.table['rows']))
         sets = config_sets(self.args.set)
         command = report_command(spec, sets, self.places.runs,
                                  self.places.default_runs)
-        return write_report(spec, self.cfg, records, self.places.runs,
+        return write_report(spec, self.cfg, runs, self.places.runs,
                             self.places.out, sets, command)
 
 

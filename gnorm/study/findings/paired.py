@@ -8,7 +8,9 @@ paper's difference (``table.paper``: row -> value) lies. A row after the
 first shows the seeds of its differences only (its mean is over the seeds
 its Δ is); a row whose runs of one seed trained on another split than the
 baseline's (:func:`gnorm.study.runs.pairing.check_fingerprints`) is not compared.
-:mod:`gnorm.study.words.paired` says the findings in words.
+:func:`paired_findings` gathers them, with what the report says of the
+spec, as one :class:`PairedFindings`;
+:mod:`gnorm.study.words.paired` says them in words.
 A reading needs ``table.min_seeds`` paired seeds (default 5).
 
 The rows after the first are one family: their test p-values are
@@ -19,14 +21,18 @@ weights) and at its last epoch, since a reading that changes with the rule
 is a reading of the recipe as much as of the rows. The paper's difference
 was measured with the paper's recipe: the report says whether the study's
 is the same (``table.paper_recipe: same``) or not (the default)."""
-from typing import Any, Dict, List, Optional, Sequence
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.results import UNITS, mean_std, metric_name, score_field, value
 from gnorm.study.findings.compare import verdict_kind
-from gnorm.study.findings.select import split_test_train
+from gnorm.study.findings.select import score_words, split_test_train
 from gnorm.study.runs.pairing import check_fingerprints
 from gnorm.study.runs.runner import row_seeds
-from gnorm.study.spec.table import Spec
+from gnorm.study.spec.find import compose
+from gnorm.study.spec.table import Spec, set_name
 from gnorm.study.stats import (compare, equivalence_p, exact_p,
                                family_verdict, holm, pair_test_train,
                                paired_interval, where_in, verdict)
@@ -239,3 +245,109 @@ def compared(spec: Spec, record: Dict[str, Any],
     return record
 
 
+
+
+def metric_said(spec: Spec, runs: Sequence[Dict[str, Any]] = ()) -> str:
+    r"""The metric's name in the report: ``table.metric``, else the score
+    of :obj:`runs` (``accuracy``, ``ROC-AUC``, ``MAE``), else
+    ``metric``."""
+    if spec.table.get('metric'):
+        return str(spec.table['metric'])
+    kinds = {kind(r) for r in runs}
+    if len(kinds) != 1:
+        return 'metric'
+    return score_words(kinds.pop())
+
+
+@dataclass(frozen=True)
+class RowCurve:
+    r"""A row's validation metric as its plot shows it (scaled as the
+    report shows it): per epoch, its seeds' values; and each seed's value
+    at its selected epoch, with their mean and std."""
+    label: str                     # the row's short label
+    runs: int
+    epochs: List[int]
+    per_epoch: List[List[float]]   # the seeds' values at each epoch
+    seeds: List[float]             # each run's, at its selected epoch
+    val_mean: Optional[float]
+    val_std: Optional[float]
+
+
+def row_curve(record: Dict[str, Any]) -> RowCurve:
+    r"""The :class:`RowCurve` of a row's :obj:`record`."""
+    per_epoch: Dict[int, List[float]] = {}
+    for run in record['runs_list']:
+        scale, key = factor(run), score_field(run, 'val')
+        for e, v in zip(run['curve']['epoch'], run['curve'][key]):
+            per_epoch.setdefault(e, []).append(scale * v)
+    epochs = sorted(per_epoch)
+    return RowCurve(short(record), record['runs'], epochs,
+                    [per_epoch[e] for e in epochs],
+                    [score(run, 'val') for run in record['runs_list']],
+                    record['val_mean'], record['val_std'])
+
+
+@dataclass
+class PairedFindings:
+    r"""A paired report's content as data (:func:`paired_findings`): the
+    rows' records and everything the report says of the spec, computed
+    before any word is written."""
+    name: str                       # the report's name (overrides added)
+    source: str                     # the spec file as the report names it
+    runs: str                       # the runs folder, from the spec's home
+    records: List[Dict[str, Any]]   # every row, the baseline first; each
+                                    # with its ``short`` label and the
+                                    # ``metric_said`` of its runs
+    base: str                       # the baseline's short label
+    metric: str                     # the metric of all runs, in words
+    level: float
+    correction: str
+    margin: float
+    min_seeds: int
+    family: int                     # the rows that decide (Holm's family)
+    same_recipe: bool               # the paper's values are of this recipe
+    config: Dict[str, Any]          # the study's config, resolved
+    beside: List[Tuple[str, Dict[str, Any]]]  # table.beside, composed
+    curves: List[RowCurve]
+    one_epoch: bool                 # every run has one epoch: no curve
+
+
+def _resolved(cfg) -> Dict[str, Any]:
+    from omegaconf import OmegaConf
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def paired_findings(spec: Spec, cfg, runs: List[Dict[str, Any]],
+                    runs_dir: Path, sets: Sequence[str]) -> PairedFindings:
+    r"""A paired study's findings from its :obj:`runs` (read from
+    :obj:`runs_dir`, made with the overrides :obj:`sets`) in one pass: the
+    rows' records (:func:`summarise`), their curves, and what the report
+    says of the spec (its config :obj:`cfg` and ``table.beside``'s
+    experiments composed)."""
+    records = summarise(spec, runs, list(spec.table['rows']))
+    for r in records:
+        r['short'] = short(r)
+        r['metric_said'] = metric_said(spec, r['runs_list'])
+    every = [run for r in records for run in r['runs_list']]
+    home = spec.home()
+    return PairedFindings(
+        name=set_name(spec.name, sets),
+        source=os.path.relpath(spec.source, home),
+        runs=os.path.relpath(runs_dir, home), records=records,
+        base=records[0]['short'], metric=metric_said(spec, every),
+        level=spec.level, correction=spec.correction, margin=spec.margin,
+        min_seeds=spec.min_seeds,
+        family=sum(bool(r.get('decides')) for r in records[1:]),
+        same_recipe=spec.table.get('paper_recipe') == 'same',
+        config=_resolved(cfg),
+        beside=[(other, _resolved(compose([f'experiment={other}'])))
+                for other in spec.table.get('beside') or []],
+        curves=[row_curve(r) for r in records],
+        one_epoch=one_epoch(records))
+
+
+def one_epoch(records: Sequence[Dict[str, Any]]) -> bool:
+    r"""Whether every run of the rows' :obj:`records` has at most one
+    epoch (no curve to draw)."""
+    return all(len(run['curve']['epoch']) <= 1
+               for r in records for run in r['runs_list'])

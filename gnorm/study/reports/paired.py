@@ -3,19 +3,18 @@ paired differences to the baseline row, every row, the recipe and data),
 ``<name>.csv`` and the validation curves, from the runs alone (the recipe
 from their recorded configs, the spec's only while there is no run): the
 same runs give the same bytes."""
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gnorm.results import machines, plural, user_code_words, write_records
-from gnorm.study.findings.paired import short
+from gnorm.study.findings.paired import PairedFindings, paired_findings
 from gnorm.study.reports.curves import plot_curves
 from gnorm.study.reports.plot import save_bytes
 from gnorm.study.reports.recipe import (epochs_note, data_note, protocol_items,
                                         recipe_lines, recipes)
-from gnorm.study.spec.table import Spec, set_name
+from gnorm.study.spec.table import Spec
 from gnorm.study.stats import PAIRED_T
-from gnorm.study.words.paired import (in_words, interval, metric, p_words,
+from gnorm.study.words.paired import (in_words, interval, p_words,
                                       paper_recipe, sentence, verdict_words,
                                       worded)
 from gnorm.study.words.verdicts import METHODS, signed
@@ -33,10 +32,10 @@ COLUMNS = ['row', 'runs', 'expected', 'enough', 'seeds', 'test_mean',
            'test_equivalence_p_adj']
 
 
-def seeds_note(spec: Spec, records: List[Dict[str, Any]]) -> str:
+def seeds_note(found: PairedFindings) -> str:
     r"""How many seeds the rows have, against the ones a decision
     needs."""
-    need = spec.min_seeds
+    need, records = found.min_seeds, found.records
     few = [r for r in records if r['runs'] < need]
     if not few:
         return (f'**Seeds**: every row has at least {need} finished '
@@ -63,16 +62,16 @@ def _paper(r: Dict[str, Any]) -> str:
                if any(places) else ''))
 
 
-def _paired_row(spec: Spec, r: Dict[str, Any], base: str,
+def _paired_row(found: PairedFindings, r: Dict[str, Any],
                 paper: bool) -> str:
     per_seed = ' '.join(signed(d) for d in r['test_diffs'])
     seeds = (f"{r['pairs']}: {' '.join(map(str, r['paired_seeds']))}"
              if r['pairs'] else '0')
-    cells = [short(r), seeds, per_seed, _interval(r, 'test'),
-             p_words(spec, r), _interval(r, 'test_last'),
+    cells = [r['short'], seeds, per_seed, _interval(r, 'test'),
+             p_words(found, r), _interval(r, 'test_last'),
              _interval(r, 'val')]
     return '| ' + ' | '.join(cells + ([_paper(r)] if paper else [])
-                             + [verdict_words(r, base)]) + ' |'
+                             + [verdict_words(r, found.base)]) + ' |'
 
 
 def design_test_words(records: List[Dict[str, Any]]) -> str:
@@ -82,17 +81,16 @@ def design_test_words(records: List[Dict[str, Any]]) -> str:
     return '; '.join(METHODS[m] for m in methods or [PAIRED_T])
 
 
-def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
+def paired_lines(found: PairedFindings) -> List[str]:
     r"""The readings and the table of paired differences to the first
     row."""
-    base = short(records[0])
-    name = metric(spec, _runs(records))
+    base, name, records = found.base, found.metric, found.records
     paper = any(r['paper_diff'] is not None for r in records[1:])
-    family = sum(bool(r.get('decides')) for r in records[1:])
-    level = f'{spec.level:.0%}'
+    family, level = found.family, f'{found.level:.0%}'
+    margin, need = found.margin, found.min_seeds
     return [
         f'## Against {base}, seed by seed', '',
-        *[f'- {sentence(spec, r, base)}' for r in records[1:]], '',
+        *[f'- {sentence(found, r)}' for r in records[1:]], '',
         f'Δ = the row − {base} of the same seed (runs of one seed share '
         f'the seed of initialisation and data order), over the seeds both '
         f'finished; mean, {level} confidence interval (each row alone, '
@@ -100,18 +98,18 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         + f'. Test {name} (%) at '
         f"each run's best validation epoch (the weights the runs select) "
         f'and at its last epoch, validation {name} at the best. '
-        + (f'The rows that decide (at least {spec.min_seeds} paired seeds: '
+        + (f'The rows that decide (at least {need} paired seeds: '
            f'{family}) are one family: the readings use the Holm-adjusted '
            f'p of the test at the best validation epoch (`table.correction'
-           f': holm`), below {1 - spec.level:.2f} for "better" or "worse"; '
-           f'otherwise "equivalent" within ±{spec.margin:g} when the two '
-           f'one-sided tests of |Δ| < {spec.margin:g} (TOST, '
+           f': holm`), below {1 - found.level:.2f} for "better" or "worse"; '
+           f'otherwise "equivalent" within ±{margin:g} when the two '
+           f'one-sided tests of |Δ| < {margin:g} (TOST, '
            f'`table.margin`), Holm-adjusted the same way, give p below '
-           f'{1 - spec.level:.2f}, else "undecided". '
-           if spec.correction == 'holm' else
+           f'{1 - found.level:.2f}, else "undecided". '
+           if found.correction == 'holm' else
            'Each reading uses its own p (`table.correction: none`). ')
         + (f"Paper Δ: the paper's value of the row − its {base} value "
-           f'({paper_recipe(spec)}), and where it lies relative to the '
+           f'({paper_recipe(found)}), and where it lies relative to the '
            f'test intervals (best validation epoch / last epoch). '
            if paper else ''), '',
         f'| norm | paired seeds (n: seeds) | Δ test per seed | Δ test, best '
@@ -119,7 +117,7 @@ def paired_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         f'[{level} CI, unadjusted] | Δ val [{level} CI, unadjusted] | ' + ('paper Δ | ' if paper else '')
         + 'reading |', '|---|---|---|---|---|---|---|' + (
             '---|' if paper else '') + '---|',
-        *[_paired_row(spec, r, base, paper) for r in records[1:]]]
+        *[_paired_row(found, r, paper) for r in records[1:]]]
 
 
 def _pm(mean: Optional[float], std: Optional[float]) -> str:
@@ -141,9 +139,9 @@ def _row_line(r: Dict[str, Any], paper: bool) -> str:
             f"{r['runtime_s']:.0f} s |")
 
 
-def row_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
+def row_lines(found: PairedFindings) -> List[str]:
     r"""The table of the rows: seeds, test and validation metric."""
-    name = metric(spec, _runs(records))
+    name, records = found.metric, found.records
     paper = any(r['paper'] is not None for r in records)
     return [
         '## Every row', '',
@@ -157,42 +155,40 @@ def row_lines(spec: Spec, records: List[Dict[str, Any]]) -> List[str]:
         *[_row_line(r, paper) for r in records]]
 
 
-def _graph(cfg, ok: List[Dict[str, Any]]) -> bool:
+def _graph(config: Dict[str, Any], ok: List[Dict[str, Any]]) -> bool:
     r"""Whether the study's runs are graph-level runs (their recipe has
     words of its own)."""
     if ok:
         return all('test_metric' in run for run in ok)
-    return cfg.dataset.get('task', 'node') == 'graph'
+    return config['dataset'].get('task', 'node') == 'graph'
 
 
-def recipe_section(spec: Spec, cfg, ok: List[Dict[str, Any]]) -> List[str]:
+def recipe_section(spec: Spec, found: PairedFindings,
+                   ok: List[Dict[str, Any]]) -> List[str]:
     r"""The recipe and data section."""
-    said = (recipes(ok, cfg) if _graph(cfg, ok) else
+    config = found.config
+    said = (recipes(ok, config) if _graph(config, ok) else
             protocol_items(ok) or 'no runs yet')
     lines = ['## Recipe and data', '',
              f"**Recipe** (from the runs' recorded configs): {said}."
              + (f" {spec.table['recipe_note']}"
                 if spec.table.get('recipe_note') else '')]
     if spec.table.get('published'):
-        lines += ['', *recipe_lines(spec, cfg, ok)]
+        lines += ['', *recipe_lines(spec.table['published'], config,
+                                    found.beside, ok)]
     lines += ['', epochs_note(ok, spec.table.get('epochs_why', '')), '',
               data_note(spec, ok)]
     return lines
 
 
-def _runs(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    return [run for r in records for run in r['runs_list']]
-
-
-def elsewhere_section(spec: Spec, runs: Sequence[Dict[str, Any]] = ()
-                      ) -> List[str]:
+def elsewhere_section(spec: Spec, metric: str) -> List[str]:
     r"""What ``table.elsewhere`` lists ([model, value] pairs), after
-    ``table.elsewhere_intro``."""
+    ``table.elsewhere_intro``; the scores are test :obj:`metric`."""
     found = spec.table.get('elsewhere') or []
     if not found:
         return []
     return ['', '## Elsewhere', '', spec.table.get('elsewhere_intro', ''),
-            '', f'| model | test {metric(spec, runs)} (%) |', '|---|---|',
+            '', f'| model | test {metric} (%) |', '|---|---|',
             *[f'| {name} | {score} |' for name, score in found]]
 
 
@@ -206,15 +202,18 @@ def user_code_line(runs: List[Dict[str, Any]]) -> str:
     return f' Code: {words}.' if words else ''
 
 
-def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
+def write_report(spec: Spec, cfg, runs: List[Dict[str, Any]],
                  runs_dir: Path, out: Path, sets: Sequence[str],
                  command: str) -> Path:
-    r"""Writes ``<report>.md``, ``<report>.csv`` and the plot
-    (``<report>``: the study's name, plus ``+<override>`` for each of
-    :obj:`sets`) and returns the path of the ``.md``."""
-    report = set_name(spec.name, sets)
+    r"""Computes the study's findings from its :obj:`runs`
+    (:func:`gnorm.study.findings.paired.paired_findings`: every row, its
+    config :obj:`cfg`), then writes ``<report>.md``, ``<report>.csv`` and
+    the plot (``<report>``: the study's name, plus ``+<override>`` for
+    each of :obj:`sets`) and returns the path of the ``.md``."""
+    found = paired_findings(spec, cfg, runs, runs_dir, sets)
+    report, records = found.name, found.records
     out.mkdir(parents=True, exist_ok=True)
-    write_records(out / f'{report}.csv', worded(records), COLUMNS)
+    write_records(out / f'{report}.csv', worded(found), COLUMNS)
     ok = [run for r in records for run in r['runs_list']]
     title = spec.table.get('title', 'rows against the first, paired by seed')
     lines = [
@@ -222,18 +221,18 @@ def write_report(spec: Spec, cfg, records: List[Dict[str, Any]],
         + (f" — with {' '.join(sets)}" if sets else ''),
         '',
         f"Generated by `{command}` from {plural(len(ok), 'finished run')} "
-        f'in `{os.path.relpath(runs_dir, spec.home())}` (config: '
-        f"`{os.path.relpath(spec.source, spec.home())}`"
+        f'in `{found.runs}` (config: `{found.source}`'
         + (f" plus `{' '.join(sets)}`" if sets else '') + '). Machines: '
         f'{machines(ok) or "none yet"}.' + user_code_line(ok),
-        '', seeds_note(spec, records), '',
-        f'**In words**: {in_words(spec, records)}', '',
-        *paired_lines(spec, records), '', *row_lines(spec, records), '',
-        *recipe_section(spec, cfg, ok), *elsewhere_section(spec, ok),
-        '', f'![validation {metric(spec, ok)} per epoch]({report}_val.png)',
+        '', seeds_note(found), '',
+        f'**In words**: {in_words(found)}', '',
+        *paired_lines(found), '', *row_lines(found), '',
+        *recipe_section(spec, found, ok),
+        *elsewhere_section(spec, found.metric),
+        '', f'![validation {found.metric} per epoch]({report}_val.png)',
         '']
     save_bytes(out / f'{report}.md', '\n'.join(lines).encode())
-    plot_curves(records, out / f'{report}_val.png', report,
-                spec.table.get('plot_title') or spec.table.get('title'),
-                metric(spec, ok))
+    plot_curves(found.curves, found.one_epoch, out / f'{report}_val.png',
+                report, spec.table.get('plot_title')
+                or spec.table.get('title'), found.metric)
     return out / f'{report}.md'

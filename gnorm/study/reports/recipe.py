@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gnorm.results import value
 from gnorm.results.keys import ADDED_KEYS
-from gnorm.study.spec.find import compose
 
 # (setting, config keys of a run, key of the table's ``published:``)
 RECIPE_KEYS = [
@@ -79,14 +78,13 @@ def recipe(config: Dict[str, Any], device: Optional[str]) -> str:
             f'test at the best validation epoch')
 
 
-def recipes(runs: List[Dict[str, Any]], cfg) -> str:
+def recipes(runs: List[Dict[str, Any]], config: Dict[str, Any]) -> str:
     r"""The recipe of :obj:`runs` from their recorded configs and devices
     (each distinct one, with its number of runs, where they differ); the
-    recipe of the config :obj:`cfg` where there is no run yet."""
+    recipe of the resolved :obj:`config` where there is no run yet."""
     if not runs:
-        from omegaconf import OmegaConf
-        return (recipe(OmegaConf.to_container(cfg, resolve=True),
-                       cfg.device if cfg.device != 'auto' else None)
+        device = config.get('device')
+        return (recipe(config, device if device != 'auto' else None)
                 + ' (the config: no run yet)')
     seen: Dict[str, int] = {}
     for run in runs:
@@ -122,17 +120,18 @@ def _ours(runs: List[Dict[str, Any]], cfg: Dict[str, Any],
     return '; '.join(seen) or f'{_settings(cfg, keys)} (config, no run)'
 
 
-def recipe_lines(spec, cfg, runs: List[Dict[str, Any]]) -> List[str]:
-    r"""Our recipe (the runs' configs) beside the experiments of
-    ``table.beside`` and the published recipe (``table.published``: its
-    ``source`` and a value per key of :data:`RECIPE_KEYS`)."""
-    from omegaconf import OmegaConf
-    published = spec.table['published']
-    configs = [{'config': OmegaConf.to_container(cfg, resolve=True)}]
+def recipe_lines(published: Dict[str, Any], config: Dict[str, Any],
+                 beside: Sequence[Tuple[str, Dict[str, Any]]],
+                 runs: List[Dict[str, Any]]) -> List[str]:
+    r"""Our recipe (the runs' configs; the resolved :obj:`config` where no
+    run records a setting) beside the experiments of ``table.beside``
+    (:obj:`beside`: each name and its resolved config) and the published
+    recipe (``table.published``: its ``source`` and a value per key of
+    :data:`RECIPE_KEYS`)."""
+    configs = [{'config': config}]
     heads = ['ours (the runs\' configs)']
-    for other in spec.table.get('beside') or []:
-        configs.append({'config': OmegaConf.to_container(
-            compose([f'experiment={other}']), resolve=True)})
+    for other, composed in beside:
+        configs.append({'config': composed})
         heads.append(f"experiment={other} (gnorm's setting)")
     heads.append(published['source'])
     lines = [f"| setting | {' | '.join(heads)} |",

@@ -3,12 +3,10 @@ words: the reading of each row against the baseline, the intervals and
 p-values as the report prints them, and the report's reading in one
 sentence (:func:`in_words`, which a README may quote). Nothing here
 computes a statistic: every number and verdict comes from the records."""
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from gnorm.results import plural
-from gnorm.study.findings.paired import FEW_SEEDS, UNPAIRED, kind, short
-from gnorm.study.findings.select import score_words
-from gnorm.study.spec.table import Spec
+from gnorm.study.findings.paired import FEW_SEEDS, UNPAIRED, PairedFindings
 from gnorm.study.words.verdicts import mismatch_words, p_text, signed
 
 
@@ -35,19 +33,20 @@ def reading(said: Optional[str], base: str, margin: float = 1.0) -> str:
         said, f'not distinguishable from {base} at this recipe')
 
 
-def p_words(spec: Spec, record: Dict[str, Any], key: str = 'test') -> str:
+def p_words(found: PairedFindings, record: Dict[str, Any],
+            key: str = 'test') -> str:
     r"""``p=0.0123, Holm 0.0369`` of a row's difference (its raw p and, in
     a Holm family, the adjusted one)."""
     raw, adjusted = record.get(f'{key}_p'), record.get(f'{key}_p_adj')
     if raw is None:
         return ''
     text = f'p={p_text(raw)}'
-    if spec.correction == 'holm' and adjusted is not None:
+    if found.correction == 'holm' and adjusted is not None:
         text += f', Holm {p_text(adjusted)}'
     return text
 
 
-def rules(spec: Spec, record: Dict[str, Any]) -> str:
+def rules(found: PairedFindings, record: Dict[str, Any]) -> str:
     r"""The difference at both epoch rules: ``+0.27 [−1.08, +1.61] (n=32,
     p=…) at the best validation epoch; +1.07 [−0.12, +2.26] (…) at the
     last epoch``."""
@@ -56,25 +55,24 @@ def rules(spec: Spec, record: Dict[str, Any]) -> str:
                       ('test_last', 'at the last epoch')):
         text = interval(record[f'{key}_diff'], record[f'{key}_lo'],
                         record[f'{key}_hi'], record['pairs'],
-                        p_words(spec, record, key))
+                        p_words(found, record, key))
         parts.append(f'{text} {rule}')
     return '; '.join(parts)
 
 
-def paper_recipe(spec: Spec) -> str:
+def paper_recipe(found: PairedFindings) -> str:
     r"""Whose recipe the paper's values come from, in words."""
-    return ('with this study\'s recipe'
-            if spec.table.get('paper_recipe') == 'same' else
+    return ('with this study\'s recipe' if found.same_recipe else
             "with the paper's own recipe, not this study's")
 
 
-def paper_words(spec: Spec, record: Dict[str, Any]) -> str:
+def paper_words(found: PairedFindings, record: Dict[str, Any]) -> str:
     r"""Where the paper's difference lies against the intervals at both
     epoch rules, and whose recipe it comes from; empty without one."""
     paper = record.get('paper_diff')
     if paper is None:
         return ''
-    head = f"The paper's {signed(paper)} ({paper_recipe(spec)})"
+    head = f"The paper's {signed(paper)} ({paper_recipe(found)})"
     places = [(record.get(f'paper_place{k}'), rule) for k, rule in
               (('', 'best validation epoch'), ('_last', 'last epoch'))]
     if all(where is None for where, _ in places):
@@ -84,23 +82,21 @@ def paper_words(spec: Spec, record: Dict[str, Any]) -> str:
         f'{rule}' for where, rule in places if where) + '.'
 
 
-def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
+def sentence(found: PairedFindings, record: Dict[str, Any]) -> str:
     r"""The plain reading of a row's paired difference in the test metric
-    to :obj:`base` at both epoch rules, the verdict (family-wise, at the
+    to the baseline at both epoch rules, the verdict (family-wise, at the
     best validation epoch; and at the last epoch where it reads
     otherwise), and the paper's difference placed in the intervals where
     the paper has one."""
-    n = record['pairs']
+    n, base = record['pairs'], found.base
+    head = (f"**{record['short']}** − {base}, test "
+            f"{record['metric_said']}: ")
     if record.get('unpaired'):
-        return (f"**{short(record)}** − {base}, test "
-                f"{metric(spec, record.get('runs_list', ()))}: "
-                f"{verdict_words(record, base)}.")
-    head = (f"**{short(record)}** − {base}, test "
-            f"{metric(spec, record.get('runs_list', ()))}: ")
-    need = spec.min_seeds
+        return f"{head}{verdict_words(record, base)}."
+    need = found.min_seeds
     if record['test_lo'] is None or not record.get('decides'):
         alone = reading(record['test_alone'], base, record.get('margin', 1.0))
-        text = (f"{head}{rules(spec, record)}: not enough seeds to decide "
+        text = (f"{head}{rules(found, record)}: not enough seeds to decide "
                 f"({plural(n, 'paired seed')}, {need} needed)"
                 + (f'; the interval of these {n} alone reads "{alone}".'
                    if record['test_lo'] is not None else '.'))
@@ -108,46 +104,34 @@ def sentence(spec: Spec, record: Dict[str, Any], base: str) -> str:
         said = verdict_words(record, base)
         last = reading(record['test_last_found'], base,
                        record.get('margin', 1.0))
-        text = f"{head}{rules(spec, record)}: {said}"
+        text = f"{head}{rules(found, record)}: {said}"
         if last != said:
             text += f" (at the last epoch: {last})"
         text += '.'
-    paper = paper_words(spec, record)
+    paper = paper_words(found, record)
     return f'{text} {paper}' if paper else text
-
-
-def metric(spec: Spec, runs: Sequence[Dict[str, Any]] = ()) -> str:
-    r"""The metric's name in the report: ``table.metric``, else the score
-    of :obj:`runs` (``accuracy``, ``ROC-AUC``, ``MAE``), else
-    ``metric``."""
-    if spec.table.get('metric'):
-        return str(spec.table['metric'])
-    kinds = {kind(r) for r in runs}
-    if len(kinds) != 1:
-        return 'metric'
-    return score_words(kinds.pop())
 
 
 def _holds(x: float, lo: float, hi: float, what: str) -> str:
     return f"{'holds' if lo <= x <= hi else 'excludes'} {what}"
 
 
-def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
+def in_words(found: PairedFindings) -> str:
     r"""The report's reading in one sentence (a README may quote it): for
     each row with the paper's difference, its interval at both epoch
     rules and whether each holds 0 and the paper's value (from its own
     recipe); then the other rows' readings (family-wise)."""
-    base = short(records[0])
-    need = spec.min_seeds
-    parts, others = [], {}
-    for r in records[1:]:
+    base, need = found.base, found.min_seeds
+    parts: List[str] = []
+    others: Dict[str, List[str]] = {}
+    for r in found.records[1:]:
         if r.get('unpaired'):
-            others.setdefault(verdict_words(r, base), []).append(short(r))
+            others.setdefault(verdict_words(r, base), []).append(r['short'])
         elif not r.get('decides') or r['test_lo'] is None:
             others.setdefault(f'fewer than {need} paired seeds, not '
-                              f'enough to decide', []).append(short(r))
+                              f'enough to decide', []).append(r['short'])
         elif r['paper_diff'] is None:
-            others.setdefault(verdict_words(r, base), []).append(short(r))
+            others.setdefault(verdict_words(r, base), []).append(r['short'])
         else:
             paper = f"the paper's {signed(r['paper_diff'])}"
             said = [f"{interval(r[f'{k}_diff'], r[f'{k}_lo'], r[f'{k}_hi'], r['pairs'])}"
@@ -156,13 +140,12 @@ def in_words(spec: Spec, records: List[Dict[str, Any]]) -> str:
                     for k, rule in (('test', 'at the best validation epoch'),
                                     ('test_last', 'at the last epoch'))
                     if r[f'{k}_lo'] is not None]
-            parts.append(f"{short(r)} − {base}, test "
-                         f"{metric(spec, r.get('runs_list', ()))}: "
-                         + '; '.join(said)
-                         + f" ({paper} comes {paper_recipe(spec)})")
+            parts.append(f"{r['short']} − {base}, test "
+                         f"{r['metric_said']}: " + '; '.join(said)
+                         + f" ({paper} comes {paper_recipe(found)})")
     parts += [f"{', '.join(rows)}: {said}" for said, rows in others.items()]
-    family = sum(bool(r.get('decides')) for r in records[1:])
-    how = ('' if spec.correction != 'holm' or not family else
+    family = found.family
+    how = ('' if found.correction != 'holm' or not family else
            f" (readings Holm-adjusted over the {plural(family, 'row')} "
            'compared)')
     return '; '.join(parts) + how + '.'
@@ -180,12 +163,12 @@ def verdict_words(record: Dict[str, Any], base: str) -> str:
                    record.get('margin', 1.0))
 
 
-def worded(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    r""":obj:`records` with their readings as text, for the CSV: each
+def worded(found: PairedFindings) -> List[Dict[str, Any]]:
+    r"""The rows' records with their readings as text, for the CSV: each
     compared row's ``verdict`` and, where it decides, ``test_verdict`` and
     ``test_last_verdict`` (the two epoch rules)."""
-    base = short(records[0])
-    found = [dict(records[0])]
+    base, records = found.base, found.records
+    rows = [dict(records[0])]
     for r in records[1:]:
         words = dict(r, verdict=verdict_words(r, base))
         if r.get('decides'):
@@ -193,5 +176,5 @@ def worded(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                                               r['margin']),
                          test_last_verdict=reading(r['test_last_found'],
                                                    base, r['margin']))
-        found.append(words)
-    return found
+        rows.append(words)
+    return rows
