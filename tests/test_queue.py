@@ -19,7 +19,7 @@ from gnorm.study.queue import run as queue_run
 from gnorm.study.runs import cost as queue_cost
 from gnorm.study.runs import record as queue_record
 from gnorm.study.spec.load import load_spec
-from gnorm.study.spec.table import SpecError
+from gnorm.study.spec.table import REPO, SpecError
 
 pytestmark = pytest.mark.usefixtures('one_thread', 'no_committed_runs')
 
@@ -454,6 +454,49 @@ def committed_run(folder: Path, loop_s: float, runtime_s: float,
         config=dict(layers=2, model=dict(hidden_channels=32)),
         curve=dict(epoch=[1, 2]), batch_runs=1, loop_s=loop_s,
         runtime_s=runtime_s)))
+
+
+def test_a_linear_time_contranorm_costs_its_kernel_not_n_squared():
+    r"""Per layer and epoch, the Nystrom kernel adds a unit per node and
+    landmark (its own k where the row sets one), ContraNorm-D's channel
+    softmax DUAL_UNITS per node, the exact layer a sixth per node pair;
+    a zero scale (the identity) adds nothing."""
+    from gnorm.study.runs import compose
+    nodes, edges = compose._SIZE['minesweeper']
+    plain = compose.cost('minesweeper', 3, ['norm=batchnorm'])
+    assert plain == 3 * (edges + 32 * nodes)
+    extra = {('norm=contranorm_lin',): 3 * nodes * compose.LANDMARKS,
+             ('norm=contranorm_lin', 'norm.landmarks=16'): 3 * nodes * 16,
+             ('norm=contranorm', 'norm.kernel=nystrom'):
+                 3 * nodes * compose.LANDMARKS,
+             ('norm=contranorm_lin', 'norm.kernel=exact'):
+                 3 * (nodes * nodes // 6),
+             ('norm=contranorm',): 3 * (nodes * nodes // 6),
+             ('norm=contranorm', 'norm.scale=0.0'): 0,
+             ('norm=contranorm_d',): 3 * nodes * compose.DUAL_UNITS}
+    for base, more in extra.items():
+        assert compose.cost('minesweeper', 3, list(base)) == plain + more, \
+            base
+    assert compose.cost('minesweeper', 3, ['norm=contranorm_lin'], 64, 10) \
+        == 20 * (plain + extra[('norm=contranorm_lin',)])
+
+
+def test_the_cost_units_fit_the_committed_minesweeper_runs():
+    r"""Seconds per unit of tuned_depth's committed Minesweeper runs, the
+    median over each row's runs: the linear-time ContraNorms' within a
+    factor 1.5 of batchnorm's (their units count their kernels; without
+    them the Nystrom row took 2.6 times batchnorm's seconds per unit)."""
+    from gnorm.study.runs.index import run_seconds, run_units
+    per_unit = {}
+    for path in (REPO / 'experiments' / 'runs' / 'tuned_depth').glob(
+            '*minesweeper*/results.json'):
+        run = json.loads(path.read_text())
+        if run.get('status') == 'ok':
+            per_unit.setdefault(run['choices']['norm'], []).append(
+                run_seconds(run)['steady_s'] / run_units(run))
+    median = {norm: sorted(v)[len(v) // 2] for norm, v in per_unit.items()}
+    for norm in ('contranorm_lin', 'contranorm_d'):
+        assert 1 / 1.5 < median[norm] / median['batchnorm'] < 1.5, median
 
 
 def test_committed_runs_give_a_steady_rate_and_their_set_up_apart(

@@ -60,18 +60,45 @@ def per_dataset(spec: Spec, dataset: str) -> List[str]:
     return list((spec.table.get('per_dataset') or {}).get(dataset, []))
 
 
+# Per layer, epoch and node, the units of the linear-time ContraNorms
+# beyond an elementwise norm (at width 32), fitted to tuned_depth's
+# committed Minesweeper runs so that their seconds per unit match
+# batchnorm's: the Nystrom kernel one per landmark (k, 64 by default:
+# conf/norm/contranorm_lin.yaml), the dual (channel) softmax 16.
+LANDMARKS = 64
+DUAL_UNITS = 16
+
+
+def _choice(base: Sequence[str], key: str) -> Optional[str]:
+    r"""The value the overrides :obj:`base` give :obj:`key` last, else
+    :obj:`None`."""
+    given = [o.split('=', 1)[1] for o in base if o.startswith(f'{key}=')]
+    return given[-1] if given else None
+
+
 def cost(dataset: str, depth: int, base: Sequence[str], hidden: int = 32,
          epochs: int = 1) -> int:
     r"""A run's time, roughly, in cost units: per layer and epoch one unit
     per edge or node channel (32 channels at width 32; ~42 ns each on a
-    CPU), 1/6 unit per node pair of ContraNorm's attention (~7 ns), all
-    scaled by the width :obj:`hidden` / 32 and by :obj:`epochs`. Cells
-    run cheapest first by it (at width 32, one epoch); the GPU queue
-    turns it into seconds (:mod:`gnorm.study.queue.command`)."""
+    CPU), 1/6 unit per node pair of ContraNorm's attention (~7 ns), one
+    per node and landmark of its Nystrom kernel (``contranorm_lin``,
+    :data:`LANDMARKS`), :data:`DUAL_UNITS` per node of ContraNorm-D's
+    channel softmax, all scaled by the width :obj:`hidden` / 32 and by
+    :obj:`epochs`. Cells run cheapest first by it (at width 32, one
+    epoch); the queue turns it into seconds
+    (:mod:`gnorm.study.runs.cost`)."""
     nodes, edges = _SIZE.get(dataset, (1000, 5000))
     units = depth * (edges + 32 * nodes)
-    if 'norm=contranorm' in base and 'norm.scale=0.0' not in base:
-        units += depth * nodes * nodes // 6
+    norm = _choice(base, 'norm')
+    if norm in ('contranorm', 'contranorm_lin') \
+            and _choice(base, 'norm.scale') != '0.0':
+        kernel = _choice(base, 'norm.kernel') or (
+            'nystrom' if norm == 'contranorm_lin' else 'exact')
+        units += depth * (
+            nodes * int(_choice(base, 'norm.landmarks') or LANDMARKS)
+            if kernel == 'nystrom' else nodes * nodes // 6)
+    elif norm == 'contranorm_d':
+        units += depth * nodes * DUAL_UNITS
     return units * hidden * epochs // 32
 
 
