@@ -68,20 +68,27 @@ def test_a_depth_report_enters_each_module_once_or_twice():
     assert max(counts.values()) <= 2, counts
 
 
+def _computes_then_words(entries, most_returns):
+    r"""A report's walk by rooms (:obj:`entries`, the trace's second list)
+    starts in reports, then findings, words its findings later, returns
+    to a room it left at most :obj:`most_returns` times, and enters no
+    computing room once the wording began."""
+    trace = experiment('report_trace')
+    walk = trace.room_walk(entries)
+    assert walk[:2] == ['reports', 'findings'] and 'words' in walk
+    assert trace.returns(walk) <= most_returns, walk
+    every = trace.room_walk(entries, loops_once=False)
+    after = every[every.index('words'):]
+    assert not COMPUTING & set(after), after
+
+
 def test_a_depth_report_computes_then_words(depth_walk):
     r"""Following a depth report's writing room by room (sub-packages of
     gnorm.study): it computes its findings in one pass (spec, runs, stats
     inside findings), then words them; no room is entered again once the
     wording began, and the walk returns to a room it left at most 4
     times."""
-    trace = experiment('report_trace')
-    _, entries = depth_walk
-    walk = trace.room_walk(entries)
-    assert walk[:2] == ['reports', 'findings'] and 'words' in walk
-    assert trace.returns(walk) <= 4, walk
-    every = trace.room_walk(entries, loops_once=False)
-    after = every[every.index('words'):]
-    assert not COMPUTING & set(after), after
+    _computes_then_words(depth_walk[1], most_returns=4)
 
 
 def test_a_paired_report_computes_then_words():
@@ -90,11 +97,5 @@ def test_a_paired_report_computes_then_words():
     curves, what the spec says), then the words; no computing room is
     entered once the wording began, and the walk returns to a room it left
     at most once (the spec, read again after the statistics)."""
-    trace = experiment('report_trace')
-    _, entries = trace.trace_study('sepnorm_molhiv_cpu')
-    walk = trace.room_walk(entries)
-    assert walk[:2] == ['reports', 'findings'] and 'words' in walk
-    assert trace.returns(walk) <= 1, walk
-    every = trace.room_walk(entries, loops_once=False)
-    after = every[every.index('words'):]
-    assert not COMPUTING & set(after), after
+    _, entries = experiment('report_trace').trace_study('sepnorm_molhiv_cpu')
+    _computes_then_words(entries, most_returns=1)
