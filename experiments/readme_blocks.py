@@ -40,6 +40,12 @@ def _line(prefix: str) -> str:
     return rf'^({re.escape(prefix)}.*)$'
 
 
+def _under(heading: str, prefix: str) -> str:
+    r"""The pattern of the first whole line starting with :obj:`prefix`
+    below the line :obj:`heading`."""
+    return rf'^{re.escape(heading)}\n(?:.*\n)*?({re.escape(prefix)}.*)$'
+
+
 README = {
     'main-command-numbers': Block('main_command.md',
                                   r'^\*\*Reading\.\*\* (.*)$'),
@@ -47,6 +53,9 @@ README = {
     'heterophily-baselines-reading': Block('heterophily_baselines.md',
                                            _line('Against the paper (')),
     'tuned-depth-reading': Block('tuned_depth.md', _line('On minesweeper, ')),
+    'tuned-depth-lin-verdicts': Block(
+        'tuned_depth.md',
+        _under('## Does contranorm_lin beat batchnorm?', 'In words (')),
 }
 DOCS = {
     'table3-in-words': Block('table3_paper.md', _line('In words')),
