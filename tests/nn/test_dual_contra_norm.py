@@ -123,9 +123,10 @@ def test_dual_contra_norm_is_its_layer_norm_on_many_nodes_of_even_channels():
     r"""The channel similarity sums over the graph's nodes: its mean
     diagonal is n / (d tau), so with n >> d and channels of even energy
     its softmax is the identity to float precision, even for strongly
-    correlated channels, and the layer is its LayerNorm (docs/layers.rst).
-    It contrasts where channels differ in energy, or between the limits
-    (n / d = 4)."""
+    correlated channels, and the layer is its LayerNorm (docs/layers.rst);
+    with a few nodes the softmax is nearly uniform, close to LayerNorm
+    again. It contrasts where channels differ in energy, or between the
+    limits (n / d = 4)."""
     gen = torch.Generator().manual_seed(0)
     shared = torch.randn(10_000, 1, generator=gen)
     norm = DualContraNorm(64, scale=1.0)
@@ -134,6 +135,8 @@ def test_dual_contra_norm_is_its_layer_norm_on_many_nodes_of_even_channels():
             x = rho**0.5 * shared + (1 - rho)**0.5 * torch.randn(
                 10_000, 64, generator=gen)
             assert torch.allclose(norm(x), norm.norm(x), atol=1e-5)
+        tiny = torch.randn(4, 64, generator=gen)
+        assert torch.allclose(norm(tiny), norm.norm(tiny), atol=1e-2)
         uneven = torch.randn(10_000, 64, generator=gen) * torch.logspace(
             -1, 1, 64)
         few = torch.randn(256, 64, generator=gen)
