@@ -21,13 +21,23 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def denormals_flushed() -> bool:
+    r"""Whether this thread's CPU reads and writes float32 numbers below
+    the normal range (denormals, under 1.18e-38) as zero
+    (:func:`torch.set_flush_denormal`), read off one multiplication."""
+    return (torch.tensor([1e-39]) * 1.0).item() == 0.0
+
+
 def this_machine(device: Any = 'cpu') -> Dict[str, Any]:
     r"""What runs on :obj:`device`: the CPU model (``cpu``), its cores
-    (``cpu_count``), torch's thread count (``threads``), the GPU (``gpu``,
-    for a CUDA device only) and torch's version (``torch``)."""
+    (``cpu_count``), torch's thread count (``threads``), whether denormals
+    are flushed to zero (``denormals_flushed``, for the CPU only), the GPU
+    (``gpu``, for a CUDA device only) and torch's version (``torch``)."""
     device = torch.device(device)
     info: Dict[str, Any] = {'cpu': cpu_name(), 'cpu_count': os.cpu_count(),
                             'threads': torch.get_num_threads()}
+    if device.type == 'cpu':
+        info['denormals_flushed'] = denormals_flushed()
     if device.type == 'cuda':
         info['gpu'] = torch.cuda.get_device_name(device)
     info['torch'] = torch.__version__

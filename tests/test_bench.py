@@ -124,6 +124,19 @@ def test_machine_is_one_dict_rendered_in_words():
         assert bench.machine('cpu') == said
 
 
+def test_the_machine_says_whether_denormals_are_flushed():
+    from gnorm.machine import denormals_flushed, this_machine
+    if not torch.set_flush_denormal(True):
+        pytest.skip('this CPU cannot flush denormals')
+    try:
+        assert denormals_flushed()
+        assert this_machine('cpu')['denormals_flushed'] is True
+    finally:
+        torch.set_flush_denormal(False)
+    assert not denormals_flushed()
+    assert this_machine('cpu')['denormals_flushed'] is False
+
+
 CHILD = """
 import json
 import torch

@@ -16,6 +16,7 @@ from omegaconf import read_write
 
 from gnorm.data import PYG_DATASETS, raw_files
 from gnorm.errors import ConfigError, TrainingError
+from gnorm.machine import denormals_flushed
 from gnorm.metrics import (dirichlet_energy, effective_rank,
                            feature_cosine_similarity, feature_variance)
 from gnorm.models import DeepGCN
@@ -176,6 +177,55 @@ def test_select_last(tmp_path):
     assert results['machine']['threads'] == 1
     assert results['selected_epoch'] == 5
     assert results['test_acc'] == results['curve']['test_acc'][-1]
+
+
+def test_a_cpu_run_flushes_denormals_records_it_and_restores_the_state(
+        tmp_path):
+    # x86 CPUs compute on denormals many times slower, and ContraNorm-D's
+    # nearly one-hot softmax fills its tensors with them: a CPU run flushes
+    # them to zero, says so in results.json and leaves the state it found.
+    if not torch.set_flush_denormal(False):
+        pytest.skip('this CPU cannot flush denormals')
+    assert not denormals_flushed()
+    results = train(compose_train(*TINY, 'threads=1'), output_dir=tmp_path)
+    assert results['machine']['denormals_flushed'] is True
+    assert not denormals_flushed()
+    torch.set_flush_denormal(True)
+    try:
+        train(compose_train(*TINY, 'threads=1'), output_dir=tmp_path / 'on')
+        assert denormals_flushed()
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_flushing_denormals_changes_no_bit_of_contranorm_d(tmp_path):
+    # Denormals are below float32's resolution next to anything the layer
+    # sums them with: its output and input gradient are the same bits with
+    # and without flushing, on channels of uneven scale (a softmax with
+    # rows near one-hot, whose entries underflow to denormals).
+    from gnorm.nn import DualContraNorm
+    if not torch.set_flush_denormal(False):
+        pytest.skip('this CPU cannot flush denormals')
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randn(2000, 16, generator=gen) * torch.logspace(-1, 1.5, 16)
+    grad = torch.randn(2000, 16, generator=gen)
+    norm = DualContraNorm(16)
+    outs = []
+    for flush in (False, True):
+        torch.set_flush_denormal(flush)
+        try:
+            x = x0.clone().requires_grad_()
+            y = norm(x)
+            y.backward(grad)
+        finally:
+            torch.set_flush_denormal(False)
+        outs.append((y.detach(), x.grad))
+    unit = torch.nn.functional.normalize(x0, dim=-1)
+    softmax = torch.softmax(unit.t() @ unit, dim=-1)  # the layer's, tau = 1
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((softmax > 0) & (softmax < tiny)).any()  # denormals unflushed
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert torch.equal(outs[0][1], outs[1][1])
 
 
 def test_eval_every_changes_no_last_epoch_result(tmp_path):

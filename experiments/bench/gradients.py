@@ -58,11 +58,11 @@ def setup(overrides, root):
     return data, model, generators, cfg
 
 
-def block(data, model, generators, cfg, every):
-    r"""A call that trains :data:`BLOCK` epochs, recording gradients every
+def block(data, model, generators, cfg, every, epochs=BLOCK):
+    r"""A call that trains :obj:`epochs` epochs, recording gradients every
     :obj:`every` epochs (0: none)."""
     def run():
-        fit(model, data, [{}], BLOCK, cfg.train.lr, cfg.train.weight_decay,
+        fit(model, data, [{}], epochs, cfg.train.lr, cfg.train.weight_decay,
             generators, progress=False, log_every=0,
             metric=dataset_metric(cfg), optimizer=optimizer_name(cfg),
             grad_every=every)

@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import gnorm
 from gnorm.errors import ConfigError, GnormError, TrainingError
-from gnorm.machine import this_machine
+from gnorm.machine import denormals_flushed, this_machine
 from gnorm.results.keys import result_config
 from gnorm.results.user_code import user_code
 from gnorm.train.locks import lock_folder, release
@@ -104,6 +104,31 @@ def deterministic_kernels(device: torch.device,
             yield
     finally:
         torch.backends.cudnn.benchmark = benchmark
+
+
+@contextlib.contextmanager
+def flushed_denormals(device: torch.device) -> Iterator[None]:
+    r"""On the CPU, float32 numbers below the normal range (denormals,
+    under 1.18e-38) read and written as zero for the block
+    (:func:`torch.set_flush_denormal`), as a GPU's kernels mostly do; the
+    state before is restored after. x86 CPUs compute on denormals many
+    times slower, and a softmax whose rows are nearly one-hot (ContraNorm-D's
+    d x d one on a large graph: ``docs/layers.rst``) fills its outputs and
+    gradients with them: ``experiments/bench/denormals.py`` measures the
+    step with and without, and finds outputs and gradients bitwise equal.
+    ``results.json`` records the state (``machine``:
+    ``denormals_flushed``). It holds on the calling thread and on the
+    worker threads torch starts after it, so on all of them for a run of
+    one thread."""
+    if device.type != 'cpu':
+        yield
+        return
+    before = denormals_flushed()
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(before)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -505,9 +530,10 @@ def _train_todo(cfgs: List[DictConfig], paths: List[Path],
     while queue:
         batch = queue.pop(0)
         try:
-            results = _train_batch(task, [cfgs[i] for i in batch],
-                                   [paths[i] for i in batch],
-                                   [infos[i] for i in batch], device)
+            with flushed_denormals(device):
+                results = _train_batch(task, [cfgs[i] for i in batch],
+                                       [paths[i] for i in batch],
+                                       [infos[i] for i in batch], device)
         except GnormError as e:
             failures.append(e)
             continue
