@@ -85,3 +85,21 @@ def test_graphormer_runs_report_gives_the_stack_speed_up(tmp_path):
     assert '| zinc | small | sepnorm | 5 | 150.0 | 100.0 | 1.50x |' in text
 
 
+
+
+def test_denormals_benchmark_reports_each_case_and_checks_the_bits():
+    import torch
+    bench = _script('bench/denormals')
+    rows = [dict(case='layer', without_s=0.03, with_s=0.01, speedup=3.0,
+                 bitwise_equal=True),
+            dict(case='epochs', without_s=1.0, with_s=1.0, speedup=1.0)]
+    for row in rows:
+        row.update(machine='test cpu', date='2026-12-07', rounds=5)
+    lines = bench.report(rows, 'cmd')
+    assert '| layer | 30.0 ms | 10.0 ms | 3.00x | yes |' in lines
+    assert '| epochs | 1000.0 ms | 1000.0 ms | 1.00x | - |' in lines
+    a, b = {}, {}
+    row = bench.compare(lambda: a.update(y=torch.zeros(2)),
+                        lambda: b.update(y=torch.tensor([0.0, 1.0])), 1,
+                        (a, b))
+    assert row['bitwise_equal'] is False  # a difference is seen

@@ -607,6 +607,43 @@ def test_partial_cells_are_counted_and_not_points_of_the_curve(
     assert list(diamond.get_ydata()) == [51.0, 26.0]
 
 
+def test_partial_labels_at_one_depth_clear_every_marker_and_each_other(
+        tmp_path, monkeypatch):
+    # Three rows side by side at L=32, two of them partial with nearly
+    # equal scores: each label sits right of the rightmost row's marker and
+    # the two are about LABEL_STEP points apart, not on top of each other.
+    settings = [{'norm.scale': 0.2}, {'norm.scale': 1.0}]
+    cells, found = [], {}
+    for row, test, run in (('contranorm', 0.500, 1), ('pairnorm', 0.503, 1),
+                           ('layernorm', 0.600, 2)):
+        for depth in (16, 32):
+            cell, runs = _cell(row, settings[:run], [(0.7, test)] * run)
+            cell.update(depth=depth, settings=settings[:2 if depth == 32
+                                                         else run])
+            for r in cell['runs']:
+                r['key'] = f"{row}-{depth}-{r['key']}"
+            cells.append(cell)
+            found.update({f'{row}-{depth}-{k}': v for k, v in runs.items()})
+    records = summarise(cells, found, {})
+    figures = []
+    monkeypatch.setattr(study_plot, 'save_figure',
+                        lambda fig, path: figures.append(fig))
+    ax, _ = _depth_panel(records, tmp_path, figures)
+    labels = [t for t in ax.texts if t.get_text() == '1 of 2 settings']
+    assert len(labels) == 2
+    markers = [x for line in ax.lines for x in line.get_xdata()]
+    assert all(t.xy[0] >= max(x for x in markers if x > 24) for t in labels)
+    assert all(t.get_position()[0] > 0 for t in labels)  # to the right
+    (high, y_high), (low, y_low) = sorted(
+        ((t.xy[1], t.get_position()[1]) for t in labels), reverse=True)
+    low_, top = ax.get_ylim()
+    points = ax.bbox.height * 72 / ax.figure.dpi / (top - low_)
+    gap = (high - low) * points + y_high - y_low
+    # the layout resizes the panel after labelling: about LABEL_STEP,
+    # never less than the labels' 6-point type
+    assert 6 <= gap <= study_plot.LABEL_STEP * 1.2
+
+
 def test_the_curve_joins_complete_cells_across_a_missing_depth(
         tmp_path, monkeypatch):
     settings = [{'norm.scale': 1.0}]

@@ -97,6 +97,34 @@ def _rows(rows: List[str], every: List[str]) -> str:
         else ', '.join(rows)
 
 
+# Points between the labels of partial cells at one depth, stacked.
+LABEL_STEP = 7
+
+
+def _label_partials(ax, partials: List[Any], rows: int) -> None:
+    r"""Labels each partial cell's open marker ``k of n runs`` in its
+    row's colour, at its height, right of the rightmost of the
+    :obj:`rows` rows placed side by side at its depth (so that no label
+    covers another row's marker); at one depth a label that would come
+    within :data:`LABEL_STEP` points of the one above moves down to that
+    distance, so that the labels never overlap."""
+    low, high = ax.get_ylim()
+    points = ax.bbox.height * 72 / ax.figure.dpi / ((high - low) or 1.0)
+    by_depth: Dict[int, List[Any]] = {}
+    for cell, color in partials:
+        by_depth.setdefault(cell['layers'], []).append((cell, color))
+    for layers, found in by_depth.items():
+        right = _dodged([layers], rows - 1, rows)[0]
+        above = math.inf  # the height, in points, of the label above
+        for cell, color in sorted(found, key=lambda f: -f[0]['test_mean']):
+            at = cell['test_mean'] * points
+            placed = min(at, above - LABEL_STEP)
+            above = placed
+            ax.annotate(partial(cell), (right, cell['test_mean']),
+                        xytext=(6, placed - at), textcoords='offset points',
+                        fontsize=6, color=color, ha='left', va='center')
+
+
 def _depth_panel(ax, drawn: List[Dict[str, Any]], row_names: List[str],
                  dataset: str, paper_lines: bool, authors: Dict,
                  scored: str) -> List[str]:
@@ -109,6 +137,7 @@ def _depth_panel(ax, drawn: List[Dict[str, Any]], row_names: List[str],
     lacking: Dict[str, List[str]] = {}  # depths without runs -> rows
     placed = [row for row in row_names  # side by side: rows with runs here
               if any(r['row'] == row and r['cell_runs'] for r in here)]
+    partials: List[Any] = []  # (cell, colour) of the open markers
     for k, row in enumerate(row_names):
         rs = sorted((r for r in here if r['row'] == row),
                     key=lambda r: r['layers'])
@@ -131,12 +160,7 @@ def _depth_panel(ax, drawn: List[Dict[str, Any]], row_names: List[str],
             if r['cell_runs'] and not r['complete']:
                 ax.plot(at([r['layers']]), r['test_mean'], 'o', mfc='white',
                         color=color, ms=5)
-                last = r['layers'] == depths[-1]  # label inwards
-                ax.annotate(partial(r), (at([r['layers']])[0],
-                                         r['test_mean']),
-                            xytext=(-5 if last else 5, 3),
-                            textcoords='offset points', fontsize=6,
-                            color=color, ha='right' if last else 'left')
+                partials.append((r, color))
         for why in dict.fromkeys(r.get('not_run') for r in rs
                                  if r['cell_runs'] == 0):
             none = _spans([r['layers'] for r in rs if r['cell_runs'] == 0
@@ -155,6 +179,7 @@ def _depth_panel(ax, drawn: List[Dict[str, Any]], row_names: List[str],
             ax.plot(at([r['layers'] for r in paper]),
                     [r['paper_mean'] for r in paper], 'x--',
                     color=color, alpha=0.6)
+    _label_partials(ax, partials, max(len(placed), 1))
     ax.set_xscale('log', base=2)
     ax.xaxis.set_major_locator(FixedLocator(depths))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
