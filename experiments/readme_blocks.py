@@ -56,6 +56,9 @@ README = {
     'tuned-depth-lin-verdicts': Block(
         'tuned_depth.md',
         _under('## Does contranorm_lin beat batchnorm?', 'In words (')),
+    'contranorm-fidelity-luo': Block(
+        'contranorm_fidelity_luo.md',
+        r'^In words \(.*?\): against contranorm, contranorm_lin (.*)\.$'),
 }
 DOCS = {
     'table3-in-words': Block('table3_paper.md', _line('In words')),
@@ -69,6 +72,11 @@ DOCS = {
     'strong-depth-in-words': Block('strong_depth.md', _line('In words (')),
     'filtered-heterophily-reading': Block('filtered_heterophily.md',
                                           _line('Kept on the variants ')),
+    'contranorm-fidelity-in-words': Block('contranorm_fidelity.md',
+                                          _line('In words (')),
+    'contranorm-fidelity-luo-in-words': Block('contranorm_fidelity_luo.md',
+                                              _line('In words (')),
+    'luo-init-full-in-words': Block('luo_init_full.md', _line('In words (')),
 }
 
 
